@@ -1,0 +1,3 @@
+"""kinetoscope: a keyboard-driven terminal viewer for PyTorch profiler traces."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,5 @@
+import sys
+
+from kinetoscope.cli import main
+
+sys.exit(main())

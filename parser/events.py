@@ -1,0 +1,95 @@
+"""msgspec structs naming only the event fields the model uses, and the decoders built on them."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import msgspec
+
+
+class Args(msgspec.Struct, gc=False):
+    """The few `args` fields used for links, memory and metadata; the rest is skipped at C speed."""
+
+    correlation: Any = None
+    external_id: Any = msgspec.field(name="External id", default=None)
+    device: Any = None
+    stream: Any = None
+    input_dims: Any = msgspec.field(name="Input Dims", default=None)
+    input_dims_old: Any = msgspec.field(name="Input dims", default=None)
+    addr: Any = msgspec.field(name="Addr", default=None)
+    bytes: Any = msgspec.field(name="Bytes", default=None)
+    total_allocated: Any = msgspec.field(name="Total Allocated", default=None)
+    total_reserved: Any = msgspec.field(name="Total Reserved", default=None)
+    device_type: Any = msgspec.field(name="Device Type", default=None)
+    device_id: Any = msgspec.field(name="Device Id", default=None)
+    name: Any = None  # process_name / thread_name metadata
+    sort_index: Any = None
+    labels: Any = None
+
+
+class Event(msgspec.Struct, gc=False):
+    """One trace event. Every field is optional and untyped so odd values never fail a run."""
+
+    ph: Any = None
+    name: Any = None
+    cat: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = None
+    id: Any = None
+    bp: Any = None
+    args: Args | None = None
+
+
+EVENTS_DECODER = msgspec.json.Decoder(list[Event])
+ANY_DECODER = msgspec.json.Decoder()
+
+_TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
+_NOT_AVAILABLE = re.compile(rb"(?<=[:\[,])(\s*)N/A(?=\s*[,}\]])")
+
+
+def trailing_at(error: Exception) -> int | None:
+    """Index of the first trailing character msgspec complained about, if that was the error.
+
+    msgspec reports the position just past that character, hence the - 1.
+    """
+    match = _TRAILING.search(str(error))
+    return int(match.group(1)) - 1 if match else None
+
+
+def is_truncated(error: Exception) -> bool:
+    return "truncated" in str(error)
+
+
+def lenient_loads(text: bytes) -> Any:
+    """Decode one JSON value, tolerating historic Kineto defects.
+
+    Unquoted `N/A`, raw control characters inside strings, NaN/Infinity and invalid UTF-8 are
+    accepted (NaN and Infinity become floats, which the model then treats as "not a number").
+    Raises ValueError when the text is not JSON even so.
+    """
+    try:
+        return ANY_DECODER.decode(text)
+    except msgspec.DecodeError:
+        pass
+    fixed = _NOT_AVAILABLE.sub(rb'\1"N/A"', text)
+    decoded = fixed.decode("utf-8", errors="replace")
+    return json.loads(decoded, strict=False)
+
+
+def event_from_object(obj: Any) -> Event | None:
+    """Turn a generically decoded event into an Event, dropping an `args` that is not an object."""
+    if not isinstance(obj, dict):
+        return None
+    args = obj.get("args")
+    fields = {k: obj[k] for k in ("ph", "name", "cat", "pid", "tid", "ts", "dur", "id", "bp") if k in obj}
+    event = Event(**fields)
+    if isinstance(args, dict):
+        try:
+            event.args = msgspec.convert(args, Args, str_keys=True)
+        except (msgspec.ValidationError, TypeError):
+            event.args = None
+    return event

@@ -1,0 +1,494 @@
+"""Streaming framing: find `traceEvents`, cut the byte stream into runs of whole events, decode them.
+
+A run is cut after a `}` that is followed by a `,` (a cheap guess); the decoder itself confirms the
+guess, because a run decodes as a JSON array exactly when the cut fell between two events. A guess
+that lands inside a string or inside nested args fails to decode and an earlier one is tried.
+Regions that still fail (malformed or cut-off data) are split exactly by a structural scan and each
+event is decoded on its own, so nothing that can be read is lost.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from .builder import TraceBuilder
+from .events import (
+    ANY_DECODER,
+    EVENTS_DECODER,
+    event_from_object,
+    is_truncated,
+    lenient_loads,
+    trailing_at,
+)
+from .model import Source, Trace
+from .source import SourceState, TraceError, iter_blocks, open_source
+
+RUN_BYTES = 4 << 20  # target size of one decoded run of events
+_CUT = re.compile(rb"\}\s*,")
+_WS = b" \t\r\n"
+MAX_CUT_TRIES = 8
+
+Progress = Callable[[int, int, int], None]
+
+
+class _Buffer:
+    """A sliding window over the uncompressed stream: `data[pos:]` is unread, `base` its offset."""
+
+    def __init__(self, blocks: Iterator[bytes]):
+        self.blocks = blocks
+        self.data = b""
+        self.base = 0  # uncompressed offset of data[0]
+        self.pos = 0
+        self.eof = False
+
+    def fill(self, need: int) -> bool:
+        """Make at least `need` unread bytes available; False if the stream ends first."""
+        if len(self.data) - self.pos >= need:
+            return True
+        pieces = [self.data[self.pos :]]
+        have = len(pieces[0])
+        while have < need and not self.eof:
+            block = next(self.blocks, None)
+            if block is None:
+                self.eof = True
+                break
+            pieces.append(block)
+            have += len(block)
+        self.base += self.pos
+        self.data = b"".join(pieces)
+        self.pos = 0
+        return have >= need
+
+    def skip_ws(self) -> int | None:
+        """Skip whitespace; return the next byte (without consuming it), or None at the end."""
+        while True:
+            data, pos = self.data, self.pos
+            n = len(data)
+            while pos < n and data[pos] in _WS:
+                pos += 1
+            self.pos = pos
+            if pos < n:
+                return data[pos]
+            if not self.fill(1):
+                return None
+
+    @property
+    def offset(self) -> int:
+        return self.base + self.pos
+
+
+class _Stop(Exception):
+    """The stream ended (or broke) before the JSON did."""
+
+
+def read_trace(path: str, progress: Progress | None = None) -> Trace:
+    state = open_source(path)
+    return _read(state, iter_blocks(state), progress)
+
+
+def read_bytes(data: bytes, path: str = "<memory>") -> Trace:
+    import gzip
+
+    compressed = data[:2] == b"\x1f\x8b"
+    payload = gzip.decompress(data) if compressed else data
+    state = SourceState(path=path, size=len(data), compressed=compressed)
+
+    def blocks() -> Iterator[bytes]:
+        for start in range(0, len(payload), RUN_BYTES):
+            state.bytes_read = min(len(data), start + RUN_BYTES)
+            yield payload[start : start + RUN_BYTES]
+
+    return _read(state, blocks(), None)
+
+
+def _read(state: SourceState, blocks: Iterator[bytes], progress: Progress | None) -> Trace:
+    buf = _Buffer(blocks)
+    builder = TraceBuilder()
+    header: dict[str, Any] = {}
+    warnings: list[str] = []
+    reader = _Reader(buf, builder, state, progress, warnings)
+    first = buf.skip_ws()
+    if first is None:
+        if state.stream_error:
+            raise TraceError(f"{state.path}: not a readable gzip file ({state.stream_error})")
+        raise TraceError(f"{state.path}: the file is empty")
+    if first == 0xEF and buf.data[buf.pos : buf.pos + 3] == b"\xef\xbb\xbf":
+        buf.pos += 3
+        first = buf.skip_ws()
+    complete = True
+    found_events = False
+    try:
+        if first == ord("["):
+            buf.pos += 1
+            found_events = True
+            reader.read_events()
+        elif first == ord("{"):
+            buf.pos += 1
+            found_events = reader.read_object(header)
+        else:
+            raise TraceError(_not_json_message(state.path, buf.data[buf.pos : buf.pos + 16]))
+        tail = buf.skip_ws()
+        if tail is not None:
+            warnings.append(f"ignored unexpected data after the JSON at byte {buf.offset}")
+    except _Stop as stop:
+        complete = False
+        if not found_events and not reader.events_started:
+            if builder.n_events == 0 and not header:
+                raise TraceError(f"{state.path}: {stop.args[0]}") from None
+        warnings.append(stop.args[0])
+    if not found_events and not reader.events_started:
+        if complete:
+            raise TraceError(f"{state.path}: not a trace (no traceEvents array)")
+    if state.stream_error:
+        complete = False
+        warnings.append(f"the gzip stream is damaged after {state.bytes_read} bytes: {state.stream_error}")
+    elif state.truncated_stream and complete:
+        complete = False
+        warnings.append("the gzip stream ends early (no end marker)")
+    if progress is not None:
+        progress(state.size, state.size, builder.n_events)
+    source = Source(path=state.path, bytes=state.size, compressed=state.compressed)
+    trace = builder.finish(source, header)
+    trace.complete = complete
+    if not complete:
+        trace.stopped_at = reader.last_good
+    trace.warnings[:0] = warnings
+    return trace
+
+
+def _not_json_message(path: str, head: bytes) -> str:
+    printable = sum(32 <= b < 127 or b in b"\t\r\n" for b in head)
+    if head and printable < len(head) * 0.8:
+        return f"{path}: not a trace (binary data, not JSON)"
+    if head[:1].isdigit() or head[:1] in (b'"', b"-", b"t", b"f", b"n"):
+        return f"{path}: not a trace (JSON, but neither an object with traceEvents nor an array)"
+    return f"{path}: not a trace (not JSON: starts with {head[:12]!r})"
+
+
+class _Reader:
+    def __init__(self, buf: _Buffer, builder: TraceBuilder, state: SourceState,
+                 progress: Progress | None, warnings: list[str]):
+        self.buf = buf
+        self.builder = builder
+        self.state = state
+        self.progress = progress
+        self.warnings = warnings
+        self.events_started = False
+        self.last_good = 0  # uncompressed offset just after the last complete event
+        self.dropped = 0
+
+    # -- the top-level object ----------------------------------------------------------------
+
+    def read_object(self, header: dict[str, Any]) -> bool:
+        buf = self.buf
+        found = False
+        while True:
+            c = buf.skip_ws()
+            if c is None:
+                raise _Stop(f"the file ends at byte {buf.offset} before the JSON does")
+            if c == ord("}"):
+                buf.pos += 1
+                return found
+            if c == ord(","):
+                buf.pos += 1
+                continue
+            key = self._value()
+            if not isinstance(key, str):
+                raise _Stop(f"malformed JSON at byte {buf.offset}: expected a key")
+            c = buf.skip_ws()
+            if c != ord(":"):
+                raise _Stop(f"malformed JSON at byte {buf.offset}: expected ':'")
+            buf.pos += 1
+            c = buf.skip_ws()
+            if key == "traceEvents" and c == ord("["):
+                buf.pos += 1
+                found = True
+                self.events_started = True
+                self.read_events()
+                self.last_good = buf.offset
+            else:
+                header[key] = self._value()
+
+    def _value(self) -> Any:
+        """Decode the single JSON value starting at the read position (header keys and values)."""
+        buf = self.buf
+        need = 1 << 16
+        while True:
+            buf.fill(need)
+            view = buf.data[buf.pos :]
+            try:
+                value = ANY_DECODER.decode(view)
+                end = len(view)
+            except msgspec.DecodeError as exc:
+                end = trailing_at(exc)
+                if end is None:
+                    if is_truncated(exc) and not buf.eof:
+                        need = max(need * 4, len(view) * 2)
+                        continue
+                    if is_truncated(exc):
+                        raise _Stop(f"the file ends at byte {buf.base + len(buf.data)} before the JSON does") from None
+                    end = self._scan_value_end(view)
+                    if end is None:
+                        raise _Stop(f"malformed JSON at byte {buf.offset}") from None
+                try:
+                    value = lenient_loads(view[:end])
+                except ValueError:
+                    raise _Stop(f"malformed JSON at byte {buf.offset}") from None
+            buf.pos += end
+            return value
+
+    @staticmethod
+    def _scan_value_end(view: bytes) -> int | None:
+        starts, ends, _closed = split_elements(view, 0, top_level_value=True)
+        return ends[0] if ends else None
+
+    # -- the events array --------------------------------------------------------------------
+
+    def read_events(self) -> None:
+        """Decode runs of events until the closing bracket of the array."""
+        buf = self.buf
+        self.events_started = True
+        self.last_good = buf.offset
+        while True:
+            c = buf.skip_ws()
+            if c is None:
+                raise _Stop(self._cut_off_message())
+            if c == ord("]"):
+                buf.pos += 1
+                self.last_good = buf.offset
+                return
+            if c == ord(","):  # stray separator (e.g. a trailing comma before `]`)
+                buf.pos += 1
+                continue
+            buf.fill(RUN_BYTES)
+            if self._decode_run():
+                return
+            self._report()
+
+    def _cut_off_message(self) -> str:
+        return (
+            f"the file ends at byte {self.buf.base + len(self.buf.data)} before the JSON does; "
+            f"loaded every complete event up to byte {self.last_good}"
+        )
+
+    def _report(self) -> None:
+        if self.progress is not None:
+            self.progress(self.state.bytes_read, self.state.size, self.builder.n_events)
+
+    def _decode_run(self) -> bool:
+        """Decode one run from the read position. True when the events array closed in it."""
+        buf = self.buf
+        data, pos = buf.data, buf.pos
+        end = len(data)
+        cuts = self._cut_candidates(data, pos, end)
+        if not cuts and not buf.eof:
+            buf.fill((end - pos) * 2)  # one event larger than a run: read more
+            return False
+        tried = 0
+        for cut in cuts:
+            if tried >= MAX_CUT_TRIES:
+                break
+            tried += 1
+            outcome = self._try_run(pos, cut + 1)
+            if outcome is not None:
+                return outcome
+        if buf.eof:
+            # The last run: the array's closing bracket should be in what is left.
+            outcome = self._try_run(pos, end, last=True)
+            if outcome is not None:
+                return outcome
+        return self._salvage(pos, end)
+
+    def _cut_candidates(self, data: bytes, pos: int, end: int) -> list[int]:
+        """Positions of `}` followed by `,`, latest first (the closing brace's index)."""
+        found: list[int] = []
+        lo = max(pos, end - 65536)
+        while True:
+            found = [m.start() for m in _CUT.finditer(data, lo, end)]
+            if found or lo == pos:
+                break
+            lo = pos
+        found.reverse()
+        return found
+
+    def _try_run(self, pos: int, stop: int, last: bool = False) -> bool | None:
+        """Decode data[pos:stop] as events. False: decoded (the position moved on); None: failed.
+
+        With `last`, data[pos:stop] is the rest of the stream and must hold the closing bracket.
+        """
+        buf = self.buf
+        data = buf.data
+        # text[i] is data[pos + i - 1] for 1 <= i <= stop - pos.
+        text = b"[" + data[pos:stop] + (b"" if last else b"]")
+        try:
+            events = EVENTS_DECODER.decode(text)
+        except msgspec.ValidationError:
+            return self._generic_run(pos, stop, last)
+        except msgspec.DecodeError as exc:
+            at = trailing_at(exc)
+            if at is None:
+                return None
+            # The events array closed inside the run: cut at its closing bracket.
+            close = at - 1
+            while close > 0 and text[close] in _WS:
+                close -= 1
+            if text[close] != ord("]"):
+                return None
+            closing = pos + close - 1
+            try:
+                events = EVENTS_DECODER.decode(text[: close + 1])
+            except msgspec.ValidationError:
+                return self._generic_run(pos, closing, False, closed_at=closing)
+            except msgspec.DecodeError:
+                return None
+            self._accept(events, pos, closing)
+            buf.pos = closing  # read_events sees the bracket and returns
+            return False
+        if last:
+            closing = data.rfind(b"]", pos, stop)
+            self._accept(events, pos, closing)
+            buf.pos = closing
+            return False
+        self._accept(events, pos, stop)
+        self._step_over_separator(stop)
+        return False
+
+    def _step_over_separator(self, at: int) -> None:
+        buf = self.buf
+        data = buf.data
+        n = len(data)
+        while at < n and data[at] in _WS:
+            at += 1
+        if at < n and data[at] == ord(","):
+            at += 1
+        buf.pos = at
+
+    def _generic_run(
+        self, pos: int, stop: int, last: bool, closed_at: int | None = None
+    ) -> bool | None:
+        """A run that is JSON but has fields of unexpected types: decode generically, convert."""
+        data = self.buf.data
+        text = b"[" + data[pos:stop] + (b"" if last else b"]")
+        try:
+            objects = ANY_DECODER.decode(text)
+        except msgspec.DecodeError:
+            return None
+        if last:
+            stop = data.rfind(b"]", pos, stop)
+            closed_at = stop
+        self._accept([event_from_object(o) for o in objects], pos, stop)
+        if closed_at is not None:
+            self.buf.pos = closed_at
+        else:
+            self._step_over_separator(stop)
+        return False
+
+    def _accept(self, events: list, pos: int, stop: int) -> None:
+        buf = self.buf
+        self.builder.add_chunk(buf.base + pos, stop - pos)
+        self.builder.add_events(events)
+        self.last_good = buf.base + stop
+
+    def _salvage(self, pos: int, end: int) -> bool:
+        """Split data[pos:end] exactly into events and decode each on its own (slow, rare path)."""
+        buf = self.buf
+        data = buf.data
+        at_eof = buf.eof
+        starts, ends, closed = split_elements(data[pos:end], 0, include_tail=at_eof)
+        if not starts and closed is None and not at_eof:
+            buf.fill((end - pos) * 2)  # no whole event yet: read more
+            return False
+        for index, (start, stop) in enumerate(zip(starts, ends)):
+            piece = data[pos + start : pos + stop]
+            try:
+                obj = lenient_loads(piece)
+            except ValueError:
+                if at_eof and closed is None and index == len(starts) - 1:
+                    break  # the event the file stopped in
+                self.dropped += 1
+                self._warn_dropped(buf.base + pos + start)
+                continue
+            self.builder.add_chunk(buf.base + pos + start, stop - start)
+            if isinstance(obj, dict):
+                self.builder.add_events([event_from_object(obj)])
+            else:
+                self.builder.add_non_object()
+            self.last_good = buf.base + pos + stop
+        if closed is not None:
+            buf.pos = pos + closed
+            return False
+        if at_eof:
+            raise _Stop(self._cut_off_message())
+        self._step_over_separator(pos + ends[-1])
+        return False
+
+    def _warn_dropped(self, offset: int) -> None:
+        if self.dropped <= 5:
+            self.warnings.append(f"skipped a malformed event at byte {offset}")
+        elif self.dropped == 6:
+            self.warnings.append("skipped more malformed events (only the first 5 are listed)")
+
+
+def split_elements(
+    view: bytes, base_depth: int, top_level_value: bool = False, include_tail: bool = False
+) -> tuple[list[int], list[int], int | None]:
+    """Find the elements of a JSON array body (or one value) by a string- and depth-aware scan.
+
+    Returns (starts, ends, closed): the byte ranges of the complete elements, and the index of the
+    array's closing bracket when it is in `view`. Vectorised with numpy; used where the decoder
+    cannot cut a region itself (malformed or cut-off data), so it favours exactness over speed.
+    """
+    raw = np.frombuffer(view, dtype=np.uint8)
+    n = len(raw)
+    if n == 0:
+        return [], [], None
+    quote = np.flatnonzero(raw == ord('"'))
+    if len(quote):
+        # A quote is escaped when an odd number of backslashes precede it.
+        escaped = np.zeros(len(quote), dtype=bool)
+        backslash = raw == ord("\\")
+        if backslash.any():
+            for i, q in enumerate(quote.tolist()):
+                k = q - 1
+                while k >= 0 and backslash[k]:
+                    k -= 1
+                escaped[i] = (q - 1 - k) % 2 == 1
+        quote = quote[~escaped]
+    toggles = np.zeros(n + 1, dtype=np.int8)
+    toggles[quote] = 1
+    in_string = (np.cumsum(toggles[:n]) % 2).astype(bool)
+    # A quote that opens a string is inside it; the closing one is counted outside: fine for braces.
+    opens = ((raw == ord("{")) | (raw == ord("["))) & ~in_string
+    closes = ((raw == ord("}")) | (raw == ord("]"))) & ~in_string
+    depth = np.cumsum(opens.astype(np.int32) - closes.astype(np.int32)) + base_depth
+    starts: list[int] = []
+    ends: list[int] = []
+    if top_level_value:
+        zero = np.flatnonzero(closes & (depth == 0))
+        if len(zero):
+            starts.append(0)
+            ends.append(int(zero[0]) + 1)
+        return starts, ends, None
+    closed_idx = np.flatnonzero(closes & (depth < 0))
+    closed = int(closed_idx[0]) if len(closed_idx) else None
+    limit = closed if closed is not None else n
+    separators = np.flatnonzero((raw[:limit] == ord(",")) & ~in_string[:limit] & (depth[:limit] == 0))
+    bounds = [-1] + separators.tolist()
+    if closed is not None:
+        bounds.append(closed)
+    elif include_tail:
+        bounds.append(n)
+    for a, b in zip(bounds, bounds[1:]):
+        segment = view[a + 1 : b]
+        stripped = segment.strip()
+        if not stripped:
+            continue
+        lead = len(segment) - len(segment.lstrip())
+        starts.append(a + 1 + lead)
+        ends.append(a + 1 + lead + len(stripped))
+    return starts, ends, closed

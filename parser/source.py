@@ -1,0 +1,96 @@
+"""Byte sources: a trace file read in bounded blocks, gunzipped when it starts with the gzip magic."""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+GZIP_MAGIC = b"\x1f\x8b"
+READ_BLOCK = 4 << 20  # compressed bytes read from disk at a time
+MAX_OUTPUT = 16 << 20  # uncompressed bytes produced per decompress call
+
+
+class TraceError(Exception):
+    """A trace that cannot be loaded at all; the message is one line for the user."""
+
+
+@dataclass
+class SourceState:
+    """What the reader knows about the file as it goes."""
+
+    path: str
+    size: int
+    compressed: bool
+    bytes_read: int = 0  # bytes of the file consumed so far
+    truncated_stream: bool = False  # the gzip stream ended before its end marker
+    stream_error: str | None = None  # a corrupt gzip stream: what zlib said
+
+
+def open_source(path: str) -> SourceState:
+    """Check that `path` is a readable file and sniff the gzip magic bytes."""
+    try:
+        if os.path.isdir(path):
+            raise TraceError(f"{path}: is a directory, not a trace file")
+        size = os.path.getsize(path)
+        with open(path, "rb") as handle:
+            head = handle.read(2)
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such file") from None
+    except PermissionError:
+        raise TraceError(f"{path}: permission denied") from None
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return SourceState(path=path, size=size, compressed=head == GZIP_MAGIC)
+
+
+def iter_blocks(state: SourceState) -> Iterator[bytes]:
+    """Yield the uncompressed bytes of the file in blocks, updating `state` as it reads."""
+    with open(state.path, "rb") as handle:
+        if not state.compressed:
+            while block := handle.read(READ_BLOCK):
+                state.bytes_read += len(block)
+                yield block
+            return
+        yield from _gunzip(handle, state)
+
+
+def _gunzip(handle, state: SourceState) -> Iterator[bytes]:
+    # One inflater per gzip member; concatenated members are decoded one after another.
+    inflater = None
+    data = b""
+    while True:
+        if len(data) < 2:
+            block = handle.read(READ_BLOCK)
+            if block:
+                state.bytes_read += len(block)
+                data += block
+            elif not data:
+                break
+        if inflater is None:
+            if not data.startswith(GZIP_MAGIC):
+                if data.strip(b"\x00"):
+                    state.stream_error = "unexpected bytes after the gzip stream"
+                return
+            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            out = inflater.decompress(data, MAX_OUTPUT)
+        except zlib.error as exc:
+            state.stream_error = str(exc)
+            return
+        if out:
+            yield out
+        if inflater.eof:
+            data = inflater.unused_data
+            inflater = None
+        else:
+            data = inflater.unconsumed_tail
+    if inflater is not None:
+        try:
+            tail = inflater.flush()
+        except zlib.error:
+            tail = b""
+        if tail:
+            yield tail
+        state.truncated_stream = True

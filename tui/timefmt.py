@@ -1,0 +1,41 @@
+"""Durations and timestamps in adaptive units (ns, µs, ms, s) and the ruler's tick spacing."""
+
+from __future__ import annotations
+
+import math
+
+_UNITS = ((1e9, "s"), (1e6, "ms"), (1e3, "µs"), (1.0, "ns"))
+
+
+def fmt_duration(ns: float, digits: int = 3) -> str:
+    """A duration in the largest unit that keeps it >= 1, e.g. `12.5 µs`, `3.210 ms`."""
+    if ns != ns:  # NaN
+        return "?"
+    magnitude = abs(ns)
+    for scale, unit in _UNITS:
+        if magnitude >= scale or scale == 1.0:
+            value = ns / scale
+            if unit == "ns":
+                return f"{value:.0f} ns"
+            text = f"{value:.{digits}f}".rstrip("0").rstrip(".")
+            return f"{text} {unit}"
+    raise AssertionError("unreachable")
+
+
+def tick_step(ns_per_cell: float, min_cells: int = 12) -> int:
+    """A 1-2-5 step in ns so that ruler ticks are at least `min_cells` cells apart."""
+    want = max(1.0, ns_per_cell * min_cells)
+    exponent = math.floor(math.log10(want))
+    for mantissa in (1, 2, 5, 10):
+        step = mantissa * 10**exponent
+        if step >= want:
+            return int(step)
+    return int(10 ** (exponent + 1))
+
+
+def fmt_tick(ns: int, step: int) -> str:
+    """A ruler label for time `ns`, with just enough decimals to tell ticks `step` apart."""
+    magnitude = max(abs(ns), step)
+    scale, unit = next((s, u) for s, u in _UNITS if magnitude >= s or s == 1.0)
+    decimals = max(0, math.ceil(math.log10(scale / step) - 1e-9)) if unit != "ns" else 0
+    return f"{ns / scale:.{decimals}f}{unit}"
