@@ -69,18 +69,14 @@ class Lane:
     def label(self) -> str:
         """A readable lane name, e.g. `python 4887 / thread 4887 (python)` or `GPU 0 / stream 7`."""
         if self.is_gpu:
-            proc = f"GPU {self.pid}"
-            if self.process_name and not self.process_name.startswith("python"):
-                proc = f"GPU {self.pid}"
             tid = str(self.tid)
-            stream = tid if tid.startswith("stream") else f"stream {tid}"
-            if self.thread_name and self.thread_name.lower().startswith("stream"):
-                stream = self.thread_name.split("(")[0].strip()
-            return f"{proc} / {stream}"
+            if self.thread_name and self.thread_name.strip():
+                stream = self.thread_name.strip()
+            else:
+                stream = tid if tid.startswith("stream") else f"stream {tid}"
+            return f"GPU {self.pid} / {stream}"
         proc = f"{self.process_name} {self.pid}" if self.process_name else f"process {self.pid}"
-        thread = f"thread {self.tid}"
-        if self.thread_name:
-            thread += f" ({self.thread_name})"
+        thread = self.thread_name.strip() if self.thread_name else f"thread {self.tid}"
         return f"{proc} / {thread}"
 
     @property

@@ -1,0 +1,40 @@
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO.parent / "shared" / "corpus"
+SAMPLES = REPO / "sample_traces"
+
+
+def corpus_files() -> list[Path]:
+    return sorted(CORPUS.glob("*/*.json.gz")) if CORPUS.is_dir() else []
+
+
+def corpus_params():
+    files = corpus_files()
+    if not files:
+        return [pytest.param(None, marks=pytest.mark.skip(reason="../shared/corpus is absent"))]
+    return [pytest.param(f, id=f"{f.parent.name}/{f.name}") for f in files]
+
+
+@pytest.fixture
+def write_trace(tmp_path):
+    """Write a trace (a dict, list or raw bytes) to a file and return its path."""
+    counter = iter(range(10**6))
+
+    def write(content, name=None, compress=False):
+        name = name or f"trace{next(counter)}.json"
+        if isinstance(content, (dict, list)):
+            content = json.dumps(content).encode()
+        elif isinstance(content, str):
+            content = content.encode()
+        if compress:
+            content = gzip.compress(content)
+        path = tmp_path / name
+        path.write_bytes(content)
+        return path
+
+    return write
