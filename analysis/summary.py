@@ -6,18 +6,23 @@ from typing import Any
 
 from kinetoscope.parser.model import Trace
 
+from .classify import Groups, ranked_groups
+from .core import Analysis, analyze
+from .idle import CAUSES
+
 SUMMARY_VERSION = 1
+TOP_GROUPS = 50
+TOP_GAPS = 20
 
 
 def us(ns: int | None) -> float | None:
-    """Integer ns -> µs rounded to 3 decimals, in the trace's own time base."""
+    """Integer ns -> µs rounded to 3 decimals, in the trace's own time base.
+
+    Python's int / int division is correctly rounded, so the result does not depend on how
+    large the timestamps are (numpy would round the int64 to a float first)."""
     if ns is None:
         return None
-    return round(ns / 1000, 3)
-
-
-def _int_or_none(value: Any) -> int | None:
-    return value if type(value) is int else None
+    return round(int(ns) / 1000, 3)
 
 
 def source_section(trace: Trace) -> dict[str, Any]:
@@ -28,8 +33,8 @@ def source_section(trace: Trace) -> dict[str, Any]:
 def trace_section(trace: Trace) -> dict[str, Any]:
     header = trace.header
     return {
-        "schema_version": _int_or_none(header.get("schemaVersion")),
-        "base_time_ns": _int_or_none(header.get("baseTimeNanoseconds")),
+        "schema_version": header.get("schemaVersion"),
+        "base_time_ns": header.get("baseTimeNanoseconds"),
         "events": trace.n_events,
         "by_phase": dict(trace.by_phase),
         "by_category": dict(trace.by_category),
@@ -40,39 +45,155 @@ def trace_section(trace: Trace) -> dict[str, Any]:
     }
 
 
-def devices_section(trace: Trace) -> list[dict[str, Any]]:
+def device_properties(trace: Trace) -> list[dict[str, Any]]:
+    """`deviceProperties`, or the older `computeProperties` when that key is absent."""
     header = trace.header
-    props = header.get("deviceProperties")
-    if props is None:
-        props = header.get("computeProperties")
+    key = "deviceProperties" if "deviceProperties" in header else "computeProperties"
+    props = header.get(key)
     if not isinstance(props, list):
         return []
-    devices = []
-    for entry in props:
-        if not isinstance(entry, dict):
-            entry = {}
-        devices.append(
+    return [entry if isinstance(entry, dict) else {} for entry in props]
+
+
+def devices_section(trace: Trace) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": entry.get("id"),
+            "name": entry.get("name"),
+            "total_memory_bytes": entry.get("totalGlobalMem"),
+        }
+        for entry in device_properties(trace)
+    ]
+
+
+def gpu_section(analysis: Analysis) -> list[dict[str, Any]]:
+    out = []
+    for dev in analysis.idle.devices:
+        window = dev.window
+        out.append(
             {
-                "id": entry.get("id"),
-                "name": entry.get("name"),
-                "total_memory_bytes": entry.get("totalGlobalMem"),
+                "device": dev.device,
+                "kernels": dev.kernels,
+                "memcpys": dev.memcpys,
+                "memsets": dev.memsets,
+                "window_start_us": us(window[0]) if window else None,
+                "window_end_us": us(window[1]) if window else None,
+                "busy_us": us(dev.busy_ns),
+                "idle_us": us(dev.idle_ns),
+                "idle_by_cause": {c: us(v) for c, v in zip(CAUSES, dev.idle_by_cause)},
             }
         )
-    return devices
+    return out
+
+
+def idle_gaps_section(analysis: Analysis, limit: int = TOP_GAPS) -> list[dict[str, Any]]:
+    trace = analysis.trace
+    gaps = analysis.idle.gaps
+    out = []
+    for i in analysis.idle.gaps.longest(limit).tolist():
+        stack = analysis.gap_cpu_stack(i)
+        out.append(
+            {
+                "device": int(gaps.device[i]),
+                "start_us": us(gaps.start[i]),
+                "dur_us": us(gaps.end[i] - gaps.start[i]),
+                "cause": CAUSES[int(gaps.cause[i])],
+                "next_gpu_event": trace.name_of(int(gaps.next_row[i])),
+                "cpu_stack": [trace.name_of(int(r)) for r in stack],
+            }
+        )
+    return out
+
+
+def _group_label(trace: Trace, groups: Groups, g: int) -> tuple[str, str]:
+    return trace.strings[int(groups.cat[g])], trace.strings[int(groups.name[g])]
+
+
+def operators_section(analysis: Analysis, limit: int = TOP_GROUPS) -> list[dict[str, Any]]:
+    trace = analysis.trace
+    table = analysis.operators
+    out = []
+    for g in ranked_groups(trace, table.groups, table.excl, limit).tolist():
+        cat, name = _group_label(trace, table.groups, g)
+        out.append(
+            {
+                "cat": cat,
+                "name": name,
+                "count": int(table.count[g]),
+                "incl_us": us(table.incl[g]),
+                "excl_us": us(table.excl[g]),
+                "gpu_self_us": us(table.gpu_self[g]),
+                "gpu_total_us": us(table.gpu_total[g]),
+            }
+        )
+    return out
+
+
+def kernels_section(analysis: Analysis, limit: int = TOP_GROUPS) -> list[dict[str, Any]]:
+    trace = analysis.trace
+    table = analysis.kernels
+    out = []
+    for g in ranked_groups(trace, table.groups, table.total, limit).tolist():
+        cat, name = _group_label(trace, table.groups, g)
+        total, count = int(table.total[g]), int(table.count[g])
+        out.append(
+            {
+                "cat": cat,
+                "name": name,
+                "count": count,
+                "total_us": us(total),
+                "mean_us": round(total / (1000 * count), 3),
+                "min_us": us(table.min[g]),
+                "max_us": us(table.max[g]),
+            }
+        )
+    return out
+
+
+def steps_section(analysis: Analysis) -> list[dict[str, Any]]:
+    trace = analysis.trace
+    steps = analysis.steps
+    return [
+        {
+            "name": trace.name_of(int(steps.rows[i])),
+            "start_us": us(steps.start[i]),
+            "dur_us": us(steps.dur[i]),
+            "gpu_busy_us": us(steps.gpu_busy[i]),
+            "dataloader_us": us(steps.dataloader[i]),
+        }
+        for i in range(len(steps))
+    ]
+
+
+def memory_section(analysis: Analysis) -> list[dict[str, Any]]:
+    return [
+        {
+            "device_type": group.device_type,
+            "device_id": group.device_id,
+            "peak_allocated_bytes": group.peak_allocated,
+            "peak_reserved_bytes": group.peak_reserved,
+        }
+        for group in analysis.memory
+    ]
+
+
+def findings_section(analysis: Analysis) -> list[dict[str, Any]]:
+    return [finding.to_json() for finding in analysis.findings]
 
 
 def build_summary(trace: Trace) -> dict[str, Any]:
-    """The whole document; analysis sections are filled by the analysis modules."""
+    """The whole document of the spec."""
+    analysis = analyze(trace)
     return {
         "kinetoscope_summary": SUMMARY_VERSION,
         "source": source_section(trace),
         "trace": trace_section(trace),
         "devices": devices_section(trace),
-        "gpu": [],
-        "idle_gaps": [],
-        "operators": [],
-        "kernels": [],
-        "steps": [],
-        "memory": [],
-        "findings": [],
+        "gpu": gpu_section(analysis),
+        "idle_gaps": idle_gaps_section(analysis),
+        "operators": operators_section(analysis),
+        "kernels": kernels_section(analysis),
+        "steps": steps_section(analysis),
+        "memory": memory_section(analysis),
+        "findings": findings_section(analysis),
     }

@@ -6,8 +6,9 @@ vectorised analysis against it on real traces. `findings` and `trace.warnings` a
 
 Choices where the contract is silent (the real implementation must make the same ones):
 - a `cat` or `name` that is present but not a string counts as the empty string;
-- a memory group key (`Device Type`, `Device Id`) that is not a JSON integer counts as null;
-- `Total Allocated` / `Total Reserved` take part in the maxima only when they are JSON integers.
+- in `[memory]` events, a group key (`Device Type`, `Device Id`) or a `Total Allocated` /
+  `Total Reserved` value counts when it is a JSON integer or a float with an integral value
+  (taken as that integer); anything else counts as missing (a null key, no value).
 """
 
 from __future__ import annotations
@@ -51,6 +52,14 @@ def to_ns(value: float) -> int:
 def us(ns: int) -> float:
     """Integer nanoseconds to output microseconds (3 decimals)."""
     return round(ns / 1000, 3)
+
+
+def memory_int(value: Any) -> int | None:
+    if is_int(value):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    return None
 
 
 def text(value: Any) -> str:
@@ -408,16 +417,11 @@ def memory_section(memory_events: list[dict]) -> list[dict]:
     for event in memory_events:
         args = event.get("args")
         args = args if isinstance(args, dict) else {}
-        device_type = args.get("Device Type")
-        device_id = args.get("Device Id")
-        key = (
-            device_type if is_int(device_type) else None,
-            device_id if is_int(device_id) else None,
-        )
+        key = (memory_int(args.get("Device Type")), memory_int(args.get("Device Id")))
         peaks = groups.setdefault(key, {"alloc": None, "reserved": None})
         for field, arg in (("alloc", "Total Allocated"), ("reserved", "Total Reserved")):
-            value = args.get(arg)
-            if is_int(value):
+            value = memory_int(args.get(arg))
+            if value is not None:
                 current = peaks[field]
                 peaks[field] = value if current is None else max(current, value)
 

@@ -1,0 +1,142 @@
+"""Vectorised building blocks on integer intervals: unions, clipping, nearest-greater searches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Union:
+    """A sorted set of disjoint half-open intervals [start, end), with a prefix sum of lengths."""
+
+    start: np.ndarray  # int64, ascending
+    end: np.ndarray  # int64, start[i] < end[i] <= start[i + 1]
+
+    @classmethod
+    def of(cls, starts: np.ndarray, ends: np.ndarray) -> Union:
+        """Merge intervals; empty ones are dropped and touching ones are joined."""
+        starts = np.asarray(starts, dtype=np.int64)
+        ends = np.asarray(ends, dtype=np.int64)
+        keep = ends > starts
+        starts, ends = starts[keep], ends[keep]
+        if len(starts) == 0:
+            empty = np.zeros(0, np.int64)
+            return cls(empty, empty)
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], ends[order]
+        reach = np.maximum.accumulate(ends)
+        # A new run begins where an interval starts after everything before it has ended.
+        new_run = np.empty(len(starts), dtype=bool)
+        new_run[0] = True
+        new_run[1:] = starts[1:] > reach[:-1]
+        first = np.flatnonzero(new_run)
+        last = np.append(first[1:] - 1, len(starts) - 1)
+        return cls(starts[first], reach[last])
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    @property
+    def total(self) -> int:
+        """Total covered length."""
+        return int((self.end - self.start).sum())
+
+    @property
+    def window(self) -> tuple[int, int] | None:
+        """First start and last end, or None when empty."""
+        if len(self.start) == 0:
+            return None
+        return int(self.start[0]), int(self.end[-1])
+
+    @property
+    def gaps(self) -> tuple[np.ndarray, np.ndarray]:
+        """The holes between consecutive intervals, as (start, end) arrays; each has length > 0."""
+        return self.end[:-1], self.start[1:]
+
+    def covered(self, lo: np.ndarray | int, hi: np.ndarray | int) -> np.ndarray:
+        """Covered length inside each [lo, hi) (vectorised over lo/hi; empty ranges give 0)."""
+        lo_arr = np.atleast_1d(np.asarray(lo, dtype=np.int64))
+        hi_arr = np.atleast_1d(np.asarray(hi, dtype=np.int64))
+        hi_arr = np.maximum(hi_arr, lo_arr)
+        return self._covered_before(hi_arr) - self._covered_before(lo_arr)
+
+    def _covered_before(self, t: np.ndarray) -> np.ndarray:
+        """Covered length in (-inf, t) for each t."""
+        if len(self.start) == 0:
+            return np.zeros(len(t), dtype=np.int64)
+        lengths = self.end - self.start
+        prefix = np.concatenate(([0], np.cumsum(lengths)))
+        # Intervals starting before t: all of them are fully covered except possibly the last.
+        count = np.searchsorted(self.start, t, side="left")
+        full = prefix[count]
+        last = np.maximum(count - 1, 0)
+        overshoot = np.where(count > 0, np.maximum(self.end[last] - t, 0), 0)
+        return full - overshoot
+
+    def merge(self, other: Union) -> Union:
+        return Union.of(
+            np.concatenate((self.start, other.start)), np.concatenate((self.end, other.end))
+        )
+
+    def containing(self, t: int) -> int:
+        """Index of the interval that contains t, or -1."""
+        i = int(np.searchsorted(self.start, t, side="right")) - 1
+        if i >= 0 and t < int(self.end[i]):
+            return i
+        return -1
+
+
+def previous_at_least(values: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """For each i, the largest j < i with values[j] >= values[i] and j >= first[i], else -1.
+
+    `first[i]` bounds the search (the start of i's segment). Pointer jumping: a candidate that
+    fails is replaced by the candidate of the candidate, which skips only smaller values.
+    Rounds are bounded by the largest drop in nesting depth; each round touches only the
+    unresolved positions.
+    """
+    n = len(values)
+    candidate = np.arange(-1, n - 1, dtype=np.int64)
+    candidate[candidate < first] = -1
+    active = np.flatnonzero(candidate >= 0)
+    while len(active):
+        cand = candidate[active]
+        failed = values[cand] < values[active]
+        active = active[failed]
+        candidate[active] = candidate[cand[failed]]
+        active = active[candidate[active] >= 0]
+    return candidate
+
+
+def next_greater(values: np.ndarray, stop: np.ndarray) -> np.ndarray:
+    """For each i, the smallest j > i with values[j] > values[i] and j < stop[i], else stop[i]."""
+    n = len(values)
+    candidate = np.arange(1, n + 1, dtype=np.int64)
+    done = candidate >= stop
+    candidate[done] = stop[done]
+    active = np.flatnonzero(~done)
+    while len(active):
+        cand = candidate[active]
+        failed = values[cand] <= values[active]
+        active = active[failed]
+        cand = cand[failed]
+        jumped = candidate[cand]
+        candidate[active] = jumped
+        # Reaching the segment's end means no greater value: stop there.
+        active = active[jumped < stop[active]]
+    return candidate
+
+
+def chain_length(parent: np.ndarray) -> np.ndarray:
+    """Number of ancestors of each node of a forest given by parent indices (-1 for roots)."""
+    depth = (parent >= 0).astype(np.int64)
+    hop = parent.copy()
+    active = np.flatnonzero(hop >= 0)
+    # List ranking by pointer doubling: log2(max depth) rounds.
+    while len(active):
+        nxt = hop[active]
+        depth[active] += depth[nxt]
+        hop[active] = hop[nxt]
+        active = active[hop[active] >= 0]
+    return depth

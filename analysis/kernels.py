@@ -1,0 +1,81 @@
+"""Kernel statistics: GPU activities grouped by (cat, name), and the operators that launched them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from kinetoscope.parser.model import Trace
+
+from .classify import Groups
+from .links import Links
+from .nesting import Nesting
+
+
+@dataclass(frozen=True)
+class KernelTable:
+    """Per (cat, name) group of GPU activities; int64 ns. `mean` is total / count."""
+
+    groups: Groups
+    count: np.ndarray
+    total: np.ndarray
+    min: np.ndarray
+    max: np.ndarray
+    launcher_row: np.ndarray  # per GPU activity (Links.gpu_rows order): operator row or -1
+
+    def __len__(self) -> int:
+        return len(self.count)
+
+    def mean(self) -> np.ndarray:
+        return self.total / np.maximum(self.count, 1)
+
+
+def compute_kernels(trace: Trace, groups: Groups, links: Links, nesting: Nesting) -> KernelTable:
+    rows = links.gpu_rows
+    group = groups.index[rows].astype(np.int64)
+    dur = trace.dur[rows]
+    n = len(groups)
+    count = np.bincount(group, minlength=n).astype(np.int64)
+    total = np.zeros(n, dtype=np.int64)
+    np.add.at(total, group, dur)
+    low = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(low, group, dur)
+    high = np.zeros(n, dtype=np.int64)
+    np.maximum.at(high, group, dur)
+    # The launching operator is the runtime call's parent slice.
+    launcher = np.full(len(rows), -1, dtype=np.int64)
+    linked = links.gpu_runtime >= 0
+    launcher[linked] = nesting.parent[links.gpu_runtime[linked]]
+    return KernelTable(
+        groups=groups, count=count, total=total, min=low, max=high, launcher_row=launcher
+    )
+
+
+def launchers(
+    trace: Trace, table: KernelTable, links: Links, op_groups: Groups, kernel_group: int
+) -> list[tuple[str, str, int, int]]:
+    """Operators that launched a kernel group: (cat, name, count, Σ kernel dur), most time first."""
+    rows = links.gpu_rows
+    mine = np.flatnonzero(table.groups.index[rows] == kernel_group)
+    launcher = table.launcher_row[mine]
+    known = launcher >= 0
+    op = op_groups.index[launcher[known]]
+    durs = trace.dur[rows[mine[known]]]
+    result: list[tuple[str, str, int, int]] = []
+    for g in np.unique(op):
+        sel = op == g
+        result.append(
+            (
+                trace.strings[int(op_groups.cat[g])],
+                trace.strings[int(op_groups.name[g])],
+                int(sel.sum()),
+                int(durs[sel].sum()),
+            )
+        )
+    unknown = int((~known).sum())
+    if unknown:
+        result.append(
+            ("", "(no launching operator)", unknown, int(trace.dur[rows[mine[~known]]].sum()))
+        )
+    result.sort(key=lambda item: (-item[3], item[0], item[1]))
+    return result

@@ -1,0 +1,64 @@
+"""Memory: peaks per device from `[memory]` events, and the allocated/reserved curve over time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from kinetoscope.parser.model import NO_VALUE, MemoryEvents
+
+CUDA_DEVICE_TYPE = 1  # c10::DeviceType::CUDA (ROCm builds report HIP devices as CUDA too)
+
+
+@dataclass(frozen=True)
+class MemoryGroup:
+    """The `[memory]` events of one (device type, device id); None stands for a missing key."""
+
+    device_type: int | None
+    device_id: int | None
+    indices: np.ndarray  # into MemoryEvents, file order
+    peak_allocated: int | None
+    peak_reserved: int | None
+    peak_allocated_index: int  # into MemoryEvents, -1 when there is no value
+
+    def curve(self, memory: MemoryEvents) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(ts ns, total allocated, total reserved) for the events with a ts, by time.
+
+        Missing values are NO_VALUE."""
+        idx = self.indices[memory.ts[self.indices] != NO_VALUE]
+        idx = idx[np.argsort(memory.ts[idx], kind="stable")]
+        return memory.ts[idx], memory.total_allocated[idx], memory.total_reserved[idx]
+
+
+def _peak(values: np.ndarray) -> tuple[int | None, int]:
+    present = np.flatnonzero(values != NO_VALUE)
+    if len(present) == 0:
+        return None, -1
+    best = present[int(np.argmax(values[present]))]
+    return int(values[best]), int(best)
+
+
+def compute_memory(memory: MemoryEvents) -> list[MemoryGroup]:
+    """Groups ascending by (device type, device id), a missing key first."""
+    if len(memory) == 0:
+        return []
+    # NO_VALUE is int64's minimum, so a plain ascending sort puts missing keys first.
+    keys = np.stack([memory.device_type, memory.device_id], axis=1)
+    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    groups = []
+    for g, (device_type, device_id) in enumerate(unique.tolist()):
+        indices = np.flatnonzero(inverse == g)
+        alloc, alloc_index = _peak(memory.total_allocated[indices])
+        reserved, _ = _peak(memory.total_reserved[indices])
+        groups.append(
+            MemoryGroup(
+                device_type=None if device_type == NO_VALUE else device_type,
+                device_id=None if device_id == NO_VALUE else device_id,
+                indices=indices,
+                peak_allocated=alloc,
+                peak_reserved=reserved,
+                peak_allocated_index=int(indices[alloc_index]) if alloc_index >= 0 else -1,
+            )
+        )
+    return groups

@@ -1,0 +1,98 @@
+"""Operator statistics: CPU slices grouped by (cat, name), with the GPU time they launched."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from kinetoscope.parser.model import KIND_RUNTIME, Trace
+
+from .classify import Groups
+from .links import Links
+from .nesting import Nesting
+
+
+@dataclass(frozen=True)
+class OperatorTable:
+    """Per (cat, name) group of CPU slices; all times int64 ns, one entry per group."""
+
+    groups: Groups
+    count: np.ndarray
+    incl: np.ndarray  # Σ dur over instances that are outermost for their group
+    excl: np.ndarray  # Σ self time
+    gpu_self: np.ndarray  # Σ dur of GPU work launched by runtime calls that are direct children
+    gpu_total: np.ndarray  # Σ dur of GPU work launched anywhere below outermost instances
+
+    def __len__(self) -> int:
+        return len(self.count)
+
+
+def gpu_launched_per_position(nesting: Nesting, links: Links, trace: Trace) -> np.ndarray:
+    """Σ dur of the GPU activities linked to each CPU slice (by position in the nesting order)."""
+    launched = np.zeros(len(nesting.order), dtype=np.int64)
+    linked = links.gpu_runtime >= 0
+    runtime_pos = nesting.position[links.gpu_runtime[linked]]
+    np.add.at(launched, runtime_pos, trace.dur[links.gpu_rows[linked]])
+    return launched
+
+
+def compute_operators(
+    trace: Trace, nesting: Nesting, groups: Groups, links: Links
+) -> OperatorTable:
+    order = nesting.order
+    group = groups.index[order].astype(np.int64)
+    n_groups = len(groups)
+    dur = trace.dur[order]
+
+    count = np.bincount(group, minlength=n_groups).astype(np.int64)
+    excl = np.zeros(n_groups, dtype=np.int64)
+    np.add.at(excl, group, nesting.self_time)
+    incl = np.zeros(n_groups, dtype=np.int64)
+    outer = nesting.outermost
+    np.add.at(incl, group[outer], dur[outer])
+
+    launched = gpu_launched_per_position(nesting, links, trace)
+    # gpu_self: the runtime call's parent is an instance of the group.
+    gpu_self = np.zeros(n_groups, dtype=np.int64)
+    has_parent = nesting.parent_pos >= 0
+    np.add.at(gpu_self, group[nesting.parent_pos[has_parent]], launched[has_parent])
+    # gpu_total: strict descendants of outermost instances. Subtrees are contiguous ranges of
+    # positions, and outermost instances of one group never nest, so each launch counts once.
+    prefix = np.concatenate(([0], np.cumsum(launched)))
+    outer_pos = np.flatnonzero(outer)
+    below = prefix[nesting.subtree_stop[outer_pos]] - prefix[outer_pos + 1]
+    gpu_total = np.zeros(n_groups, dtype=np.int64)
+    np.add.at(gpu_total, group[outer_pos], below)
+    return OperatorTable(
+        groups=groups, count=count, incl=incl, excl=excl, gpu_self=gpu_self, gpu_total=gpu_total
+    )
+
+
+@dataclass(frozen=True)
+class OperatorInstance:
+    """One CPU slice, for drill-down."""
+
+    row: int
+    self_time: int
+    children: np.ndarray  # rows
+    launched: np.ndarray  # rows of GPU activities launched by the slice or anything below it
+    input_shapes: str | None
+
+
+def operator_instance(trace: Trace, nesting: Nesting, links: Links, row: int) -> OperatorInstance:
+    pos = int(nesting.position[row])
+    if pos < 0:
+        raise ValueError(f"row {row} is not a CPU slice")
+    subtree = nesting.order[pos : int(nesting.subtree_stop[pos])]
+    launched = [
+        links.gpu_of(int(r)) for r in subtree[trace.cat_kind[trace.cat[subtree]] == KIND_RUNTIME]
+    ]
+    gpu = np.sort(np.concatenate(launched)) if launched else np.zeros(0, np.int64)
+    shape = int(trace.shape[row])
+    return OperatorInstance(
+        row=row,
+        self_time=int(nesting.self_time[pos]),
+        children=nesting.children(row),
+        launched=gpu,
+        input_shapes=trace.strings[shape] if shape >= 0 else None,
+    )

@@ -1,0 +1,102 @@
+"""ProfilerStep#N windows and where each step's time went."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+from kinetoscope.parser.model import KIND_KERNEL, Trace
+
+from .intervals import Union
+
+STEP_NAME = re.compile(r"ProfilerStep#[0-9]+")
+DATALOADER_PREFIX = "enumerate(DataLoader)"
+# Collective-communication kernels: NCCL on NVIDIA, RCCL on AMD.
+COMM_NAME = re.compile(r"nccl|rccl", re.IGNORECASE)
+
+
+def names_matching(trace: Trace, test) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """Boolean per string id: does the string pass `test`."""
+    return np.fromiter((bool(test(s)) for s in trace.strings), dtype=bool, count=len(trace.strings))
+
+
+@dataclass(frozen=True)
+class Steps:
+    """One entry per step slice, in start order (ties: file order). Times int64 ns.
+
+    The GPU columns split the step's wall time on the union of all devices' GPU activity, by
+    priority: compute kernels first, then communication kernels not hidden under compute, then
+    memcpy/memset not hidden under either, and the rest is idle; they add up to `dur`. The CPU
+    columns are unions of CPU slices clipped to the step (they may overlap GPU time and each
+    other).
+    """
+
+    rows: np.ndarray
+    start: np.ndarray
+    dur: np.ndarray
+    gpu_busy: np.ndarray  # union of all GPU activity inside the step (the spec's gpu_busy_us)
+    dataloader: np.ndarray  # union of `enumerate(DataLoader)...` CPU slices inside the step
+    compute: np.ndarray  # non-communication kernels
+    comm: np.ndarray  # communication kernels not overlapped by compute
+    comm_total: np.ndarray  # communication kernels, overlapped or not
+    memory: np.ndarray  # memcpy / memset not overlapped by kernels
+    idle: np.ndarray  # no GPU activity at all
+    runtime: np.ndarray  # union of runtime calls (kernel launches, syncs...) inside the step
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def end(self) -> np.ndarray:
+        return self.start + self.dur
+
+
+def step_rows(trace: Trace, cpu: np.ndarray) -> np.ndarray:
+    """Rows of the CPU slices named ProfilerStep#<digits>, by start then file order."""
+    is_step = names_matching(trace, STEP_NAME.fullmatch)
+    rows = np.flatnonzero(cpu & is_step[trace.name])
+    return rows[np.argsort(trace.start[rows], kind="stable")]
+
+
+def _union(trace: Trace, mask: np.ndarray) -> Union:
+    rows = np.flatnonzero(mask)
+    return Union.of(trace.start[rows], trace.start[rows] + trace.dur[rows])
+
+
+def compute_steps(
+    trace: Trace, cpu: np.ndarray, gpu: np.ndarray, kind: np.ndarray, runtime: np.ndarray
+) -> Steps:
+    rows = step_rows(trace, cpu)
+    start = trace.start[rows]
+    end = start + trace.dur[rows]
+
+    def clip(union: Union) -> np.ndarray:
+        return union.covered(start, end) if len(rows) else np.zeros(0, np.int64)
+
+    loader_name = names_matching(trace, lambda s: s.startswith(DATALOADER_PREFIX))
+    is_comm_name = names_matching(trace, COMM_NAME.search)
+    kernel = gpu & (kind == KIND_KERNEL)
+    comm_kernel = kernel & is_comm_name[trace.name]
+    compute_union = _union(trace, kernel & ~comm_kernel)
+    comm_union = _union(trace, comm_kernel)
+    kernels_union = compute_union.merge(comm_union)
+    all_union = _union(trace, gpu)
+
+    compute = clip(compute_union)
+    with_comm = clip(kernels_union)
+    busy = clip(all_union)
+    dur = end - start
+    return Steps(
+        rows=rows,
+        start=start,
+        dur=dur,
+        gpu_busy=busy,
+        dataloader=clip(_union(trace, cpu & loader_name[trace.name])),
+        compute=compute,
+        comm=with_comm - compute,
+        comm_total=clip(comm_union),
+        memory=busy - with_comm,
+        idle=dur - busy,
+        runtime=clip(_union(trace, runtime)),
+    )
