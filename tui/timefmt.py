@@ -9,7 +9,7 @@ _UNITS = ((1e9, "s"), (1e6, "ms"), (1e3, "µs"), (1.0, "ns"))
 
 def fmt_duration(ns: float, digits: int = 3) -> str:
     """A duration in the largest unit that keeps it >= 1, e.g. `12.5 µs`, `3.210 ms`."""
-    if ns != ns:  # NaN
+    if math.isnan(ns):
         return "?"
     magnitude = abs(ns)
     for scale, unit in _UNITS:

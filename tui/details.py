@@ -1,0 +1,241 @@
+"""The details pane: everything about the selected event, or about the idle gap just reached.
+
+Texts are built from `rich.text.Text` pieces (never markup), with every trace string cleaned.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kinetoscope.parser import read_event
+from kinetoscope.parser.model import KIND_NOT_CPU, KIND_RUNTIME
+from rich.text import Text
+from textual import work
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from .safe_text import clean, shorten
+from .timefmt import fmt_duration
+from .viewdata import GPU_KINDS, ViewData
+
+MAX_ARG_CHARS = 240
+MAX_LIST = 12
+KEY_STYLE = "bold #8b919a"
+NAME_STYLE = "bold #e5c07b"
+
+
+def _when(data: ViewData, ns_abs: int) -> str:
+    """`+12.3 ms (ts 1712195495406752.800)`: from the trace start, and in the file's µs."""
+    return f"+{fmt_duration(ns_abs - data.origin)} (ts {ns_abs / 1000:.3f})"
+
+
+def _line(text: Text, key: str, value: str, style: str = "") -> None:
+    text.append(f"{key}: ", KEY_STYLE)
+    text.append(value, style)
+    text.append("\n")
+
+
+def python_stack(data: ViewData, row: int, event: dict[str, Any] | None) -> list[str]:
+    """The Python frames above `row`, innermost first: python_function ancestors, else the
+    `Call stack` arg (its frames are ';'-separated, innermost first)."""
+    trace = data.trace
+    frames = [
+        trace.name_of(ancestor)
+        for ancestor in data.ancestors(row)  # a kernel's ancestors start at its launch
+        if trace.cat_of(ancestor).lower() == "python_function"
+    ]
+    if frames:
+        return frames
+    args = (event or {}).get("args")
+    if isinstance(args, dict) and isinstance(args.get("Call stack"), str):
+        return [f for f in args["Call stack"].split(";") if f.strip()]
+    return []
+
+
+def operator_above(data: ViewData, row: int) -> int:
+    """The innermost operator-like CPU slice above a launch (not runtime, not python), or -1."""
+    trace = data.trace
+    for ancestor in data.ancestors(row):
+        if data.kind[ancestor] == KIND_RUNTIME:
+            continue
+        if trace.cat_of(ancestor).lower() == "python_function":
+            continue
+        return ancestor
+    return -1
+
+
+def describe_event(data: ViewData, row: int, event: dict[str, Any] | None, loading: bool) -> Text:
+    """The details text of one event; `event` is its full JSON when already read back."""
+    trace = data.trace
+    text = Text(no_wrap=False, overflow="fold")
+    text.append(clean(trace.name_of(row)) or "(no name)", NAME_STYLE)
+    text.append("\n")
+    lane_index, level, _ = data.level_of_row(row)
+    lane = data.lanes[lane_index].label if lane_index >= 0 else "?"
+    _line(text, "category", clean(trace.cat_of(row)) or "(none)")
+    _line(text, "lane", clean(lane) + (f" · depth {level}" if level > 0 else ""))
+    start = int(trace.start[row])
+    dur = int(trace.dur[row])
+    _line(text, "start", _when(data, start))
+    _line(text, "duration", fmt_duration(dur))
+    position = int(data.nesting.position[row])
+    if position >= 0:
+        _line(text, "self time", fmt_duration(int(data.nesting.self_time[position])))
+
+    kind = int(data.kind[row])
+    if kind in GPU_KINDS:
+        launch = data.launch_of(row)
+        if launch >= 0:
+            gap = start - int(trace.start[launch])
+            _line(
+                text,
+                "launched by",
+                f"{clean(trace.name_of(launch))} at {_when(data, int(trace.start[launch]))}, "
+                f"{fmt_duration(gap)} before it ran",
+            )
+            op = operator_above(data, launch)
+            if op >= 0:
+                _line(text, "operator", clean(trace.name_of(op)))
+        else:
+            _line(text, "launched by", "(no linked runtime call)")
+    elif kind == KIND_RUNTIME:
+        kernels = data.kernels_of(row)
+        if len(kernels):
+            text.append(f"launched {len(kernels)} GPU event(s):\n", KEY_STYLE)
+            for k in kernels[:MAX_LIST].tolist():
+                k_lane = data.row_lane[k]
+                where = data.lanes[k_lane].label if k_lane >= 0 else "?"
+                text.append(
+                    f"  {shorten(trace.name_of(k), 80)}  {fmt_duration(int(trace.dur[k]))}"
+                    f"  {clean(where)}\n"
+                )
+        op = operator_above(data, row)
+        if op >= 0:
+            _line(text, "operator", clean(trace.name_of(op)))
+    elif kind != KIND_NOT_CPU:
+        launch = data.first_launch_below(row)
+        if launch >= 0:
+            kernels = data.kernels_of(launch)
+            _line(text, "first GPU work", f"{shorten(trace.name_of(int(kernels[0])), 80)} (])")
+
+    frames = python_stack(data, row, event)
+    if frames:
+        text.append("python stack (innermost first):\n", KEY_STYLE)
+        for frame in frames[:MAX_LIST]:
+            text.append(f"  {shorten(frame, 120)}\n")
+        if len(frames) > MAX_LIST:
+            text.append(f"  … {len(frames) - MAX_LIST} more\n")
+
+    text.append("args:", KEY_STYLE)
+    if event is None:
+        text.append(" reading…\n" if loading else " (not available)\n")
+    else:
+        args = event.get("args")
+        if not isinstance(args, dict) or not args:
+            text.append(" (none)\n")
+        else:
+            text.append("\n")
+            for key, value in args.items():
+                if key == "Call stack":
+                    continue
+                rendered = value if isinstance(value, str) else _compact(value)
+                text.append(f"  {shorten(str(key), 40)}: ", KEY_STYLE)
+                text.append(shorten(rendered, MAX_ARG_CHARS) + "\n")
+    return text
+
+
+def _compact(value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def describe_gap(data: ViewData, gap: int) -> Text:
+    """The details text of an idle gap: length, cause, the work after it and the CPU stack."""
+    trace = data.trace
+    gaps = data.gaps
+    start, end = int(gaps.start[gap]), int(gaps.end[gap])
+    text = Text(no_wrap=False, overflow="fold")
+    text.append(f"GPU {int(gaps.device[gap])} idle for {fmt_duration(end - start)}", NAME_STYLE)
+    text.append("\n")
+    _line(text, "cause", data.gap_cause(gap))
+    _line(text, "from", _when(data, start))
+    _line(text, "to", _when(data, end))
+    next_row = int(gaps.next_row[gap])
+    _line(text, "next GPU event", clean(trace.name_of(next_row)))
+    runtime = int(gaps.runtime_row[gap])
+    if runtime >= 0:
+        late = int(trace.start[runtime]) - start
+        when = f"{fmt_duration(abs(late))} {'after' if late > 0 else 'before'} the GPU went idle"
+        _line(text, "launched by", f"{clean(trace.name_of(runtime))}, {when}")
+    stack = cpu_stack_for_gap(data, gap)
+    if stack:
+        text.append("CPU at the gap's midpoint (outermost first):\n", KEY_STYLE)
+        for name in stack[-MAX_LIST:]:
+            text.append(f"  {shorten(name, 120)}\n")
+    return text
+
+
+def cpu_stack_for_gap(data: ViewData, gap: int) -> list[str]:
+    """Names of the CPU slices on the launching thread that contain the gap's midpoint."""
+    runtime = int(data.gaps.runtime_row[gap])
+    if runtime < 0:
+        return []
+    lane_index = int(data.row_lane[runtime])
+    if lane_index < 0:
+        return []
+    middle = data.gaps.midpoint(gap) - data.origin
+    return [data.trace.name_of(r) for r in data.stack_at(lane_index, middle)]
+
+
+class DetailsPane(VerticalScroll):
+    """Shows the selected event (args read back from the file in a thread) or the current gap."""
+
+    def __init__(self, data: ViewData, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.data = data
+        self.row = -1
+        self.gap = -1
+        self.event: dict[str, Any] | None = None
+        self.body = Static(Text("Nothing selected. ←/→ walk events, g jumps to a GPU idle gap."))
+
+    def compose(self):
+        yield self.body
+
+    def show_event(self, row: int) -> None:
+        self.row = row
+        self.gap = -1
+        self.event = None
+        if row < 0:
+            self.body.update(Text("Nothing selected."))
+            return
+        self._refresh_body(loading=True)
+        self.scroll_home(animate=False)
+        self._read_args(row)
+
+    def show_gap(self, gap: int) -> None:
+        """Show an idle gap above the details of the event selected with it."""
+        self.gap = gap
+        self._refresh_body(loading=self.event is None)
+        self.scroll_home(animate=False)
+
+    def _refresh_body(self, loading: bool) -> None:
+        text = Text()
+        if self.gap >= 0:
+            text.append_text(describe_gap(self.data, self.gap))
+            text.append("\n")
+        if self.row >= 0:
+            text.append_text(describe_event(self.data, self.row, self.event, loading))
+        self.body.update(text)
+
+    @work(thread=True, exclusive=True, group="details-args")
+    def _read_args(self, row: int) -> None:
+        event = read_event(self.data.trace, row)
+        self.app.call_from_thread(self._show_args, row, event)
+
+    def _show_args(self, row: int, event: dict[str, Any] | None) -> None:
+        if row == self.row:
+            self.event = event
+            self._refresh_body(loading=False)

@@ -1,0 +1,338 @@
+"""Screens: loading (progress, Esc cancels), the trace view, the idle-gap list, help, errors."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import ClassVar
+
+from kinetoscope.parser import TraceError, load
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.message import Message
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Footer, ProgressBar, Static
+
+from .details import DetailsPane, cpu_stack_for_gap
+from .safe_text import clean, shorten
+from .timefmt import fmt_duration
+from .timeline import Timeline
+from .viewdata import ViewData, build_view_data
+
+# Steps of the idle-gap threshold that > and < walk through (ns).
+GAP_THRESHOLDS = (
+    0,
+    1_000,
+    5_000,
+    10_000,
+    50_000,
+    100_000,
+    500_000,
+    1_000_000,
+    5_000_000,
+    10_000_000,
+    50_000_000,
+    100_000_000,
+)
+PROGRESS_INTERVAL_S = 0.1
+GAP_LIST_LIMIT = 2000
+
+
+class _Cancelled(Exception):
+    """Raised from the progress callback to stop a load the user cancelled."""
+
+
+class LoadingScreen(Screen):
+    """Reads the trace in a worker thread and shows bytes, events and rate as it goes."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel loading")]
+
+    class Progress(Message):
+        def __init__(self, done: int, total: int, events: int, rate: float) -> None:
+            super().__init__()
+            self.done, self.total, self.events, self.rate = done, total, events, rate
+
+    class Phase(Message):
+        def __init__(self, text: str) -> None:
+            super().__init__()
+            self.text = text
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.path = path
+        self.cancelled = threading.Event()
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="loading-box"):
+            yield Static(Text(f"Loading {clean(self.path)}"), id="loading-title")
+            yield ProgressBar(total=100, show_eta=False, id="loading-bar")
+            yield Static("", id="loading-stats")
+            yield Static(Text("Esc cancels", style="dim"), id="loading-hint")
+
+    def on_mount(self) -> None:
+        self.load_trace()
+
+    def action_cancel(self) -> None:
+        self.cancelled.set()
+        self.query_one("#loading-stats", Static).update("cancelling…")
+
+    @work(thread=True, exclusive=True, group="load")
+    def load_trace(self) -> None:
+        began = time.monotonic()
+        last = 0.0
+
+        def progress(done: int, total: int, events: int) -> None:
+            nonlocal last
+            if self.cancelled.is_set():
+                raise _Cancelled
+            now = time.monotonic()
+            if now - last >= PROGRESS_INTERVAL_S or done >= total:
+                last = now
+                rate = done / max(now - began, 1e-6)
+                self.post_message(self.Progress(done, total, events, rate))
+
+        app = self.app
+        try:
+            trace = load(self.path, progress=progress)
+            if self.cancelled.is_set():
+                raise _Cancelled
+            self.post_message(self.Phase("analysing…"))
+            data = build_view_data(trace)
+        except _Cancelled:
+            app.call_from_thread(app.cancel_load)
+            return
+        except TraceError as error:
+            app.call_from_thread(app.show_error, str(error))
+            return
+        except OSError as error:
+            app.call_from_thread(app.show_error, f"{self.path}: {error.strerror or error}")
+            return
+        if self.cancelled.is_set():
+            app.call_from_thread(app.cancel_load)
+            return
+        app.call_from_thread(app.show_trace, data)
+
+    def on_loading_screen_progress(self, message: Progress) -> None:
+        bar = self.query_one("#loading-bar", ProgressBar)
+        bar.update(total=max(message.total, 1), progress=message.done)
+        mb = 1e6
+        self.query_one("#loading-stats", Static).update(
+            Text(
+                f"{message.done / mb:,.1f} / {message.total / mb:,.1f} MB · "
+                f"{message.events:,} events · {message.rate / mb:,.1f} MB/s"
+            )
+        )
+
+    def on_loading_screen_phase(self, message: Phase) -> None:
+        self.query_one("#loading-hint", Static).update(Text(message.text, style="dim"))
+
+
+class ErrorScreen(Screen):
+    """A trace that could not be loaded: the parser's one-line message, and how to leave."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "app.quit_error", "Quit"),
+        Binding("escape", "app.quit_error", "Quit", show=False),
+    ]
+
+    def __init__(self, message: str) -> None:
+        super().__init__()
+        self.message = message
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="error-box"):
+            yield Static(Text("Could not open the trace", style="bold red"))
+            yield Static(Text(clean(self.message)), id="error-message")
+            yield Static(Text("Press q to quit.", style="dim"))
+
+
+class TraceScreen(Screen):
+    """The main view: header, timeline, details pane, status line, footer."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("i", "gap_list", "Idle gaps", tooltip="List GPU idle gaps, longest first"),
+        Binding(
+            "greater_than_sign", "threshold(1)", "Raise the idle-gap threshold g/G use", show=False
+        ),
+        Binding("less_than_sign", "threshold(-1)", "Lower the idle-gap threshold", show=False),
+        Binding("escape", "clear", "Clear selection", show=False),
+    ]
+
+    def __init__(self, data: ViewData) -> None:
+        super().__init__()
+        self.data = data
+
+    def compose(self) -> ComposeResult:
+        yield Static(self._title(), id="title")
+        yield Timeline(self.data, id="timeline")
+        yield DetailsPane(self.data, id="details")
+        yield Static("", id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(Timeline).focus()
+
+    def _title(self) -> Text:
+        data = self.data
+        trace = data.trace
+        text = Text(no_wrap=True, overflow="ellipsis")
+        text.append("kinetoscope ", "bold")
+        text.append(clean(os.path.basename(trace.source.path)))
+        text.append(
+            f" · {trace.n_events:,} events · {len(data.lanes)} lanes · "
+            f"{fmt_duration(data.span)} · {len(data.gaps):,} GPU gaps"
+        )
+        if not trace.complete:
+            reason = trace.warnings[0] if trace.warnings else "the file ends early"
+            text.append(f" · INCOMPLETE: {clean(reason)}", "bold red")
+        return text
+
+    @property
+    def timeline(self) -> Timeline:
+        return self.query_one(Timeline)
+
+    def on_timeline_event_selected(self, message: Timeline.EventSelected) -> None:
+        self.query_one(DetailsPane).show_event(message.row)
+
+    def on_timeline_gap_reached(self, message: Timeline.GapReached) -> None:
+        self.query_one(DetailsPane).show_gap(message.gap)
+
+    def on_timeline_changed(self, message: Timeline.Changed) -> None:
+        self.query_one("#status", Static).update(self.status_text())
+
+    def status_text(self) -> Text:
+        timeline = self.timeline
+        data = self.data
+        text = Text(no_wrap=True, overflow="ellipsis")
+        text.append(f"{fmt_duration(timeline.cursor_time)}", "bold")
+        text.append(f" · {fmt_duration(timeline.ns_per_cell, 2)}/cell")
+        text.append(f" · gaps ≥ {fmt_duration(timeline.gap_threshold)}")
+        gap = timeline.current_gap
+        if gap >= 0:
+            length = int(data.gaps.end[gap] - data.gaps.start[gap])
+            text.append(f" · GAP {fmt_duration(length)} {data.gap_cause(gap)}", "bold #e06c75")
+            stack = cpu_stack_for_gap(data, gap)
+            if stack:
+                text.append(" · CPU: " + " › ".join(shorten(s, 40) for s in stack[-4:]))
+        elif timeline.selected_row >= 0:
+            row = timeline.selected_row
+            text.append(" · ")
+            text.append(shorten(data.trace.name_of(row), 60), "bold")
+            text.append(f" {fmt_duration(int(data.trace.dur[row]))}")
+        text.append(" · ? keys", "dim")
+        return text
+
+    def action_gap_list(self) -> None:
+        def jump(gap: int | None) -> None:
+            if gap is not None and gap >= 0:
+                self.timeline.go_to_gap(gap)
+
+        self.app.push_screen(GapListScreen(self.data, self.timeline.gap_threshold), jump)
+
+    def action_threshold(self, direction: int) -> None:
+        current = self.timeline.gap_threshold
+        if direction > 0:
+            bigger = [t for t in GAP_THRESHOLDS if t > current]
+            new = bigger[0] if bigger else current
+        else:
+            smaller = [t for t in GAP_THRESHOLDS if t < current]
+            new = smaller[-1] if smaller else current
+        self.timeline.gap_threshold = new
+        self.notify(f"g/G skip GPU idle gaps shorter than {fmt_duration(new)}", timeout=2)
+
+    def action_clear(self) -> None:
+        self.timeline.selected_row = -1
+        self.timeline.current_gap = -1
+
+
+class GapListScreen(ModalScreen[int]):
+    """GPU idle gaps at least as long as the threshold, longest first; Enter jumps to one."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "dismiss_none", "Close"),
+        Binding("i", "dismiss_none", "Close", show=False),
+        Binding("q", "dismiss_none", "Close", show=False),
+    ]
+
+    def __init__(self, data: ViewData, threshold: int) -> None:
+        super().__init__()
+        self.data = data
+        self.threshold = threshold
+        gaps = data.gaps
+        order = gaps.longest()
+        self.order = order[(gaps.end[order] - gaps.start[order]) >= threshold][:GAP_LIST_LIMIT]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="gap-box"):
+            count = len(self.order)
+            yield Static(
+                Text(
+                    f"GPU idle gaps ≥ {fmt_duration(self.threshold)}, longest first "
+                    f"({count:,} shown) · Enter jumps · Esc closes"
+                ),
+                id="gap-title",
+            )
+            yield DataTable(id="gap-table", cursor_type="row", zebra_stripes=True)
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        table.add_columns("#", "GPU", "start", "length", "cause", "next GPU event")
+        data = self.data
+        gaps = data.gaps
+        for rank, gap in enumerate(self.order.tolist(), start=1):
+            table.add_row(
+                str(rank),
+                str(int(gaps.device[gap])),
+                "+" + fmt_duration(int(gaps.start[gap]) - data.origin),
+                fmt_duration(int(gaps.end[gap] - gaps.start[gap])),
+                data.gap_cause(gap),
+                Text(shorten(data.trace.name_of(int(gaps.next_row[gap])), 60)),
+                key=str(gap),
+            )
+        table.focus()
+
+    def on_data_table_row_selected(self, message: DataTable.RowSelected) -> None:
+        self.dismiss(int(message.row_key.value))
+
+    def action_dismiss_none(self) -> None:
+        self.dismiss(-1)
+
+
+class HelpScreen(ModalScreen[None]):
+    """Every key of the screen below, with what it does."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "close", "Close"),
+        Binding("question_mark", "close", "Close", show=False),
+        Binding("q", "close", "Close", show=False),
+    ]
+
+    EXTRA = (
+        ("ctrl+wheel, wheel on ruler", "zoom around the mouse"),
+        ("click", "move the cursor, select the event under it"),
+        ("click on a lane name", "expand/collapse the lane"),
+        ("ctrl+p", "command palette"),
+    )
+
+    def __init__(self, bindings: list[tuple[str, str]]) -> None:
+        super().__init__()
+        self.bindings = bindings
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="help-box"):
+            yield Static(Text("Keys · Esc closes", style="bold"), id="help-title")
+            yield DataTable(id="help-table", cursor_type="row", show_header=False)
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        table.add_columns("key", "action")
+        for key, description in [*self.bindings, *self.EXTRA]:
+            table.add_row(Text(key, style="bold"), Text(description))
+        table.focus()
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,736 @@
+"""The timeline: one row per lane (or per nesting level of an expanded lane), drawn with
+Textual's Line API so that a frame only touches the rows and time range on screen."""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import numpy as np
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.binding import Binding, BindingType
+from textual.cache import LRUCache
+from textual.geometry import Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from .render import (
+    CURSOR_COLOUR,
+    GAP_BG,
+    CellRow,
+    cells_to_segments,
+    compute_cells,
+)
+from .safe_text import fit
+from .timefmt import fmt_duration, fmt_tick, tick_step
+from .viewdata import SLOT_KERNEL, DisplayRow, Level, ViewData
+
+MIN_NS_PER_CELL = 1.0
+ZOOM_FACTOR = 2.0
+PAN_FRACTION = 0.25
+
+LABEL_STYLE = Style(color="#c8ccd4")
+LABEL_CURRENT = Style(color="#101010", bgcolor="#e5c07b", bold=True)
+HEADER_CPU = Style(color="#61afef", bold=True)
+HEADER_GPU = Style(color="#98c379", bold=True)
+RULER_STYLE = Style(color="#8b919a")
+RULER_CURSOR = Style(color=CURSOR_COLOUR, bold=True)
+SEPARATOR = Style(color="#4b5263")
+
+
+class Timeline(ScrollView, can_focus=True):
+    """Lanes of slices against time. State is in reactive attributes; changes go up as messages."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("w", "zoom_in", "Zoom in", tooltip="Zoom in around the cursor"),
+        Binding("plus", "zoom_in", "Zoom in", show=False),
+        Binding("s", "zoom_out", "Zoom out"),
+        Binding("minus", "zoom_out", "Zoom out", show=False),
+        Binding("a", "pan_left", "Pan left", show=False),
+        Binding("h", "pan_left", "Pan left", show=False),
+        Binding("d", "pan_right", "Pan right", show=False),
+        Binding("l", "pan_right", "Pan right", show=False),
+        Binding("left", "prev_event", "Previous event on the lane", show=False),
+        Binding("right", "next_event", "Next event on the lane", show=False),
+        Binding("up", "lane_up", "Lane up", show=False),
+        Binding("down", "lane_down", "Lane down", show=False),
+        Binding("pageup", "page_up", "Page up", show=False),
+        Binding("pagedown", "page_down", "Page down", show=False),
+        Binding("f", "fit_selection", "Fit", tooltip="Zoom to fit the selected event"),
+        Binding("0", "fit_all", "All", tooltip="Show the whole trace"),
+        Binding("enter", "toggle_expand", "Expand/collapse lane", show=False),
+        Binding(
+            "right_square_bracket",
+            "flow_forward",
+            "Follow flow: launch (or operator) to kernel",
+            show=False,
+        ),
+        Binding(
+            "left_square_bracket", "flow_back", "Follow flow back: kernel to launch", show=False
+        ),
+        Binding("u", "parent", "Parent: kernel to launch to operator … to step", show=False),
+        Binding("g", "next_gap", "Next gap", tooltip="Next GPU idle gap after the cursor"),
+        Binding("G", "prev_gap", "Previous GPU idle gap", show=False),
+    ]
+
+    # View: time of the left edge and nanoseconds per cell (times are ns from the trace start).
+    view_start: reactive[float] = reactive(0.0)
+    ns_per_cell: reactive[float] = reactive(1000.0)
+    cursor_time: reactive[int] = reactive(0)
+    cursor_row: reactive[int] = reactive(0)
+    selected_row: reactive[int] = reactive(-1)  # trace row, -1 for none
+    current_gap: reactive[int] = reactive(-1)  # index into data.gaps, -1 for none
+    gap_threshold: reactive[int] = reactive(10_000)  # ns; g/G skip shorter gaps
+
+    class EventSelected(Message):
+        """The selected event changed (row -1: nothing selected)."""
+
+        def __init__(self, row: int) -> None:
+            super().__init__()
+            self.row = row
+
+    class GapReached(Message):
+        """g/G or the gap list moved to an idle gap (index into ViewData.gaps)."""
+
+        def __init__(self, gap: int) -> None:
+            super().__init__()
+            self.gap = gap
+
+    class Changed(Message):
+        """View, cursor or row changed; the status line redraws."""
+
+    def __init__(self, data: ViewData | None = None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.data: ViewData | None = None
+        self.expanded: set[int] = set()
+        self.rows: list[DisplayRow] = []
+        self._cells: LRUCache[tuple, CellRow] = LRUCache(2048)
+        self._strips: LRUCache[tuple, Strip] = LRUCache(1024)
+        self._device_levels: dict[int, Level] = {}
+        self._changed_pending = False
+        if data is not None:
+            self.set_data(data)
+
+    # -- data and geometry ----------------------------------------------------------------------
+
+    def set_data(self, data: ViewData) -> None:
+        self.data = data
+        self.expanded = set()
+        self._device_levels = {}
+        for device in data.idle.devices:
+            union = device.busy
+            start = union.start - data.origin
+            end = union.end - data.origin
+            self._device_levels[device.device] = Level(
+                rows=np.full(len(start), -1, dtype=np.int64),
+                start=start,
+                end=end,
+                end_max=end,
+                cum_dur=np.concatenate(([0], np.cumsum(end - start))),
+                slot=np.full(len(start), SLOT_KERNEL, dtype=np.uint8),
+            )
+        self._rebuild_rows()
+        self._cells.clear()
+        self._strips.clear()
+        first_lane = next((i for i, r in enumerate(self.rows) if not r.is_header), 0)
+        self.cursor_row = first_lane
+        self.call_after_refresh(self.action_fit_all)
+
+    def _rebuild_rows(self) -> None:
+        assert self.data is not None
+        self.rows = self.data.display_rows(self.expanded)
+        self.virtual_size = Size(self.size.width, len(self.rows) + 1)
+        self._strips.clear()
+
+    @property
+    def label_width(self) -> int:
+        return max(12, min(34, self.scrollable_content_region.width // 4))
+
+    @property
+    def cells_width(self) -> int:
+        return max(1, self.scrollable_content_region.width - self.label_width - 1)
+
+    @property
+    def view_end(self) -> float:
+        return self.view_start + self.cells_width * self.ns_per_cell
+
+    def time_at_column(self, column: int) -> int:
+        """Time at the middle of cell `column` of the time area."""
+        return int(self.view_start + (column + 0.5) * self.ns_per_cell)
+
+    def column_of(self, when: float) -> int:
+        return math.floor((when - self.view_start) / self.ns_per_cell)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.virtual_size = Size(event.size.width, len(self.rows) + 1)
+        self._strips.clear()
+
+    # -- change notifications ---------------------------------------------------------------------
+
+    def _schedule_changed(self) -> None:
+        if not self._changed_pending:
+            self._changed_pending = True
+            self.call_after_refresh(self._emit_changed)
+
+    def _emit_changed(self) -> None:
+        self._changed_pending = False
+        self.post_message(self.Changed())
+
+    def watch_view_start(self) -> None:
+        self._schedule_changed()
+
+    def watch_ns_per_cell(self) -> None:
+        self._schedule_changed()
+
+    def watch_cursor_time(self) -> None:
+        self._schedule_changed()
+
+    def watch_cursor_row(self) -> None:
+        self._schedule_changed()
+
+    def watch_gap_threshold(self) -> None:
+        self._schedule_changed()
+
+    def watch_selected_row(self, row: int) -> None:
+        self.post_message(self.EventSelected(row))
+        self._schedule_changed()
+
+    def watch_current_gap(self) -> None:
+        self._schedule_changed()
+
+    # -- drawing ------------------------------------------------------------------------------
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        if self.data is None:
+            return Strip.blank(width)
+        if y == 0:
+            return self._ruler_strip(width)
+        index = int(self.scroll_offset.y) + y - 1
+        if index >= len(self.rows):
+            return Strip.blank(width)
+        return self._row_strip(index, width)
+
+    def _gap_columns(self, row: DisplayRow | None) -> tuple[int, int] | None:
+        gap = self.current_gap
+        data = self.data
+        if gap < 0 or data is None:
+            return None
+        start = int(data.gaps.start[gap]) - data.origin
+        end = int(data.gaps.end[gap]) - data.origin
+        first = self.column_of(start)
+        last = max(first + 1, math.ceil((end - self.view_start) / self.ns_per_cell))
+        return first, last
+
+    def _view_key(self) -> tuple:
+        return (self.view_start, self.ns_per_cell, self.cells_width)
+
+    def _ruler_strip(self, width: int) -> Strip:
+        label_w, cells_w = self.label_width, self.cells_width
+        per_cell = fmt_duration(self.ns_per_cell, 2) + "/cell"
+        chars = [" "] * cells_w
+        step = tick_step(self.ns_per_cell)
+        first_tick = math.ceil(self.view_start / step) * step
+        tick = first_tick
+        while tick < self.view_end:
+            col = self.column_of(tick)
+            if 0 <= col < cells_w:
+                text = "╵" + fmt_tick(int(tick), step)
+                for i, ch in enumerate(text):
+                    if col + i < cells_w:
+                        chars[col + i] = ch
+            tick += step
+        segments = [Segment(fit(per_cell, label_w), RULER_STYLE), Segment("│", SEPARATOR)]
+        cursor_col = self.column_of(self.cursor_time)
+        gap_cols = self._gap_columns(None)
+        for col in range(cells_w):
+            style = RULER_STYLE
+            char = chars[col]
+            if col == cursor_col:
+                style, char = RULER_CURSOR, "▼"
+            elif gap_cols and gap_cols[0] <= col < gap_cols[1]:
+                style = RULER_STYLE + Style(bgcolor=GAP_BG)
+            segments.append(Segment(char, style))
+        return Strip(segments, label_w + 1 + cells_w).simplify().adjust_cell_length(width)
+
+    def _cells_for(self, key: tuple, level: Level) -> CellRow:
+        cached = self._cells.get(key)
+        if cached is None:
+            cached = compute_cells(level, self.view_start, self.ns_per_cell, self.cells_width)
+            self._cells[key] = cached
+        return cached
+
+    def _row_strip(self, index: int, width: int) -> Strip:
+        data = self.data
+        assert data is not None
+        row = self.rows[index]
+        current = index == self.cursor_row
+        cursor_col = self.column_of(self.cursor_time)
+        selected = self.selected_row
+        sel_lane, sel_level, sel_entry = (
+            data.level_of_row(selected) if selected >= 0 else (-1, -1, -1)
+        )
+        on_row = (sel_lane, sel_level) == (row.lane, row.level) and not row.is_header
+        key = (
+            row,
+            self._view_key(),
+            current,
+            cursor_col,
+            sel_entry if on_row else -1,
+            self.current_gap,
+            index in self.expanded,
+            self.label_width,
+            width,
+        )
+        cached = self._strips.get(key)
+        if cached is not None:
+            return cached
+        label = self._label_segments(row, current)
+        if row.is_header:
+            group = data.groups[row.group]
+            device = data.lanes[group.lanes[0]].device if group.is_gpu else None
+            level = self._device_levels.get(device) if device is not None else None
+            if level is None:
+                body = [Segment("─" * self.cells_width, SEPARATOR)]
+            else:
+                cells = self._cells_for(("device", device) + self._view_key(), level)
+                body = cells_to_segments(
+                    cells,
+                    level,
+                    lambda _row: "",
+                    cursor_col=cursor_col,
+                    gap_cols=self._gap_columns(row),
+                    current_row=False,
+                )
+        else:
+            level = data.lanes[row.lane].levels[row.level]
+            cells = self._cells_for((row.lane, row.level) + self._view_key(), level)
+            entry = sel_entry if on_row else -1
+            if entry >= 0:
+                cells = self._force_selected(cells, level, entry)
+            body = cells_to_segments(
+                cells,
+                level,
+                data.trace.name_of,
+                selected_entry=entry,
+                cursor_col=cursor_col,
+                gap_cols=self._gap_columns(row),
+                current_row=current,
+            )
+        strip = Strip(label + [Segment("│", SEPARATOR)] + body).adjust_cell_length(width)
+        self._strips[key] = strip
+        return strip
+
+    def _force_selected(self, cells: CellRow, level: Level, entry: int) -> CellRow:
+        """Draw the selected slice over every cell it touches, even where others dominate."""
+        first = self.column_of(int(level.start[entry]))
+        last = max(
+            first + 1, math.ceil((int(level.end[entry]) - self.view_start) / self.ns_per_cell)
+        )
+        first, last = max(first, 0), min(last, len(cells.entry))
+        if last <= first:
+            return cells
+        forced = CellRow(cells.entry.copy(), cells.busy.copy(), cells.count)
+        forced.entry[first:last] = entry
+        forced.busy[first:last] = 1.0
+        return forced
+
+    def _label_segments(self, row: DisplayRow, current: bool) -> list[Segment]:
+        data = self.data
+        assert data is not None
+        width = self.label_width
+        if row.is_header:
+            group = data.groups[row.group]
+            style = HEADER_GPU if group.is_gpu else HEADER_CPU
+            return [Segment(fit(group.label, width), style)]
+        lane = data.lanes[row.lane]
+        deep = len(lane.levels) > 1
+        if row.level == 0:
+            marker = ("▾" if row.lane in self.expanded else "▸") if deep else " "
+            text = f" {marker}{lane.short_label}"
+        else:
+            text = f"   └{row.level}"
+        style = LABEL_CURRENT if current else LABEL_STYLE
+        return [Segment(fit(text, width), style)]
+
+    # -- navigation helpers -----------------------------------------------------------------------
+
+    def _clamp_view(self) -> None:
+        data = self.data
+        if data is None:
+            return
+        visible = self.cells_width * self.ns_per_cell
+        low = -0.9 * visible
+        high = data.span - 0.1 * visible
+        self.view_start = float(min(max(self.view_start, low), max(high, low)))
+
+    def _max_ns_per_cell(self) -> float:
+        assert self.data is not None
+        return max(MIN_NS_PER_CELL, 2.0 * self.data.span / self.cells_width)
+
+    def set_view(self, start: float, end: float) -> None:
+        """Show the time range [start, end) (relative ns) across the time area."""
+        span = max(end - start, MIN_NS_PER_CELL * self.cells_width)
+        self.ns_per_cell = min(
+            max(span / self.cells_width, MIN_NS_PER_CELL), self._max_ns_per_cell()
+        )
+        middle = (start + end) / 2
+        self.view_start = middle - self.cells_width * self.ns_per_cell / 2
+        self._strips.clear()
+
+    def _ensure_time_visible(self, when: int) -> None:
+        if not (self.view_start <= when < self.view_end):
+            self.view_start = when - self.cells_width * self.ns_per_cell / 3
+            self._clamp_view()
+
+    def _ensure_row_visible(self) -> None:
+        height = self.scrollable_content_region.height - 1  # the ruler takes one line
+        top = int(self.scroll_offset.y)
+        if self.cursor_row < top:
+            self.scroll_to(y=self.cursor_row, animate=False, immediate=True)
+        elif self.cursor_row >= top + height:
+            self.scroll_to(y=self.cursor_row - height + 1, animate=False, immediate=True)
+
+    def _display_index(self, lane: int, level: int) -> int:
+        for index, row in enumerate(self.rows):
+            if row.lane == lane and row.level == level:
+                return index
+        return -1
+
+    def select(self, row: int, *, move_cursor: bool = True) -> None:
+        """Select a trace row: expand its lane if needed, move the cursor and scroll to it."""
+        data = self.data
+        if data is None or row < 0:
+            self.selected_row = -1
+            return
+        lane, level, _ = data.level_of_row(row)
+        if lane < 0:
+            return
+        if level > 0 and lane not in self.expanded:
+            self.expanded.add(lane)
+            self._rebuild_rows()
+        index = self._display_index(lane, level)
+        if index >= 0:
+            self.cursor_row = index
+        self.selected_row = row
+        if move_cursor:
+            self.cursor_time = data.rel_start(row)
+            self._ensure_time_visible(self.cursor_time)
+        self._ensure_row_visible()
+        self.refresh()
+
+    def event_under_cursor(self, index: int | None = None) -> int:
+        """The trace row drawn at the cursor time on display row `index` (default: cursor row)."""
+        data = self.data
+        index = self.cursor_row if index is None else index
+        if data is None or not (0 <= index < len(self.rows)) or self.rows[index].is_header:
+            return -1
+        row = self.rows[index]
+        level = data.lanes[row.lane].levels[row.level]
+        when = self.cursor_time
+        k = int(np.searchsorted(level.start, when, "right")) - 1
+        while k >= 0 and level.end_max[k] > when:
+            if level.start[k] <= when < level.end[k]:
+                return int(level.rows[k])
+            k -= 1
+        return -1
+
+    def _current_level(self) -> Level | None:
+        if self.data is None or not self.rows:
+            return None
+        row = self.rows[self.cursor_row]
+        if row.is_header:
+            return None
+        return self.data.lanes[row.lane].levels[row.level]
+
+    def _leave_gap(self) -> None:
+        self.current_gap = -1
+
+    # -- actions ----------------------------------------------------------------------------------
+
+    def _zoom(self, factor: float, around: float | None = None) -> None:
+        if self.data is None:
+            return
+        anchor = float(self.cursor_time if around is None else around)
+        if not (self.view_start <= anchor < self.view_end):
+            anchor = self.view_start + self.cells_width * self.ns_per_cell / 2
+            self.cursor_time = int(anchor)
+        column = (anchor - self.view_start) / self.ns_per_cell
+        new = min(max(self.ns_per_cell * factor, MIN_NS_PER_CELL), self._max_ns_per_cell())
+        self.ns_per_cell = new
+        self.view_start = anchor - column * new
+        self._clamp_view()
+
+    def action_zoom_in(self) -> None:
+        self._zoom(1 / ZOOM_FACTOR)
+
+    def action_zoom_out(self) -> None:
+        self._zoom(ZOOM_FACTOR)
+
+    def _pan(self, direction: int) -> None:
+        if self.data is None:
+            return
+        before = self.view_start
+        self.view_start = before + direction * self.cells_width * self.ns_per_cell * PAN_FRACTION
+        self._clamp_view()
+        self.cursor_time = int(self.cursor_time + (self.view_start - before))
+        self._leave_gap()
+
+    def action_pan_left(self) -> None:
+        self._pan(-1)
+
+    def action_pan_right(self) -> None:
+        self._pan(1)
+
+    def _step_event(self, direction: int) -> None:
+        level = self._current_level()
+        if level is None or not len(level):
+            return
+        data = self.data
+        assert data is not None
+        selected = self.selected_row
+        lane, lvl, entry = data.level_of_row(selected) if selected >= 0 else (-1, -1, -1)
+        row = self.rows[self.cursor_row]
+        if (lane, lvl) == (row.lane, row.level) and entry >= 0:
+            target = entry + direction
+        elif direction > 0:
+            target = int(np.searchsorted(level.start, self.cursor_time, "left"))
+        else:
+            target = int(np.searchsorted(level.start, self.cursor_time, "left")) - 1
+        if not (0 <= target < len(level)):
+            self.notify("No more events on this lane", timeout=2)
+            return
+        self._leave_gap()
+        self.select(int(level.rows[target]))
+
+    def action_prev_event(self) -> None:
+        self._step_event(-1)
+
+    def action_next_event(self) -> None:
+        self._step_event(1)
+
+    def _move_row(self, direction: int, step: int = 1) -> None:
+        if not self.rows:
+            return
+        index = self.cursor_row
+        target = index
+        moved = 0
+        probe = index
+        while moved < step:
+            probe += direction
+            if not (0 <= probe < len(self.rows)):
+                break
+            if not self.rows[probe].is_header:
+                target = probe
+                moved += 1
+        if target == index:
+            return
+        self.cursor_row = target
+        self.selected_row = self.event_under_cursor(target)
+        self._ensure_row_visible()
+
+    def action_lane_up(self) -> None:
+        self._move_row(-1)
+
+    def action_lane_down(self) -> None:
+        self._move_row(1)
+
+    def action_page_up(self) -> None:
+        self._move_row(-1, max(1, self.scrollable_content_region.height - 2))
+
+    def action_page_down(self) -> None:
+        self._move_row(1, max(1, self.scrollable_content_region.height - 2))
+
+    def action_fit_selection(self) -> None:
+        data = self.data
+        if data is None:
+            return
+        if self.selected_row < 0:
+            self.notify("Nothing selected: ←/→ or a click selects an event", timeout=3)
+            return
+        start, end = data.rel_start(self.selected_row), data.rel_end(self.selected_row)
+        margin = max((end - start) * 0.1, MIN_NS_PER_CELL)
+        self.set_view(start - margin, end + margin)
+        self.cursor_time = start
+
+    def action_fit_all(self) -> None:
+        data = self.data
+        if data is None:
+            return
+        self.ns_per_cell = max(MIN_NS_PER_CELL, data.span / (self.cells_width - 1))
+        self.view_start = 0.0
+        if not (0 <= self.cursor_time <= data.span):
+            self.cursor_time = 0
+
+    def action_toggle_expand(self) -> None:
+        data = self.data
+        if data is None or not self.rows:
+            return
+        row = self.rows[self.cursor_row]
+        if row.is_header:
+            return
+        lane = row.lane
+        if len(data.lanes[lane].levels) < 2:
+            self.notify("This lane has a single level", timeout=2)
+            return
+        if lane in self.expanded:
+            self.expanded.discard(lane)
+            level = 0
+        else:
+            self.expanded.add(lane)
+            level = row.level
+        self._rebuild_rows()
+        self.cursor_row = self._display_index(lane, level)
+        selected = self.selected_row
+        hidden = selected >= 0 and data.level_of_row(selected)[1] > 0 and lane not in self.expanded
+        if hidden and data.level_of_row(selected)[0] == lane:
+            self.selected_row = self.event_under_cursor()
+        self._ensure_row_visible()
+        self.refresh()
+
+    def action_flow_forward(self) -> None:
+        data = self.data
+        row = self.selected_row
+        if data is None or row < 0:
+            self.notify("Select a launch or an operator first", timeout=2)
+            return
+        launch = row if len(data.kernels_of(row)) else data.first_launch_below(row)
+        kernels = data.kernels_of(launch) if launch >= 0 else []
+        if not len(kernels):
+            self.notify("No GPU work launched from here", timeout=2)
+            return
+        self._leave_gap()
+        self.select(int(kernels[0]))
+
+    def action_flow_back(self) -> None:
+        data = self.data
+        row = self.selected_row
+        if data is None or row < 0:
+            self.notify("Select a kernel first", timeout=2)
+            return
+        launch = data.launch_of(row)
+        if launch < 0:
+            self.notify("No launch linked to this event", timeout=2)
+            return
+        self._leave_gap()
+        self.select(launch)
+
+    def action_parent(self) -> None:
+        data = self.data
+        row = self.selected_row
+        if data is None or row < 0:
+            self.notify("Nothing selected", timeout=2)
+            return
+        parent = data.parent_of(row)
+        if parent < 0:
+            self.notify("Already at the top", timeout=2)
+            return
+        self._leave_gap()
+        self.select(parent)
+
+    def _jump_gap(self, forward: bool) -> None:
+        data = self.data
+        if data is None:
+            return
+        when = self.cursor_time + data.origin
+        gaps = data.gaps
+        if forward:
+            gap = gaps.next_gap(when, min_len=self.gap_threshold)
+        else:
+            gap = gaps.prev_gap(when, min_len=self.gap_threshold)
+        if gap < 0:
+            word = "after" if forward else "before"
+            self.notify(
+                f"No GPU idle gap ≥ {fmt_duration(self.gap_threshold)} {word} the cursor",
+                timeout=3,
+            )
+            return
+        self.go_to_gap(gap)
+
+    def go_to_gap(self, gap: int) -> None:
+        """Centre an idle gap with the GPU work on both sides of it, and select the work after."""
+        data = self.data
+        assert data is not None
+        start = int(data.gaps.start[gap]) - data.origin
+        end = int(data.gaps.end[gap]) - data.origin
+        length = end - start
+        next_row = int(data.gaps.next_row[gap])
+        before = start
+        device = int(data.gaps.device[gap])
+        level = self._device_levels.get(device)
+        if level is not None and len(level):
+            k = int(np.searchsorted(level.end, start, "left"))
+            if 0 <= k < len(level):
+                before = int(level.start[k])
+        after = data.rel_end(next_row)
+        # Neighbours may be long: keep the gap at least a third of the view.
+        left = max(before, start - length)
+        right = min(after, end + length)
+        margin = (right - left) * 0.1
+        self.set_view(left - margin, right + margin)
+        self.select(next_row, move_cursor=False)
+        self.cursor_time = start
+        self.current_gap = gap
+        self.post_message(self.GapReached(gap))
+
+    def action_next_gap(self) -> None:
+        self._jump_gap(True)
+
+    def action_prev_gap(self) -> None:
+        self._jump_gap(False)
+
+    # -- mouse --------------------------------------------------------------------------------------
+
+    def _row_at(self, y: int) -> int:
+        return int(self.scroll_offset.y) + y - 1
+
+    def on_click(self, event: events.Click) -> None:
+        if self.data is None:
+            return
+        x, y = event.x, event.y
+        column = x - self.label_width - 1
+        if y > 0:
+            index = self._row_at(y)
+            if not (0 <= index < len(self.rows)) or self.rows[index].is_header:
+                return
+            if column < 0:
+                self.cursor_row = index
+                self.action_toggle_expand()
+                return
+            self.cursor_row = index
+        if column >= 0:
+            self.cursor_time = self.time_at_column(column)
+            self._leave_gap()
+        if y > 0:
+            self.selected_row = self.event_under_cursor()
+        self.focus()
+
+    def _wheel_zoom(self, event: events.MouseEvent, factor: float) -> bool:
+        if self.data is None or not (event.ctrl or event.y == 0):
+            return False
+        column = event.x - self.label_width - 1
+        anchor = self.time_at_column(column) if column >= 0 else None
+        if anchor is not None:
+            self.cursor_time = anchor
+        self._zoom(factor, anchor)
+        event.prevent_default()
+        event.stop()
+        return True
+
+    def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        self._wheel_zoom(event, 1 / ZOOM_FACTOR)
+
+    def on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
+        self._wheel_zoom(event, ZOOM_FACTOR)
+
+    def on_mouse_scroll_left(self, event: events.MouseScrollLeft) -> None:
+        event.prevent_default()
+        self._pan(-1)
+
+    def on_mouse_scroll_right(self, event: events.MouseScrollRight) -> None:
+        event.prevent_default()
+        self._pan(1)

@@ -1,0 +1,391 @@
+"""What the timeline draws, computed once per trace: lanes in display order and, for each lane
+and nesting level, the slices sorted by start so that a frame only searches, never scans."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from kinetoscope.analysis.classify import classify, group_rows
+from kinetoscope.analysis.idle import CAUSES, compute_idle
+from kinetoscope.analysis.links import compute_links
+from kinetoscope.analysis.nesting import compute_nesting
+from kinetoscope.parser.model import (
+    KIND_KERNEL,
+    KIND_MEMCPY,
+    KIND_MEMSET,
+    KIND_NOT_CPU,
+    KIND_OTHER,
+    KIND_RUNTIME,
+    Lane,
+    Trace,
+)
+
+# Colour slots: the renderer maps each to a colour. Kept here because the slot of an event is
+# data (its category, or an NCCL kernel name), while the colours are presentation.
+SLOT_OTHER = 0
+SLOT_KERNEL = 1
+SLOT_MEMCPY = 2
+SLOT_MEMSET = 3
+SLOT_RUNTIME = 4
+SLOT_OPERATOR = 5
+SLOT_ANNOTATION = 6
+SLOT_PYTHON = 7
+SLOT_GPU_ANNOTATION = 8
+SLOT_COMM = 9
+SLOT_NAMES = (
+    "other",
+    "kernel",
+    "memcpy",
+    "memset",
+    "runtime",
+    "operator",
+    "annotation",
+    "python",
+    "gpu annotation",
+    "communication kernel",
+)
+
+_CATEGORY_SLOTS = {
+    "kernel": SLOT_KERNEL,
+    "gpu_memcpy": SLOT_MEMCPY,
+    "memcpy": SLOT_MEMCPY,
+    "gpu_memset": SLOT_MEMSET,
+    "memset": SLOT_MEMSET,
+    "cuda_runtime": SLOT_RUNTIME,
+    "cuda_driver": SLOT_RUNTIME,
+    "runtime": SLOT_RUNTIME,
+    "cpu_op": SLOT_OPERATOR,
+    "operator": SLOT_OPERATOR,
+    "user_annotation": SLOT_ANNOTATION,
+    "python_function": SLOT_PYTHON,
+    "gpu_user_annotation": SLOT_GPU_ANNOTATION,
+}
+
+GPU_KINDS = (KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET)
+
+
+@dataclass
+class Level:
+    """The slices of one lane at one nesting depth, sorted by (start, end desc, file order).
+
+    Times are int64 ns relative to the view origin. `end_max` is the running maximum of `end`,
+    so `searchsorted(end_max, t, "right")` is the first slice that can still be running at t;
+    `cum_dur[i]` is the total duration of the first i slices (busy time without a scan).
+    """
+
+    rows: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    end_max: np.ndarray
+    cum_dur: np.ndarray
+    slot: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @classmethod
+    def empty(cls) -> Level:
+        zero = np.zeros(0, dtype=np.int64)
+        return cls(zero, zero, zero, zero, np.zeros(1, dtype=np.int64), np.zeros(0, np.uint8))
+
+
+@dataclass
+class LaneView:
+    """One lane as displayed: its model lane, group, short label and levels (depth 0 first)."""
+
+    lane: Lane
+    group: int
+    short_label: str
+    levels: list[Level]
+    device: int | None = None  # GPU lanes: the device of their activities
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.lane.is_gpu
+
+    @property
+    def label(self) -> str:
+        return self.lane.label
+
+
+@dataclass
+class Group:
+    """Lanes of one process (CPU) or one device (GPU)."""
+
+    label: str
+    is_gpu: bool
+    lanes: list[int] = field(default_factory=list)  # indices into ViewData.lanes
+
+
+@dataclass(frozen=True)
+class DisplayRow:
+    """One screen row of the timeline: a group header, or a level of a lane."""
+
+    group: int
+    lane: int = -1  # -1 for a group header
+    level: int = 0
+
+    @property
+    def is_header(self) -> bool:
+        return self.lane < 0
+
+
+class ViewData:
+    """A trace prepared for drawing and navigating. Built in a worker thread, then read-only."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self.classes = classify(trace)
+        self.kind = self.classes.kind
+        self.origin = int(trace.slice_start_min) if trace.slice_start_min is not None else 0
+        end = trace.slice_end_max if trace.slice_end_max is not None else self.origin
+        self.span = max(1, int(end) - self.origin)
+        self.nesting = compute_nesting(
+            trace, self.classes.cpu, group_rows(trace, self.classes.cpu).index
+        )
+        self.links = compute_links(trace, self.classes.gpu, self.classes.runtime)
+        self.idle = compute_idle(trace, self.kind, self.links)
+        self.gaps = self.idle.gaps
+        self.slot = self._slots()
+        self.lanes: list[LaneView] = []
+        self.groups: list[Group] = []
+        self.row_lane = np.full(len(trace), -1, dtype=np.int32)  # index into self.lanes
+        self.row_level = np.full(len(trace), -1, dtype=np.int32)
+        self.row_entry = np.full(len(trace), -1, dtype=np.int64)
+        self._build_lanes()
+        self.gap_order_longest = np.lexsort(
+            (self.gaps.device, self.gaps.start, -(self.gaps.end - self.gaps.start))
+        )
+        self.device_names = _device_names(trace.header)
+
+    # -- construction -------------------------------------------------------------------------
+
+    def _slots(self) -> np.ndarray:
+        trace = self.trace
+        lowered = [s.lower() for s in trace.strings]
+        by_string = np.array([_CATEGORY_SLOTS.get(s, SLOT_OTHER) for s in lowered], dtype=np.uint8)
+        comm = np.array(["nccl" in s or "rccl" in s for s in lowered], dtype=bool)
+        slot = by_string[trace.cat] if len(trace) else np.zeros(0, np.uint8)
+        gpu = np.isin(self.kind, GPU_KINDS)
+        slot = np.where(gpu & (slot == SLOT_OTHER), SLOT_KERNEL, slot)
+        slot = np.where((self.kind == KIND_RUNTIME), SLOT_RUNTIME, slot)
+        if len(trace):
+            slot = np.where((self.kind == KIND_KERNEL) & comm[trace.name], SLOT_COMM, slot)
+        return slot.astype(np.uint8)
+
+    def _build_lanes(self) -> None:
+        trace = self.trace
+        kind = self.kind
+        n_lanes = len(trace.lanes)
+        lane_is_gpu = np.array([lane.is_gpu for lane in trace.lanes] + [False], dtype=bool)
+        level = np.full(len(trace), -1, dtype=np.int64)
+        gpu = np.isin(kind, GPU_KINDS)
+        level[gpu] = 0
+        cpu = (kind == KIND_OTHER) | (kind == KIND_RUNTIME)
+        level[cpu] = self.nesting.depth[cpu] + lane_is_gpu[trace.lane[cpu]]
+        # Slices that are neither CPU work nor GPU activity (GPU annotations, syncs, Kineto's
+        # window span) get levels of their own below the lane's other levels.
+        other_rows = np.flatnonzero(kind == KIND_NOT_CPU)
+        if len(other_rows):
+            deepest = np.full(n_lanes + 1, -1, dtype=np.int64)
+            placed = np.flatnonzero(level >= 0)
+            np.maximum.at(deepest, trace.lane[placed], level[placed])
+            others = compute_nesting(
+                trace, kind == KIND_NOT_CPU, np.zeros(len(trace), dtype=np.int32)
+            )
+            level[other_rows] = deepest[trace.lane[other_rows]] + 1 + others.depth[other_rows]
+
+        placed = np.flatnonzero(level >= 0)
+        stride = int(level.max()) + 1 if len(placed) else 1
+        key = trace.lane[placed].astype(np.int64) * stride + level[placed]
+        start = trace.start[placed] - self.origin
+        end = start + trace.dur[placed]
+        order = np.lexsort((trace.ordinal[placed], -end, start, key))
+        placed, key, start, end = placed[order], key[order], start[order], end[order]
+        bounds = np.flatnonzero(np.diff(key)) + 1
+        first = np.concatenate(([0], bounds))
+        last = np.concatenate((bounds, [len(key)]))
+
+        per_lane: dict[int, dict[int, Level]] = {}
+        for lo, hi in zip(first.tolist(), last.tolist()):
+            if lo == hi:
+                continue
+            lane_id, lvl = divmod(int(key[lo]), stride)
+            s, e = start[lo:hi], end[lo:hi]
+            per_lane.setdefault(lane_id, {})[lvl] = Level(
+                rows=placed[lo:hi],
+                start=s,
+                end=e,
+                end_max=np.maximum.accumulate(e),
+                cum_dur=np.concatenate(([0], np.cumsum(e - s))),
+                slot=self.slot[placed[lo:hi]],
+            )
+            self.row_level[placed[lo:hi]] = lvl
+            self.row_entry[placed[lo:hi]] = np.arange(hi - lo)
+
+        lane_ids = sorted(per_lane, key=lambda i: trace.lanes[i].sort_key)
+        # Group by process (CPU) or device (GPU); groups ordered by their first lane.
+        group_of: dict[tuple, int] = {}
+        for lane_id in lane_ids:
+            lane = trace.lanes[lane_id]
+            levels_map = per_lane[lane_id]
+            levels = [levels_map.get(i, Level.empty()) for i in range(max(levels_map) + 1)]
+            device = None
+            if lane.is_gpu:
+                lane_rows = levels[0].rows
+                devices = trace.device[lane_rows] if len(lane_rows) else np.zeros(0, np.int64)
+                device = int(devices[0]) if len(devices) else None
+            group_key = (
+                ("gpu", device if device is not None else str(lane.pid))
+                if lane.is_gpu
+                else (
+                    "cpu",
+                    _key(lane.pid),
+                )
+            )
+            label = lane.label
+            head, _, tail = label.partition(" / ")
+            if group_key not in group_of:
+                group_of[group_key] = len(self.groups)
+                self.groups.append(Group(label=head, is_gpu=lane.is_gpu))
+            group_index = group_of[group_key]
+            view_index = len(self.lanes)
+            self.lanes.append(
+                LaneView(
+                    lane=lane,
+                    group=group_index,
+                    short_label=tail or head,
+                    levels=levels,
+                    device=device,
+                )
+            )
+            self.groups[group_index].lanes.append(view_index)
+            self.row_lane[np.concatenate([lv.rows for lv in levels])] = view_index
+        # The GPU groups' labels say which device they are.
+        for group in self.groups:
+            if group.is_gpu:
+                first_lane = self.lanes[group.lanes[0]]
+                if first_lane.device is not None:
+                    group.label = f"GPU {first_lane.device}"
+
+    def finish_labels(self) -> None:
+        """Add device names (from the header) to GPU group labels."""
+        for group in self.groups:
+            if not group.is_gpu:
+                continue
+            device = self.lanes[group.lanes[0]].device
+            name = self.device_names.get(device) if device is not None else None
+            if name:
+                group.label = f"GPU {device} · {name}"
+
+    # -- queries --------------------------------------------------------------------------------
+
+    def display_rows(self, expanded: set[int]) -> list[DisplayRow]:
+        """Screen rows: per group a header, then per lane one row, or one per level if expanded."""
+        rows: list[DisplayRow] = []
+        for group_index, group in enumerate(self.groups):
+            rows.append(DisplayRow(group=group_index))
+            for lane_index in group.lanes:
+                count = len(self.lanes[lane_index].levels) if lane_index in expanded else 1
+                rows.extend(DisplayRow(group_index, lane_index, lvl) for lvl in range(count))
+        return rows
+
+    def level_of_row(self, row: int) -> tuple[int, int, int]:
+        """(lane view index, level, entry) of a trace row, each -1 if it is not drawn."""
+        return int(self.row_lane[row]), int(self.row_level[row]), int(self.row_entry[row])
+
+    def rel_start(self, row: int) -> int:
+        return int(self.trace.start[row]) - self.origin
+
+    def rel_end(self, row: int) -> int:
+        return int(self.trace.start[row] + self.trace.dur[row]) - self.origin
+
+    def parent_of(self, row: int) -> int:
+        """The row above `row`: kernel -> its launch; CPU slice -> its enclosing slice; else -1."""
+        if self.kind[row] in GPU_KINDS:
+            return self.links.runtime_of(row)
+        return int(self.nesting.parent[row])
+
+    def ancestors(self, row: int) -> list[int]:
+        """Rows enclosing `row`, innermost first (CPU nesting; a kernel starts at its launch)."""
+        out: list[int] = []
+        current = self.parent_of(row)
+        while current >= 0 and len(out) < 10_000:
+            out.append(current)
+            current = int(self.nesting.parent[current])
+        return out
+
+    def kernels_of(self, row: int) -> np.ndarray:
+        """GPU rows launched by runtime row `row` (same correlation), in file order."""
+        if self.kind[row] != KIND_RUNTIME:
+            return np.zeros(0, dtype=np.int64)
+        return self.links.gpu_of(row)
+
+    def launch_of(self, row: int) -> int:
+        """The runtime row that launched GPU row `row`, or -1."""
+        if self.kind[row] not in GPU_KINDS:
+            return -1
+        return self.links.runtime_of(row)
+
+    def first_launch_below(self, row: int) -> int:
+        """The earliest runtime row nested in CPU slice `row` that launched GPU work, or -1."""
+        lane_index, level, _ = self.level_of_row(row)
+        if lane_index < 0:
+            return -1
+        lane = self.lanes[lane_index]
+        begin, finish = self.rel_start(row), self.rel_end(row)
+        best = -1
+        best_start = None
+        for deeper in lane.levels[level + 1 :]:
+            lo = int(np.searchsorted(deeper.start, begin, "left"))
+            hi = int(np.searchsorted(deeper.start, finish, "right"))
+            candidates = deeper.rows[lo:hi]
+            if not len(candidates):
+                continue
+            runtime = candidates[self.kind[candidates] == KIND_RUNTIME]
+            for cand in runtime.tolist():
+                if len(self.kernels_of(cand)):
+                    cand_start = self.rel_start(cand)
+                    if best_start is None or cand_start < best_start:
+                        best, best_start = cand, cand_start
+                    break
+        return best
+
+    def stack_at(self, lane_index: int, when: int) -> list[int]:
+        """Rows of CPU slices on a lane containing relative time `when`, outermost first."""
+        lane_id = self.lanes[lane_index].lane.id
+        rows = self.nesting.slices_at(self.trace, lane_id, when + self.origin)
+        return [int(r) for r in rows]
+
+    def gap_cause(self, gap: int) -> str:
+        return CAUSES[int(self.gaps.cause[gap])]
+
+    def gpu_lanes_of_device(self, device: int) -> list[int]:
+        return [i for i, lane in enumerate(self.lanes) if lane.is_gpu and lane.device == device]
+
+
+def _key(value: Any) -> tuple:
+    return (0, value, "") if isinstance(value, int) else (1, 0, str(value))
+
+
+def _device_names(header: dict[str, Any]) -> dict[int, str]:
+    props = header.get("deviceProperties")
+    if not isinstance(props, list):
+        props = header.get("computeProperties")
+    names: dict[int, str] = {}
+    if isinstance(props, list):
+        for entry in props:
+            if isinstance(entry, dict) and isinstance(entry.get("id"), int):
+                name = entry.get("name")
+                if isinstance(name, str) and name.strip():
+                    names[entry["id"]] = name.strip()
+    return names
+
+
+def build_view_data(trace: Trace) -> ViewData:
+    """Everything the timeline needs, computed once (call it off the UI thread)."""
+    data = ViewData(trace)
+    data.finish_labels()
+    return data
