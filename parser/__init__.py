@@ -21,6 +21,13 @@ def loads(data: bytes, path: str = "<memory>") -> Trace:
 
 
 __all__ = [
-    "NO_VALUE", "Lane", "MemoryEvents", "Source", "Trace", "TraceError",
-    "load", "loads", "read_event",
+    "NO_VALUE",
+    "Lane",
+    "MemoryEvents",
+    "Source",
+    "Trace",
+    "TraceError",
+    "load",
+    "loads",
+    "read_event",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -30,15 +31,17 @@ class Args(msgspec.Struct, gc=False):
 
 
 class Event(msgspec.Struct, gc=False):
-    """One trace event. Every field is optional and untyped so odd values never fail a run."""
+    """One trace event. Every field is optional. A value of another type than these fails the
+    typed decode of its run, which is then decoded generically and sanitised by
+    `event_from_object` (a rare, slower path), so odd values never lose events."""
 
-    ph: Any = None
-    name: Any = None
-    cat: Any = None
-    pid: Any = None
-    tid: Any = None
-    ts: Any = None
-    dur: Any = None
+    ph: str | None = None
+    name: str | None = None
+    cat: str | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: int | float | None = None
+    dur: int | float | None = None
     id: Any = None
     bp: Any = None
     args: Args | None = None
@@ -80,13 +83,47 @@ def lenient_loads(text: bytes) -> Any:
     return json.loads(decoded, strict=False)
 
 
-def event_from_object(obj: Any) -> Event | None:
-    """Turn a generically decoded event into an Event, dropping an `args` that is not an object."""
+def _number(value: Any) -> int | float | None:
+    kind = type(value)
+    if kind is int:
+        return value
+    if kind is float and math.isfinite(value):
+        return value
+    return None
+
+
+def _ident(value: Any) -> int | str | None:
+    kind = type(value)
+    if kind is int or kind is str or value is None:
+        return value
+    return repr(value)
+
+
+EMPTY_EVENT = Event()
+
+
+def event_from_object(obj: Any) -> Event:
+    """A generically decoded element -> Event with every field of its declared type.
+
+    Values of other types become None (non-string names and phases, non-numeric or boolean
+    times, NaN/Infinity), except pid/tid, which keep a textual form so their lane survives.
+    Elements that are not objects become an empty Event: counted, under phase "?", and no row.
+    """
     if not isinstance(obj, dict):
-        return None
+        return EMPTY_EVENT
+    ph, name, cat = obj.get("ph"), obj.get("name"), obj.get("cat")
+    event = Event(
+        ph=ph if type(ph) is str else None,
+        name=name if type(name) is str else None,
+        cat=cat if type(cat) is str else None,
+        pid=_ident(obj.get("pid")),
+        tid=_ident(obj.get("tid")),
+        ts=_number(obj.get("ts")),
+        dur=_number(obj.get("dur")),
+        id=obj.get("id"),
+        bp=obj.get("bp"),
+    )
     args = obj.get("args")
-    fields = {k: obj[k] for k in ("ph", "name", "cat", "pid", "tid", "ts", "dur", "id", "bp") if k in obj}
-    event = Event(**fields)
     if isinstance(args, dict):
         try:
             event.args = msgspec.convert(args, Args, str_keys=True)

@@ -146,7 +146,9 @@ def _read(state: SourceState, blocks: Iterator[bytes], progress: Progress | None
             raise TraceError(f"{state.path}: not a trace (no traceEvents array)")
     if state.stream_error:
         complete = False
-        warnings.append(f"the gzip stream is damaged after {state.bytes_read} bytes: {state.stream_error}")
+        warnings.append(
+            f"the gzip stream is damaged after {state.bytes_read} bytes: {state.stream_error}"
+        )
     elif state.truncated_stream and complete:
         complete = False
         warnings.append("the gzip stream ends early (no end marker)")
@@ -171,8 +173,14 @@ def _not_json_message(path: str, head: bytes) -> str:
 
 
 class _Reader:
-    def __init__(self, buf: _Buffer, builder: TraceBuilder, state: SourceState,
-                 progress: Progress | None, warnings: list[str]):
+    def __init__(
+        self,
+        buf: _Buffer,
+        builder: TraceBuilder,
+        state: SourceState,
+        progress: Progress | None,
+        warnings: list[str],
+    ):
         self.buf = buf
         self.builder = builder
         self.state = state
@@ -231,7 +239,9 @@ class _Reader:
                         need = max(need * 4, len(view) * 2)
                         continue
                     if is_truncated(exc):
-                        raise _Stop(f"the file ends at byte {buf.base + len(buf.data)} before the JSON does") from None
+                        raise _Stop(
+                            f"the file ends at byte {buf.base + len(buf.data)} before the JSON does"
+                        ) from None
                     end = self._scan_value_end(view)
                     if end is None:
                         raise _Stop(f"malformed JSON at byte {buf.offset}") from None
@@ -390,8 +400,7 @@ class _Reader:
 
     def _accept(self, events: list, pos: int, stop: int) -> None:
         buf = self.buf
-        self.builder.add_chunk(buf.base + pos, stop - pos)
-        self.builder.add_events(events)
+        self.builder.add_events(events, buf.base + pos, stop - pos)
         self.last_good = buf.base + stop
 
     def _salvage(self, pos: int, end: int) -> bool:
@@ -413,11 +422,7 @@ class _Reader:
                 self.dropped += 1
                 self._warn_dropped(buf.base + pos + start)
                 continue
-            self.builder.add_chunk(buf.base + pos + start, stop - start)
-            if isinstance(obj, dict):
-                self.builder.add_events([event_from_object(obj)])
-            else:
-                self.builder.add_non_object()
+            self.builder.add_events([event_from_object(obj)], buf.base + pos + start, stop - start)
             self.last_good = buf.base + pos + stop
         if closed is not None:
             buf.pos = pos + closed
@@ -477,7 +482,9 @@ def split_elements(
     closed_idx = np.flatnonzero(closes & (depth < 0))
     closed = int(closed_idx[0]) if len(closed_idx) else None
     limit = closed if closed is not None else n
-    separators = np.flatnonzero((raw[:limit] == ord(",")) & ~in_string[:limit] & (depth[:limit] == 0))
+    separators = np.flatnonzero(
+        (raw[:limit] == ord(",")) & ~in_string[:limit] & (depth[:limit] == 0)
+    )
     bounds = [-1] + separators.tolist()
     if closed is not None:
         bounds.append(closed)

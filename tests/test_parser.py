@@ -7,11 +7,9 @@ import sys
 
 import numpy as np
 import pytest
-
+from conftest import CORPUS
 from kinetoscope.parser import NO_VALUE, TraceError, load, loads, read_event
 from kinetoscope.parser.model import PH_COMPLETE
-
-from conftest import CORPUS
 
 
 def X(name="op", ts=0, dur=1, cat="cpu_op", pid=1, tid=1, **args):
@@ -70,7 +68,11 @@ def test_string_pids_and_tids_are_distinct_lanes():
     trace = loads(json.dumps(events).encode())
     assert len(trace.lanes) == 5
     assert [(lane.pid, lane.tid) for lane in trace.lanes] == [
-        (1, 1), ("1", 1), ("Spans", "PyTorch Profiler"), (0, "stream 7"), (-1, "4093687616"),
+        (1, 1),
+        ("1", 1),
+        ("Spans", "PyTorch Profiler"),
+        (0, "stream 7"),
+        (-1, "4093687616"),
     ]
     assert trace.lanes[3].is_gpu and not trace.lanes[0].is_gpu
 
@@ -109,7 +111,16 @@ def test_correlation_device_stream_and_flow_columns():
         X("m", 30, 5, cat="gpu_memcpy", pid="2", tid=7),
         X("s", 40, 5, cat="Memset", pid="Spans", tid=7),
         {"ph": "s", "id": 7, "pid": 1, "tid": 1, "ts": 10, "cat": "ac2g", "name": "ac2g"},
-        {"ph": "f", "id": "x7", "pid": 0, "tid": 7, "ts": 20, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+        {
+            "ph": "f",
+            "id": "x7",
+            "pid": 0,
+            "tid": 7,
+            "ts": 20,
+            "cat": "ac2g",
+            "name": "ac2g",
+            "bp": "e",
+        },
     ]
     trace = loads(json.dumps(doc(*events)).encode())
     assert trace.corr[:2].tolist() == [7, 7]
@@ -123,14 +134,23 @@ def test_correlation_device_stream_and_flow_columns():
 def test_duplicated_metadata_names_lanes_and_sorts():
     meta = [
         {"ph": "M", "name": "process_name", "pid": 5, "tid": 0, "args": {"name": "python"}},
-        {"ph": "M", "name": "thread_name", "pid": 5, "tid": 9, "args": {"name": "thread 9 (python)"}},
+        {
+            "ph": "M",
+            "name": "thread_name",
+            "pid": 5,
+            "tid": 9,
+            "args": {"name": "thread 9 (python)"},
+        },
         {"ph": "M", "name": "process_sort_index", "pid": 5, "tid": 0, "args": {"sort_index": 3}},
         {"ph": "M", "name": "thread_sort_index", "pid": 5, "tid": 9, "args": {"sort_index": 2}},
     ]
     trace = loads(json.dumps(doc(*(meta * 50), X("a", 1, 1, pid=5, tid=9))).encode())
     lane = trace.lanes[0]
     assert (lane.process_name, lane.thread_name, lane.process_sort, lane.thread_sort) == (
-        "python", "thread 9 (python)", 3, 2,
+        "python",
+        "thread 9 (python)",
+        3,
+        2,
     )
     assert lane.label == "python 5 / thread 9 (python)"
     assert trace.by_phase["M"] == 200
@@ -138,10 +158,29 @@ def test_duplicated_metadata_names_lanes_and_sorts():
 
 def test_memory_events_with_and_without_ts():
     events = [
-        {"ph": "i", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": 5,
-         "args": {"Addr": 100, "Bytes": 512, "Total Allocated": 512, "Total Reserved": 2048,
-                  "Device Id": 0, "Device Type": 1}},
-        {"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "args": {"Bytes": -512, "Device Id": 0}},
+        {
+            "ph": "i",
+            "s": "t",
+            "name": "[memory]",
+            "pid": 1,
+            "tid": 1,
+            "ts": 5,
+            "args": {
+                "Addr": 100,
+                "Bytes": 512,
+                "Total Allocated": 512,
+                "Total Reserved": 2048,
+                "Device Id": 0,
+                "Device Type": 1,
+            },
+        },
+        {
+            "ph": "i",
+            "name": "[memory]",
+            "pid": 1,
+            "tid": 1,
+            "args": {"Bytes": -512, "Device Id": 0},
+        },
     ]
     trace = loads(json.dumps(events).encode())
     mem = trace.memory
@@ -178,8 +217,12 @@ def test_historic_kineto_defects_are_tolerated():
 
 
 def test_wrong_types_in_fields_do_not_lose_the_run():
-    events = [X("a", 1, 1), {"ph": "X", "name": "b", "ts": 2, "args": "not an object"},
-              {"ph": 7, "name": ["x"], "ts": "3"}, X("c", 4, 1)]
+    events = [
+        X("a", 1, 1),
+        {"ph": "X", "name": "b", "ts": 2, "args": "not an object"},
+        {"ph": 7, "name": ["x"], "ts": "3"},
+        X("c", 4, 1),
+    ]
     trace = loads(json.dumps(events).encode())
     assert trace.n_events == 4
     assert [trace.name_of(i) for i in range(len(trace))] == ["a", "b", "c"]
@@ -188,7 +231,11 @@ def test_wrong_types_in_fields_do_not_lose_the_run():
 
 def _element_ends(text: str) -> list[int]:
     """Byte offsets just past each element of the traceEvents array (independent of our parser)."""
-    start = text.index("[", text.index('"traceEvents"')) if text.lstrip().startswith("{") else text.index("[")
+    start = (
+        text.index("[", text.index('"traceEvents"'))
+        if text.lstrip().startswith("{")
+        else text.index("[")
+    )
     decoder = json.JSONDecoder()
     pos = start + 1
     ends = []
@@ -216,7 +263,9 @@ def test_truncation_at_many_cut_points_recovers_every_complete_event():
     ends = _element_ends(text)
     full = loads(data)
     assert full.complete and full.n_events == len(ends)
-    cuts = sorted(set(np.linspace(1, len(data) - 1, 120).astype(int).tolist()) | {e for e in ends[:5]})
+    cuts = sorted(
+        set(np.linspace(1, len(data) - 1, 120).astype(int).tolist()) | {e for e in ends[:5]}
+    )
     for cut in cuts:
         if cut <= text.index("[", text.index('"traceEvents"')):
             continue
@@ -287,8 +336,10 @@ def test_progress_callback_can_cancel(write_trace):
 
 @pytest.mark.parametrize("compress", [False, True])
 def test_read_event_returns_the_full_json_object(write_trace, compress):
-    events = [X(f"op{i}", i, 1, **{"Input Dims": [[i]], "Call stack": f"f{i}.py(1): g"})
-              for i in range(60000)]
+    events = [
+        X(f"op{i}", i, 1, **{"Input Dims": [[i]], "Call stack": f"f{i}.py(1): g"})
+        for i in range(60000)
+    ]
     path = write_trace(doc(*events), compress=compress)
     trace = load(str(path))
     for row in (0, 1, 31000, 59999):
@@ -327,7 +378,9 @@ def test_cli_bad_input_is_one_stderr_line_and_exit_1(write_trace, content):
     path = write_trace(content)
     result = subprocess.run(
         [sys.executable, "-m", "kinetoscope", "summary", str(path), "--json"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 1
     assert result.stdout == ""
@@ -339,7 +392,9 @@ def test_cli_bad_input_is_one_stderr_line_and_exit_1(write_trace, content):
 def test_cli_missing_file():
     result = subprocess.run(
         [sys.executable, "-m", "kinetoscope", "summary", "/nonexistent/trace.json"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 1 and "no such file" in result.stderr
 
@@ -350,6 +405,8 @@ def test_parser_and_analysis_do_not_import_textual_or_torch():
         "bad = [m for m in ('textual', 'torch') if m in sys.modules];"
         "print(','.join(bad))"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
