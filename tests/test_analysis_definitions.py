@@ -228,6 +228,14 @@ def test_self_time_never_negative_and_children_are_direct_only():
     assert o[("cpu_op", "c1")]["excl_us"] == 5.0
 
 
+def test_exclusive_can_exceed_inclusive_with_overlapping_siblings_of_one_group():
+    # P = c1 = c2 by name; c1 and c2 overlap (siblings), so P's self time floors at 0 while the
+    # children's self times add up to more than P's duration.
+    events = [X("f", 0, 10), X("f", 0, 7), X("f", 5, 5)]
+    f = ops(check(events))[("cpu_op", "f")]
+    assert (f["incl_us"], f["excl_us"]) == (10.0, 12.0)
+
+
 def test_outermost_instances_with_recursion():
     events = [X("f", 0, 100), X("g", 10, 50), X("f", 20, 10), X("f", 200, 7)]
     o = ops(check(events))
