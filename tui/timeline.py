@@ -112,6 +112,7 @@ class Timeline(ScrollView, can_focus=True):
         self._strips: LRUCache[tuple, Strip] = LRUCache(1024)
         self._device_levels: dict[int, Level] = {}
         self._changed_pending = False
+        self._needs_fit = False
         if data is not None:
             self.set_data(data)
 
@@ -138,7 +139,13 @@ class Timeline(ScrollView, can_focus=True):
         self._strips.clear()
         first_lane = next((i for i, r in enumerate(self.rows) if not r.is_header), 0)
         self.cursor_row = first_lane
-        self.call_after_refresh(self.action_fit_all)
+        self._needs_fit = True
+        self.call_after_refresh(self._initial_fit)
+
+    def _initial_fit(self) -> None:
+        if self._needs_fit and self.scrollable_content_region.width > self.label_width + 2:
+            self._needs_fit = False
+            self.action_fit_all()
 
     def _rebuild_rows(self) -> None:
         assert self.data is not None
@@ -168,6 +175,7 @@ class Timeline(ScrollView, can_focus=True):
     def on_resize(self, event: events.Resize) -> None:
         self.virtual_size = Size(event.size.width, len(self.rows) + 1)
         self._strips.clear()
+        self._initial_fit()
 
     # -- change notifications ---------------------------------------------------------------------
 
@@ -561,7 +569,7 @@ class Timeline(ScrollView, can_focus=True):
         data = self.data
         if data is None:
             return
-        self.ns_per_cell = max(MIN_NS_PER_CELL, data.span / (self.cells_width - 1))
+        self.ns_per_cell = max(MIN_NS_PER_CELL, data.span / max(self.cells_width - 1, 1))
         self.view_start = 0.0
         if not (0 <= self.cursor_time <= data.span):
             self.cursor_time = 0
