@@ -1,0 +1,151 @@
+"""`kinetoscope demo`: a tiny training run with two classic stalls, captured and opened.
+
+The workload trains a small MLP for a few steps. Two things in it are slow on purpose, the way
+they are in real training scripts:
+
+* the Dataset sleeps in `__getitem__` and the DataLoader has no worker processes, so every step
+  starts with the main thread waiting in `enumerate(DataLoader)#_SingleProcessDataLoaderIter
+  .__next__` while the GPU has nothing to do;
+* the loss is checked with `.item()` between forward and backward, which makes the CPU wait for
+  the GPU (`aten::item` -> `aten::_local_scalar_dense` -> `cudaStreamSynchronize` on CUDA) before it
+  can launch the backward pass.
+
+On a CUDA machine the model runs on the GPU; on CPU the whole demo takes a few seconds.
+Regenerate the CPU sample trace with `python -m kinetoscope.capture.demo OUT`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from kinetoscope.capture.run import capture_callable
+from kinetoscope.capture.runner import Outcome
+from kinetoscope.capture.session import (
+    CaptureOptions,
+    CaptureResult,
+    check_output,
+    default_output_path,
+    import_torch,
+)
+
+# The recorded window: skip 1 step, warm up 1, record 3 (ProfilerStep#2..#4).
+DEMO_WAIT = 1
+DEMO_WARMUP = 1
+DEMO_ACTIVE = 3
+BATCH_SIZE = 16
+SAMPLE_DELAY_S = 0.0005  # per sample, so about 8 ms of loading per batch
+
+
+def train(device: str = "cpu", steps: int = DEMO_WAIT + DEMO_WARMUP + DEMO_ACTIVE + 1) -> float:
+    """Train a small MLP for `steps` optimizer steps; returns the mean loss."""
+    torch = import_torch()
+    from torch import nn
+    from torch.utils.data import DataLoader, Dataset
+
+    torch.manual_seed(0)
+    features, classes = 128, 10
+
+    class SlowDataset(Dataset):  # type: ignore[type-arg]
+        """Random samples that take a while to 'decode'."""
+
+        def __init__(self, length: int) -> None:
+            generator = torch.Generator().manual_seed(1)
+            self.inputs = torch.randn(length, features, generator=generator)
+            self.labels = torch.randint(0, classes, (length,), generator=generator)
+
+        def __len__(self) -> int:
+            return len(self.labels)
+
+        def __getitem__(self, index: int) -> Any:
+            time.sleep(SAMPLE_DELAY_S)  # stands in for JPEG decoding, tokenising, ...
+            return self.inputs[index], self.labels[index]
+
+    loader = DataLoader(SlowDataset(steps * BATCH_SIZE), batch_size=BATCH_SIZE, num_workers=0)
+    model = nn.Sequential(
+        nn.Linear(features, 256),
+        nn.ReLU(),
+        nn.Linear(256, 256),
+        nn.ReLU(),
+        nn.Linear(256, classes),
+    ).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    total = 0.0
+    for inputs, labels in loader:
+        inputs, labels = inputs.to(device), labels.to(device)
+        loss = loss_fn(model(inputs), labels)
+        # The avoidable sync: reading the loss on the host before backward() stalls the CPU
+        # until the GPU has finished the forward pass.
+        value = loss.item()
+        if value != value:
+            raise FloatingPointError("loss is NaN")
+        total += value
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    return total / max(1, len(loader))
+
+
+def demo_options(cpu_only: bool = False) -> CaptureOptions:
+    return CaptureOptions(
+        wait=DEMO_WAIT,
+        warmup=DEMO_WARMUP,
+        active=DEMO_ACTIVE,
+        cuda=False if cpu_only else None,
+    )
+
+
+def capture_demo(
+    output: Path | None = None, *, force: bool = False, cpu_only: bool = False
+) -> tuple[Outcome, CaptureResult]:
+    """Capture the demo workload; returns how it ended and what was written."""
+    torch = import_torch()
+    device = "cuda" if (not cpu_only and torch.cuda.is_available()) else "cpu"
+    output = output or default_output_path(f"demo_{device}")
+    check_output(output, force)
+    return capture_callable(
+        lambda: train(device),
+        demo_options(cpu_only=device == "cpu"),
+        output=output,
+        force=force,
+        what=f"the demo training run on {device}",
+    )
+
+
+def scrub_machine_details(path: Path) -> None:
+    """Replace the host name and the temporary file name Kineto writes into a small trace."""
+    with gzip.open(path, "rt", encoding="utf-8") as source:
+        document = json.load(source)
+    if isinstance(document, dict):
+        if "host_name" in document:
+            document["host_name"] = "demo-host"
+        if "traceName" in document:
+            document["traceName"] = path.name
+    with gzip.open(path, "wt", encoding="utf-8", compresslevel=9) as sink:
+        json.dump(document, sink, separators=(",", ":"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m kinetoscope.capture.demo",
+        description="Write the CPU demo trace (the sample in sample_traces/).",
+    )
+    parser.add_argument("output", type=Path)
+    args = parser.parse_args(argv)
+    outcome, result = capture_demo(args.output, force=True, cpu_only=True)
+    if result.path is None:
+        print(f"no trace written: {result.reason}", file=sys.stderr)
+        return 1
+    scrub_machine_details(result.path)
+    print(result.path)
+    return outcome.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""Run a Python program in this process (script, `-m module` or `-c code`) as `python` would.
+
+The program sees its own `sys.argv`, runs as `__main__`, and its exit status is returned rather
+than raised, so that the caller can write the trace afterwards whatever happened.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import traceback
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+
+SCRIPT = "script"
+MODULE = "module"
+CODE = "code"
+
+
+@dataclass
+class Program:
+    """What to run: a script path, a module name or a code string, and its arguments."""
+
+    kind: str
+    target: str
+    args: list[str]
+
+    @property
+    def label(self) -> str:
+        """A short name for output files: the script's or module's name, or `code`."""
+        if self.kind == SCRIPT:
+            name = os.path.basename(self.target)
+            return name[:-3] if name.endswith(".py") else name
+        if self.kind == MODULE:
+            return self.target or "module"
+        return "code"
+
+    @property
+    def argv(self) -> list[str]:
+        first = {SCRIPT: self.target, MODULE: self.target, CODE: "-c"}[self.kind]
+        return [first, *self.args]
+
+    def describe(self) -> str:
+        if self.kind == MODULE:
+            return f"-m {self.target}"
+        if self.kind == CODE:
+            return "-c ..."
+        return self.target
+
+
+@dataclass
+class Outcome:
+    """How the program ended."""
+
+    exit_code: int
+    interrupted: bool = False  # ended by Ctrl-C (KeyboardInterrupt)
+    crashed: bool = False  # ended by an uncaught exception
+
+
+def exit_code_of(code: object) -> int:
+    """The status `sys.exit(code)` gives the process: None is 0, an int itself, else 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF if code >= 0 else code % 256
+    print(code, file=sys.stderr)
+    return 1
+
+
+def run_program(program: Program) -> Outcome:
+    """Run the program to completion and report how it ended; never raises for its errors."""
+    return run_callable(lambda: _execute(program), argv=program.argv, path0=_path0(program))
+
+
+def run_callable(
+    body: Callable[[], object], *, argv: list[str] | None = None, path0: str | None = None
+) -> Outcome:
+    """Call `body` with `sys.argv`/`sys.path[0]` set, turning its ending into an Outcome."""
+    saved_argv = sys.argv[:]
+    inserted_path = False
+    if argv is not None:
+        sys.argv = list(argv)
+    if path0 is not None:
+        sys.path.insert(0, path0)
+        inserted_path = True
+    try:
+        body()
+        return Outcome(0)
+    except SystemExit as exc:
+        return Outcome(exit_code_of(exc.code))
+    except KeyboardInterrupt:
+        print("\nKeyboardInterrupt", file=sys.stderr)
+        return Outcome(130, interrupted=True)
+    except BaseException as exc:  # noqa: BLE001 - the program's own error, reported like python
+        _print_program_traceback(exc)
+        return Outcome(1, crashed=True)
+    finally:
+        sys.argv = saved_argv
+        if inserted_path:
+            try:
+                sys.path.remove(path0)  # type: ignore[arg-type]
+            except ValueError:
+                pass
+
+
+def _path0(program: Program) -> str:
+    if program.kind == SCRIPT:
+        return os.path.dirname(os.path.abspath(program.target))
+    return os.getcwd()
+
+
+def _execute(program: Program) -> None:
+    if program.kind == SCRIPT:
+        runpy.run_path(program.target, run_name="__main__")
+    elif program.kind == MODULE:
+        runpy.run_module(program.target, run_name="__main__", alter_sys=True)
+    else:
+        _exec_code(program.target)
+
+
+def _exec_code(source: str) -> None:
+    code = compile(source, "<string>", "exec")
+    main = types.ModuleType("__main__")
+    main.__dict__["__builtins__"] = __builtins__
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main
+    try:
+        exec(code, main.__dict__)
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
+
+
+def _print_program_traceback(exc: BaseException) -> None:
+    """Print the traceback as python would, without kinetoscope's and runpy's own frames."""
+    tb = exc.__traceback__
+    own_files = {__file__, runpy.__file__, "<frozen runpy>"}
+    while tb is not None and tb.tb_frame.f_code.co_filename in own_files:
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb)
