@@ -141,8 +141,11 @@ def cell_style(
 
 def _name_cells(text: str, width: int) -> list[str]:
     """`text` fitted to `width` cells as one string per cell ('' after a double-width char)."""
+    fitted = fit(text, width)
+    if fitted.isascii():
+        return list(fitted)
     out: list[str] = []
-    for ch in fit(text, width):
+    for ch in fitted:
         out.append(ch)
         if cell_len(ch) == 2:
             out.append("")

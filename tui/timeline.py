@@ -113,6 +113,7 @@ class Timeline(ScrollView, can_focus=True):
         self._device_levels: dict[int, Level] = {}
         self._changed_pending = False
         self._needs_fit = False
+        self._geometry_cache: tuple = (None, (0, 12, 1))
         if data is not None:
             self.set_data(data)
 
@@ -153,13 +154,26 @@ class Timeline(ScrollView, can_focus=True):
         self.virtual_size = Size(self.size.width, len(self.rows) + 1)
         self._strips.clear()
 
+    def _geometry(self) -> tuple[int, int, int]:
+        """(content width, label width, cells width); cached because every line needs it."""
+        key = (self.size, self.virtual_size, self.show_vertical_scrollbar)
+        if self._geometry_cache[0] != key:
+            width = self.scrollable_content_region.width
+            label = max(12, min(34, width // 4))
+            self._geometry_cache = (key, (width, label, max(1, width - label - 1)))
+        return self._geometry_cache[1]
+
+    @property
+    def content_width(self) -> int:
+        return self._geometry()[0]
+
     @property
     def label_width(self) -> int:
-        return max(12, min(34, self.scrollable_content_region.width // 4))
+        return self._geometry()[1]
 
     @property
     def cells_width(self) -> int:
-        return max(1, self.scrollable_content_region.width - self.label_width - 1)
+        return self._geometry()[2]
 
     @property
     def view_end(self) -> float:
@@ -213,7 +227,7 @@ class Timeline(ScrollView, can_focus=True):
     # -- drawing ------------------------------------------------------------------------------
 
     def render_line(self, y: int) -> Strip:
-        width = self.scrollable_content_region.width
+        width = self.content_width
         if self.data is None:
             return Strip.blank(width)
         if y == 0:
