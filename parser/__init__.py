@@ -1,18 +1,34 @@
 """Bytes -> Trace: streaming msgspec parser of torch.profiler (Kineto) Chrome-trace JSON."""
 
+from . import cache
 from .access import read_event
 from .model import NO_VALUE, Lane, MemoryEvents, Source, Trace
 from .reader import read_bytes, read_trace
 from .source import TraceError
 
 
-def load(path: str, progress=None) -> Trace:
+def load(path: str, progress=None, use_cache: bool = True, workers: int | None = None) -> Trace:
     """Load a trace file (.json or gzip, by magic bytes). Raises TraceError with a one-line message.
 
     `progress(bytes_done, bytes_total, events_so_far)` is called as the file is read; an exception
-    raised from it cancels the load and propagates.
+    raised from it cancels the load and propagates. With `use_cache`, a valid cache entry of the
+    model is memory-mapped instead of parsing, and a big trace parsed in full is cached.
+    `workers` processes decode runs in parallel (default: one per CPU, for big files only).
     """
-    return read_trace(str(path), progress)
+    path = str(path)
+    if use_cache:
+        try:
+            cached = cache.load(path)
+        except OSError:
+            cached = None
+        if cached is not None:
+            if progress is not None:
+                progress(cached.source.bytes, cached.source.bytes, cached.n_events)
+            return cached
+    trace = read_trace(path, progress, workers)
+    if use_cache and trace.complete and trace.source.bytes >= cache.MIN_CACHED_BYTES:
+        cache.save(trace)
+    return trace
 
 
 def loads(data: bytes, path: str = "<memory>") -> Trace:

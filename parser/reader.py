@@ -9,7 +9,9 @@ event is decoded on its own, so nothing that can be read is lost.
 
 from __future__ import annotations
 
+import os
 import re
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,11 +27,13 @@ from .events import (
     lenient_loads,
     trailing_at,
 )
+from .convert import RunColumns, convert_run
 from .model import Source, Trace
 from .source import SourceState, TraceError, iter_blocks, open_source
 
 RUN_BYTES = 4 << 20  # target size of one decoded run of events
 _CUT = re.compile(rb"\}\s*,")
+_NEXT_EVENT = re.compile(rb"\}\s*,\s*\{")
 _WS = b" \t\r\n"
 MAX_CUT_TRIES = 8
 
@@ -86,9 +90,46 @@ class _Stop(Exception):
     """The stream ended (or broke) before the JSON did."""
 
 
-def read_trace(path: str, progress: Progress | None = None) -> Trace:
+# Below these sizes worker processes cost more to start than they save.
+PARALLEL_MIN_PLAIN = 48 << 20
+PARALLEL_MIN_GZIP = 6 << 20
+
+
+def default_workers() -> int:
+    """KINETOSCOPE_WORKERS, else the number of CPUs this process may use."""
+    explicit = os.environ.get("KINETOSCOPE_WORKERS")
+    if explicit and explicit.isdigit():
+        return max(1, int(explicit))
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def read_trace(path: str, progress: Progress | None = None, workers: int | None = None) -> Trace:
     state = open_source(path)
-    return _read(state, iter_blocks(state), progress)
+    if workers is None:
+        workers = default_workers()
+        threshold = PARALLEL_MIN_GZIP if state.compressed else PARALLEL_MIN_PLAIN
+        if state.size < threshold:
+            workers = 1
+    if workers <= 1:
+        return _read(state, iter_blocks(state), progress)
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # forkserver, not fork: the viewer loads from a thread, and forking a threaded process is unsafe.
+    from concurrent.futures.process import BrokenProcessPool
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["kinetoscope.parser.reader"])
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            return _read(state, iter_blocks(state), progress, pool, workers)
+    except (BrokenProcessPool, OSError):
+        # Workers could not start or died: read again in this process alone.
+        state = open_source(path)
+        return _read(state, iter_blocks(state), progress)
 
 
 def read_bytes(data: bytes, path: str = "<memory>") -> Trace:
@@ -106,12 +147,19 @@ def read_bytes(data: bytes, path: str = "<memory>") -> Trace:
     return _read(state, blocks(), None)
 
 
-def _read(state: SourceState, blocks: Iterator[bytes], progress: Progress | None) -> Trace:
+def _read(
+    state: SourceState,
+    blocks: Iterator[bytes],
+    progress: Progress | None,
+    pool: Any = None,
+    workers: int = 1,
+) -> Trace:
     buf = _Buffer(blocks)
     builder = TraceBuilder()
     header: dict[str, Any] = {}
     warnings: list[str] = []
     reader = _Reader(buf, builder, state, progress, warnings)
+    reader.pool, reader.workers = pool, workers
     first = buf.skip_ws()
     if first is None:
         if state.stream_error:
@@ -189,6 +237,8 @@ class _Reader:
         self.events_started = False
         self.last_good = 0  # uncompressed offset just after the last complete event
         self.dropped = 0
+        self.pool: Any = None
+        self.workers = 1
 
     # -- the top-level object ----------------------------------------------------------------
 
@@ -264,6 +314,8 @@ class _Reader:
         buf = self.buf
         self.events_started = True
         self.last_good = buf.offset
+        if self.pool is not None:
+            self._read_events_parallel()
         while True:
             c = buf.skip_ws()
             if c is None:
@@ -279,6 +331,70 @@ class _Reader:
             if self._decode_run():
                 return
             self._report()
+
+    def _read_events_parallel(self) -> None:
+        """Hand runs to worker processes and merge their columns in file order.
+
+        The main process only frames: it cuts after a `}` followed by `,` and `{`, and the worker's
+        decoder confirms the cut. A run that fails (a cut inside a string, malformed data, or the
+        end of the array) rewinds the stream to that run's start, and the serial path, which
+        retries cuts and salvages, carries on from there. The last run is always serial.
+        """
+        buf = self.buf
+        pending: deque[tuple[Any, int, bytes, bytes]] = deque()
+        limit = 2 * self.workers + 1
+        while True:
+            c = buf.skip_ws()
+            if c is None or c == ord("]"):
+                break
+            if c == ord(","):
+                buf.pos += 1
+                continue
+            buf.fill(RUN_BYTES)
+            data, pos = buf.data, buf.pos
+            if buf.eof and len(data) - pos < RUN_BYTES:
+                break
+            found = None
+            for found in _NEXT_EVENT.finditer(data, max(pos, len(data) - 65536)):
+                pass
+            if found is None:
+                break
+            cut = found.start()
+            next_event = found.end() - 1
+            segment = data[pos : cut + 1]
+            pending.append(
+                (
+                    self.pool.submit(decode_segment, segment),
+                    buf.base + pos,
+                    segment,
+                    data[cut + 1 : next_event],
+                )
+            )
+            buf.pos = next_event
+            while pending and (len(pending) >= limit or pending[0][0].done()):
+                if not self._merge_oldest(pending):
+                    return
+        while pending:
+            if not self._merge_oldest(pending):
+                return
+
+    def _merge_oldest(self, pending: deque) -> bool:
+        future, offset, segment, separator = pending.popleft()
+        run = future.result()
+        if run is None:
+            for later in pending:
+                later[0].cancel()
+            buf = self.buf
+            rest = b"".join(s + sep for _f, _o, s, sep in pending)
+            buf.data = segment + separator + rest + buf.data[buf.pos :]
+            buf.base = offset
+            buf.pos = 0
+            pending.clear()
+            return False
+        self.builder.add_run(run, offset, len(segment))
+        self.last_good = offset + len(segment)
+        self._report()
+        return True
 
     def _cut_off_message(self) -> str:
         return (
@@ -437,6 +553,21 @@ class _Reader:
             self.warnings.append(f"skipped a malformed event at byte {offset}")
         elif self.dropped == 6:
             self.warnings.append("skipped more malformed events (only the first 5 are listed)")
+
+
+def decode_segment(segment: bytes) -> RunColumns | None:
+    """Worker side: decode and convert one run of whole events; None if it is not one."""
+    text = b"[" + segment + b"]"
+    try:
+        events = EVENTS_DECODER.decode(text)
+    except msgspec.ValidationError:
+        try:
+            events = [event_from_object(o) for o in ANY_DECODER.decode(text)]
+        except msgspec.DecodeError:
+            return None
+    except msgspec.DecodeError:
+        return None
+    return convert_run(events)
 
 
 def split_elements(

@@ -20,6 +20,12 @@ def corpus_params():
     return [pytest.param(f, id=f"{f.parent.name}/{f.name}") for f in files]
 
 
+@pytest.fixture(autouse=True)
+def private_cache_dir(tmp_path_factory, monkeypatch):
+    """Tests never read or write the user's model cache."""
+    monkeypatch.setenv("KINETOSCOPE_CACHE_DIR", str(tmp_path_factory.mktemp("model-cache")))
+
+
 @pytest.fixture
 def write_trace(tmp_path):
     """Write a trace (a dict, list or raw bytes) to a file and return its path."""

@@ -1,0 +1,197 @@
+"""On-disk cache of a loaded Trace: plain .npy arrays, memory-mapped on reopen, never pickle.
+
+A cache entry lives in its own folder under the user's cache directory (never next to the trace),
+named by a hash of the trace's absolute path. Its manifest records the trace's path, size, mtime
+and the cache format version, plus the size and CRC-32 of every array file; an entry whose key
+does not match the trace, or whose files are missing, short or corrupt, is ignored and rebuilt.
+Entries are written to a temporary folder and renamed into place, so a crash leaves no half entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import zlib
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from .model import ChunkIndex, Lane, MemoryEvents, Source, Trace
+
+FORMAT_VERSION = 1
+COLUMNS = (
+    "ph",
+    "name",
+    "cat",
+    "lane",
+    "start",
+    "dur",
+    "corr",
+    "ext_id",
+    "device",
+    "stream",
+    "flow_id",
+    "flow_bp",
+    "shape",
+    "ordinal",
+)
+MEMORY_COLUMNS = (
+    "ordinal",
+    "lane",
+    "ts",
+    "addr",
+    "bytes",
+    "total_allocated",
+    "total_reserved",
+    "device_type",
+    "device_id",
+)
+CHUNK_COLUMNS = ("offset", "length", "first_ordinal")
+# Traces smaller than this load faster than the cache pays back; they are not cached.
+MIN_CACHED_BYTES = 8 << 20
+
+
+def cache_root() -> Path:
+    """KINETOSCOPE_CACHE_DIR, else $XDG_CACHE_HOME/kinetoscope, else ~/.cache/kinetoscope."""
+    explicit = os.environ.get("KINETOSCOPE_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "kinetoscope"
+
+
+def trace_key(path: str) -> dict[str, Any]:
+    """What a cache entry must match: the trace file as it is now."""
+    st = os.stat(path)
+    return {
+        "path": os.path.abspath(path),
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "format": FORMAT_VERSION,
+    }
+
+
+def entry_dir(path: str, root: Path | None = None) -> Path:
+    digest = hashlib.sha256(os.path.abspath(path).encode("utf-8", "surrogatepass")).hexdigest()
+    return (root or cache_root()) / digest[:32]
+
+
+def _crc(path: Path) -> int:
+    crc = 0
+    with open(path, "rb") as handle:
+        while block := handle.read(8 << 20):
+            crc = zlib.crc32(block, crc)
+    return crc
+
+
+def save(trace: Trace, root: Path | None = None) -> Path | None:
+    """Write the trace's cache entry; returns its folder, or None if it could not be written."""
+    try:
+        key = trace_key(trace.source.path)
+        target = entry_dir(trace.source.path, root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=".tmp-", dir=target.parent))
+    except OSError:
+        return None
+    try:
+        arrays: dict[str, np.ndarray] = {c: getattr(trace, c) for c in COLUMNS}
+        arrays.update({f"memory.{c}": getattr(trace.memory, c) for c in MEMORY_COLUMNS})
+        if trace.chunks is not None:
+            arrays.update({f"chunks.{c}": getattr(trace.chunks, c) for c in CHUNK_COLUMNS})
+        encoded = [s.encode("utf-8", "surrogatepass") for s in trace.strings]
+        arrays["strings.offsets"] = np.cumsum([0] + [len(b) for b in encoded], dtype=np.int64)
+        arrays["strings.blob"] = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+        files = {}
+        for name, array in arrays.items():
+            file = work / f"{name}.npy"
+            np.save(file, np.ascontiguousarray(array), allow_pickle=False)
+            files[name] = {"bytes": file.stat().st_size, "crc32": _crc(file)}
+        manifest = {
+            "key": key,
+            "files": files,
+            "header": trace.header,
+            "lanes": [asdict(lane) for lane in trace.lanes],
+            "n_events": trace.n_events,
+            "by_phase": trace.by_phase,
+            "by_category": trace.by_category,
+            "slice_start_min": trace.slice_start_min,
+            "slice_end_max": trace.slice_end_max,
+            "complete": trace.complete,
+            "warnings": trace.warnings,
+            "stopped_at": trace.stopped_at,
+            "source": asdict(trace.source),
+            "has_chunks": trace.chunks is not None,
+        }
+        (work / "manifest.json").write_bytes(msgspec.json.encode(manifest))
+        old = None
+        if target.exists():
+            old = Path(tempfile.mkdtemp(prefix=".old-", dir=target.parent))
+            os.rename(target, old / "entry")
+        os.rename(work, target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        return target
+    except (OSError, ValueError, TypeError, msgspec.EncodeError):
+        shutil.rmtree(work, ignore_errors=True)
+        return None
+
+
+def load(path: str, root: Path | None = None, verify: bool = True) -> Trace | None:
+    """The cached Trace for `path`, memory-mapped, or None when there is no valid entry."""
+    target = entry_dir(path, root)
+    try:
+        manifest = msgspec.json.decode((target / "manifest.json").read_bytes())
+        if manifest.get("key") != trace_key(path):
+            return None
+        arrays = {}
+        for name, facts in manifest["files"].items():
+            file = target / f"{name}.npy"
+            if file.stat().st_size != facts["bytes"]:
+                return None
+            if verify and _crc(file) != facts["crc32"]:
+                return None
+            try:
+                arrays[name] = np.load(file, mmap_mode="r", allow_pickle=False)
+            except ValueError:  # numpy cannot map an empty array
+                arrays[name] = np.load(file, allow_pickle=False)
+        offsets = np.asarray(arrays.pop("strings.offsets"))
+        blob = bytes(arrays.pop("strings.blob"))
+        strings = [
+            blob[a:b].decode("utf-8", "surrogatepass")
+            for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())
+        ]
+        memory = MemoryEvents(**{c: arrays[f"memory.{c}"] for c in MEMORY_COLUMNS})
+        chunks = None
+        if manifest["has_chunks"]:
+            chunks = ChunkIndex(**{c: arrays[f"chunks.{c}"] for c in CHUNK_COLUMNS})
+        source = Source(**manifest["source"])
+        source.path = path
+        lengths = {len(arrays[c]) for c in COLUMNS}
+        if len(lengths) != 1:
+            return None
+        trace = Trace(
+            source=source,
+            header=manifest["header"],
+            strings=strings,
+            **{c: arrays[c] for c in COLUMNS},
+            lanes=[Lane(**lane) for lane in manifest["lanes"]],
+            memory=memory,
+            n_events=manifest["n_events"],
+            by_phase=manifest["by_phase"],
+            by_category=manifest["by_category"],
+            slice_start_min=manifest["slice_start_min"],
+            slice_end_max=manifest["slice_end_max"],
+            complete=manifest["complete"],
+            warnings=list(manifest["warnings"]),
+            stopped_at=manifest["stopped_at"],
+            chunks=chunks,
+        )
+        trace.from_cache = True  # type: ignore[attr-defined]
+        return trace
+    except (OSError, ValueError, KeyError, TypeError, msgspec.DecodeError):
+        return None

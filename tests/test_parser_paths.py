@@ -1,0 +1,135 @@
+"""The parallel, cached and single-process load paths give the same Trace."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from kinetoscope.parser import cache, load
+from kinetoscope.parser.cache import COLUMNS, MEMORY_COLUMNS
+
+
+def _events(n):
+    events = []
+    for i in range(n):
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": f"aten::op{i % 37}",
+                "pid": 1,
+                "tid": 1 + i % 3,
+                "ts": 1700000000000 + i * 3.5,
+                "dur": 2.25,
+                "args": {"External id": i, "Input Dims": [[i % 5, 2]]},
+            }
+        )
+        if i % 4 == 0:
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "kernel",
+                    "name": f"k{i % 11}",
+                    "pid": 0,
+                    "tid": 7,
+                    "ts": 1700000000000 + i * 3.5 + 1,
+                    "dur": 1,
+                    "args": {"correlation": i},
+                }
+            )
+        if i % 10 == 0:
+            events.append(
+                {
+                    "ph": "i",
+                    "s": "t",
+                    "name": "[memory]",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": 1700000000000 + i * 3.5,
+                    "args": {"Bytes": i, "Addr": i},
+                }
+            )
+    return events
+
+
+def assert_same(a, b):
+    for column in COLUMNS:
+        assert np.array_equal(getattr(a, column), getattr(b, column)), column
+    for column in MEMORY_COLUMNS:
+        assert np.array_equal(getattr(a.memory, column), getattr(b.memory, column)), column
+    assert a.strings == b.strings
+    assert (a.n_events, a.by_phase, a.by_category) == (b.n_events, b.by_phase, b.by_category)
+    assert (a.slice_start_min, a.slice_end_max) == (b.slice_start_min, b.slice_end_max)
+    assert [lane.label for lane in a.lanes] == [lane.label for lane in b.lanes]
+    assert a.header == b.header
+
+
+@pytest.fixture
+def big_trace(tmp_path):
+    (tmp_path / "traces").mkdir()
+    path = tmp_path / "traces" / "big.json"
+    doc = {"schemaVersion": 1, "traceEvents": _events(120000), "deviceProperties": [{"id": 0}]}
+    path.write_text(json.dumps(doc, indent=1))
+    assert path.stat().st_size > 8 << 20  # several runs of events
+    return path
+
+
+def test_parallel_load_equals_single_process(big_trace):
+    serial = load(str(big_trace), use_cache=False, workers=1)
+    parallel = load(str(big_trace), use_cache=False, workers=2)
+    assert serial.n_events == 120000 + 30000 + 12000
+    assert len(serial.chunks.offset) > 2
+    assert_same(serial, parallel)
+
+
+def test_parallel_load_recovers_from_a_bad_cut(tmp_path):
+    # A string holding "}, {" would make a wrong cut; the worker fails and the serial path resumes.
+    events = _events(60000)
+    for i in range(0, len(events), 997):
+        events[i]["args"]["Call stack"] = 'f("}, {")'
+    path = tmp_path / "tricky.json"
+    path.write_text(json.dumps(events, indent=1))
+    assert_same(
+        load(str(path), use_cache=False, workers=1), load(str(path), use_cache=False, workers=2)
+    )
+
+
+def test_cache_roundtrip_and_invalidation(big_trace, tmp_path, monkeypatch):
+    monkeypatch.setenv("KINETOSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    cold = load(str(big_trace))
+    assert not getattr(cold, "from_cache", False)
+    entry = cache.entry_dir(str(big_trace))
+    assert (entry / "manifest.json").exists()
+    assert not any(p.name.startswith(".tmp-") for p in entry.parent.iterdir())
+    warm = load(str(big_trace))
+    assert getattr(warm, "from_cache", False)
+    assert_same(cold, warm)
+
+    # A damaged array file is detected and the trace parsed again (and re-cached).
+    victim = entry / "start.npy"
+    data = bytearray(victim.read_bytes())
+    data[-1] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    again = load(str(big_trace))
+    assert not getattr(again, "from_cache", False)
+    assert_same(cold, again)
+    assert getattr(load(str(big_trace)), "from_cache", False)
+
+    # A changed trace (new mtime) is never served from the old entry.
+    os.utime(big_trace, ns=(1, 1))
+    assert not getattr(load(str(big_trace)), "from_cache", False)
+
+
+def test_cache_is_not_written_next_to_the_trace(big_trace, tmp_path, monkeypatch):
+    monkeypatch.setenv("KINETOSCOPE_CACHE_DIR", str(tmp_path / "elsewhere"))
+    before = sorted(os.listdir(big_trace.parent))
+    load(str(big_trace))
+    assert sorted(os.listdir(big_trace.parent)) == before
+
+
+def test_unwritable_cache_dir_still_loads(big_trace, tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    monkeypatch.setenv("KINETOSCOPE_CACHE_DIR", str(blocker / "cache"))
+    assert load(str(big_trace)).n_events > 0
