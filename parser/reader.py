@@ -19,6 +19,7 @@ import msgspec
 import numpy as np
 
 from .builder import TraceBuilder
+from .convert import RunColumns, convert_run
 from .events import (
     ANY_DECODER,
     EVENTS_DECODER,
@@ -27,7 +28,6 @@ from .events import (
     lenient_loads,
     trailing_at,
 )
-from .convert import RunColumns, convert_run
 from .model import Source, Trace
 from .source import SourceState, TraceError, iter_blocks, open_source
 
@@ -354,13 +354,11 @@ class _Reader:
             data, pos = buf.data, buf.pos
             if buf.eof and len(data) - pos < RUN_BYTES:
                 break
-            found = None
-            for found in _NEXT_EVENT.finditer(data, max(pos, len(data) - 65536)):
-                pass
-            if found is None:
+            matches = list(_NEXT_EVENT.finditer(data, max(pos, len(data) - 65536)))
+            if not matches:
                 break
-            cut = found.start()
-            next_event = found.end() - 1
+            cut = matches[-1].start()
+            next_event = matches[-1].end() - 1
             segment = data[pos : cut + 1]
             pending.append(
                 (

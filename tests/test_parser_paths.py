@@ -5,7 +5,6 @@ import os
 
 import numpy as np
 import pytest
-
 from kinetoscope.parser import cache, load
 from kinetoscope.parser.cache import COLUMNS, MEMORY_COLUMNS
 
