@@ -6,6 +6,7 @@ import argparse
 import os
 import shlex
 import sys
+import textwrap
 from pathlib import Path
 
 from kinetoscope.capture.runner import CODE, MODULE, SCRIPT, Program
@@ -19,7 +20,7 @@ from kinetoscope.capture.session import (
 
 OVERHEAD_NOTE = (
     "The profiler itself costs time: with --record-shapes, --profile-memory and --with-stack all "
-    "on, steps commonly run 10-30%% slower, so they are off by default."
+    "on, steps commonly run 10-30% slower, so they are off by default."
 )
 
 CAPTURE_EPILOG = f"""\
@@ -30,7 +31,7 @@ Without an optimizer use --steps-from function:NAME (a step ends when NAME retur
 function or Class.method of the program, or pkg.module:qualname), --steps-from time:SECONDS (a
 step every SECONDS of wall time), or --whole-run.
 
-{OVERHEAD_NOTE}
+{textwrap.fill(OVERHEAD_NOTE, 96)}
 
 Examples:
   kinetoscope capture train.py --lr 0.1
@@ -162,8 +163,7 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
 
 def _add_detail_options(parser: argparse.ArgumentParser) -> None:
     detail = parser.add_argument_group(
-        "detail (each adds profiler overhead; all off by default)",
-        OVERHEAD_NOTE,
+        "detail (each adds profiler overhead, 10-30% with all three on; off by default)"
     )
     detail.add_argument("--record-shapes", action="store_true", help="record operator input shapes")
     detail.add_argument(

@@ -14,7 +14,7 @@ import shutil
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -402,11 +402,11 @@ class CaptureSession:
         owner: Any = None
         container: Any = frame.f_globals
         for part in parts[:-1]:
-            owner = container.get(part) if isinstance(container, dict) else None
+            owner = container.get(part) if isinstance(container, Mapping) else None
             if owner is None:
                 return
             container = vars(owner)
-        target = container.get(parts[-1]) if isinstance(container, dict) else None
+        target = container.get(parts[-1]) if isinstance(container, Mapping) else None
         function = target.__func__ if isinstance(target, (staticmethod, classmethod)) else target
         if getattr(function, "__code__", None) is not code:
             return

@@ -534,3 +534,44 @@ def test_sample_demo_trace_is_small_and_valid() -> None:
     document = load_trace(sample)
     assert step_numbers(document) == [2, 3, 4]
     assert document.get("host_name", "demo-host") == "demo-host"
+
+
+def test_api_function_steps_by_module_path_and_by_method(tmp_path: Path, monkeypatch) -> None:
+    from kinetoscope.capture import profile
+
+    (tmp_path / "steps_helpers.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+
+            def work():
+                return torch.ones(8).sum()
+
+            class Trainer:
+                def step(self):
+                    return torch.ones(4) * 2
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import steps_helpers
+
+    original_work, original_step = steps_helpers.work, steps_helpers.Trainer.step
+
+    out = tmp_path / "by_path.pt.trace.json.gz"
+    with profile(
+        out, steps=2, wait=1, warmup=1, steps_from="function:steps_helpers:work", quiet=True
+    ):
+        for _ in range(5):
+            steps_helpers.work()
+    assert step_numbers(load_trace(out)) == [2, 3]
+    assert steps_helpers.work is original_work  # unwrapped again
+
+    out = tmp_path / "by_method.pt.trace.json.gz"
+    trainer = steps_helpers.Trainer()
+    with profile(out, steps=1, wait=1, warmup=1, steps_from="function:Trainer.step", quiet=True):
+        for _ in range(4):
+            trainer.step()
+    assert step_numbers(load_trace(out)) == [2]
+    assert steps_helpers.Trainer.step is original_step
+    assert sys.getprofile() is None
