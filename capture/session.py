@@ -233,7 +233,10 @@ class CaptureSession:
         self._in_step = True
         try:
             self.steps_seen += 1
-            self._profiler.step()
+            # A Ctrl-C in the middle of the profiler's state change would leave it half
+            # switched and unable to stop cleanly; hold it until the step is done.
+            with _sigint_deferred(None, reraise=True):
+                self._profiler.step()
         finally:
             self._in_step = False
         if self.written is not None and self.options.windowed:
@@ -250,12 +253,16 @@ class CaptureSession:
                 pass
         self._undo.clear()
         profiler, self._profiler = self._profiler, None
+        failure = ""
         if profiler is not None:
-            with _sigint_deferred(self._announce, reraise=False):
-                profiler.stop()
+            try:
+                with _sigint_deferred(self._announce, reraise=False):
+                    profiler.stop()
+            except Exception as exc:  # noqa: BLE001 - report it; the program's result matters more
+                failure = f"the profiler failed while stopping: {type(exc).__name__}: {exc}"
         reason = ""
         if self.written is None:
-            reason = self._nothing_recorded_reason()
+            reason = failure or self._nothing_recorded_reason()
         return CaptureResult(self.written, self.steps_seen, self.options, reason)
 
     # writing ------------------------------------------------------------------------------
@@ -470,7 +477,7 @@ class _sigint_deferred:
 
     _depth = 0
 
-    def __init__(self, announce: Callable[[str], None], *, reraise: bool) -> None:
+    def __init__(self, announce: Callable[[str], None] | None, *, reraise: bool) -> None:
         self._announce = announce
         self._reraise = reraise
         self._previous: Any = None
@@ -490,7 +497,8 @@ class _sigint_deferred:
 
     def _hold(self, signum: int, frame: Any) -> None:
         self._pending = True
-        self._announce("kinetoscope: still writing the trace, one moment...")
+        if self._announce is not None:
+            self._announce("kinetoscope: still writing the trace, one moment...")
 
     def __exit__(self, *exc: Any) -> None:
         _sigint_deferred._depth -= 1
