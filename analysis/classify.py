@@ -58,15 +58,31 @@ class Groups:
 
 
 def group_rows(trace: Trace, mask: np.ndarray) -> Groups:
-    """Group the rows selected by `mask` by (cat, name)."""
+    """Group the rows selected by `mask` by (cat, name); groups ascend by (cat id, name id)."""
     rows = np.flatnonzero(mask)
-    width = np.int64(max(len(trace.strings), 1))
-    key = trace.cat[rows].astype(np.int64) * width + trace.name[rows].astype(np.int64)
-    keys, inverse = np.unique(key, return_inverse=True)
+    n_strings = max(len(trace.strings), 1)
+    cat = trace.cat[rows]
+    # Few categories are used: number them densely so that (cat, name) keys stay small.
+    used_cats = np.flatnonzero(np.bincount(cat, minlength=n_strings))
+    cat_rank = np.zeros(n_strings, dtype=np.int64)
+    cat_rank[used_cats] = np.arange(len(used_cats))
+    key = cat_rank[cat] * n_strings + trace.name[rows]
+    key_range = len(used_cats) * n_strings
     index = np.full(len(trace), -1, dtype=np.int32)
-    index[rows] = inverse.astype(np.int32)
+    if key_range <= max(4 * len(rows), 1 << 20):
+        present = np.zeros(key_range, dtype=bool)
+        present[key] = True
+        keys = np.flatnonzero(present)
+        dense = np.zeros(key_range, dtype=np.int32)
+        dense[keys] = np.arange(len(keys), dtype=np.int32)
+        index[rows] = dense[key]
+    else:
+        keys, inverse = np.unique(key, return_inverse=True)
+        index[rows] = inverse.reshape(-1).astype(np.int32)
     return Groups(
-        cat=(keys // width).astype(np.int32), name=(keys % width).astype(np.int32), index=index
+        cat=used_cats[keys // n_strings].astype(np.int32),
+        name=(keys % n_strings).astype(np.int32),
+        index=index,
     )
 
 

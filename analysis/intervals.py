@@ -128,6 +128,26 @@ def next_greater(values: np.ndarray, stop: np.ndarray) -> np.ndarray:
     return candidate
 
 
+def stable_order(keys: np.ndarray, bound: int) -> np.ndarray:
+    """Stable argsort of non-negative integer keys below `bound`.
+
+    Keys that fit 16 bits are sorted with numpy's radix sort, several times faster than the
+    comparison sorts used for wider integers."""
+    if bound <= 1 << 16:
+        return np.argsort(keys.astype(np.uint16), kind="stable")
+    return np.argsort(keys, kind="stable")
+
+
+def nesting_depth(subtree_stop: np.ndarray) -> np.ndarray:
+    """Depth of each position of a preorder, given where each subtree stops.
+
+    The ancestors of j are the x < j with subtree_stop[x] > j. Since subtree_stop[x] > x, that
+    is j minus the number of subtrees that stopped at or before j."""
+    n = len(subtree_stop)
+    stopped = np.cumsum(np.bincount(subtree_stop, minlength=n + 1))[:n]
+    return np.arange(n, dtype=np.int64) - stopped
+
+
 def chain_length(parent: np.ndarray) -> np.ndarray:
     """Number of ancestors of each node of a forest given by parent indices (-1 for roots)."""
     depth = (parent >= 0).astype(np.int64)

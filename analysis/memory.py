@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
-from kinetoscope.parser.model import NO_VALUE, MemoryEvents
+from kinetoscope.parser.model import NO_VALUE, MemoryEvents, Trace
 
 CUDA_DEVICE_TYPE = 1  # c10::DeviceType::CUDA (ROCm builds report HIP devices as CUDA too)
+
+
+def device_properties(trace: Trace) -> list[dict[str, Any]]:
+    """`deviceProperties` of the header, or the older `computeProperties` when that is absent."""
+    header = trace.header
+    key = "deviceProperties" if "deviceProperties" in header else "computeProperties"
+    props = header.get(key)
+    if not isinstance(props, list):
+        return []
+    return [entry if isinstance(entry, dict) else {} for entry in props]
 
 
 @dataclass(frozen=True)

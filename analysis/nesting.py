@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from kinetoscope.parser.model import Trace
 
-from .intervals import chain_length, next_greater, previous_at_least
+from .intervals import nesting_depth, next_greater, previous_at_least, stable_order
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ def compute_nesting(trace: Trace, cpu: np.ndarray, group: np.ndarray) -> Nesting
     # the earlier members of each group answers that for all slices at once. Slices of other
     # lanes never interfere: their subtrees end before this lane's positions begin.
     slice_group = group[order].astype(np.int64)
-    by_group = np.lexsort((np.arange(n), slice_group))
+    by_group = stable_order(slice_group, int(slice_group.max()) + 1 if n else 0)
     g = slice_group[by_group]
     span = np.int64(n + 1)
     reach = np.maximum.accumulate(g * span + subtree_stop[by_group])
@@ -133,7 +133,7 @@ def compute_nesting(trace: Trace, cpu: np.ndarray, group: np.ndarray) -> Nesting
     parent = np.full(len(trace), -1, dtype=np.int32)
     parent[order[has_parent]] = order[parent_pos[has_parent]]
     depth = np.full(len(trace), -1, dtype=np.int32)
-    depth[order] = chain_length(parent_pos)
+    depth[order] = nesting_depth(subtree_stop)
     return Nesting(
         order=order,
         lane_of=lane,

@@ -1,7 +1,408 @@
-"""Triage rules (placeholder being written)."""
+"""Triage rules: named checks with documented thresholds that turn the analyses into findings.
+
+Each finding names its rule, a severity, a sentence saying what was seen and what to try, and
+evidence (a time range, a device, the rows that show it) the viewer can jump to. The thresholds
+are the module constants below; docs/analysis.md explains each rule.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-def run_rules(analysis):  # type: ignore[no-untyped-def]
-    return []
+import numpy as np
+from kinetoscope.parser.model import NO_VALUE
+
+from .idle import HOST_WAIT, KERNEL_WAIT
+from .intervals import Union
+from .memory import CUDA_DEVICE_TYPE, device_properties
+from .steps import COMM_NAME, names_matching
+
+if TYPE_CHECKING:
+    from .core import Analysis
+
+INFO, WARNING, CRITICAL = "info", "warning", "critical"
+
+# dataloader_bound: share of a step spent in `enumerate(DataLoader)` on the CPU.
+DATALOADER_WARNING = 0.10
+DATALOADER_CRITICAL = 0.30
+# low_gpu_utilization: busy share of a device's window (windows under 1 ms are not judged).
+UTILIZATION_WARNING = 0.50
+UTILIZATION_CRITICAL = 0.20
+MIN_WINDOW_NS = 1_000_000
+# host_sync: union of host-blocking calls as a share of the profiled CPU span.
+SYNC_WARNING = 0.05
+SYNC_CRITICAL = 0.20
+MIN_SYNC_NS = 100_000
+# launch_bound: mostly short kernels, separated by many small gaps in which the GPU waited for
+# the next launch (host_wait or kernel_wait gaps under LAUNCH_GAP_NS), as a share of the window.
+SHORT_KERNEL_NS = 10_000
+LAUNCH_MIN_SHORT_KERNELS = 50
+LAUNCH_SHORT_SHARE = 0.50
+LAUNCH_GAP_NS = 100_000
+LAUNCH_WAIT_WARNING = 0.10
+LAUNCH_WAIT_CRITICAL = 0.30
+# host_wait_idle: host_wait idle as a share of the window, and of all idle time.
+HOST_WAIT_WARNING = 0.10
+HOST_WAIT_CRITICAL = 0.30
+HOST_WAIT_SHARE_OF_IDLE = 0.50
+# communication_heavy: communication kernels as a share of a step (or of the GPU window).
+COMM_WARNING = 0.20
+COMM_EXPOSED_CRITICAL = 0.20
+# memory_near_capacity: peak reserved (else allocated) memory as a share of the device's memory.
+MEMORY_WARNING = 0.90
+MEMORY_CRITICAL = 0.97
+
+# Calls that make the host wait for the device.
+BLOCKING_CALLS = frozenset(
+    {
+        "cudaDeviceSynchronize",
+        "cudaStreamSynchronize",
+        "cudaEventSynchronize",
+        "cudaMemcpy",
+        "cudaMemcpy2D",
+        "cudaMemcpy3D",
+        "cuCtxSynchronize",
+        "cuStreamSynchronize",
+        "cuEventSynchronize",
+        "hipDeviceSynchronize",
+        "hipStreamSynchronize",
+        "hipEventSynchronize",
+        "hipMemcpy",
+        "hipMemcpy2D",
+        "hipMemcpy3D",
+        "aten::item",
+        "aten::_local_scalar_dense",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    severity: str
+    message: str  # what was seen, then what to try
+    start: int  # ns: the range that shows it
+    dur: int
+    device: int | None = None
+    rows: tuple[int, ...] = field(default=())  # trace rows to jump to, most telling first
+
+    def to_json(self, trace: Any = None) -> dict[str, Any]:
+        evidence: dict[str, Any] = {
+            "start_us": round(self.start / 1000, 3),
+            "dur_us": round(self.dur / 1000, 3),
+        }
+        if self.device is not None:
+            evidence["device"] = self.device
+        if trace is not None and self.rows:
+            evidence["events"] = [
+                {
+                    "name": trace.name_of(r),
+                    "start_us": round(int(trace.start[r]) / 1000, 3),
+                    "dur_us": round(int(trace.dur[r]) / 1000, 3),
+                }
+                for r in self.rows
+            ]
+        return {
+            "rule": self.rule,
+            "severity": self.severity,
+            "message": self.message,
+            "evidence": evidence,
+        }
+
+
+def ms(ns: int | float) -> str:
+    return f"{ns / 1e6:.2f} ms"
+
+
+def pct(share: float) -> str:
+    return f"{100 * share:.0f}%"
+
+
+def dataloader_bound(a: Analysis) -> list[Finding]:
+    steps = a.steps
+    if len(steps) == 0:
+        return []
+    share = steps.dataloader / np.maximum(steps.dur, 1)
+    slow = np.flatnonzero(share >= DATALOADER_WARNING)
+    if len(slow) == 0:
+        return []
+    worst = int(slow[np.argmax(share[slow])])
+    row = int(steps.rows[worst])
+    severity = CRITICAL if share[worst] >= DATALOADER_CRITICAL else WARNING
+    message = (
+        f"{len(slow)} of {len(steps)} steps spend at least {pct(DATALOADER_WARNING)} of their "
+        f"time waiting for the DataLoader (worst: {a.trace.name_of(row)}, "
+        f"{ms(steps.dataloader[worst])}, {pct(share[worst])}). Try more DataLoader workers "
+        "(num_workers), pin_memory=True with persistent_workers, prefetching, or moving "
+        "decoding/augmentation off the training process."
+    )
+    return [
+        Finding(
+            "dataloader_bound",
+            severity,
+            message,
+            int(steps.start[worst]),
+            int(steps.dur[worst]),
+            rows=(row,),
+        )
+    ]
+
+
+def low_gpu_utilization(a: Analysis) -> list[Finding]:
+    out = []
+    for dev in a.idle.devices:
+        window = dev.window
+        if window is None or window[1] - window[0] < MIN_WINDOW_NS:
+            continue
+        length = window[1] - window[0]
+        share = dev.busy_ns / length
+        if share >= UTILIZATION_WARNING:
+            continue
+        severity = CRITICAL if share < UTILIZATION_CRITICAL else WARNING
+        causes = dict(zip(("host_wait", "kernel_wait", "other"), dev.idle_by_cause))
+        main_cause = max(causes, key=lambda c: causes[c])
+        message = (
+            f"GPU {dev.device} is busy only {pct(share)} of its {ms(length)} window; most idle "
+            f"time is {main_cause} ({ms(causes[main_cause])}). Open the idle-gap list to see "
+            "what the CPU was doing in the longest gaps, and see the host_wait, launch_bound "
+            "and dataloader_bound findings for the likely fix."
+        )
+        out.append(
+            Finding("low_gpu_utilization", severity, message, window[0], length, device=dev.device)
+        )
+    return out
+
+
+def host_sync(a: Analysis) -> list[Finding]:
+    trace = a.trace
+    blocking = names_matching(trace, BLOCKING_CALLS.__contains__)
+    rows = np.flatnonzero(a.classes.cpu & blocking[trace.name])
+    if len(rows) == 0 or trace.slice_start_min is None or trace.slice_end_max is None:
+        return []
+    starts, durs = trace.start[rows], trace.dur[rows]
+    blocked = Union.of(starts, starts + durs).total
+    span = max(trace.slice_end_max - trace.slice_start_min, 1)
+    share = blocked / span
+    if blocked < MIN_SYNC_NS or share < SYNC_WARNING:
+        return []
+    names, counts = np.unique(trace.name[rows], return_counts=True)
+    by_count = sorted(zip(counts.tolist(), [trace.strings[n] for n in names]), reverse=True)
+    listed = ", ".join(f"{name} ×{count}" for count, name in by_count[:4])
+    longest = rows[np.argsort(-durs, kind="stable")[:5]]
+    top = int(longest[0])
+    context = [trace.name_of(r) for r in a.nesting.ancestors(top)]
+    where = f" (longest under {' > '.join(context[-2:])})" if context else ""
+    severity = CRITICAL if share >= SYNC_CRITICAL else WARNING
+    message = (
+        f"The host is blocked {ms(blocked)} ({pct(share)} of the profile) in calls that wait "
+        f"for the GPU: {listed}{where}. Try removing .item(), .cpu(), .tolist() and prints of "
+        "CUDA tensors from the step loop, explicit torch.cuda.synchronize(), and use "
+        "non_blocking copies from pinned memory."
+    )
+    return [
+        Finding(
+            "host_sync",
+            severity,
+            message,
+            int(trace.start[top]),
+            int(trace.dur[top]),
+            rows=tuple(int(r) for r in longest),
+        )
+    ]
+
+
+def launch_bound(a: Analysis) -> list[Finding]:
+    out = []
+    trace = a.trace
+    gaps = a.idle.gaps
+    rows = a.links.gpu_rows
+    kernel_rows = rows[a.classes.kernel[rows]]
+    small_gap = (gaps.length < LAUNCH_GAP_NS) & (
+        (gaps.cause == HOST_WAIT) | (gaps.cause == KERNEL_WAIT)
+    )
+    for dev in a.idle.devices:
+        window = dev.window
+        if window is None:
+            continue
+        length = window[1] - window[0]
+        mine = kernel_rows[trace.device[kernel_rows] == dev.device]
+        short = int((trace.dur[mine] < SHORT_KERNEL_NS).sum())
+        waits = np.flatnonzero(small_gap & (gaps.device == dev.device))
+        waited = int(gaps.length[waits].sum())
+        share = waited / max(length, 1)
+        if (
+            short < LAUNCH_MIN_SHORT_KERNELS
+            or short < LAUNCH_SHORT_SHARE * len(mine)
+            or share < LAUNCH_WAIT_WARNING
+        ):
+            continue
+        severity = CRITICAL if share >= LAUNCH_WAIT_CRITICAL else WARNING
+        message = (
+            f"GPU {dev.device} runs mostly short kernels ({short} of {len(mine)} under "
+            f"{SHORT_KERNEL_NS // 1000} µs) and sits idle between them in {len(waits)} gaps "
+            f"under {LAUNCH_GAP_NS // 1000} µs ({ms(waited)}, {pct(share)} of its window): "
+            "launches cannot keep up with the GPU. Try CUDA graphs or torch.compile "
+            "(mode='reduce-overhead'), fusing small operations, or larger batches."
+        )
+        longest = waits[np.argsort(-gaps.length[waits], kind="stable")[:5]]
+        out.append(
+            Finding(
+                "launch_bound",
+                severity,
+                message,
+                window[0],
+                length,
+                device=dev.device,
+                rows=tuple(int(r) for r in gaps.next_row[longest]),
+            )
+        )
+    return out
+
+
+def host_wait_idle(a: Analysis) -> list[Finding]:
+    out = []
+    gaps = a.idle.gaps
+    trace = a.trace
+    for dev in a.idle.devices:
+        window = dev.window
+        if window is None or dev.idle_ns == 0:
+            continue
+        length = window[1] - window[0]
+        waited = dev.idle_by_cause[HOST_WAIT]
+        share = waited / max(length, 1)
+        if share < HOST_WAIT_WARNING or waited < HOST_WAIT_SHARE_OF_IDLE * dev.idle_ns:
+            continue
+        mine = np.flatnonzero((gaps.device == dev.device) & (gaps.cause == HOST_WAIT))
+        longest = int(mine[np.argmax(gaps.length[mine])])
+        stack = [trace.name_of(int(r)) for r in a.gap_cpu_stack(longest)]
+        doing = f" the CPU was in {' > '.join(stack[-3:])}" if stack else " no CPU context"
+        severity = CRITICAL if share >= HOST_WAIT_CRITICAL else WARNING
+        message = (
+            f"GPU {dev.device} waits for the host {ms(waited)} ({pct(share)} of its window): "
+            f"the next work was launched only after the GPU had gone idle. In the longest gap "
+            f"({ms(gaps.length[longest])}){doing}. Try to keep the GPU queue full: remove host "
+            "synchronisation, overlap data loading and host work with GPU execution, or "
+            "capture the step with CUDA graphs."
+        )
+        runtime = int(gaps.runtime_row[longest])
+        rows = (int(gaps.next_row[longest]),) + ((runtime,) if runtime >= 0 else ())
+        out.append(
+            Finding(
+                "host_wait_idle",
+                severity,
+                message,
+                int(gaps.start[longest]),
+                int(gaps.length[longest]),
+                device=dev.device,
+                rows=rows,
+            )
+        )
+    return out
+
+
+def communication_heavy(a: Analysis) -> list[Finding]:
+    steps = a.steps
+    trace = a.trace
+    if len(steps):
+        share = steps.comm_total / np.maximum(steps.dur, 1)
+        exposed = steps.comm / np.maximum(steps.dur, 1)
+        heavy = np.flatnonzero(share >= COMM_WARNING)
+        if len(heavy) == 0:
+            return []
+        worst = int(heavy[np.argmax(share[heavy])])
+        severity = CRITICAL if exposed[worst] >= COMM_EXPOSED_CRITICAL else WARNING
+        name = trace.name_of(int(steps.rows[worst]))
+        message = (
+            f"{len(heavy)} of {len(steps)} steps spend at least {pct(COMM_WARNING)} of their "
+            f"time in communication kernels (worst: {name}, {pct(share[worst])}, of which "
+            f"{pct(exposed[worst])} not overlapped by compute). Try overlapping communication "
+            "with compute (DDP bucket size, FSDP prefetching), fewer or larger collectives "
+            "(gradient accumulation), or check the interconnect."
+        )
+        return [
+            Finding(
+                "communication_heavy",
+                severity,
+                message,
+                int(steps.start[worst]),
+                int(steps.dur[worst]),
+                rows=(int(steps.rows[worst]),),
+            )
+        ]
+    window = a.idle.all_busy.window
+    if window is None or window[1] - window[0] < MIN_WINDOW_NS:
+        return []
+    is_comm = names_matching(trace, COMM_NAME.search)
+    comm_rows = a.links.gpu_rows[a.classes.kernel[a.links.gpu_rows]]
+    comm_rows = comm_rows[is_comm[trace.name[comm_rows]]]
+    if len(comm_rows) == 0:
+        return []
+    comm = Union.of(trace.start[comm_rows], trace.start[comm_rows] + trace.dur[comm_rows]).total
+    length = window[1] - window[0]
+    share = comm / max(length, 1)
+    if share < COMM_WARNING:
+        return []
+    message = (
+        f"Communication kernels cover {pct(share)} of the GPU window ({ms(comm)}). Try "
+        "overlapping communication with compute, fewer or larger collectives, or check the "
+        "interconnect."
+    )
+    return [Finding("communication_heavy", WARNING, message, window[0], length)]
+
+
+def memory_near_capacity(a: Analysis) -> list[Finding]:
+    capacity: dict[int, int] = {}
+    for props in device_properties(a.trace):
+        dev, total = props.get("id"), props.get("totalGlobalMem")
+        if type(dev) is int and type(total) is int and total > 0:
+            capacity[dev] = total
+    out = []
+    memory = a.trace.memory
+    for group in a.memory:
+        if group.device_type != CUDA_DEVICE_TYPE or group.device_id not in capacity:
+            continue
+        peak = group.peak_reserved if group.peak_reserved is not None else group.peak_allocated
+        if peak is None:
+            continue
+        total = capacity[group.device_id]
+        share = peak / total
+        if share < MEMORY_WARNING:
+            continue
+        values = (
+            memory.total_reserved if group.peak_reserved is not None else (memory.total_allocated)
+        )
+        idx = group.indices[values[group.indices] == peak]
+        with_ts = idx[memory.ts[idx] != NO_VALUE]
+        at = int(memory.ts[with_ts[0]]) if len(with_ts) else (a.trace.slice_start_min or 0)
+        severity = CRITICAL if share >= MEMORY_CRITICAL else WARNING
+        message = (
+            f"GPU {group.device_id} reaches {peak / 2**30:.1f} GiB of {total / 2**30:.1f} GiB "
+            f"({pct(share)}) of memory. Try a smaller batch, activation checkpointing, mixed "
+            "precision, or PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True when reserved memory "
+            "is much larger than allocated."
+        )
+        out.append(
+            Finding("memory_near_capacity", severity, message, at, 0, device=group.device_id)
+        )
+    return out
+
+
+RULES = {
+    "dataloader_bound": dataloader_bound,
+    "low_gpu_utilization": low_gpu_utilization,
+    "host_sync": host_sync,
+    "launch_bound": launch_bound,
+    "host_wait_idle": host_wait_idle,
+    "communication_heavy": communication_heavy,
+    "memory_near_capacity": memory_near_capacity,
+}
+SEVERITY_ORDER = {CRITICAL: 0, WARNING: 1, INFO: 2}
+
+
+def run_rules(a: Analysis) -> list[Finding]:
+    """Every rule's findings, most severe first (then in rule order)."""
+    found: list[Finding] = []
+    for rule in RULES.values():
+        found.extend(rule(a))
+    return sorted(found, key=lambda f: SEVERITY_ORDER[f.severity])

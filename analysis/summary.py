@@ -9,6 +9,7 @@ from kinetoscope.parser.model import Trace
 from .classify import Groups, ranked_groups
 from .core import Analysis, analyze
 from .idle import CAUSES
+from .memory import device_properties
 
 SUMMARY_VERSION = 1
 TOP_GROUPS = 50
@@ -43,16 +44,6 @@ def trace_section(trace: Trace) -> dict[str, Any]:
         "complete": trace.complete,
         "warnings": list(trace.warnings),
     }
-
-
-def device_properties(trace: Trace) -> list[dict[str, Any]]:
-    """`deviceProperties`, or the older `computeProperties` when that key is absent."""
-    header = trace.header
-    key = "deviceProperties" if "deviceProperties" in header else "computeProperties"
-    props = header.get(key)
-    if not isinstance(props, list):
-        return []
-    return [entry if isinstance(entry, dict) else {} for entry in props]
 
 
 def devices_section(trace: Trace) -> list[dict[str, Any]]:
@@ -178,7 +169,7 @@ def memory_section(analysis: Analysis) -> list[dict[str, Any]]:
 
 
 def findings_section(analysis: Analysis) -> list[dict[str, Any]]:
-    return [finding.to_json() for finding in analysis.findings]
+    return [finding.to_json(analysis.trace) for finding in analysis.findings]
 
 
 def build_summary(trace: Trace) -> dict[str, Any]:
