@@ -20,6 +20,7 @@ from .model import (
 )
 
 GPU_KINDS = (KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET)
+CONSOLIDATE_ROWS = 1 << 18
 COLUMNS = (
     "ph",
     "name",
@@ -46,6 +47,24 @@ DTYPES = {
 }
 
 
+def _load_trim() -> Any:
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+_MALLOC_TRIM = _load_trim()
+
+
+def release_heap() -> None:
+    """Give freed heap memory back to the OS (glibc keeps it otherwise); a no-op elsewhere."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+
+
 def lane_key(value: Any) -> Any:
     """pid/tid as a dict key that keeps int 1 and str "1" apart."""
     return (type(value) is str, value)
@@ -60,6 +79,8 @@ class TraceBuilder:
         self.lanes: list[Lane] = []
         self.lane_ids: dict[tuple, int] = {}
         self.parts: dict[str, list[np.ndarray]] = {c: [] for c in COLUMNS}
+        self.consolidated: dict[str, int] = {c: 0 for c in COLUMNS}
+        self.small_rows = 0
         self.mem_parts: dict[str, list[np.ndarray]] = {
             c: [] for c in ("ordinal", "lane", "ts", *MEMORY_FIELDS)
         }
@@ -119,6 +140,9 @@ class TraceBuilder:
             flow[string_flow] = STRING_FLOW_BASE + string_map[local].astype(np.int64)
         parts["flow_id"].append(flow)
         parts["ordinal"].append(run.ordinal + base)
+        self.small_rows += len(run.ordinal)
+        if self.small_rows >= CONSOLIDATE_ROWS:
+            self._consolidate()
         mem = run.memory
         if mem.get("ordinal"):
             self.mem_parts["ordinal"].append(np.array(mem["ordinal"], dtype=np.int64) + base)
@@ -140,6 +164,21 @@ class TraceBuilder:
             if self.slice_end_max is None or run.slice_end_max > self.slice_end_max:
                 self.slice_end_max = run.slice_end_max
         self.negative_durations += run.negative_durations
+
+    def _consolidate(self) -> None:
+        """Join the runs' small column pieces into one large piece per column.
+
+        Small arrays live on the allocator's heap, which keeps freed space; large ones are
+        mapped and given back when freed. Joining every few hundred thousand rows keeps the heap
+        small, so the final join does not leave a heap the size of the model behind.
+        """
+        for column, pieces in self.parts.items():
+            start = self.consolidated[column]
+            if len(pieces) - start > 1:
+                pieces[start:] = [np.concatenate(pieces[start:])]
+            self.consolidated[column] = len(pieces)
+        self.small_rows = 0
+        release_heap()
 
     def _metadata(self, name: Any, pid: Any, tid: Any, args: Any) -> None:
         if args is None:
@@ -163,9 +202,14 @@ class TraceBuilder:
                 return np.zeros(0, dtype=dtype)
             return np.concatenate(parts).astype(dtype, copy=False)
 
-        columns = {c: joined(self.parts[c], DTYPES.get(c, np.int64)) for c in COLUMNS}
+        release_heap()
+        # Column by column, dropping each column's parts at once, so that the peak is the
+        # model plus one column rather than twice the model.
+        columns = {}
         for c in COLUMNS:
+            columns[c] = joined(self.parts[c], DTYPES.get(c, np.int64))
             self.parts[c].clear()
+            self.consolidated[c] = 0
         from .model import category_kind
 
         kinds = np.array([category_kind(s) for s in self.strings], dtype=np.int8)
