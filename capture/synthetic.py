@@ -920,7 +920,8 @@ def build_training_trace(seed: int = 0, steps: int = 4, *, first_step: int = 10)
         if kind == "dataloader":
             loader_start, loader_dur = run.dataloader(round(6000 + rng.uniform(0, 500), 3))
         else:
-            loader_start, loader_dur = run.dataloader(run.jitter(250, 350))
+            # A prefetched batch: the wait is short next to the step (under 10% of it).
+            loader_start, loader_dur = run.dataloader(run.jitter(20, 40))
         inputs_ready = run.copy_inputs()
         run.forward(inputs_ready)
         sync = None
