@@ -164,17 +164,17 @@ def describe_gap(data: ViewData, gap: int) -> Text:
     _line(text, "from", _when(data, start))
     _line(text, "to", _when(data, end))
     next_row = int(gaps.next_row[gap])
-    _line(text, "next GPU event", clean(trace.name_of(next_row)))
+    stack = cpu_stack_for_gap(data, gap)
+    if stack:
+        text.append("CPU at the gap's midpoint (innermost first):\n", KEY_STYLE)
+        for name in stack[::-1][:MAX_LIST]:
+            text.append(f"  {shorten(name, 120)}\n")
+    _line(text, "next GPU event", shorten(trace.name_of(next_row), 160))
     runtime = int(gaps.runtime_row[gap])
     if runtime >= 0:
         late = int(trace.start[runtime]) - start
         when = f"{fmt_duration(abs(late))} {'after' if late > 0 else 'before'} the GPU went idle"
         _line(text, "launched by", f"{clean(trace.name_of(runtime))}, {when}")
-    stack = cpu_stack_for_gap(data, gap)
-    if stack:
-        text.append("CPU at the gap's midpoint (outermost first):\n", KEY_STYLE)
-        for name in stack[-MAX_LIST:]:
-            text.append(f"  {shorten(name, 120)}\n")
     return text
 
 

@@ -60,8 +60,8 @@ class Timeline(ScrollView, can_focus=True):
         Binding("down", "lane_down", "Lane down", show=False),
         Binding("pageup", "page_up", "Page up", show=False),
         Binding("pagedown", "page_down", "Page down", show=False),
-        Binding("f", "fit_selection", "Fit", tooltip="Zoom to fit the selected event"),
-        Binding("0", "fit_all", "All", tooltip="Show the whole trace"),
+        Binding("f", "fit_selection", "Fit", show=False, tooltip="Zoom to fit the selected event"),
+        Binding("0", "fit_all", "All", show=False, tooltip="Show the whole trace"),
         Binding("enter", "toggle_expand", "Expand/collapse lane", show=False),
         Binding(
             "right_square_bracket",
