@@ -9,7 +9,7 @@ from kinetoscope.parser.model import Trace
 
 from .classify import Groups, RowClasses, classify, group_rows
 from .idle import IdleAnalysis, compute_idle
-from .kernels import KernelTable, compute_kernels
+from .kernels import KernelTable, compute_kernels, main_launchers
 from .links import Links, compute_links
 from .memory import MemoryGroup, compute_memory
 from .nesting import Nesting, compute_nesting
@@ -50,6 +50,11 @@ class Analysis:
     @cached_property
     def kernels(self) -> KernelTable:
         return compute_kernels(self.trace, self.gpu_groups, self.links, self.nesting)
+
+    @cached_property
+    def kernel_launchers(self) -> np.ndarray:
+        """Per kernel group: the operator group that launched most of its GPU time, or -1."""
+        return main_launchers(self.trace, self.kernels, self.links, self.cpu_groups)
 
     @cached_property
     def idle(self) -> IdleAnalysis:

@@ -79,3 +79,40 @@ def launchers(
         )
     result.sort(key=lambda item: (-item[3], item[0], item[1]))
     return result
+
+
+def main_launchers(trace: Trace, table: KernelTable, links: Links, op_groups: Groups) -> np.ndarray:
+    """Per kernel group, the operator group whose launches took the most GPU time (-1: none)."""
+    rows = links.gpu_rows
+    launcher = table.launcher_row
+    known = np.flatnonzero(launcher >= 0)
+    best = np.full(len(table), -1, dtype=np.int64)
+    if len(known) == 0:
+        return best
+    kernel_group = table.groups.index[rows[known]].astype(np.int64)
+    op_group = op_groups.index[launcher[known]].astype(np.int64)
+    pair = kernel_group * len(op_groups) + op_group
+    pairs, inverse = np.unique(pair, return_inverse=True)
+    time = np.zeros(len(pairs), dtype=np.int64)
+    np.add.at(time, inverse.reshape(-1), trace.dur[rows[known]])
+    # Most time first; np.lexsort is stable, so ties keep the lower operator group.
+    order = np.lexsort((-time, pairs // len(op_groups)))
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (pairs[order][1:] // len(op_groups)) != (pairs[order][:-1] // len(op_groups))
+    chosen = pairs[order][first]
+    best[chosen // len(op_groups)] = chosen % len(op_groups)
+    return best
+
+
+def top_launcher(analysis, cat: str, name: str) -> str | None:  # type: ignore[no-untyped-def]
+    """Name of the operator that launched most of a kernel group's GPU time, if known."""
+    trace = analysis.trace
+    groups = analysis.kernels.groups
+    cat_id, name_id = trace.string_id(cat), trace.string_id(name)
+    match = np.flatnonzero((groups.cat == cat_id) & (groups.name == name_id))
+    if len(match) == 0:
+        return None
+    op = int(analysis.kernel_launchers[int(match[0])])
+    if op < 0:
+        return None
+    return trace.strings[int(analysis.cpu_groups.name[op])]

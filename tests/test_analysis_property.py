@@ -148,7 +148,7 @@ def linked_traces(draw):
     events = []
     n_cpu = draw(st.integers(1, 25))
     correlations = []
-    for i in range(n_cpu):
+    for _ in range(n_cpu):
         cat = draw(st.sampled_from(["cpu_op", "cpu_op", "cuda_runtime", "user_annotation"]))
         name = draw(st.sampled_from(["a", "b", "a", "ProfilerStep#3", "enumerate(DataLoader)#x"]))
         event = {

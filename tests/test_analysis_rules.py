@@ -1,0 +1,184 @@
+"""Triage rules: each fires on a trace built to show its problem, at the documented thresholds."""
+
+import json
+from pathlib import Path
+
+from kinetoscope.analysis import analyze, rules
+from kinetoscope.analysis.summary import build_summary
+from kinetoscope.parser import loads
+
+
+def X(name, ts, dur, cat="cpu_op", pid=1, tid=1, **args):
+    event = {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur}
+    if args:
+        event["args"] = args
+    return event
+
+
+def K(name, ts, dur, corr=None, device=0):
+    args = {"device": device, "stream": 7}
+    if corr is not None:
+        args["correlation"] = corr
+    return {
+        "ph": "X",
+        "cat": "kernel",
+        "name": name,
+        "pid": device,
+        "tid": 7,
+        "ts": ts,
+        "dur": dur,
+        "args": args,
+    }
+
+
+def findings(events, **header):
+    trace = loads(json.dumps({"traceEvents": events, **header}).encode())
+    return {f.rule: f for f in analyze(trace).findings}, trace
+
+
+def busy_gpu(start, end):
+    """Back-to-back long kernels: a fully busy GPU, so that only the rule under test fires."""
+    return [K("gemm", t, 100) for t in range(start, end, 100)]
+
+
+def test_dataloader_bound_thresholds():
+    def run(loader_us):
+        events = [X("ProfilerStep#1", 0, 1000), X("enumerate(DataLoader)#It", 0, loader_us)]
+        return findings(events + busy_gpu(0, 1000))[0].get("dataloader_bound")
+
+    assert run(99) is None  # 9.9% < 10%
+    warning = run(100)
+    assert warning.severity == "warning"
+    assert (warning.start, warning.dur) == (0, 1_000_000)
+    assert "ProfilerStep#1" in warning.message and "num_workers" in warning.message
+    assert run(300).severity == "critical"
+
+
+def test_low_gpu_utilization_needs_a_long_enough_window():
+    events = [K("a", 0, 300), K("b", 1700, 300)]  # busy 600 of 2000 µs: 30%
+    found, _ = findings(events)
+    low = found["low_gpu_utilization"]
+    assert low.severity == "warning" and low.device == 0
+    assert (low.start, low.dur) == (0, 2_000_000)
+    found, _ = findings([K("a", 0, 100), K("b", 1900, 100)])  # 10%
+    assert found["low_gpu_utilization"].severity == "critical"
+    found, _ = findings([K("a", 0, 100), K("b", 900, 50)])  # 950 µs window: not judged
+    assert "low_gpu_utilization" not in found
+
+
+def test_host_sync_counts_the_union_of_blocking_calls():
+    events = [
+        X("aten::item", 100, 60),
+        X("aten::_local_scalar_dense", 110, 50),  # nested: not counted twice
+        X("cudaStreamSynchronize", 120, 30, cat="cuda_runtime"),
+        X("hipDeviceSynchronize", 500, 40, cat="cuda_runtime"),
+        X("cudaMemcpyAsync", 600, 400, cat="cuda_runtime"),  # asynchronous: not blocking
+        X("span", 0, 1000),
+    ]
+    found, trace = findings(events)
+    sync = found["host_sync"]
+    # 100 µs blocked of a 1000 µs profile: 10%, a warning.
+    assert sync.severity == "warning"
+    assert "0.10 ms" in sync.message and "(10%" in sync.message
+    assert trace.name_of(sync.rows[0]) == "aten::item"
+    assert "synchronize()" in sync.message
+    found, _ = findings(events + [X("cudaDeviceSynchronize", 700, 200, cat="cuda_runtime")])
+    assert found["host_sync"].severity == "critical"
+    found, _ = findings([X("cudaDeviceSynchronize", 0, 40), X("span", 0, 1000)])
+    assert "host_sync" not in found  # 4%: under the threshold
+
+
+def test_launch_bound_on_short_kernels_with_small_waits():
+    events = [X("forward", 0, 3000)]
+    for i in range(100):  # 5 µs kernels every 25 µs, each launched just after the GPU idled
+        t = i * 25
+        events.append(
+            X("cudaLaunchKernel", t - 10 if i else 0, 4, cat="cuda_runtime", correlation=i)
+        )
+        events.append(K("tiny", t, 5, corr=i))
+    found, trace = findings(events)
+    launch = found["launch_bound"]
+    assert launch.severity == "critical"
+    assert "100 of 100" in launch.message and "CUDA graphs" in launch.message
+    assert all(trace.name_of(r) == "tiny" for r in launch.rows)
+    # The same kernels but long: not launch-bound.
+    long_events = [dict(e, dur=24) if e.get("cat") == "kernel" else e for e in events]
+    assert "launch_bound" not in findings(long_events)[0]
+
+
+def test_host_wait_idle_names_the_cpu_context_of_the_longest_gap():
+    events = [
+        X("ProfilerStep#1", 0, 2000, cat="user_annotation"),
+        X("enumerate(DataLoader)#It", 100, 900),
+        K("a", 0, 100, corr=1),
+        X("cudaLaunchKernel", 50, 2, cat="cuda_runtime", correlation=1),
+        X("cudaLaunchKernel", 1010, 2, cat="cuda_runtime", correlation=2),
+        K("b", 1020, 980, corr=2),
+    ]
+    found, trace = findings(events)
+    wait = found["host_wait_idle"]
+    assert wait.severity == "critical"  # 920 of 2000 µs
+    assert (wait.start, wait.dur) == (100_000, 920_000)
+    assert "enumerate(DataLoader)#It" in wait.message
+    assert [trace.name_of(r) for r in wait.rows] == ["b", "cudaLaunchKernel"]
+
+
+def test_communication_heavy_steps():
+    def run(comm_start):
+        events = [
+            X("ProfilerStep#1", 0, 1000),
+            K("gemm", 0, 500),
+            K("ncclDevKernel_AllReduce", comm_start, 300, device=0),
+        ]
+        return findings(events)[0].get("communication_heavy")
+
+    hidden = run(100)  # overlapped by compute: 30% communication, 0% exposed
+    assert hidden.severity == "warning"
+    exposed = run(600)  # after compute: 30% exposed
+    assert exposed.severity == "critical"
+    assert "not overlapped" in exposed.message
+
+
+def test_memory_near_capacity():
+    def run(reserved, device_type=1):
+        events = [
+            {
+                "ph": "i",
+                "s": "t",
+                "name": "[memory]",
+                "pid": 1,
+                "tid": 1,
+                "ts": 5,
+                "args": {
+                    "Device Type": device_type,
+                    "Device Id": 0,
+                    "Total Allocated": 10,
+                    "Total Reserved": reserved,
+                },
+            },
+        ]
+        props = [{"id": 0, "name": "GPU", "totalGlobalMem": 1000}]
+        return findings(events, deviceProperties=props)[0].get("memory_near_capacity")
+
+    assert run(899) is None
+    assert run(900).severity == "warning"
+    critical = run(975)
+    assert critical.severity == "critical" and critical.start == 5000 and critical.device == 0
+    assert run(990, device_type=0) is None  # CPU memory is not judged against the GPU's
+
+
+def test_findings_in_the_summary_are_json_with_evidence():
+    events = [X("ProfilerStep#1", 0, 1000), X("enumerate(DataLoader)#It", 0, 500)]
+    summary = build_summary(loads(json.dumps({"traceEvents": events}).encode()))
+    (finding,) = summary["findings"]
+    assert finding["rule"] == "dataloader_bound"
+    assert finding["severity"] in ("info", "warning", "critical")
+    assert finding["evidence"]["start_us"] == 0.0 and finding["evidence"]["dur_us"] == 1000.0
+    assert finding["evidence"]["events"][0]["name"] == "ProfilerStep#1"
+    json.dumps(summary)
+
+
+def test_every_rule_is_documented():
+    text = (Path(__file__).resolve().parents[1] / "docs" / "analysis.md").read_text()
+    for rule in rules.RULES:
+        assert f"`{rule}`" in text
