@@ -205,13 +205,9 @@ def test_whole_range_equals_whole_trace_and_parts_add_up(events, x, y):
     left = operators_in_range(trace, a.nesting, a.cpu_groups, a.links, lo, t0)
     mid = operators_in_range(trace, a.nesting, a.cpu_groups, a.links, t0, t1)
     right = operators_in_range(trace, a.nesting, a.cpu_groups, a.links, t1, hi)
-    # Self time is clamped at 0 where overlapping children outgrow their parent: not additive.
-    n = a.nesting
-    children = np.zeros(len(n.order), dtype=np.int64)
-    has_parent = n.parent_pos >= 0
-    np.add.at(children, n.parent_pos[has_parent], trace.dur[n.order[has_parent]])
-    clamped = bool((children > trace.dur[n.order]).any())
-    fields = ("incl", "gpu_self", "gpu_total") + (() if clamped else ("excl",))
+    # Self time is clamped at 0 where overlapping siblings outgrow their parent, so it is not
+    # additive in general; the hand-built test above checks it.
+    fields = ("incl", "gpu_self", "gpu_total")
     if lo <= t0 <= t1 <= hi:
         for field in fields:
             parts = getattr(left, field) + getattr(mid, field) + getattr(right, field)
