@@ -146,17 +146,3 @@ def nesting_depth(subtree_stop: np.ndarray) -> np.ndarray:
     n = len(subtree_stop)
     stopped = np.cumsum(np.bincount(subtree_stop, minlength=n + 1))[:n]
     return np.arange(n, dtype=np.int64) - stopped
-
-
-def chain_length(parent: np.ndarray) -> np.ndarray:
-    """Number of ancestors of each node of a forest given by parent indices (-1 for roots)."""
-    depth = (parent >= 0).astype(np.int64)
-    hop = parent.copy()
-    active = np.flatnonzero(hop >= 0)
-    # List ranking by pointer doubling: log2(max depth) rounds.
-    while len(active):
-        nxt = hop[active]
-        depth[active] += depth[nxt]
-        hop[active] = hop[nxt]
-        active = active[hop[active] >= 0]
-    return depth

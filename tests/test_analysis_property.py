@@ -120,7 +120,7 @@ def comparable(summary: dict) -> dict:
     return summary
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(EVENTS)
 def test_summary_equals_reference_on_random_traces(events):
     doc = {"schemaVersion": 1, "traceEvents": events}
@@ -134,7 +134,7 @@ def assert_same(got: dict, expected: dict) -> None:
     assert json.dumps(got, sort_keys=True) == json.dumps(expected, sort_keys=True), (got, expected)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(slice_events(), max_size=30))
 def test_bare_array_equals_reference(events):
     expected = summarize(json.loads(json.dumps(events)))
@@ -182,7 +182,7 @@ def linked_traces(draw):
     return draw(st.permutations(events))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(linked_traces())
 def test_dense_linked_traces_equal_reference(events):
     expected = summarize(json.loads(json.dumps({"traceEvents": events})))
