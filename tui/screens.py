@@ -217,7 +217,8 @@ class TraceScreen(Screen):
             text.append(f" · GAP {fmt_duration(length)} {data.gap_cause(gap)}", "bold #e06c75")
             stack = cpu_stack_for_gap(data, gap)
             if stack:
-                text.append(" · CPU: " + " › ".join(shorten(s, 40) for s in stack[-4:]))
+                # Innermost first: what the CPU was doing survives a narrow terminal.
+                text.append(" · CPU: " + " ‹ ".join(shorten(s, 48) for s in stack[::-1][:4]))
         elif timeline.selected_row >= 0:
             row = timeline.selected_row
             text.append(" · ")
