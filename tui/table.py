@@ -515,7 +515,9 @@ class TableScreen(Screen):
         if table.model is not None:
             model = table.model
             shown = table.row_count
-            text.append(f" · {shown:,}" + (f" of {model.n:,}" if shown != model.n else "") + " rows")
+            text.append(
+                f" · {shown:,}" + (f" of {model.n:,}" if shown != model.n else "") + " rows"
+            )
             column = model.columns[table.sort_column].title
             text.append(f" · by {column} {'↓' if table.sort_descending else '↑'}")
         if table.pattern:
