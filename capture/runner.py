@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import runpy
+import signal
 import sys
+import threading
 import traceback
 import types
 from collections.abc import Callable
@@ -69,6 +71,14 @@ def exit_code_of(code: object) -> int:
     return 1
 
 
+class Terminated(BaseException):
+    """SIGTERM (a job scheduler's stop) arrived while the program ran."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 def run_program(program: Program) -> Outcome:
     """Run the program to completion and report how it ended; never raises for its errors."""
     return run_callable(lambda: _execute(program), argv=program.argv, path0=_path0(program))
@@ -80,6 +90,11 @@ def run_callable(
     """Call `body` with `sys.argv`/`sys.path[0]` set, turning its ending into an Outcome."""
     saved_argv = sys.argv[:]
     inserted_path = False
+    # SIGTERM ends the program like Ctrl-C does, so the trace so far is still written. (Only the
+    # main thread may install handlers; a program that installs its own keeps it.)
+    previous_term = None
+    if threading.current_thread() is threading.main_thread():
+        previous_term = signal.signal(signal.SIGTERM, _raise_terminated)
     if argv is not None:
         sys.argv = list(argv)
     if path0 is not None:
@@ -93,10 +108,15 @@ def run_callable(
     except KeyboardInterrupt:
         print("\nKeyboardInterrupt", file=sys.stderr)
         return Outcome(130, interrupted=True)
+    except Terminated:
+        print("\nTerminated (SIGTERM)", file=sys.stderr)
+        return Outcome(128 + signal.SIGTERM, interrupted=True)
     except BaseException as exc:  # noqa: BLE001 - the program's own error, reported like python
         _print_program_traceback(exc)
         return Outcome(1, crashed=True)
     finally:
+        if previous_term is not None:
+            signal.signal(signal.SIGTERM, previous_term)
         sys.argv = saved_argv
         if inserted_path:
             try:

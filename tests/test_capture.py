@@ -253,7 +253,11 @@ def test_code_form_whole_run_default_name(workdir: Path) -> None:
     assert "kinetoscope view" in result.stderr
 
 
-def test_ctrl_c_still_writes_the_trace(workdir: Path) -> None:
+@pytest.mark.parametrize(
+    "signum, status, said",
+    [(signal.SIGINT, 130, "KeyboardInterrupt"), (signal.SIGTERM, 143, "Terminated")],
+)
+def test_ctrl_c_still_writes_the_trace(workdir: Path, signum, status, said) -> None:
     out = workdir / "interrupted.pt.trace.json.gz"
     marker = workdir / "recording"
     process = subprocess.Popen(
@@ -291,14 +295,14 @@ def test_ctrl_c_still_writes_the_trace(workdir: Path) -> None:
             assert time.monotonic() < deadline, "the program never reached step 3"
             time.sleep(0.05)
         time.sleep(0.1)
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signum)
         _, stderr = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
-    assert process.returncode == 130, stderr
-    assert "KeyboardInterrupt" in stderr
+    assert process.returncode == status, stderr
+    assert said in stderr
     steps = step_numbers(load_trace(out))
     assert steps and steps[0] == 1  # recording started after one warm-up step
     assert len(steps) >= 2
