@@ -57,17 +57,26 @@ class Groups:
         return len(self.cat)
 
 
+def _dense_rank(ids: np.ndarray, n_ids: int) -> tuple[np.ndarray, np.ndarray]:
+    """(used ids ascending, rank of every possible id among the used ones)."""
+    used = np.flatnonzero(np.bincount(ids, minlength=n_ids))
+    rank = np.zeros(n_ids, dtype=np.int64)
+    rank[used] = np.arange(len(used))
+    return used, rank
+
+
 def group_rows(trace: Trace, mask: np.ndarray) -> Groups:
     """Group the rows selected by `mask` by (cat, name); groups ascend by (cat id, name id)."""
     rows = np.flatnonzero(mask)
     n_strings = max(len(trace.strings), 1)
-    cat = trace.cat[rows]
-    # Few categories are used: number them densely so that (cat, name) keys stay small.
-    used_cats = np.flatnonzero(np.bincount(cat, minlength=n_strings))
-    cat_rank = np.zeros(n_strings, dtype=np.int64)
-    cat_rank[used_cats] = np.arange(len(used_cats))
-    key = cat_rank[cat] * n_strings + trace.name[rows]
-    key_range = len(used_cats) * n_strings
+    cat, name = trace.cat[rows], trace.name[rows]
+    # Number the categories and names in use densely, so that (cat, name) keys stay small
+    # enough to be grouped with a lookup table instead of a sort.
+    used_cats, cat_rank = _dense_rank(cat, n_strings)
+    used_names, name_rank = _dense_rank(name, n_strings)
+    width = max(len(used_names), 1)
+    key = cat_rank[cat] * width + name_rank[name]
+    key_range = len(used_cats) * width
     index = np.full(len(trace), -1, dtype=np.int32)
     if key_range <= max(4 * len(rows), 1 << 20):
         present = np.zeros(key_range, dtype=bool)
@@ -80,8 +89,8 @@ def group_rows(trace: Trace, mask: np.ndarray) -> Groups:
         keys, inverse = np.unique(key, return_inverse=True)
         index[rows] = inverse.reshape(-1).astype(np.int32)
     return Groups(
-        cat=used_cats[keys // n_strings].astype(np.int32),
-        name=(keys % n_strings).astype(np.int32),
+        cat=used_cats[keys // width].astype(np.int32),
+        name=used_names[keys % width].astype(np.int32),
         index=index,
     )
 

@@ -437,3 +437,14 @@ def memory_section(memory_events: list[dict]) -> list[dict]:
         }
         for key in sorted(groups, key=null_first)
     ]
+
+
+def contract_view(got: Any, reference: Any) -> Any:
+    """`got` with only the keys the reference has, at every level (the document may carry more
+    keys than the contract; those are not compared). Missing keys and list items stay missing,
+    so a comparison with the reference still fails on them."""
+    if isinstance(got, dict) and isinstance(reference, dict):
+        return {k: contract_view(got[k], reference[k]) for k in reference if k in got}
+    if isinstance(got, list) and isinstance(reference, list):
+        return [contract_view(g, r) for g, r in zip(got, reference)] + got[len(reference) :]
+    return got
