@@ -94,14 +94,17 @@ def compute_nesting(trace: Trace, cpu: np.ndarray, group: np.ndarray) -> Nesting
     end = start + dur
     sort = np.lexsort((rows, -end, start, lane))
     order = rows[sort]
-    lane, start, dur, end = lane[sort], start[sort], dur[sort], end[sort]
+    lane, dur, end = lane[sort], dur[sort], end[sort]
     n = len(order)
 
-    lane_ids, lane_first = np.unique(lane, return_index=True)
+    # Lanes are contiguous runs of positions now.
+    new_lane = np.flatnonzero(lane[1:] != lane[:-1]) + 1
+    lane_first = np.concatenate(([0], new_lane)) if n else np.zeros(0, np.int64)
+    lane_ids = lane[lane_first]
     lane_start = np.append(lane_first, n).astype(np.int64)
-    segment = np.searchsorted(lane_ids, lane)
-    first = lane_start[segment]
-    stop = lane_start[segment + 1]
+    counts = np.diff(lane_start)
+    first = np.repeat(lane_start[:-1], counts)
+    stop = np.repeat(lane_start[1:], counts)
 
     parent_pos = previous_at_least(end, first)
     subtree_stop = next_greater(end, stop)
