@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from kinetoscope.parser.model import KIND_RUNTIME, Trace
+from kinetoscope.parser.model import Trace
 
 from .classify import Groups
 from .links import Links
@@ -83,16 +83,15 @@ def operator_instance(trace: Trace, nesting: Nesting, links: Links, row: int) ->
     pos = int(nesting.position[row])
     if pos < 0:
         raise ValueError(f"row {row} is not a CPU slice")
-    subtree = nesting.order[pos : int(nesting.subtree_stop[pos])]
-    launched = [
-        links.gpu_of(int(r)) for r in subtree[trace.cat_kind[trace.cat[subtree]] == KIND_RUNTIME]
-    ]
-    gpu = np.sort(np.concatenate(launched)) if launched else np.zeros(0, np.int64)
+    # GPU work whose runtime call lies in the slice's subtree (a range of positions).
+    linked = np.flatnonzero(links.gpu_runtime >= 0)
+    runtime_pos = nesting.position[links.gpu_runtime[linked]]
+    inside = (runtime_pos >= pos) & (runtime_pos < int(nesting.subtree_stop[pos]))
     shape = int(trace.shape[row])
     return OperatorInstance(
         row=row,
         self_time=int(nesting.self_time[pos]),
         children=nesting.children(row),
-        launched=gpu,
+        launched=links.gpu_rows[linked[inside]],
         input_shapes=trace.strings[shape] if shape >= 0 else None,
     )
