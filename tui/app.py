@@ -7,6 +7,7 @@ from typing import ClassVar
 from textual.app import App
 from textual.binding import Binding, BindingType
 
+from .drilldown import ScreenActions, drilldown_key_help
 from .screens import ErrorScreen, HelpScreen, LoadingScreen, TraceScreen
 from .timeline import Timeline
 from .viewdata import ViewData
@@ -17,6 +18,7 @@ class KinetoscopeApp(App[int]):
 
     CSS_PATH = "kinetoscope.tcss"
     TITLE = "kinetoscope"
+    COMMANDS = App.COMMANDS | {ScreenActions}
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
         Binding("question_mark", "help", "Keys"),
@@ -75,4 +77,5 @@ class KinetoscopeApp(App[int]):
                     keys, _ = groups.setdefault(binding.action, ([], text))
                     if shown not in keys:
                         keys.append(shown)
-        return [(" ".join(keys), description) for keys, description in groups.values()]
+        rows = [(" ".join(keys), description) for keys, description in groups.values()]
+        return rows + drilldown_key_help(self)

@@ -18,6 +18,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, ProgressBar, Static
 
 from .details import DetailsPane, cpu_stack_for_gap
+from .drilldown import DRILLDOWN_BINDINGS, DrilldownActions
 from .safe_text import clean, shorten
 from .timefmt import fmt_duration
 from .timeline import Timeline
@@ -150,7 +151,7 @@ class ErrorScreen(Screen):
             yield Static(Text("Press q to quit.", style="dim"))
 
 
-class TraceScreen(Screen):
+class TraceScreen(DrilldownActions, Screen):
     """The main view: header, timeline, details pane, status line, footer."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -160,6 +161,7 @@ class TraceScreen(Screen):
         ),
         Binding("less_than_sign", "threshold(-1)", "Lower the idle-gap threshold", show=False),
         Binding("escape", "clear", "Clear selection", show=False),
+        *DRILLDOWN_BINDINGS,
     ]
 
     def __init__(self, data: ViewData) -> None:

@@ -26,6 +26,7 @@ from .render import (
     compute_cells,
 )
 from .safe_text import fit
+from .search import highlight_segments
 from .timefmt import fmt_duration, fmt_tick, tick_step
 from .viewdata import SLOT_KERNEL, DisplayRow, Level, ViewData
 
@@ -85,6 +86,7 @@ class Timeline(ScrollView, can_focus=True):
     selected_row: reactive[int] = reactive(-1)  # trace row, -1 for none
     current_gap: reactive[int] = reactive(-1)  # index into data.gaps, -1 for none
     gap_threshold: reactive[int] = reactive(10_000)  # ns; g/G skip shorter gaps
+    marked_range: reactive[tuple[int, int] | None] = reactive(None)  # relative ns, shaded on ruler
 
     class EventSelected(Message):
         """The selected event changed (row -1: nothing selected)."""
@@ -114,6 +116,8 @@ class Timeline(ScrollView, can_focus=True):
         self._changed_pending = False
         self._needs_fit = False
         self._geometry_cache: tuple = (None, (0, 12, 1))
+        self._highlight: np.ndarray | None = None  # search matches: bool per string id
+        self._highlight_version = 0
         if data is not None:
             self.set_data(data)
 
@@ -224,6 +228,17 @@ class Timeline(ScrollView, can_focus=True):
     def watch_current_gap(self) -> None:
         self._schedule_changed()
 
+    @property
+    def highlight_names(self) -> np.ndarray | None:
+        """Search matches drawn highlighted: a bool per string id (event name), or None."""
+        return self._highlight
+
+    @highlight_names.setter
+    def highlight_names(self, mask: np.ndarray | None) -> None:
+        self._highlight = mask
+        self._highlight_version += 1
+        self.refresh()
+
     # -- drawing ------------------------------------------------------------------------------
 
     def render_line(self, y: int) -> Strip:
@@ -269,6 +284,13 @@ class Timeline(ScrollView, can_focus=True):
         segments = [Segment(fit(per_cell, label_w), RULER_STYLE), Segment("│", SEPARATOR)]
         cursor_col = self.column_of(self.cursor_time)
         gap_cols = self._gap_columns(None)
+        mark = self.marked_range
+        mark_cols = None
+        if mark is not None:
+            mark_cols = (
+                self.column_of(mark[0]),
+                max(self.column_of(mark[1]), self.column_of(mark[0])) + 1,
+            )
         for col in range(cells_w):
             style = RULER_STYLE
             char = chars[col]
@@ -276,6 +298,8 @@ class Timeline(ScrollView, can_focus=True):
                 style, char = RULER_CURSOR, "▼"
             elif gap_cols and gap_cols[0] <= col < gap_cols[1]:
                 style = RULER_STYLE + Style(bgcolor=GAP_BG)
+            elif mark_cols and mark_cols[0] <= col < mark_cols[1]:
+                style = RULER_STYLE + Style(color="#101010", bgcolor=CURSOR_COLOUR)
             segments.append(Segment(char, style))
         return Strip(segments, label_w + 1 + cells_w).simplify().adjust_cell_length(width)
 
@@ -304,6 +328,7 @@ class Timeline(ScrollView, can_focus=True):
             cursor_col,
             sel_entry if on_row else -1,
             self.current_gap,
+            self._highlight_version,
             index in self.expanded,
             self.label_width,
             width,
@@ -343,6 +368,10 @@ class Timeline(ScrollView, can_focus=True):
                 gap_cols=self._gap_columns(row),
                 current_row=current,
             )
+            if self._highlight is not None:
+                body = highlight_segments(
+                    body, cells, level, data.trace.name, self._highlight, entry
+                )
         strip = Strip(label + [Segment("│", SEPARATOR)] + body).adjust_cell_length(width)
         self._strips[key] = strip
         return strip

@@ -1,0 +1,135 @@
+"""Findings (`t`): the triage rules' findings, most severe first, each with its advice; Enter
+shows the evidence on the timeline."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+from rich.text import Text
+from textual import work
+from textual.binding import BindingType
+from textual.widgets import Static
+
+from .drilldown import Jump
+from .safe_text import clean
+from .table import Column, TableModel, TableScreen
+from .timefmt import fmt_duration
+
+if TYPE_CHECKING:
+    from .drilldown import DrilldownActions
+
+SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
+SEVERITY_STYLE = {"critical": "bold #e06c75", "warning": "bold #e5c07b", "info": "bold #61afef"}
+
+
+class FindingsScreen(TableScreen):
+    """One row per finding; the pane below gives the highlighted one's advice and evidence."""
+
+    BINDINGS: ClassVar[list[BindingType]] = []
+    SHOW_DETAIL = True
+    TITLE_TEXT = "Findings"
+    FILTER_HINT = "type to filter by rule or message · re:… for a regular expression"
+
+    def __init__(self, host: DrilldownActions) -> None:
+        super().__init__()
+        self.host = host
+        self.data = host.data
+        self.findings: list | None = None
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.refresh_heading()
+        self._compute()
+
+    def heading(self) -> Text:
+        text = Text("Findings", "bold")
+        text.append(" of the triage rules, most severe first · Enter shows the evidence")
+        if self.findings is None:
+            text.append(" · computing…")
+        return text
+
+    @work(thread=True, exclusive=True, group="findings")
+    def _compute(self) -> None:
+        findings = list(self.host.analysis.findings)
+        self.app.call_from_thread(self._show, findings)
+
+    def _show(self, findings: list) -> None:
+        self.findings = findings
+        self.table.set_model(findings_model(findings))
+        self.refresh_heading()
+        if not findings:
+            self.query_one("#table-detail", Static).update(
+                Text(
+                    "No rule fired: nothing stood out. The operator (o) and kernel (k) tables "
+                    "still show where the time goes."
+                )
+            )
+
+    def describe(self, row: int) -> Text | None:
+        return describe_finding(self.data, self.findings[row]) if self.findings else None
+
+    def choose(self, row: int) -> None:
+        if not self.findings:
+            return
+        self.host.show_on_timeline(evidence_jump(self.findings[row]))
+
+
+def findings_model(findings: list) -> TableModel:
+    texts = [f"{f.rule} {f.message}" for f in findings]
+    rank = np.array([SEVERITY_RANK.get(f.severity, 3) for f in findings], dtype=np.int64)
+    return TableModel(
+        columns=[
+            Column(
+                "#",
+                lambda i: str(i + 1),
+                key=np.arange(len(findings)),
+                width=3,
+                largest_first=False,
+            ),
+            Column("severity", lambda i: findings[i].severity, key=rank, width=9, numeric=False),
+            Column(
+                "rule",
+                lambda i: findings[i].rule,
+                key=np.arange(len(findings)),
+                width=22,
+                numeric=False,
+            ),
+            Column("what was seen", lambda i: clean(findings[i].message), width=0, numeric=False),
+        ],
+        n=len(findings),
+        names=np.arange(len(findings)),
+        name_text=texts.__getitem__,
+        default_sort=0,
+    )
+
+
+def evidence_jump(finding) -> Jump:
+    """Select the most telling row and show the evidence range (or the row, if no range)."""
+    row = int(finding.rows[0]) if finding.rows else -1
+    if finding.dur > 0:
+        return Jump(row=row, start=int(finding.start), end=int(finding.start + finding.dur))
+    if row >= 0:
+        return Jump(row=row)
+    # A point in time (e.g. a memory peak): a millisecond around it.
+    return Jump(start=int(finding.start) - 500_000, end=int(finding.start) + 500_000)
+
+
+def describe_finding(data, finding) -> Text:
+    text = Text()
+    text.append(f"{finding.severity.upper()} ", SEVERITY_STYLE.get(finding.severity, "bold"))
+    text.append(finding.rule, "bold")
+    if finding.device is not None:
+        text.append(f" · GPU {finding.device}")
+    text.append("\n")
+    text.append(clean(finding.message))
+    text.append("\n")
+    text.append("evidence: ", "bold #8b919a")
+    text.append(
+        f"+{fmt_duration(int(finding.start) - data.origin)} for {fmt_duration(int(finding.dur))}"
+    )
+    if finding.rows:
+        names = ", ".join(clean(data.trace.name_of(int(r)))[:40] for r in finding.rows[:3])
+        text.append(f" · {names}")
+    text.append(" · Enter shows it on the timeline", "dim")
+    return text

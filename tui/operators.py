@@ -1,0 +1,495 @@
+"""Operators (`o`): CPU (cat, name) groups with self and total times on CPU and GPU, and the
+drill-down of one group: instances, child split, launched kernels and input shapes."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+from kinetoscope.analysis.drilldown import (
+    child_split,
+    group_by_shape,
+    instances_of,
+    kernels_launched,
+    shape_split,
+    subtree_gpu,
+)
+from kinetoscope.analysis.operators import OperatorTable, compute_operators
+from kinetoscope.analysis.ranges import operators_in_range
+from rich.text import Text
+from textual import work
+from textual.binding import Binding, BindingType
+from textual.widgets import Static
+
+from .drilldown import (
+    Jump,
+    count_column,
+    percent_column,
+    range_label,
+    share_bar,
+    time_column,
+)
+from .safe_text import clean, shorten
+from .table import Column, DataView, TableModel, TableScreen, string_ranks
+from .timefmt import fmt_duration
+
+if TYPE_CHECKING:
+    from .drilldown import DrilldownActions
+
+SELF_COLOUR = "#61afef"
+CHILD_COLOURS = ("#98c379", "#e5c07b", "#c678dd", "#56b6c2", "#d19a66", "#e06c75")
+OTHER_COLOUR = "#5c6370"
+
+
+class OperatorsScreen(TableScreen):
+    """Every CPU (cat, name) group; Enter drills into one."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("S", "toggle_shapes", "By shape", tooltip="Group by name + input shape, or not"),
+        Binding("M", "toggle_range", "Range/all", tooltip="Marked range or the whole trace"),
+    ]
+    TITLE_TEXT = "Operators"
+    SHOW_DETAIL = True
+
+    def __init__(self, host: DrilldownActions) -> None:
+        super().__init__()
+        self.host = host
+        self.data = host.data
+        self.by_shape = False
+        self.use_range = True
+        self.shown_range: tuple[int, int] | None = None
+        self.table_data: OperatorTable | None = None
+        self.shape_ids: np.ndarray | None = None
+        self._shaped = None  # ShapeGroups, computed on first use
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.refresh_heading()
+        self.reload()
+
+    def on_screen_resume(self) -> None:
+        # A range marked since the table was built: show it.
+        if self._wanted_range() != self.shown_range:
+            self.reload()
+
+    def _wanted_range(self) -> tuple[int, int] | None:
+        return self.host.range_bounds() if self.use_range else None
+
+    def heading(self) -> Text:
+        text = Text("Operators", "bold")
+        text.append(" by name + input shape" if self.by_shape else " (CPU cat, name)")
+        if self.table_data is None:
+            text.append(" · computing…")
+        if self.shown_range is not None:
+            text.append(f" · range {range_label(self.data, self.shown_range)}", "bold #e5c07b")
+        elif self.host.range_bounds() is not None:
+            text.append(" · whole trace (M: marked range)")
+        return text
+
+    def reload(self) -> None:
+        self.table_data = None
+        self.refresh_heading()
+        self._compute(self.by_shape, self._wanted_range())
+
+    @work(thread=True, exclusive=True, group="operators")
+    def _compute(self, by_shape: bool, bounds: tuple[int, int] | None) -> None:
+        analysis = self.host.analysis
+        trace = analysis.trace
+        if by_shape:
+            if self._shaped is None:
+                self._shaped = group_by_shape(trace, analysis.classes.cpu, analysis.cpu_groups)
+            nesting, groups = self._shaped.nesting, self._shaped.groups
+            shapes = self._shaped.shape
+        else:
+            nesting, groups, shapes = analysis.nesting, analysis.cpu_groups, None
+        if bounds is not None:
+            table = operators_in_range(trace, nesting, groups, analysis.links, *bounds)
+        elif by_shape:
+            table = compute_operators(trace, nesting, groups, analysis.links)
+        else:
+            table = analysis.operators
+        model = operator_model(trace, table, shapes, bounds is not None)
+        self.app.call_from_thread(self._show, table, shapes, bounds, model)
+
+    def _show(self, table, shapes, bounds, model: TableModel) -> None:
+        self.table_data = table
+        self.shape_ids = shapes
+        self.shown_range = bounds
+        self.table.set_model(model, keep_state=True)
+        self.refresh_heading()
+
+    def describe(self, row: int) -> Text | None:
+        table = self.table_data
+        if table is None:
+            return None
+        group = model_row(self.table.model, row)
+        trace = self.data.trace
+        text = Text()
+        text.append(clean(trace.strings[int(table.groups.name[group])]) or "(no name)", "bold")
+        text.append(f" · {clean(trace.strings[int(table.groups.cat[group])])}")
+        if self.shape_ids is not None and self.shape_ids[group] >= 0:
+            text.append(f" · shape {clean(trace.strings[int(self.shape_ids[group])])}")
+        text.append("\n")
+        text.append(
+            f"{int(table.count[group]):,} calls · total {fmt_duration(int(table.incl[group]))} · "
+            f"self {fmt_duration(int(table.excl[group]))} · GPU self "
+            f"{fmt_duration(int(table.gpu_self[group]))} · GPU total "
+            f"{fmt_duration(int(table.gpu_total[group]))}"
+        )
+        text.append(" · Enter: instances, children, kernels, shapes", "dim")
+        return text
+
+    def action_toggle_shapes(self) -> None:
+        self.by_shape = not self.by_shape
+        self.reload()
+
+    def action_toggle_range(self) -> None:
+        if self.host.range_bounds() is None:
+            self.notify("No range marked: m on the timeline marks one", timeout=3)
+            return
+        self.use_range = not self.use_range
+        self.reload()
+
+    def choose(self, group: int) -> None:
+        if self.table_data is None:
+            return
+        group = model_row(self.table.model, group)
+        shape = int(self.shape_ids[group]) if self.shape_ids is not None else None
+        self.app.push_screen(OperatorDetailScreen(self.host, self.table_data, group, shape))
+
+
+def operator_model(
+    trace, table: OperatorTable, shapes: np.ndarray | None, in_range: bool
+) -> TableModel:
+    """Rows are groups; groups with nothing in a range are left out of it."""
+    groups = table.groups
+    names = groups.name.astype(np.int64)
+    strings = trace.strings
+    whole = float(table.excl.sum())
+    columns = [
+        Column(
+            "operator",
+            lambda g: clean(strings[names[g]]) or "(no name)",
+            key=string_ranks(strings, names),
+            width=0,
+            numeric=False,
+        ),
+        Column(
+            "cat",
+            lambda g: clean(strings[groups.cat[g]]),
+            key=string_ranks(strings, groups.cat.astype(np.int64)),
+            width=12,
+            numeric=False,
+        ),
+    ]
+    if shapes is not None:
+        columns.append(
+            Column(
+                "input shape",
+                lambda g: clean(strings[shapes[g]]) if shapes[g] >= 0 else "-",
+                key=shapes,
+                width=22,
+                numeric=False,
+            )
+        )
+    columns += [
+        count_column("count", table.count),
+        time_column("total", table.incl),
+        time_column("self", table.excl),
+        time_column("GPU self", table.gpu_self),
+        time_column("GPU total", table.gpu_total),
+        percent_column("self%", table.excl, whole),
+    ]
+    self_column = 5 if shapes is not None else 4
+    model = TableModel(
+        columns=columns,
+        n=len(table),
+        names=np.arange(len(names)),  # filter on "cat name" of the group
+        name_text=lambda g: f"{strings[groups.cat[g]]} {strings[names[g]]}",
+        default_sort=self_column,
+    )
+    if in_range:
+        model = restrict(model, (table.count > 0) | (table.gpu_self > 0) | (table.gpu_total > 0))
+    return model
+
+
+def restrict(model: TableModel, keep: np.ndarray) -> TableModel:
+    """The same table over only the rows where `keep` holds (row ids stay the model's)."""
+    rows = np.flatnonzero(keep)
+    columns = [
+        Column(
+            c.title,
+            (lambda cell: lambda i: cell(int(rows[i])))(c.cell),
+            key=None if c.key is None else np.asarray(c.key)[rows],
+            width=c.width,
+            numeric=c.numeric,
+        )
+        for c in model.columns
+    ]
+    restricted = TableModel(
+        columns=columns,
+        n=len(rows),
+        names=None if model.names is None else model.names[rows],
+        name_text=model.name_text,
+        default_sort=model.default_sort,
+    )
+    restricted.source_rows = rows  # type: ignore[attr-defined]
+    return restricted
+
+
+def model_row(model: TableModel, row: int) -> int:
+    """The original row id of a row of a (possibly restricted) model."""
+    rows = getattr(model, "source_rows", None)
+    return int(rows[row]) if rows is not None else row
+
+
+class OperatorDetailScreen(TableScreen):
+    """One operator group: a summary of where its time goes, and a table that shows its
+    instances, its children by name, the kernels it launched or its input shapes."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("I", "show('instances')", "Instances", tooltip="Instances, longest first"),
+        Binding("C", "show('children')", "Children", tooltip="Children by name (time split)"),
+        Binding("K", "show('kernels')", "Kernels", tooltip="Kernels it launched"),
+        Binding("S", "show('shapes')", "Shapes", tooltip="Input shapes recorded"),
+        Binding("tab", "cycle", "Next view", show=False, tooltip="Next view"),
+    ]
+    SHOW_DETAIL = True
+    DETAIL_CLASSES = "table-detail nowrap"
+    FILTER_HINT = "type to filter (instances and shapes: by input shape; else by name)"
+    VIEWS = ("instances", "children", "kernels", "shapes")
+
+    def __init__(
+        self, host: DrilldownActions, table: OperatorTable, group: int, shape: int | None
+    ) -> None:
+        super().__init__()
+        self.host = host
+        self.data = host.data
+        self.op_table = table
+        self.group = group
+        self.shape = shape
+        self.current = "instances"
+        analysis = host.analysis
+        trace = analysis.trace
+        self.trace = trace
+        self.op_name = trace.strings[int(table.groups.name[group])]
+        self.cat = trace.strings[int(table.groups.cat[group])]
+        # The drill-down is of the (cat, name) group; a shape group narrows its instances.
+        by_name = analysis.cpu_groups
+        name_group = int(
+            np.flatnonzero(
+                (by_name.name == table.groups.name[group])
+                & (by_name.cat == table.groups.cat[group])
+            )[0]
+        )
+        self.name_group = name_group
+        rows = instances_of(trace, by_name, name_group)
+        if shape is not None:
+            rows = rows[trace.shape[rows] == shape]
+        self.rows = rows
+        self.split = child_split(trace, analysis.nesting, by_name, name_group)
+        self.kernels = kernels_launched(
+            trace, analysis.nesting, analysis.links, by_name, analysis.gpu_groups, name_group
+        )
+        self.shapes = shape_split(trace, rows)
+        self.models: dict[str, TableModel] = {}
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one("#table-detail", Static).update(self.summary())
+        self.action_show("instances")
+
+    def heading(self) -> Text:
+        text = Text()
+        text.append(shorten(self.op_name, 60) or "(no name)", "bold #e5c07b")
+        if self.shape is not None:
+            shape = self.trace.strings[self.shape] if self.shape >= 0 else "no shape recorded"
+            text.append(f" [{shorten(shape, 30)}]")
+        text.append(f" · {clean(self.cat)} · ")
+        for view in self.VIEWS:
+            style = "bold reverse" if view == self.current else "dim"
+            text.append(f" {view[0].upper()} {view} ", style)
+        return text
+
+    def summary(self) -> Text:
+        """Self/children split, launched kernels and shapes, a few lines each."""
+        trace = self.trace
+        analysis = self.host.analysis
+        split = self.split
+        text = Text(no_wrap=True, overflow="ellipsis")
+        inclusive = max(split.inclusive, 1)
+        top = list(zip(split.child_group[:5].tolist(), split.child_time[:5].tolist()))
+        rest = int(split.child_time[5:].sum())
+        parts = [(split.self_time, SELF_COLOUR)]
+        parts += [(t, CHILD_COLOURS[i % len(CHILD_COLOURS)]) for i, (_, t) in enumerate(top)]
+        parts.append((rest, OTHER_COLOUR))
+        text.append("total ", "bold")
+        text.append(f"{fmt_duration(split.inclusive)} = ")
+        text.append_text(share_bar(parts, 40))
+        text.append("\n")
+        text.append("  ■ ", SELF_COLOUR)
+        text.append(f"self {fmt_duration(split.self_time)} ({split.self_time / inclusive:.0%})")
+        for i, (child, t) in enumerate(top):
+            name = trace.strings[int(analysis.cpu_groups.name[child])]
+            text.append("  ■ ", CHILD_COLOURS[i % len(CHILD_COLOURS)])
+            text.append(f"{shorten(name, 28)} {fmt_duration(t)} ({t / inclusive:.0%})")
+        if rest:
+            text.append("  ■ ", OTHER_COLOUR)
+            text.append(f"other {fmt_duration(rest)}")
+        text.append("\n")
+        kernels = self.kernels
+        text.append("kernels ", "bold")
+        if not len(kernels.kernel_group):
+            text.append("none launched")
+        else:
+            text.append(
+                f"{int(kernels.count.sum()):,} launched, {fmt_duration(kernels.total_time)}"
+            )
+            for g, t in zip(kernels.kernel_group[:3].tolist(), kernels.total[:3].tolist()):
+                name = trace.strings[int(analysis.gpu_groups.name[g])]
+                text.append(f" · {shorten(name, 34)} {fmt_duration(t)}")
+        text.append("\n")
+        text.append("shapes ", "bold")
+        recorded = self.shapes.shape >= 0
+        if not recorded.any():
+            text.append("none recorded")
+        else:
+            for s, c in list(zip(self.shapes.shape[recorded], self.shapes.count[recorded]))[:4]:
+                text.append(f"{shorten(trace.strings[int(s)], 30)} ×{int(c):,}  ")
+        return text
+
+    def action_show(self, view: str) -> None:
+        self.current = view
+        model = self.models.get(view)
+        if model is None:
+            model = self.models[view] = self.make_model(view)
+        self.table.set_model(model)
+        self.query_one(DataView).set_filter(self.table.pattern)
+        self.refresh_heading()
+
+    def action_cycle(self) -> None:
+        self.action_show(self.VIEWS[(self.VIEWS.index(self.current) + 1) % len(self.VIEWS)])
+
+    def make_model(self, view: str) -> TableModel:
+        trace = self.trace
+        analysis = self.host.analysis
+        strings = trace.strings
+        data = self.data
+        if view == "instances":
+            rows = self.rows
+            start = trace.start[rows]
+            dur = trace.dur[rows]
+            own = analysis.nesting.self_time[analysis.nesting.position[rows]]
+            gpu = subtree_gpu(trace, analysis.nesting, analysis.links, rows)
+            shapes = trace.shape[rows].astype(np.int64)
+            lanes = [data.lanes[i].short_label if i >= 0 else "?" for i in data.row_lane[rows]]
+            return TableModel(
+                columns=[
+                    Column(
+                        "#",
+                        lambda i: f"{i + 1:,}",
+                        key=np.arange(len(rows)),
+                        width=7,
+                        largest_first=False,
+                    ),
+                    Column(
+                        "start",
+                        lambda i: "+" + fmt_duration(int(start[i]) - data.origin),
+                        key=start,
+                        width=13,
+                    ),
+                    time_column("dur", dur),
+                    time_column("self", own),
+                    time_column("GPU", gpu),
+                    Column("lane", lambda i: clean(lanes[i]), width=18, numeric=False),
+                    Column(
+                        "input shape",
+                        lambda i: clean(strings[shapes[i]]) if shapes[i] >= 0 else "-",
+                        key=shapes,
+                        width=0,
+                        numeric=False,
+                    ),
+                ],
+                n=len(rows),
+                names=np.maximum(shapes, 0),
+                name_text=strings.__getitem__,
+                default_sort=2,
+            )
+        if view == "children":
+            split = self.split
+            names = analysis.cpu_groups.name[split.child_group].astype(np.int64)
+            inclusive = max(split.inclusive, 1)
+            # Row 0 is the operator's own self time; the children follow.
+            labels = ["(self)"] + [strings[n] for n in names]
+            count = np.concatenate(([len(self.rows)], split.child_count))
+            times = np.concatenate(([split.self_time], split.child_time))
+            return TableModel(
+                columns=[
+                    Column("child", lambda i: clean(labels[i]), width=0, numeric=False),
+                    count_column("count", count),
+                    time_column("time", times),
+                    percent_column("% of total", times, inclusive, width=10),
+                ],
+                n=len(labels),
+                names=np.concatenate(([0], names)),
+                name_text=lambda i: strings[i] if i else "(self)",
+                default_sort=2,
+            )
+        if view == "kernels":
+            kernels = self.kernels
+            names = analysis.gpu_groups.name[kernels.kernel_group].astype(np.int64)
+            mean = kernels.total / np.maximum(kernels.count, 1)
+            return TableModel(
+                columns=[
+                    Column("kernel", lambda i: clean(strings[names[i]]), width=0, numeric=False),
+                    count_column("count", kernels.count),
+                    time_column("total", kernels.total),
+                    time_column("mean", mean),
+                    percent_column("% of GPU", kernels.total, max(kernels.total_time, 1), width=9),
+                ],
+                n=len(names),
+                names=names,
+                name_text=strings.__getitem__,
+                default_sort=2,
+            )
+        shapes = self.shapes
+        return TableModel(
+            columns=[
+                Column(
+                    "input shape",
+                    lambda i: clean(strings[shapes.shape[i]]) if shapes.shape[i] >= 0 else "-",
+                    width=0,
+                    numeric=False,
+                ),
+                count_column("count", shapes.count),
+                time_column("total", shapes.total),
+                time_column("mean", shapes.total / np.maximum(shapes.count, 1)),
+            ],
+            n=len(shapes.shape),
+            names=np.maximum(shapes.shape, 0),
+            name_text=strings.__getitem__,
+            default_sort=2,
+        )
+
+    def choose(self, row: int) -> None:
+        analysis = self.host.analysis
+        if self.current == "instances":
+            self.host.show_on_timeline(Jump(row=int(self.rows[row])))
+        elif self.current == "children":
+            if row == 0:
+                return
+            child = int(self.split.child_group[row - 1])
+            table = analysis.operators
+            self.app.push_screen(OperatorDetailScreen(self.host, table, child, None))
+        elif self.current == "kernels":
+            from .kernels import KernelDetailScreen
+
+            group = int(self.kernels.kernel_group[row])
+            launched = self.kernels.rows
+            mine = launched[analysis.gpu_groups.index[launched] == group]
+            self.app.push_screen(KernelDetailScreen(self.host, group, rows=mine))
+        else:
+            # The instances with exactly this shape (-1: those without one).
+            shape = int(self.shapes.shape[row])
+            table = analysis.operators
+            self.app.push_screen(OperatorDetailScreen(self.host, table, self.name_group, shape))

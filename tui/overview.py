@@ -1,0 +1,206 @@
+"""Overview (`v`): GPU utilisation per device, and one compact bar per ProfilerStep saying where
+the step's wall time went on the GPU (compute, communication, memory, idle)."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+from kinetoscope.analysis.idle import CAUSES
+from kinetoscope.analysis.ranges import idle_in_range
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.widgets import Footer, Static
+
+from .drilldown import Jump, MarkedRange, range_label, share_bar, time_column
+from .safe_text import clean
+from .table import Column, DataView, TableModel, TableScreen
+from .timefmt import fmt_duration
+
+if TYPE_CHECKING:
+    from .drilldown import DrilldownActions
+
+BUSY_COLOUR = "#2f8f4e"
+COMPUTE_COLOUR = "#2f8f4e"
+COMM_COLOUR = "#b8434b"
+MEMORY_COLOUR = "#b5892b"
+IDLE_COLOUR = "#3a3f4b"
+CAUSE_COLOURS = {"host_wait": "#e06c75", "kernel_wait": "#e5c07b", "other": "#5c6370"}
+DEVICE_BAR = 32
+STEP_BAR = 30
+
+
+class OverviewScreen(TableScreen):
+    """Device utilisation at the top, the steps table below; Enter shows a step."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("M", "mark_step", "Mark step", tooltip="Mark the step as the range"),
+    ]
+    TITLE_TEXT = "Overview"
+    FILTER_HINT = "type to filter steps by name"
+
+    def __init__(self, host: DrilldownActions) -> None:
+        super().__init__()
+        self.host = host
+        self.data = host.data
+        self.steps = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text("Overview"), id="table-title", classes="table-title")
+        yield Static("", id="overview-devices", classes="table-detail nowrap")
+        yield from self._table_parts()
+        yield Footer()
+
+    def _table_parts(self) -> ComposeResult:
+        from .table import FilterBox
+
+        yield FilterBox(placeholder=self.FILTER_HINT, id="table-filter")
+        yield DataView(id="table-view")
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.refresh_heading()
+        self._compute()
+
+    def heading(self) -> Text:
+        data = self.data
+        text = Text("Overview", "bold")
+        text.append(f" · {clean(os.path.basename(data.trace.source.path))}")
+        text.append(f" · {fmt_duration(data.span)}")
+        if self.steps is not None:
+            text.append(f" · {len(self.steps)} steps · Enter shows a step, M marks it")
+        else:
+            text.append(" · computing…")
+        return text
+
+    @work(thread=True, exclusive=True, group="overview")
+    def _compute(self) -> None:
+        analysis = self.host.analysis
+        steps = analysis.steps
+        devices = describe_devices(self.host)
+        self.app.call_from_thread(self._show, steps, devices)
+
+    def _show(self, steps, devices: Text) -> None:
+        self.steps = steps
+        self.query_one("#overview-devices", Static).update(devices)
+        self.table.set_model(steps_model(self.data.trace, steps))
+        self.refresh_heading()
+
+    def choose(self, row: int) -> None:
+        if self.steps is not None:
+            self.host.show_on_timeline(Jump(row=int(self.steps.rows[row])))
+
+    def action_mark_step(self) -> None:
+        row = self.table.current_row
+        if self.steps is None or row < 0:
+            return
+        start = int(self.steps.start[row])
+        self.host.marked = MarkedRange(start, start + int(self.steps.dur[row]))
+        self.query_one("#overview-devices", Static).update(describe_devices(self.host))
+        self.notify(
+            f"Range: {clean(self.data.trace.name_of(int(self.steps.rows[row])))}", timeout=2
+        )
+
+
+def device_bar(busy: int, idle_by_cause: tuple[int, int, int], width: int) -> Text:
+    parts = [(busy, BUSY_COLOUR)]
+    parts += [(t, CAUSE_COLOURS[c]) for c, t in zip(CAUSES, idle_by_cause)]
+    return share_bar(parts, width)
+
+
+def describe_devices(host: DrilldownActions) -> Text:
+    """Per device: busy share of its window as a bar, idle time by cause; same for the range."""
+    data = host.data
+    idle = data.idle
+    text = Text(no_wrap=True, overflow="ellipsis")
+    if not idle.devices:
+        text.append("No GPU activity in this trace: the CPU operators (o) tell the story.")
+        return text
+    text.append("GPU utilisation ", "bold")
+    text.append("█ busy ", BUSY_COLOUR)
+    for cause in CAUSES:
+        text.append(f"█ {cause} ", CAUSE_COLOURS[cause])
+    text.append("(idle by cause) · steps: ")
+    for label, colour in (
+        ("compute", COMPUTE_COLOUR),
+        ("comm", COMM_COLOUR),
+        ("memory", MEMORY_COLOUR),
+        ("idle", IDLE_COLOUR),
+    ):
+        text.append(f"█ {label} ", colour)
+    text.append("\n")
+    for dev in idle.devices:
+        window = dev.window
+        length = 0 if window is None else window[1] - window[0]
+        _device_line(text, data, dev.device, length, dev.busy_ns, dev.idle_by_cause)
+    bounds = host.range_bounds()
+    if bounds is not None:
+        text.append(f"marked range {range_label(data, bounds)}\n", "bold #e5c07b")
+        for entry in idle_in_range(idle, *bounds):
+            _device_line(text, data, entry.device, entry.window, entry.busy, entry.idle_by_cause)
+    return text
+
+
+def _device_line(text: Text, data, device: int, window: int, busy: int, by_cause) -> None:
+    name = data.device_names.get(device)
+    label = f"GPU {device}" + (f" {clean(name)}" if name else "")
+    text.append(f"{label[:18]:<18} ")
+    text.append_text(device_bar(busy, by_cause, DEVICE_BAR))
+    share = busy / window if window else 0.0
+    text.append(f" {share:4.0%} busy of {fmt_duration(window)}", "bold")
+    if sum(by_cause):
+        idle = ", ".join(f"{c} {fmt_duration(t)}" for c, t in zip(CAUSES, by_cause) if t)
+        text.append(f" · idle: {idle}")
+    text.append("\n")
+
+
+def step_bar(steps, i: int, longest: int, width: int) -> Text:
+    """The step's wall time as a bar scaled to the longest step, split by GPU activity."""
+    cells = max(1, round(int(steps.dur[i]) / max(longest, 1) * width))
+    parts = [
+        (int(steps.compute[i]), COMPUTE_COLOUR),
+        (int(steps.comm[i]), COMM_COLOUR),
+        (int(steps.memory[i]), MEMORY_COLOUR),
+        (int(steps.idle[i]), IDLE_COLOUR),
+    ]
+    bar = share_bar(parts, cells)
+    bar.append(" " * (width - cells))
+    return bar
+
+
+def steps_model(trace, steps) -> TableModel:
+    n = len(steps)
+    longest = int(steps.dur.max()) if n else 0
+    names = trace.name[steps.rows].astype(np.int64)
+    busy_share = steps.gpu_busy / np.maximum(steps.dur, 1)
+    loader_share = steps.dataloader / np.maximum(steps.dur, 1)
+    return TableModel(
+        columns=[
+            Column(
+                "step",
+                lambda i: clean(trace.strings[names[i]]),
+                key=steps.start,
+                width=0,
+                numeric=False,
+            ),
+            time_column("wall", steps.dur, width=10),
+            Column(
+                "GPU time by kind",
+                lambda i: step_bar(steps, i, longest, STEP_BAR),
+                key=steps.dur,
+                width=STEP_BAR,
+                numeric=False,
+            ),
+            Column("busy%", lambda i: f"{100 * busy_share[i]:.0f}", key=busy_share, width=6),
+            time_column("idle", steps.idle, width=9),
+            time_column("comm", steps.comm, width=9),
+            Column("loader%", lambda i: f"{100 * loader_share[i]:.0f}", key=loader_share, width=8),
+        ],
+        n=n,
+        names=names,
+        name_text=trace.strings.__getitem__,
+        default_sort=0,
+    )

@@ -1,0 +1,572 @@
+"""A table over numpy columns that draws only the rows on screen (Line API), sorts with argsort
+and filters names with one test per distinct string, so hundreds of thousands of rows page,
+sort and filter without freezing the UI. `TableScreen` puts one under a title and a filter box.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual import events, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.cache import LRUCache
+from textual.geometry import Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.widgets import Footer, Input, Static
+
+from .safe_text import clean, fit
+
+# Above this many rows, sorting runs in a worker thread.
+SORT_IN_WORKER = 200_000
+
+HEADER = Style(color="#e5c07b", bold=True)
+HEADER_SORTED = Style(color="#101010", bgcolor="#e5c07b", bold=True)
+CELL = Style(color="#d0d4da")
+ZEBRA = Style(color="#d0d4da", bgcolor="#23272e")
+CURSOR = Style(color="#101010", bgcolor="#61afef", bold=True)
+CURSOR_DIM = Style(color="#d0d4da", bgcolor="#3a4150")
+SEPARATOR = " "
+
+
+def name_matcher(pattern: str) -> Callable[[str], bool]:
+    """A case-insensitive test of names: substring, or a regular expression after `re:`.
+
+    Raises ValueError with a readable message for a bad regular expression."""
+    if pattern.startswith("re:"):
+        try:
+            regex = re.compile(pattern[3:], re.IGNORECASE)
+        except re.error as error:
+            raise ValueError(f"bad regular expression: {error}") from None
+        return lambda text: regex.search(text) is not None
+    needle = pattern.lower()
+    return lambda text: needle in text.lower()
+
+
+@dataclass
+class Column:
+    """One column. `cell(row)` gives the text of a model row; `key` sorts (numeric or ranks)."""
+
+    title: str
+    cell: Callable[[int], str | Text]  # Text only for styled cells such as bars
+    key: np.ndarray | None = None
+    width: int = 10  # cells; 0 takes what the fixed columns leave
+    numeric: bool = True  # right-aligned
+    largest_first: bool | None = None  # the first sort's direction; None: numeric columns do
+
+    @property
+    def descending(self) -> bool:
+        return self.numeric if self.largest_first is None else self.largest_first
+
+
+@dataclass
+class TableModel:
+    """Columns over `n` rows; rows are filtered by `names[row]` (strings via `name_text`)."""
+
+    columns: list[Column]
+    n: int
+    names: np.ndarray | None = None  # int per row: id of the text the filter tests
+    name_text: Callable[[int], str] = str
+    default_sort: int = 0
+    _distinct: np.ndarray | None = field(default=None, repr=False)
+
+    def matching(self, pattern: str) -> np.ndarray:
+        """Boolean per row: does its name match the filter pattern (empty: all)."""
+        if not pattern or self.names is None:
+            return np.ones(self.n, dtype=bool)
+        test = name_matcher(pattern)
+        if self._distinct is None:
+            self._distinct = np.unique(self.names)
+        distinct = self._distinct
+        hits = np.fromiter(
+            (test(self.name_text(int(i))) for i in distinct), dtype=bool, count=len(distinct)
+        )
+        keep = distinct[hits]
+        return np.isin(self.names, keep)
+
+
+def string_ranks(strings: Sequence[str], ids: np.ndarray) -> np.ndarray:
+    """Sort keys for string ids: the rank of each id's lowercased text among `ids`' texts."""
+    distinct, inverse = np.unique(ids, return_inverse=True)
+    texts = [strings[int(i)].lower() for i in distinct]
+    rank = np.empty(len(distinct), dtype=np.int64)
+    rank[sorted(range(len(texts)), key=texts.__getitem__)] = np.arange(len(texts))
+    return rank[inverse.reshape(-1)]
+
+
+class DataView(ScrollView, can_focus=True):
+    """The table body: a header line and one line per row of the current view."""
+
+    DEFAULT_CSS = """
+    DataView { height: 1fr; scrollbar-size-vertical: 1; overflow-x: hidden; }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up", "move(-1)", "Up", show=False),
+        Binding("down", "move(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home", "edge(0)", "First row", show=False),
+        Binding("end", "edge(1)", "Last row", show=False),
+        Binding("enter", "choose", "Open", tooltip="Drill into the row / jump to it"),
+        Binding("less_than_sign", "sort_step(-1)", "Sort ←", tooltip="Sort by the column left"),
+        Binding("greater_than_sign", "sort_step(1)", "Sort →", tooltip="Sort by the column right"),
+        Binding("R", "reverse", "Reverse", tooltip="Reverse the sort order"),
+        *(
+            Binding(str(i), f"sort_column({i - 1})", f"Sort by column {i}", show=False)
+            for i in range(1, 10)
+        ),
+    ]
+
+    cursor: reactive[int] = reactive(0)
+
+    class Chosen(Message):
+        """Enter (or a click on the current row) on model row `row`."""
+
+        def __init__(self, view: DataView, row: int) -> None:
+            super().__init__()
+            self.view = view
+            self.row = row
+
+    class Highlighted(Message):
+        """The cursor moved to model row `row` (-1: the view is empty)."""
+
+        def __init__(self, view: DataView, row: int) -> None:
+            super().__init__()
+            self.view = view
+            self.row = row
+
+    class TypeAhead(Message):
+        """A printable key the table does not use: the start of a filter."""
+
+        def __init__(self, character: str) -> None:
+            super().__init__()
+            self.character = character
+
+    class ViewChanged(Message):
+        """Sort order or filter changed (the screen redraws its title)."""
+
+    def __init__(self, model: TableModel | None = None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.model: TableModel | None = None
+        self.view = np.zeros(0, dtype=np.int64)  # model rows in display order
+        self.sort_column = 0
+        self.sort_descending = True
+        self.pattern = ""
+        self.filter_error: str | None = None
+        self._keep: np.ndarray | None = None
+        self._order: np.ndarray | None = None  # all rows sorted, before filtering
+        self._lines: LRUCache[tuple, Strip] = LRUCache(512)
+        if model is not None:
+            self.set_model(model)
+
+    # -- model, sorting, filtering --------------------------------------------------------------
+
+    def set_model(self, model: TableModel, *, keep_state: bool = False) -> None:
+        """Show `model`; with keep_state the sort column, direction and filter carry over."""
+        previous_row = self.current_row
+        first = self.model is None
+        self.model = model
+        if first or not keep_state or self.sort_column >= len(model.columns):
+            self.sort_column = model.default_sort
+            self.sort_descending = model.columns[model.default_sort].descending
+        self._keep = None
+        self._order = None
+        self._lines.clear()
+        try:
+            self._keep = model.matching(self.pattern) if self.pattern else None
+        except ValueError:
+            self._keep = None
+        self._resort(select=previous_row if keep_state else -1)
+
+    def _resort(self, select: int = -1) -> None:
+        model = self.model
+        if model is None:
+            return
+        if model.n > SORT_IN_WORKER:
+            self._sort_worker(model, self.sort_column, self.sort_descending, select)
+        else:
+            self._apply_order(
+                model, sort_rows(model, self.sort_column, self.sort_descending), select
+            )
+
+    @work(thread=True, exclusive=True, group="table-sort")
+    def _sort_worker(self, model: TableModel, column: int, descending: bool, select: int) -> None:
+        order = sort_rows(model, column, descending)
+        self.app.call_from_thread(self._apply_order, model, order, select)
+
+    def _apply_order(self, model: TableModel, order: np.ndarray, select: int = -1) -> None:
+        if model is not self.model:
+            return
+        self._order = order
+        self._refilter(select)
+
+    def _refilter(self, select: int = -1) -> None:
+        if self._order is None:
+            return
+        order = self._order
+        self.view = order if self._keep is None else order[self._keep[order]]
+        self._lines.clear()
+        self.virtual_size = Size(self.size.width, len(self.view) + 1)
+        target = 0
+        if select >= 0:
+            hits = np.flatnonzero(self.view == select)
+            target = int(hits[0]) if len(hits) else 0
+        self.cursor = -1  # force the watcher: the row under the same index changed
+        self.cursor = min(target, max(len(self.view) - 1, 0))
+        self.refresh()
+        self.post_message(self.ViewChanged())
+
+    def set_filter(self, pattern: str) -> None:
+        """Keep only rows whose name matches `pattern` (substring; `re:` for a regex)."""
+        model = self.model
+        self.pattern = pattern
+        self.filter_error = None
+        if model is None:
+            return
+        try:
+            self._keep = model.matching(pattern) if pattern else None
+        except ValueError as error:
+            self.filter_error = str(error)
+            self._keep = None
+        self._refilter(self.current_row)
+
+    def sort_by(self, column: int, descending: bool | None = None) -> None:
+        model = self.model
+        if model is None or not (0 <= column < len(model.columns)):
+            return
+        if descending is None:
+            if column == self.sort_column:
+                descending = not self.sort_descending
+            else:
+                descending = model.columns[column].descending
+        self.sort_column, self.sort_descending = column, descending
+        self._resort(self.current_row)
+
+    @property
+    def current_row(self) -> int:
+        """The model row under the cursor, or -1."""
+        if 0 <= self.cursor < len(self.view):
+            return int(self.view[self.cursor])
+        return -1
+
+    @property
+    def row_count(self) -> int:
+        return len(self.view)
+
+    # -- cursor -----------------------------------------------------------------------------
+
+    def validate_cursor(self, value: int) -> int:
+        return max(-1, min(value, len(self.view) - 1))
+
+    def watch_cursor(self, value: int) -> None:
+        if value < 0 and len(self.view):
+            return
+        self._scroll_to_cursor()
+        self.refresh()
+        self.post_message(self.Highlighted(self, self.current_row))
+
+    def _body_height(self) -> int:
+        return max(1, self.scrollable_content_region.height - 1)
+
+    def _scroll_to_cursor(self) -> None:
+        top = int(self.scroll_offset.y)
+        height = self._body_height()
+        if self.cursor < top:
+            self.scroll_to(y=self.cursor, animate=False, immediate=True)
+        elif self.cursor >= top + height:
+            self.scroll_to(y=self.cursor - height + 1, animate=False, immediate=True)
+
+    def action_move(self, delta: int) -> None:
+        self.cursor = max(0, self.cursor + delta)
+
+    def action_page(self, direction: int) -> None:
+        self.cursor = max(0, self.cursor + direction * self._body_height())
+
+    def action_edge(self, end: int) -> None:
+        self.cursor = len(self.view) - 1 if end else 0
+
+    def action_choose(self) -> None:
+        row = self.current_row
+        if row >= 0:
+            self.post_message(self.Chosen(self, row))
+
+    def action_sort_step(self, step: int) -> None:
+        if self.model is not None:
+            self.sort_by((self.sort_column + step) % len(self.model.columns))
+
+    def action_sort_column(self, column: int) -> None:
+        self.sort_by(column)
+
+    def action_reverse(self) -> None:
+        self.sort_by(self.sort_column, not self.sort_descending)
+
+    def on_key(self, event: events.Key) -> None:
+        character = event.character
+        if (
+            character
+            and event.is_printable
+            and (character.islower() or character in " _:.-*()#@")
+            and character != "q"  # q quits, as everywhere
+            and not character.isdigit()
+        ):
+            event.stop()
+            event.prevent_default()
+            self.post_message(self.TypeAhead(character))
+
+    # -- mouse ------------------------------------------------------------------------------
+
+    def on_click(self, event: events.Click) -> None:
+        if self.model is None:
+            return
+        if event.y == 0:
+            column = self._column_at(event.x)
+            if column >= 0:
+                self.sort_by(column)
+            return
+        index = int(self.scroll_offset.y) + event.y - 1
+        if 0 <= index < len(self.view):
+            if index == self.cursor and event.chain >= 2:
+                self.action_choose()
+            self.cursor = index
+        self.focus()
+
+    # -- drawing ----------------------------------------------------------------------------
+
+    def _widths(self, total: int) -> list[int]:
+        assert self.model is not None
+        columns = self.model.columns
+        fixed = sum(c.width for c in columns if c.width) + len(SEPARATOR) * (len(columns) - 1)
+        flexible = [c for c in columns if not c.width]
+        spare = max(total - fixed, 8 * len(flexible))
+        each = spare // max(len(flexible), 1)
+        return [c.width or each for c in columns]
+
+    def _column_at(self, x: int) -> int:
+        edge = 0
+        for i, width in enumerate(self._widths(self.scrollable_content_region.width)):
+            edge += width + len(SEPARATOR)
+            if x < edge:
+                return i
+        return -1
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        if self.model is None:
+            return Strip.blank(width)
+        if y == 0:
+            return self._header(width)
+        index = int(self.scroll_offset.y) + y - 1
+        if index >= len(self.view):
+            return Strip.blank(width)
+        row = int(self.view[index])
+        if index == self.cursor:
+            style = CURSOR if self.has_focus else CURSOR_DIM
+        else:
+            style = ZEBRA if index % 2 else CELL
+        key = (row, style, width, id(self.model))
+        strip = self._lines.get(key)
+        if strip is None:
+            strip = self._row_strip(row, style, width)
+            self._lines[key] = strip
+        return strip
+
+    def _header(self, width: int) -> Strip:
+        assert self.model is not None
+        segments = []
+        for i, (column, w) in enumerate(zip(self.model.columns, self._widths(width))):
+            title = column.title
+            style = HEADER
+            if i == self.sort_column:
+                title = title + ("↓" if self.sort_descending else "↑")
+                style = HEADER_SORTED
+            segments.append(Segment(fit_cell(title, w, column.numeric), style))
+            segments.append(Segment(SEPARATOR, HEADER))
+        return Strip(segments[:-1]).adjust_cell_length(width)
+
+    def _row_strip(self, row: int, style: Style, width: int) -> Strip:
+        assert self.model is not None
+        segments = []
+        for column, w in zip(self.model.columns, self._widths(width)):
+            value = column.cell(row)
+            if isinstance(value, Text):
+                # Styled cells (bars): their colours over the row's style, cut to the column.
+                drawn = Segment.adjust_line_length(list(value.render(self.app.console)), w)
+                segments.extend(Segment.apply_style(drawn, style=style))
+            else:
+                segments.append(Segment(fit_cell(value, w, column.numeric), style))
+            segments.append(Segment(SEPARATOR, style))
+        return Strip(segments[:-1]).adjust_cell_length(width, style)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.virtual_size = Size(event.size.width, len(self.view) + 1)
+        self._lines.clear()
+
+    def on_focus(self) -> None:
+        self._lines.clear()
+        self.refresh()
+
+    def on_blur(self) -> None:
+        self._lines.clear()
+        self.refresh()
+
+    def visible_texts(self) -> list[list[str]]:
+        """The cell texts of every row of the current view, as drawn (for tests and export)."""
+        assert self.model is not None
+        return [[clean(str(c.cell(int(r)))) for c in self.model.columns] for r in self.view]
+
+
+def fit_cell(text: str, width: int, right: bool) -> str:
+    """Cleaned text in exactly `width` cells: cut with an ellipsis, or padded (right-aligned)."""
+    safe = clean(text)
+    if right and cell_len(safe) <= width:
+        return " " * (width - cell_len(safe)) + safe
+    return fit(safe, width)
+
+
+def sort_rows(model: TableModel, column: int, descending: bool) -> np.ndarray:
+    """All model rows ordered by a column; ties keep the model's own order."""
+    key = model.columns[column].key
+    if key is None:
+        key = np.arange(model.n)
+    key = np.asarray(key)
+    if descending:
+        if key.dtype.kind == "f":
+            key = -key
+        else:
+            key = -key.astype(np.int64)
+    return np.argsort(key, kind="stable")
+
+
+class FilterBox(Input):
+    """The filter line above a table: Esc clears it, Enter or ↓ goes back to the table."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "clear_filter", "Clear the filter", show=False),
+        Binding("down", "to_table", "To the table", show=False),
+    ]
+
+    class Leave(Message):
+        def __init__(self, clear: bool) -> None:
+            super().__init__()
+            self.clear = clear
+
+    def action_clear_filter(self) -> None:
+        self.value = ""
+        self.post_message(self.Leave(clear=True))
+
+    def action_to_table(self) -> None:
+        self.post_message(self.Leave(clear=False))
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.post_message(self.Leave(clear=False))
+
+
+class TableScreen(Screen):
+    """A title line, a filter box, one DataView, an optional detail pane and the footer.
+
+    Subclasses fill the table in `load()` (a worker) and say what Enter does in `choose()`."""
+
+    CSS_PATH = "drilldown.tcss"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "back", "Back", tooltip="Clear the filter, else go back"),
+        Binding("slash", "focus_filter", "Filter", tooltip="Filter rows by name (re: for regex)"),
+        Binding("question_mark", "app.help", "Keys", show=False),
+    ]
+    TITLE_TEXT = ""
+    SHOW_DETAIL = False
+    DETAIL_CLASSES = "table-detail"
+    FILTER_HINT = "type to filter by category and name · re:… for a regular expression"
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text(self.TITLE_TEXT), id="table-title", classes="table-title")
+        yield FilterBox(placeholder=self.FILTER_HINT, id="table-filter")
+        yield DataView(id="table-view")
+        if self.SHOW_DETAIL:
+            yield Static("", id="table-detail", classes=self.DETAIL_CLASSES)
+        yield Footer()
+
+    @property
+    def table(self) -> DataView:
+        return self.query_one(DataView)
+
+    def on_mount(self) -> None:
+        self.table.focus()
+
+    def heading(self) -> Text:
+        """The title line; subclasses describe the table and its state."""
+        return Text(self.TITLE_TEXT)
+
+    def refresh_heading(self) -> None:
+        text = self.heading()
+        table = self.table
+        if table.model is not None:
+            model = table.model
+            shown = table.row_count
+            text.append(
+                f" · {shown:,}" + (f" of {model.n:,}" if shown != model.n else "") + " rows"
+            )
+            column = model.columns[table.sort_column].title
+            text.append(f" · by {column} {'↓' if table.sort_descending else '↑'}")
+        if table.pattern:
+            text.append(" · filter ")
+            text.append(clean(table.pattern), "bold")
+        if table.filter_error:
+            text.append(f" · {table.filter_error}", "bold red")
+        self.query_one("#table-title", Static).update(text)
+
+    def on_data_view_view_changed(self, message: DataView.ViewChanged) -> None:
+        self.refresh_heading()
+
+    def on_data_view_type_ahead(self, message: DataView.TypeAhead) -> None:
+        box = self.query_one(FilterBox)
+        box.focus()
+        box.insert_text_at_cursor(message.character)
+
+    def on_input_changed(self, message: Input.Changed) -> None:
+        if message.input.id == "table-filter":
+            self.table.set_filter(message.value)
+
+    def on_filter_box_leave(self, message: FilterBox.Leave) -> None:
+        self.table.focus()
+
+    def action_focus_filter(self) -> None:
+        self.query_one(FilterBox).focus()
+
+    def action_back(self) -> None:
+        box = self.query_one(FilterBox)
+        if box.value:
+            box.value = ""
+            self.table.focus()
+            return
+        self.app.pop_screen()
+
+    def on_data_view_highlighted(self, message: DataView.Highlighted) -> None:
+        if not self.SHOW_DETAIL or message.row < 0:
+            return
+        text = self.describe(message.row)
+        if text is not None:
+            self.query_one("#table-detail", Static).update(text)
+
+    def describe(self, row: int) -> Text | None:
+        """The detail pane's text for the highlighted model row (None: leave it as it is)."""
+        return None
+
+    def on_data_view_chosen(self, message: DataView.Chosen) -> None:
+        self.choose(message.row)
+
+    def choose(self, row: int) -> None:
+        """Enter on a model row."""
