@@ -156,7 +156,9 @@ def load(path: str, root: Path | None = None, verify: bool = True) -> Trace | No
             if verify and _crc(file) != facts["crc32"]:
                 return None
             try:
-                arrays[name] = np.load(file, mmap_mode="r", allow_pickle=False)
+                # A plain ndarray view of the mapping: numpy's memmap subclass is slower to index.
+                mapped = np.load(file, mmap_mode="r", allow_pickle=False)
+                arrays[name] = mapped.view(np.ndarray)
             except ValueError:  # numpy cannot map an empty array
                 arrays[name] = np.load(file, allow_pickle=False)
         offsets = np.asarray(arrays.pop("strings.offsets"))
