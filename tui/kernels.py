@@ -166,8 +166,8 @@ def kernel_model(trace, table: KernelTable, top, op_names: np.ndarray) -> TableM
             Column("launched by", launched_by, width=20, numeric=False),
         ],
         n=len(table),
-        names=np.arange(len(names)),  # filter on "cat name" of the group
-        name_text=lambda g: f"{strings[groups.cat[g]]} {strings[names[g]]}",
+        names=np.arange(len(names)),  # the filter tests the name and the category
+        name_text=lambda g: (strings[names[g]], strings[groups.cat[g]]),
         default_sort=3,
     )
 

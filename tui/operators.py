@@ -204,8 +204,8 @@ def operator_model(
     model = TableModel(
         columns=columns,
         n=len(table),
-        names=np.arange(len(names)),  # filter on "cat name" of the group
-        name_text=lambda g: f"{strings[groups.cat[g]]} {strings[names[g]]}",
+        names=np.arange(len(names)),  # the filter tests the name and the category
+        name_text=lambda g: (strings[names[g]], strings[groups.cat[g]]),
         default_sort=self_column,
     )
     if in_range:

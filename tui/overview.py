@@ -57,7 +57,7 @@ class OverviewScreen(TableScreen):
     def _table_parts(self) -> ComposeResult:
         from .table import FilterBox
 
-        yield FilterBox(placeholder=self.FILTER_HINT, id="table-filter")
+        yield FilterBox(placeholder=self.FILTER_HINT, id="table-filter", select_on_focus=False)
         yield DataView(id="table-view")
 
     def on_mount(self) -> None:

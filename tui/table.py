@@ -73,12 +73,13 @@ class Column:
 
 @dataclass
 class TableModel:
-    """Columns over `n` rows; rows are filtered by `names[row]` (strings via `name_text`)."""
+    """Columns over `n` rows; rows are filtered by `names[row]`: `name_text` gives its text, or
+    several texts of which one must match (e.g. a name and a category)."""
 
     columns: list[Column]
     n: int
     names: np.ndarray | None = None  # int per row: id of the text the filter tests
-    name_text: Callable[[int], str] = str
+    name_text: Callable[[int], str | tuple[str, ...]] = str
     default_sort: int = 0
     _distinct: np.ndarray | None = field(default=None, repr=False)
 
@@ -90,9 +91,12 @@ class TableModel:
         if self._distinct is None:
             self._distinct = np.unique(self.names)
         distinct = self._distinct
-        hits = np.fromiter(
-            (test(self.name_text(int(i))) for i in distinct), dtype=bool, count=len(distinct)
-        )
+
+        def passes(i: int) -> bool:
+            text = self.name_text(i)
+            return test(text) if isinstance(text, str) else any(test(t) for t in text)
+
+        hits = np.fromiter((passes(int(i)) for i in distinct), dtype=bool, count=len(distinct))
         keep = distinct[hits]
         return np.isin(self.names, keep)
 
@@ -253,7 +257,7 @@ class DataView(ScrollView, can_focus=True):
             else:
                 descending = model.columns[column].descending
         self.sort_column, self.sort_descending = column, descending
-        self._resort(self.current_row)
+        self._resort()  # a new order starts at its top
 
     @property
     def current_row(self) -> int:
@@ -489,11 +493,11 @@ class TableScreen(Screen):
     TITLE_TEXT = ""
     SHOW_DETAIL = False
     DETAIL_CLASSES = "table-detail"
-    FILTER_HINT = "type to filter by category and name · re:… for a regular expression"
+    FILTER_HINT = "type to filter by name or category · re:… for a regular expression"
 
     def compose(self) -> ComposeResult:
         yield Static(Text(self.TITLE_TEXT), id="table-title", classes="table-title")
-        yield FilterBox(placeholder=self.FILTER_HINT, id="table-filter")
+        yield FilterBox(placeholder=self.FILTER_HINT, id="table-filter", select_on_focus=False)
         yield DataView(id="table-view")
         if self.SHOW_DETAIL:
             yield Static("", id="table-detail", classes=self.DETAIL_CLASSES)
