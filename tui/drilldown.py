@@ -89,7 +89,7 @@ def time_column(title: str, values: np.ndarray, width: int = 11) -> Column:
         title,
         lambda r: fmt_cell_time(float(values[r])),
         key=values,
-        width=max(width, len(title) + 1),
+        width=max(width, 10, len(title) + 1),
     )
 
 

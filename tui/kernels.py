@@ -15,7 +15,7 @@ from textual import work
 from textual.binding import Binding, BindingType
 from textual.widgets import Static
 
-from .drilldown import Jump, count_column, percent_column, range_label, time_column
+from .drilldown import Jump, count_column, fmt_cell_time, percent_column, range_label, time_column
 from .operators import model_row, restrict
 from .safe_text import clean, shorten
 from .table import Column, TableModel, TableScreen, string_ranks
@@ -270,7 +270,7 @@ class KernelDetailScreen(TableScreen):
                 ),
                 Column(
                     "start",
-                    lambda i: "+" + fmt_duration(int(start[i]) - data.origin),
+                    lambda i: "+" + fmt_cell_time(int(start[i]) - data.origin),
                     key=start,
                     width=13,
                 ),

@@ -24,6 +24,7 @@ from textual.widgets import Static
 from .drilldown import (
     Jump,
     count_column,
+    fmt_cell_time,
     percent_column,
     range_label,
     share_bar,
@@ -394,7 +395,7 @@ class OperatorDetailScreen(TableScreen):
                     ),
                     Column(
                         "start",
-                        lambda i: "+" + fmt_duration(int(start[i]) - data.origin),
+                        lambda i: "+" + fmt_cell_time(int(start[i]) - data.origin),
                         key=start,
                         width=13,
                     ),

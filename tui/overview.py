@@ -71,7 +71,7 @@ class OverviewScreen(TableScreen):
         text.append(f" · {clean(os.path.basename(data.trace.source.path))}")
         text.append(f" · {fmt_duration(data.span)}")
         if self.steps is not None:
-            text.append(f" · {len(self.steps)} steps · Enter shows a step, M marks it")
+            text.append(f" · {len(self.steps)} steps")
         else:
             text.append(" · computing…")
         return text
