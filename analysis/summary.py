@@ -10,6 +10,8 @@ from .classify import Groups, ranked_groups
 from .core import Analysis, analyze
 from .idle import CAUSES
 from .memory import device_properties
+from .memory_ops import memory_ops_of, memory_ops_section, peak_fields
+from .sync import step_sync_us, sync_of, sync_section
 
 SUMMARY_VERSION = 1
 TOP_GROUPS = 50
@@ -144,6 +146,7 @@ def kernels_section(analysis: Analysis, limit: int = TOP_GROUPS) -> list[dict[st
 def steps_section(analysis: Analysis) -> list[dict[str, Any]]:
     trace = analysis.trace
     steps = analysis.steps
+    sync_us = step_sync_us(sync_of(analysis))  # extension: host time blocked on the GPU
     return [
         {
             "name": trace.name_of(int(steps.rows[i])),
@@ -151,18 +154,24 @@ def steps_section(analysis: Analysis) -> list[dict[str, Any]]:
             "dur_us": us(steps.dur[i]),
             "gpu_busy_us": us(steps.gpu_busy[i]),
             "dataloader_us": us(steps.dataloader[i]),
+            "sync_us": sync_us[i],
         }
         for i in range(len(steps))
     ]
 
 
 def memory_section(analysis: Analysis) -> list[dict[str, Any]]:
+    ops = memory_ops_of(analysis)
     return [
         {
             "device_type": group.device_type,
             "device_id": group.device_id,
             "peak_allocated_bytes": group.peak_allocated,
             "peak_reserved_bytes": group.peak_reserved,
+            # Extension: when and where the peak happened, allocations never freed.
+            **peak_fields(
+                analysis.trace, analysis.nesting, ops.device(group.device_type, group.device_id)
+            ),
         }
         for group in analysis.memory
     ]
@@ -186,5 +195,7 @@ def build_summary(trace: Trace) -> dict[str, Any]:
         "kernels": kernels_section(analysis),
         "steps": steps_section(analysis),
         "memory": memory_section(analysis),
+        "memory_ops": memory_ops_section(trace, memory_ops_of(analysis)),
+        "sync": sync_section(trace, sync_of(analysis)),
         "findings": findings_section(analysis),
     }

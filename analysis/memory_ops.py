@@ -1,0 +1,567 @@
+"""Memory per operator: who allocated what, the live-memory curve per device, its peak and owner,
+and each allocation's lifetime (leak suspects are the allocations never freed in the trace).
+
+A `[memory]` event belongs to the innermost CPU slice on its own lane (the thread that allocated)
+with start <= ts < end. Events are ordered by (ts, file order) within a device, which is the
+order the allocator saw them. Bytes > 0 is an allocation, < 0 a free; 0 or missing is neither.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from kinetoscope.parser.model import NO_VALUE, MemoryEvents, Trace
+
+from .classify import Groups
+from .memory import compute_memory
+from .nesting import Nesting
+
+# c10::DeviceType values seen in traces (ROCm builds report HIP devices as CUDA).
+DEVICE_TYPE_NAMES = {0: "CPU", 1: "CUDA", 6: "HIP", 12: "XPU", 13: "MPS", 19: "MTIA"}
+
+# Allocation states (`Allocations.state`).
+FREED = 0  # a later free at the same address
+NEVER_FREED = 1  # the last event at its address: still live when the trace ends
+REUSED = 2  # the address was allocated again with no free seen in between: lifetime unknown
+
+HOW_TO_RECORD = (
+    "This trace has no [memory] events. Record them with "
+    "torch.profiler.profile(profile_memory=True, ...) "
+    "or `kinetoscope capture --profile-memory script.py`."
+)
+
+
+def device_label(device_type: int | None, device_id: int | None) -> str:
+    """`CUDA 0`, `CPU`, `type 7 / 2`: how the viewer and the text report name a memory device."""
+    if device_type is None:
+        kind = "unknown device"
+    else:
+        kind = DEVICE_TYPE_NAMES.get(device_type, f"device type {device_type}")
+    if device_id is None or device_id < 0:
+        return kind
+    return f"{kind} {device_id}"
+
+
+def innermost_slices(
+    trace: Trace, nesting: Nesting, lanes: np.ndarray, times: np.ndarray
+) -> np.ndarray:
+    """Per query, the position (in `nesting.order`) of the innermost CPU slice on lane
+    `lanes[i]` with start <= times[i] < end, or -1.
+
+    The last slice of the lane starting at or before t is the deepest candidate; when it has
+    already ended, its ancestors are the only slices that can still contain t (a slice popped
+    off the nesting stack was popped by one that ends later), so climbing parents finds the
+    answer. All queries climb together, one parent level per numpy pass."""
+    lanes = np.asarray(lanes, dtype=np.int64)
+    times = np.asarray(times, dtype=np.int64)
+    pos = np.full(len(times), -1, dtype=np.int64)
+    if len(times) == 0 or len(nesting.order) == 0:
+        return pos
+    starts = trace.start[nesting.order]
+    ends = starts + trace.dur[nesting.order]
+    for lane in np.unique(lanes).tolist():
+        lo, hi = nesting.lane_range(lane)
+        if lane < 0 or hi <= lo:
+            continue
+        queries = np.flatnonzero(lanes == lane)
+        last = np.searchsorted(starts[lo:hi], times[queries], side="right") - 1
+        pos[queries] = np.where(last >= 0, lo + last, -1)
+    climbing = np.flatnonzero(pos >= 0)
+    while len(climbing):
+        ended = ends[pos[climbing]] <= times[climbing]
+        climbing = climbing[ended]
+        if not len(climbing):
+            break
+        pos[climbing] = nesting.parent_pos[pos[climbing]]
+        climbing = climbing[pos[climbing] >= 0]
+    return pos
+
+
+def range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """max(values[lo[i]:hi[i]]) for each i; NO_VALUE for empty ranges."""
+    out = np.full(len(lo), NO_VALUE, dtype=np.int64)
+    keep = np.flatnonzero(hi > lo)
+    if not len(keep):
+        return out
+    padded = np.append(values, NO_VALUE)  # so that hi == len(values) is a valid index
+    bounds = np.empty(2 * len(keep), dtype=np.int64)
+    bounds[0::2] = lo[keep]
+    bounds[1::2] = hi[keep]
+    # reduceat reduces [bounds[k], bounds[k + 1]); the even k are our ranges.
+    out[keep] = np.maximum.reduceat(padded, bounds)[0::2]
+    return out
+
+
+@dataclass(frozen=True)
+class OperatorMemory:
+    """Per CPU (cat, name) group (indexed like the Groups it was computed with); int64 bytes.
+
+    Self columns count the events whose innermost slice is an instance of the group; the
+    inclusive ones also count every event below an instance, each event once per group."""
+
+    allocations: np.ndarray  # self: number of allocations
+    allocated: np.ndarray  # self: bytes allocated
+    frees: np.ndarray  # self: number of frees
+    freed: np.ndarray  # self: bytes freed (positive)
+    self_net: np.ndarray  # self: allocated - freed
+    incl_allocations: np.ndarray
+    incl_allocated: np.ndarray
+    incl_net: np.ndarray
+    peak_live: np.ndarray  # largest allocated total while an instance ran; NO_VALUE: unknown
+    peak_row: np.ndarray  # the instance (row) that saw peak_live, -1
+    unfreed: np.ndarray  # self: allocations never freed in the trace
+    unfreed_bytes: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.allocations)
+
+    def active(self) -> np.ndarray:
+        """Groups with any memory event at or below them."""
+        return np.flatnonzero((self.incl_allocations > 0) | (self.frees > 0) | (self.incl_net != 0))
+
+
+@dataclass(frozen=True)
+class Allocations:
+    """Every allocation of one device (positions into the DeviceMemory arrays, by time)."""
+
+    event: np.ndarray  # int64 position of the allocation
+    free: np.ndarray  # int64 position of the matching free, -1 when none
+    state: np.ndarray  # int8 FREED / NEVER_FREED / REUSED
+    lifetime: np.ndarray  # int64 ns from allocation to free; -1 when not freed
+    frees_without_allocation: int  # frees of memory allocated before the trace began
+    addresses_known: bool  # False for old traces without `Addr`: nothing can be matched
+
+    def __len__(self) -> int:
+        return len(self.event)
+
+    @property
+    def never_freed(self) -> np.ndarray:
+        """Positions (into `event`) of leak suspects, largest first (ties: earliest first)."""
+        return np.flatnonzero(self.state == NEVER_FREED)
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """The timed `[memory]` events of one (device type, device id), ordered by (ts, file order).
+
+    `allocated` is `Total Allocated` after each event; where the trace did not record it, it
+    continues from the last recorded value by `Bytes` (from 0 when nothing was recorded, so the
+    curve is then relative to the start of the trace)."""
+
+    device_type: int | None
+    device_id: int | None
+    events: np.ndarray  # int64 indices into trace.memory
+    ts: np.ndarray  # int64 ns
+    bytes: np.ndarray  # int64; 0 where missing
+    allocated: np.ndarray  # int64
+    reserved: np.ndarray  # int64; NO_VALUE until the first recorded value
+    allocated_recorded: bool
+    owner: np.ndarray  # int64 row of the innermost CPU slice holding each event, -1
+    owner_pos: np.ndarray  # the same as a position in the nesting order, -1
+    peak: int  # position of the largest `allocated` (first of equals), -1 when empty
+    peak_reserved: int  # position of the largest `reserved`, -1 when none recorded
+    peak_step: int  # row of the step slice whose [start, end) holds the peak, -1
+    ops: OperatorMemory
+    allocations: Allocations
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    @property
+    def label(self) -> str:
+        return device_label(self.device_type, self.device_id)
+
+    @property
+    def is_accelerator(self) -> bool:
+        return self.device_type is not None and self.device_type != 0
+
+    def level_at(self, t: int) -> int:
+        """Position of the last event at or before t (the one that set the level at t), or -1."""
+        return int(np.searchsorted(self.ts, t, side="right")) - 1
+
+    def column_max(self, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per window [edges[i], edges[i+1]): the largest allocated and reserved level reached
+        in it (the level entering the window counts); NO_VALUE before the first event."""
+        first = np.searchsorted(self.ts, edges[:-1], side="right") - 1  # level entering
+        stop = np.searchsorted(self.ts, edges[1:], side="left")
+        lo = np.maximum(first, 0)
+        hi = np.maximum(stop, lo)
+        # Windows before any event but holding some start from the first event in them.
+        alloc = range_max(self.allocated, lo, hi)
+        reserved = range_max(self.reserved, lo, hi)
+        entering_missing = (first < 0) & (stop <= 0)
+        alloc[entering_missing] = NO_VALUE
+        reserved[entering_missing] = NO_VALUE
+        return alloc, reserved
+
+
+@dataclass(frozen=True)
+class MemoryOps:
+    devices: list[DeviceMemory]
+    groups: Groups  # the CPU groups the per-operator arrays follow
+
+    def __bool__(self) -> bool:
+        return bool(self.devices)
+
+    @property
+    def primary(self) -> DeviceMemory | None:
+        """The device people mean by "memory": the accelerator with the highest peak, else the
+        device with the highest peak."""
+        if not self.devices:
+            return None
+
+        def peak_of(dev: DeviceMemory) -> int:
+            return int(dev.allocated[dev.peak]) if dev.peak >= 0 else -1
+
+        accelerators = [d for d in self.devices if d.is_accelerator and len(d)]
+        pool = accelerators or self.devices
+        return max(pool, key=peak_of)
+
+    def device(self, device_type: int | None, device_id: int | None) -> DeviceMemory | None:
+        for dev in self.devices:
+            if dev.device_type == device_type and dev.device_id == device_id:
+                return dev
+        return None
+
+
+def _forward_fill(recorded: np.ndarray, deltas: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Recorded totals where present; elsewhere the last recorded total plus the deltas since."""
+    present = recorded != NO_VALUE
+    running = np.cumsum(deltas)
+    if not present.any():
+        return running, False
+    index = np.where(present, np.arange(len(recorded)), -1)
+    last = np.maximum.accumulate(index)
+    anchor = np.maximum(last, 0)
+    filled = np.where(last >= 0, recorded[anchor] + (running - running[anchor]), 0)
+    # Before the first recorded value, walk back from it instead of up from 0.
+    first = int(np.argmax(present))
+    if first > 0:
+        filled[:first] = recorded[first] - (running[first] - running[:first])
+    return filled.astype(np.int64), True
+
+
+def _fill_reserved(recorded: np.ndarray) -> np.ndarray:
+    present = recorded != NO_VALUE
+    if not present.any():
+        return recorded.copy()
+    index = np.where(present, np.arange(len(recorded)), -1)
+    last = np.maximum.accumulate(index)
+    return np.where(last >= 0, recorded[np.maximum(last, 0)], NO_VALUE).astype(np.int64)
+
+
+def match_allocations(
+    ts: np.ndarray, nbytes: np.ndarray, addr: np.ndarray, addresses_known: bool
+) -> Allocations:
+    """Pair each allocation with the next event at its address when that is a free."""
+    alloc = np.flatnonzero(nbytes > 0)
+    n = len(ts)
+    free_of = np.full(n, -1, dtype=np.int64)
+    state_of = np.full(n, REUSED if not addresses_known else NEVER_FREED, dtype=np.int8)
+    orphan_frees = 0
+    if addresses_known and n:
+        signed = np.flatnonzero(nbytes != 0)
+        by_addr = signed[np.lexsort((signed, addr[signed]))]  # (addr, time order)
+        same_next = np.zeros(len(by_addr), dtype=bool)
+        same_next[:-1] = addr[by_addr[1:]] == addr[by_addr[:-1]]
+        is_alloc = nbytes[by_addr] > 0
+        next_is_free = np.zeros(len(by_addr), dtype=bool)
+        next_is_free[:-1] = nbytes[by_addr[1:]] < 0
+        freed = is_alloc & same_next & next_is_free
+        reused = is_alloc & same_next & ~next_is_free
+        here = by_addr[freed]
+        free_of[here] = by_addr[np.flatnonzero(freed) + 1]
+        state_of[here] = FREED
+        state_of[by_addr[reused]] = REUSED
+        # A free whose previous event at the address is not an allocation (or that has none).
+        prev_is_alloc = np.zeros(len(by_addr), dtype=bool)
+        prev_is_alloc[1:] = is_alloc[:-1] & same_next[:-1]
+        orphan_frees = int((~is_alloc & ~prev_is_alloc).sum())
+    free = free_of[alloc]
+    lifetime = np.where(free >= 0, ts[np.maximum(free, 0)] - ts[alloc], -1)
+    return Allocations(
+        event=alloc.astype(np.int64),
+        free=free,
+        state=state_of[alloc],
+        lifetime=lifetime.astype(np.int64),
+        frees_without_allocation=orphan_frees,
+        addresses_known=addresses_known,
+    )
+
+
+def _operator_memory(
+    trace: Trace,
+    nesting: Nesting,
+    groups: Groups,
+    owner_pos: np.ndarray,
+    nbytes: np.ndarray,
+    ts: np.ndarray,
+    allocated: np.ndarray,
+    allocations: Allocations,
+) -> OperatorMemory:
+    n_groups = len(groups)
+    n_pos = len(nesting.order)
+    group_of_pos = groups.index[nesting.order].astype(np.int64)
+
+    def per_group(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        out = np.zeros(n_groups, dtype=np.int64)
+        pick = mask & (owner_pos >= 0)
+        np.add.at(out, group_of_pos[owner_pos[pick]], values[pick])
+        return out
+
+    def inclusive(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        # Subtrees are contiguous position ranges, and outermost instances of one group never
+        # nest, so summing over them counts each event once per group.
+        at_pos = np.zeros(n_pos, dtype=np.int64)
+        pick = mask & (owner_pos >= 0)
+        np.add.at(at_pos, owner_pos[pick], values[pick])
+        prefix = np.concatenate(([0], np.cumsum(at_pos)))
+        outer = np.flatnonzero(nesting.outermost)
+        below = prefix[nesting.subtree_stop[outer]] - prefix[outer]
+        out = np.zeros(n_groups, dtype=np.int64)
+        np.add.at(out, group_of_pos[outer], below)
+        return out
+
+    is_alloc = nbytes > 0
+    is_free = nbytes < 0
+    ones = np.ones(len(nbytes), dtype=np.int64)
+    unfreed_mask = np.zeros(len(nbytes), dtype=bool)
+    unfreed_mask[allocations.event[allocations.state == NEVER_FREED]] = True
+
+    # Largest level while an instance ran: the level entering its start, and every event up
+    # to its end. Only outermost instances are needed (inner ones of a group lie inside them).
+    outer = np.flatnonzero(nesting.outermost)
+    rows = nesting.order[outer]
+    start = trace.start[rows]
+    end = start + trace.dur[rows]
+    lo = np.maximum(np.searchsorted(ts, start, side="left") - 1, 0)
+    hi = np.searchsorted(ts, end, side="left")
+    never_seen = (hi == 0) | (len(ts) == 0)
+    seen = range_max(allocated, lo, np.maximum(hi, lo))
+    seen[never_seen] = NO_VALUE
+    peak_live = np.full(n_groups, NO_VALUE, dtype=np.int64)
+    peak_row = np.full(n_groups, -1, dtype=np.int64)
+    known = np.flatnonzero(seen != NO_VALUE)
+    if len(known):
+        g = group_of_pos[outer[known]]
+        # Per group the highest value, first instance in time among equals.
+        order = np.lexsort((start[known], -seen[known], g))
+        firsts = order[np.concatenate(([True], g[order][1:] != g[order][:-1]))]
+        peak_live[g[firsts]] = seen[known][firsts]
+        peak_row[g[firsts]] = rows[known][firsts]
+
+    return OperatorMemory(
+        allocations=per_group(ones, is_alloc),
+        allocated=per_group(nbytes, is_alloc),
+        frees=per_group(ones, is_free),
+        freed=per_group(-nbytes, is_free),
+        self_net=per_group(nbytes, is_alloc | is_free),
+        incl_allocations=inclusive(ones, is_alloc),
+        incl_allocated=inclusive(nbytes, is_alloc),
+        incl_net=inclusive(nbytes, is_alloc | is_free),
+        peak_live=peak_live,
+        peak_row=peak_row,
+        unfreed=per_group(ones, unfreed_mask),
+        unfreed_bytes=per_group(nbytes, unfreed_mask),
+    )
+
+
+def step_holding(trace: Trace, step_rows: np.ndarray, t: int) -> int:
+    """The step slice (row) with start <= t < end, the latest-starting one if several; -1."""
+    if not len(step_rows):
+        return -1
+    start = trace.start[step_rows]
+    inside = np.flatnonzero((start <= t) & (t < start + trace.dur[step_rows]))
+    return int(step_rows[inside[-1]]) if len(inside) else -1
+
+
+def compute_memory_ops(
+    trace: Trace, nesting: Nesting, groups: Groups, step_rows: np.ndarray
+) -> MemoryOps:
+    """Per device: the curve, peak and owners; per operator group: allocations and net bytes.
+
+    `groups` must be the CPU groups `nesting` was built with; `step_rows` the step slices."""
+    memory: MemoryEvents = trace.memory
+    devices: list[DeviceMemory] = []
+    for group in compute_memory(memory):
+        idx = group.indices[memory.ts[group.indices] != NO_VALUE]
+        idx = idx[np.lexsort((memory.ordinal[idx], memory.ts[idx]))]
+        ts = memory.ts[idx]
+        raw_bytes = memory.bytes[idx]
+        nbytes = np.where(raw_bytes == NO_VALUE, 0, raw_bytes).astype(np.int64)
+        if len(idx):
+            allocated, recorded = _forward_fill(memory.total_allocated[idx], nbytes)
+        else:
+            allocated, recorded = np.zeros(0, np.int64), False
+        reserved = _fill_reserved(memory.total_reserved[idx])
+        addr = memory.addr[idx]
+        addresses_known = bool(len(idx)) and bool((addr[nbytes != 0] != NO_VALUE).all())
+        owner_pos = innermost_slices(trace, nesting, memory.lane[idx], ts)
+        owner = np.full(len(idx), -1, dtype=np.int64)
+        owner[owner_pos >= 0] = nesting.order[owner_pos[owner_pos >= 0]]
+        allocations = match_allocations(ts, nbytes, addr, addresses_known)
+        peak = int(np.argmax(allocated)) if len(idx) else -1
+        has_reserved = np.flatnonzero(reserved != NO_VALUE)
+        peak_reserved = (
+            int(has_reserved[np.argmax(reserved[has_reserved])]) if len(has_reserved) else -1
+        )
+        devices.append(
+            DeviceMemory(
+                device_type=group.device_type,
+                device_id=group.device_id,
+                events=idx.astype(np.int64),
+                ts=ts,
+                bytes=nbytes,
+                allocated=allocated,
+                reserved=reserved,
+                allocated_recorded=recorded,
+                owner=owner,
+                owner_pos=owner_pos,
+                peak=peak,
+                peak_reserved=peak_reserved,
+                peak_step=step_holding(trace, step_rows, int(ts[peak])) if peak >= 0 else -1,
+                ops=_operator_memory(
+                    trace, nesting, groups, owner_pos, nbytes, ts, allocated, allocations
+                ),
+                allocations=allocations,
+            )
+        )
+    return MemoryOps(devices=devices, groups=groups)
+
+
+def memory_ops_of(analysis: Any) -> MemoryOps:
+    """The MemoryOps of an `Analysis`, computed once and kept with it."""
+    cached = analysis.__dict__.get("_memory_ops")
+    if cached is None:
+        from .steps import step_rows
+
+        cached = compute_memory_ops(
+            analysis.trace,
+            analysis.nesting,
+            analysis.cpu_groups,
+            step_rows(analysis.trace, analysis.classes.cpu),
+        )
+        analysis.__dict__["_memory_ops"] = cached
+    return cached
+
+
+# -- the summary's extra keys ------------------------------------------------------------------
+
+TOP_MEMORY_OPS = 50
+
+
+def _us(ns: int) -> float:
+    return round(int(ns) / 1000, 3)
+
+
+def _names(trace: Trace, rows: list[int]) -> list[str]:
+    return [trace.name_of(r) for r in rows]
+
+
+def peak_fields(trace: Trace, nesting: Nesting, dev: DeviceMemory | None) -> dict[str, Any]:
+    """Extra fields for a `memory` entry: when the peak happened, in which operator and step."""
+    if dev is None or dev.peak < 0:
+        return {
+            "peak_ts_us": None,
+            "peak_operator": None,
+            "peak_stack": [],
+            "peak_step": None,
+            "unfreed_allocations": 0,
+            "unfreed_bytes": 0,
+        }
+    owner = int(dev.owner[dev.peak])
+    stack = [*nesting.ancestors(owner), owner] if owner >= 0 else []
+    never = dev.allocations.never_freed
+    return {
+        "peak_ts_us": _us(dev.ts[dev.peak]),
+        "peak_operator": trace.name_of(owner) if owner >= 0 else None,
+        "peak_stack": _names(trace, stack),
+        "peak_step": trace.name_of(dev.peak_step) if dev.peak_step >= 0 else None,
+        "unfreed_allocations": int(len(never)) if dev.allocations.addresses_known else None,
+        "unfreed_bytes": (
+            int(dev.bytes[dev.allocations.event[never]].sum())
+            if dev.allocations.addresses_known
+            else None
+        ),
+    }
+
+
+def memory_ops_section(
+    trace: Trace, ops: MemoryOps, limit: int = TOP_MEMORY_OPS
+) -> list[dict[str, Any]]:
+    """The top allocating operator groups of every device: by self bytes allocated, then by
+    inclusive bytes allocated, then (cat, name)."""
+    out: list[dict[str, Any]] = []
+    groups = ops.groups
+    for dev in ops.devices:
+        table = dev.ops
+        active = table.active()
+        cats = [trace.strings[int(groups.cat[g])] for g in active]
+        names = [trace.strings[int(groups.name[g])] for g in active]
+        ranked = sorted(
+            range(len(active)),
+            key=lambda i: (
+                -int(table.allocated[active[i]]),
+                -int(table.incl_allocated[active[i]]),
+                cats[i],
+                names[i],
+            ),
+        )[:limit]
+        for i in ranked:
+            g = int(active[i])
+            peak = int(table.peak_live[g])
+            out.append(
+                {
+                    "device_type": dev.device_type,
+                    "device_id": dev.device_id,
+                    "cat": cats[i],
+                    "name": names[i],
+                    "allocations": int(table.allocations[g]),
+                    "allocated_bytes": int(table.allocated[g]),
+                    "frees": int(table.frees[g]),
+                    "freed_bytes": int(table.freed[g]),
+                    "self_net_bytes": int(table.self_net[g]),
+                    "incl_allocated_bytes": int(table.incl_allocated[g]),
+                    "incl_net_bytes": int(table.incl_net[g]),
+                    "peak_live_bytes": None if peak == NO_VALUE else peak,
+                    "unfreed_allocations": int(table.unfreed[g]),
+                    "unfreed_bytes": int(table.unfreed_bytes[g]),
+                }
+            )
+    return out
+
+
+def group_columns(ops: MemoryOps, dev: DeviceMemory, groups: Groups) -> dict[str, np.ndarray]:
+    """The memory columns of one device aligned to another grouping of the same CPU slices
+    (matched by (cat, name) string ids), for tables that group operators themselves.
+    Groups without memory activity get 0 (NO_VALUE for `peak_live`)."""
+    mine = ops.groups
+    width = np.int64(max(int(mine.name.max(initial=0)), int(groups.name.max(initial=0))) + 1)
+    my_keys = mine.cat.astype(np.int64) * width + mine.name
+    their_keys = groups.cat.astype(np.int64) * width + groups.name
+    order = np.argsort(my_keys)
+    slot = np.searchsorted(my_keys[order], their_keys)
+    slot = np.minimum(slot, max(len(order) - 1, 0))
+    found = (
+        (my_keys[order][slot] == their_keys) if len(order) else np.zeros(len(groups), dtype=bool)
+    )
+    source = order[slot] if len(order) else slot
+    out: dict[str, np.ndarray] = {}
+    for name in (
+        "allocations",
+        "allocated",
+        "frees",
+        "freed",
+        "self_net",
+        "incl_allocated",
+        "incl_net",
+        "peak_live",
+        "unfreed",
+        "unfreed_bytes",
+    ):
+        values = getattr(dev.ops, name)
+        empty = NO_VALUE if name == "peak_live" else 0
+        out[name] = np.where(found, values[source] if len(values) else empty, empty)
+    return out

@@ -1,0 +1,356 @@
+"""Where the CPU waits for the GPU: blocking runtime calls, the operators that issue them, the
+time blocked per step and per call site, and the GPU idle gap that follows each wait.
+
+A *blocking call* is a runtime call (CPU slice of a runtime category) whose name is one of the
+CUDA/HIP synchronisation calls, or a synchronous (non-`Async`) memcpy/memset. Its blocked time is
+its duration on the CPU. Its *cause* is the operator that asked for the result on the host: the
+outermost of the run of known host-syncing operators (`aten::item`, `aten::_local_scalar_dense`,
+`aten::to`/`_to_copy`/`copy_`, `aten::nonzero`, ...) directly above the call; none for an
+explicit `torch.cuda.synchronize()`. Its *call site* is the innermost Python source frame above
+the call that is not inside torch (else the innermost source frame, else the innermost Python
+frame) followed by the last four slices between it and the call; without Python frames, the
+innermost four slices above the call. `ProfilerStep#N` is left out so that sites compare across
+steps, and object addresses are cut from builtin frame names.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from kinetoscope.parser.model import Trace
+
+from .classify import RowClasses
+from .idle import Gaps
+from .intervals import Union
+from .links import Links
+from .nesting import Nesting
+from .steps import STEP_NAME, step_rows
+
+# What kind of wait a blocking call is; index into KINDS.
+DEVICE_SYNC, STREAM_SYNC, EVENT_SYNC, STREAM_WAIT, MEMCPY, MEMSET = range(6)
+KINDS = ("device_sync", "stream_sync", "event_sync", "stream_wait", "memcpy", "memset")
+KIND_TEXT = (
+    "device synchronize",
+    "stream synchronize",
+    "event synchronize",
+    "stream waits on event",
+    "synchronous memcpy",
+    "synchronous memset",
+)
+
+_BLOCKING = (
+    (DEVICE_SYNC, re.compile(r"(cuda|hip)DeviceSynchronize|cuCtxSynchronize")),
+    (STREAM_SYNC, re.compile(r"(cuda|hip)StreamSynchronize|cuStreamSynchronize")),
+    (EVENT_SYNC, re.compile(r"(cuda|hip)EventSynchronize|cuEventSynchronize")),
+    (STREAM_WAIT, re.compile(r"(cuda|hip)StreamWaitEvent|cuStreamWaitEvent")),
+    # cudaMemcpy, cudaMemcpy2D, cudaMemcpyPeer, hipMemcpyWithStream, cuMemcpyDtoH...: any
+    # memcpy entry point that is not an ...Async one returns only when the copy is done.
+    (MEMCPY, re.compile(r"(cuda|hip|cu)Memcpy(?!.*Async)\w*")),
+    (MEMSET, re.compile(r"(cuda|hip|cu)Memset(?!.*Async)\w*")),
+)
+
+# Operators that need a GPU result on the host and so wait for the GPU.
+CAUSE_OPERATORS = frozenset(
+    {
+        "aten::item",
+        "aten::_local_scalar_dense",
+        "aten::is_nonzero",
+        "aten::equal",
+        "aten::to",
+        "aten::_to_copy",
+        "aten::copy_",
+        "aten::cpu",
+        "aten::tolist",
+        "aten::nonzero",
+        "aten::nonzero_static",
+        "aten::masked_select",
+        "aten::unique",
+        "aten::_unique",
+        "aten::_unique2",
+        "aten::unique_dim",
+        "aten::unique_consecutive",
+        "aten::repeat_interleave",
+    }
+)
+# Python frames that mean "the tensor is being printed or formatted".
+PRINTING_FRAME = re.compile(r"torch/_tensor_str\.py|_tensor\.py\(\d+\): __(repr|format|str)__")
+PYTHON_CATEGORY = "python_function"
+SOURCE_FRAME = re.compile(r"\.py\(\d+\): ")
+OBJECT_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+TORCH_FRAME = re.compile(r"(.*/)?(site|dist)-packages/torch/|torch/")
+SITE_DEPTH = 4
+
+
+def blocking_kind_of_name(name: str) -> int:
+    """KINDS index of a runtime call name, or -1 when the call does not block the host."""
+    for kind, pattern in _BLOCKING:
+        if pattern.fullmatch(name):
+            return kind
+    return -1
+
+
+def blocking_names(trace: Trace) -> np.ndarray:
+    """int8 per string id: the KINDS index when the string names a blocking call, else -1."""
+    return np.fromiter(
+        (blocking_kind_of_name(s) for s in trace.strings), dtype=np.int8, count=len(trace.strings)
+    )
+
+
+def blocking_rows(trace: Trace, runtime: np.ndarray) -> np.ndarray:
+    """Boolean per row: a runtime call that blocks the host (the viewer marks these)."""
+    if not len(trace):
+        return np.zeros(0, dtype=bool)
+    return runtime & (blocking_names(trace)[trace.name] >= 0)
+
+
+@dataclass(frozen=True)
+class SyncCalls:
+    """One entry per blocking call, by start (ties: file order). Times int64 ns."""
+
+    rows: np.ndarray  # the runtime call
+    dur: np.ndarray  # int64 ns blocked (the call's duration)
+    kind: np.ndarray  # int8 index into KINDS
+    cause: np.ndarray  # row of the causing operator, -1 when none (an explicit sync)
+    printing: np.ndarray  # bool: a tensor was being printed/formatted
+    site: np.ndarray  # int64 index into `sites`
+    step: np.ndarray  # int64 index into `step_rows`, -1 outside steps
+    gpu_sync: np.ndarray  # row of the GPU-side `cuda_sync` record with its correlation, -1
+    gap: np.ndarray  # index into the idle gaps of the gap holding the call's end, -1
+    idle_after: np.ndarray  # ns the GPU stayed idle after the call returned (0: no gap)
+    step_rows: np.ndarray  # the step slices, by start
+    step_blocked: np.ndarray  # per step: length of the union of blocking calls inside it
+    sites: list[tuple[str, ...]]  # call site names, outermost first
+    unlinked_gpu_syncs: np.ndarray  # rows of cuda_sync records no runtime call carries
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def worst(self) -> np.ndarray:
+        """Positions by blocked time, longest first (ties: earlier first)."""
+        return np.argsort(-self.dur, kind="stable")
+
+
+@dataclass(frozen=True)
+class SyncSite:
+    """Blocking calls grouped by (call name, cause operator, call site)."""
+
+    call: str
+    cause: str  # the cause operator's name, `print(tensor)`, or "" for an explicit sync
+    site: tuple[str, ...]
+    calls: np.ndarray  # positions into SyncCalls, by start
+    count: int
+    total: int  # ns blocked
+    max: int
+    idle_after: int  # Σ ns the GPU stayed idle after these calls returned
+    worst: int  # position (into SyncCalls) of the longest call
+
+
+def _site_of(trace: Trace, chain: list[int], python: np.ndarray) -> tuple[str, ...]:
+    rows = [r for r in chain if not STEP_NAME.fullmatch(trace.name_of(r))]
+    frames = [i for i, r in enumerate(rows) if python[trace.cat[r]]]
+    # A source frame (`file.py(12): fn`) says more than a builtin (`<built-in method to ...>`),
+    # and the user's own code more than torch's.
+    source = [i for i in frames if SOURCE_FRAME.search(trace.name_of(rows[i]))]
+    user = [i for i in source if not TORCH_FRAME.match(trace.name_of(rows[i]))]
+    best = user or source or frames
+    if best:
+        frame = best[-1]
+        picked = [rows[frame], *rows[frame + 1 :][-SITE_DEPTH:]]
+    else:
+        picked = rows[-SITE_DEPTH:]
+    # Builtin frames name the object's address, which would split one site into many.
+    return tuple(OBJECT_ADDRESS.sub("", trace.name_of(r)) for r in picked)
+
+
+def _cause_of(trace: Trace, chain: list[int]) -> int:
+    """The outermost of the run of host-syncing operators directly above the call, or -1."""
+    cause = -1
+    for row in reversed(chain):
+        if trace.name_of(row) in CAUSE_OPERATORS:
+            cause = row
+        else:
+            break
+    return cause
+
+
+def _gap_after(gaps: Gaps, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per time: the gap (any device) holding it, start <= t < end, the one lasting longest
+    after t when several devices are idle; and how long it lasts after t."""
+    best = np.full(len(ends), -1, dtype=np.int64)
+    after = np.zeros(len(ends), dtype=np.int64)
+    for device in np.unique(gaps.device).tolist():
+        mine = np.flatnonzero(gaps.device == device)  # by start
+        k = np.searchsorted(gaps.start[mine], ends, side="right") - 1
+        ok = k >= 0
+        k_safe = np.maximum(k, 0)
+        inside = ok & (gaps.end[mine][k_safe] > ends)
+        left = np.where(inside, gaps.end[mine][k_safe] - ends, 0)
+        better = inside & (left > after)
+        best[better] = mine[k_safe[better]]
+        after[better] = left[better]
+    return best, after
+
+
+def compute_sync(
+    trace: Trace, classes: RowClasses, nesting: Nesting, links: Links, gaps: Gaps
+) -> SyncCalls:
+    kind_of_name = blocking_names(trace)
+    rows = np.flatnonzero(classes.runtime & (kind_of_name[trace.name] >= 0)) if len(trace) else []
+    rows = np.asarray(rows, dtype=np.int64)
+    rows = rows[np.argsort(trace.start[rows], kind="stable")]
+    kind = kind_of_name[trace.name[rows]].astype(np.int8)
+    start = trace.start[rows]
+    end = start + trace.dur[rows]
+    python = np.array([s.lower() == PYTHON_CATEGORY for s in trace.strings], dtype=bool)
+
+    cause = np.full(len(rows), -1, dtype=np.int64)
+    printing = np.zeros(len(rows), dtype=bool)
+    site_index: dict[tuple[str, ...], int] = {}
+    site = np.zeros(len(rows), dtype=np.int64)
+    chains: dict[int, list[int]] = {}
+    for i, row in enumerate(rows.tolist()):
+        parent = int(nesting.parent[row])
+        chain = chains.get(parent)
+        if chain is None:
+            chain = [*nesting.ancestors(parent), parent] if parent >= 0 else []
+            chains[parent] = chain
+        cause[i] = _cause_of(trace, chain)
+        printing[i] = any(PRINTING_FRAME.search(trace.name_of(r)) for r in chain)
+        names = _site_of(trace, chain, python)
+        site[i] = site_index.setdefault(names, len(site_index))
+
+    # The GPU-side record of a sync carries the runtime call's correlation.
+    sync_cat = np.array([s.lower() == "cuda_sync" for s in trace.strings], dtype=bool)
+    gpu_sync_rows = np.flatnonzero(sync_cat[trace.cat] & (trace.ph == ord("X")))
+    linked_runtime = np.array(
+        [links.runtime_for_corr(int(c)) for c in trace.corr[gpu_sync_rows]], dtype=np.int64
+    )
+    gpu_sync = np.full(len(rows), -1, dtype=np.int64)
+    position_of = {row: i for i, row in enumerate(rows.tolist())}
+    # File order: the first cuda_sync record carrying a correlation is the one kept.
+    for record, runtime in zip(gpu_sync_rows.tolist(), linked_runtime.tolist()):
+        i = position_of.get(runtime, -1)
+        if i >= 0 and gpu_sync[i] < 0:
+            gpu_sync[i] = record
+    unlinked = gpu_sync_rows[linked_runtime < 0]
+
+    steps = step_rows(trace, classes.cpu)
+    step_start = trace.start[steps]
+    step_end = step_start + trace.dur[steps]
+    # The latest-starting step holding the call's start (nested steps are rare).
+    step = np.full(len(rows), -1, dtype=np.int64)
+    for s in range(len(steps)):
+        inside = (start >= step_start[s]) & (start < step_end[s])
+        step[inside] = s
+    blocked_union = Union.of(start, end)
+    step_blocked = (
+        blocked_union.covered(step_start, step_end) if len(steps) else np.zeros(0, np.int64)
+    )
+
+    gap, idle_after = _gap_after(gaps, end)
+    return SyncCalls(
+        rows=rows,
+        dur=trace.dur[rows].astype(np.int64),
+        kind=kind,
+        cause=cause,
+        printing=printing,
+        site=site,
+        step=step,
+        gpu_sync=gpu_sync,
+        gap=gap,
+        idle_after=idle_after,
+        step_rows=steps,
+        step_blocked=np.asarray(step_blocked, dtype=np.int64),
+        sites=list(site_index),
+        unlinked_gpu_syncs=unlinked,
+    )
+
+
+def cause_label(trace: Trace, calls: SyncCalls, i: int) -> str:
+    """The cause of call i in words: an operator name, `print(tensor)`, or ``""`` (explicit)."""
+    if calls.printing[i]:
+        return "print(tensor)"
+    cause = int(calls.cause[i])
+    return trace.name_of(cause) if cause >= 0 else ""
+
+
+def group_sites(trace: Trace, calls: SyncCalls) -> list[SyncSite]:
+    """Blocking calls grouped by (call name, cause, site); most time blocked first
+    (ties: more calls, then the earlier first call)."""
+    buckets: dict[tuple[str, str, tuple[str, ...]], list[int]] = {}
+    for i in range(len(calls)):
+        key = (
+            trace.name_of(int(calls.rows[i])),
+            cause_label(trace, calls, i),
+            calls.sites[int(calls.site[i])],
+        )
+        buckets.setdefault(key, []).append(i)
+    dur = calls.dur
+    out = []
+    for (call, cause, site), members in buckets.items():
+        positions = np.asarray(members, dtype=np.int64)
+        durations = dur[positions]
+        out.append(
+            SyncSite(
+                call=call,
+                cause=cause,
+                site=site,
+                calls=positions,
+                count=len(positions),
+                total=int(durations.sum()),
+                max=int(durations.max()),
+                idle_after=int(calls.idle_after[positions].sum()),
+                worst=int(positions[int(np.argmax(durations))]),
+            )
+        )
+    out.sort(key=lambda s: (-s.total, -s.count, int(s.calls[0])))
+    return out
+
+
+def sync_of(analysis: Any) -> SyncCalls:
+    """The SyncCalls of an `Analysis`, computed once and kept with it."""
+    cached = analysis.__dict__.get("_sync_calls")
+    if cached is None:
+        cached = compute_sync(
+            analysis.trace, analysis.classes, analysis.nesting, analysis.links, analysis.idle.gaps
+        )
+        analysis.__dict__["_sync_calls"] = cached
+    return cached
+
+
+# -- the summary's extra keys ------------------------------------------------------------------
+
+TOP_SITES = 20
+
+
+def _us(ns: int) -> float:
+    return round(int(ns) / 1000, 3)
+
+
+def sync_section(trace: Trace, calls: SyncCalls, limit: int = TOP_SITES) -> list[dict[str, Any]]:
+    """The call sites that blocked the host longest."""
+    out = []
+    for entry in group_sites(trace, calls)[:limit]:
+        worst_row = int(calls.rows[entry.worst])
+        out.append(
+            {
+                "call": entry.call,
+                "kind": KINDS[int(calls.kind[entry.worst])],
+                "cause": entry.cause,
+                "site": list(entry.site),
+                "count": entry.count,
+                "total_us": _us(entry.total),
+                "max_us": _us(entry.max),
+                "gpu_idle_after_us": _us(entry.idle_after),
+                "worst_start_us": _us(trace.start[worst_row]),
+            }
+        )
+    return out
+
+
+def step_sync_us(calls: SyncCalls) -> list[float]:
+    """Time blocked per step (union of blocking calls clipped to the step), in step order."""
+    return [_us(v) for v in calls.step_blocked.tolist()]
