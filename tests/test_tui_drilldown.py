@@ -123,6 +123,8 @@ async def test_operator_table_drill_down_instance_to_timeline():
         ]
         await press(pilot, "C")
         assert shown_rows(detail)[0][0] == "(self)"
+        await press(pilot, "I", "tab")
+        assert detail.current == "children"
         await press(pilot, "I")
 
         # Enter on the first instance: the timeline selects the longest one and fits it.
@@ -172,6 +174,17 @@ async def test_sorting_by_keys():
         assert int(ops.count[table.current_row]) == int(ops.count.min())
         await press(pilot, "greater_than_sign")
         assert table.sort_column == count + 1
+
+        # C shows one category at a time, cpu_op first, then all again.
+        cat = column_index(screen, "cat")
+        await press(pilot, "C")
+        shown = shown_rows(screen)
+        assert {r[cat] for r in shown} == {"cpu_op"}
+        cpu_op = analyze(trace_screen.data.trace).trace.string_id("cpu_op")
+        assert len(shown) == int((ops.groups.cat == cpu_op).sum())
+        for _ in screen.categories():
+            await press(pilot, "C")
+        assert table.row_count == len(ops)
 
 
 async def test_kernels_table_instances_and_jump():

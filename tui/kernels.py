@@ -33,6 +33,7 @@ class KernelsScreen(TableScreen):
     ]
     TITLE_TEXT = "Kernels"
     SHOW_DETAIL = True
+    DETAIL_CLASSES = "table-detail nowrap"
 
     def __init__(self, host: DrilldownActions) -> None:
         super().__init__()

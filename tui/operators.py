@@ -48,9 +48,11 @@ class OperatorsScreen(TableScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("S", "toggle_shapes", "By shape", tooltip="Group by name + input shape, or not"),
         Binding("M", "toggle_range", "Range/all", tooltip="Marked range or the whole trace"),
+        Binding("C", "cycle_category", "Category", tooltip="Show one category (cpu_op, …) or all"),
     ]
     TITLE_TEXT = "Operators"
     SHOW_DETAIL = True
+    DETAIL_CLASSES = "table-detail nowrap"
 
     def __init__(self, host: DrilldownActions) -> None:
         super().__init__()
@@ -62,6 +64,7 @@ class OperatorsScreen(TableScreen):
         self.table_data: OperatorTable | None = None
         self.shape_ids: np.ndarray | None = None
         self._shaped = None  # ShapeGroups, computed on first use
+        self.category: int | None = None  # string id of the category shown, None for all
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -81,6 +84,8 @@ class OperatorsScreen(TableScreen):
         text.append(" by name + input shape" if self.by_shape else " (CPU cat, name)")
         if self.table_data is None:
             text.append(" · computing…")
+        if self.category is not None:
+            text.append(f" · category {clean(self.data.trace.strings[self.category])}", "bold")
         if self.shown_range is not None:
             text.append(f" · range {range_label(self.data, self.shown_range)}", "bold #e5c07b")
         elif self.host.range_bounds() is not None:
@@ -117,7 +122,37 @@ class OperatorsScreen(TableScreen):
         self.shape_ids = shapes
         self.shown_range = bounds
         self.table.set_model(model, keep_state=True)
+        self._apply_category()
         self.refresh_heading()
+
+    def categories(self) -> list[int]:
+        """Category string ids of the table, cpu_op first, then by self time."""
+        table = self.table_data
+        if table is None:
+            return []
+        cats = table.groups.cat.astype(np.int64)
+        strings = self.data.trace.strings
+        excl = {int(c): int(table.excl[cats == c].sum()) for c in np.unique(cats)}
+        return sorted(excl, key=lambda c: (strings[c].lower() != "cpu_op", -excl[c], strings[c]))
+
+    def action_cycle_category(self) -> None:
+        order: list[int | None] = [None, *self.categories()]
+        position = order.index(self.category) if self.category in order else 0
+        self.category = order[(position + 1) % len(order)]
+        self._apply_category()
+        self.refresh_heading()
+
+    def _apply_category(self) -> None:
+        table = self.table_data
+        model = self.table.model
+        if table is None or model is None:
+            return
+        if self.category is None:
+            self.table.set_scope(None)
+            return
+        rows = getattr(model, "source_rows", None)
+        groups = np.arange(model.n) if rows is None else rows
+        self.table.set_scope(table.groups.cat[groups] == self.category)
 
     def describe(self, row: int) -> Text | None:
         table = self.table_data

@@ -170,7 +170,10 @@ class DataView(ScrollView, can_focus=True):
         self.sort_descending = True
         self.pattern = ""
         self.filter_error: str | None = None
-        self._keep: np.ndarray | None = None
+        self._keep: np.ndarray | None = None  # rows passing the filter
+        self.scope: np.ndarray | None = (
+            None  # rows a screen restricts the view to (e.g. a category)
+        )
         self._order: np.ndarray | None = None  # all rows sorted, before filtering
         self._lines: LRUCache[tuple, Strip] = LRUCache(512)
         if model is not None:
@@ -221,7 +224,10 @@ class DataView(ScrollView, can_focus=True):
         if self._order is None:
             return
         order = self._order
-        self.view = order if self._keep is None else order[self._keep[order]]
+        keep = self._keep
+        if self.scope is not None:
+            keep = self.scope if keep is None else keep & self.scope
+        self.view = order if keep is None else order[keep[order]]
         self._lines.clear()
         self.virtual_size = Size(self.size.width, len(self.view) + 1)
         target = 0
@@ -245,6 +251,11 @@ class DataView(ScrollView, can_focus=True):
         except ValueError as error:
             self.filter_error = str(error)
             self._keep = None
+        self._refilter(self.current_row)
+
+    def set_scope(self, scope: np.ndarray | None) -> None:
+        """Show only the rows where `scope` holds (None: all), on top of the filter."""
+        self.scope = scope
         self._refilter(self.current_row)
 
     def sort_by(self, column: int, descending: bool | None = None) -> None:
