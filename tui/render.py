@@ -44,6 +44,7 @@ SLOT_COLOURS = (
     "#566275",  # python
     "#2b6f6f",  # gpu annotation
     "#b8434b",  # communication kernel
+    "#d63d8f",  # blocking sync (stands out from the purple of ordinary runtime calls)
 )
 TEXT_COLOUR = "#f0f0f0"
 SELECTED_BG = "#f2f2f2"

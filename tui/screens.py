@@ -162,6 +162,14 @@ class TraceScreen(DrilldownActions, Screen):
         Binding("less_than_sign", "threshold(-1)", "Lower the idle-gap threshold", show=False),
         Binding("escape", "clear", "Clear selection", show=False),
         *DRILLDOWN_BINDINGS,
+        Binding(
+            "p",
+            "memory",
+            "Memory",
+            show=False,
+            tooltip="Memory curve per device: peak, live bytes, operators that allocate",
+        ),
+        Binding("b", "syncs", "Syncs", show=False, tooltip="Where the CPU blocks on the GPU"),
     ]
 
     def __init__(self, data: ViewData) -> None:
@@ -246,6 +254,16 @@ class TraceScreen(DrilldownActions, Screen):
             new = smaller[-1] if smaller else current
         self.timeline.gap_threshold = new
         self.notify(f"g/G skip GPU idle gaps shorter than {fmt_duration(new)}", timeout=2)
+
+    def action_memory(self) -> None:
+        from .memory_view import open_memory_view
+
+        open_memory_view(self)
+
+    def action_syncs(self) -> None:
+        from .sync_view import open_sync_view
+
+        open_sync_view(self)
 
     def action_clear(self) -> None:
         self.timeline.selected_row = -1

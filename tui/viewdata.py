@@ -11,6 +11,7 @@ from kinetoscope.analysis.classify import classify, group_rows
 from kinetoscope.analysis.idle import CAUSES, compute_idle
 from kinetoscope.analysis.links import compute_links
 from kinetoscope.analysis.nesting import compute_nesting
+from kinetoscope.analysis.sync import blocking_rows
 from kinetoscope.parser.model import (
     KIND_KERNEL,
     KIND_MEMCPY,
@@ -34,6 +35,7 @@ SLOT_ANNOTATION = 6
 SLOT_PYTHON = 7
 SLOT_GPU_ANNOTATION = 8
 SLOT_COMM = 9
+SLOT_SYNC = 10  # a runtime call that blocks the host on the GPU, and GPU-side sync records
 SLOT_NAMES = (
     "other",
     "kernel",
@@ -45,6 +47,7 @@ SLOT_NAMES = (
     "python",
     "gpu annotation",
     "communication kernel",
+    "blocking sync",
 )
 
 _CATEGORY_SLOTS = {
@@ -61,6 +64,7 @@ _CATEGORY_SLOTS = {
     "user_annotation": SLOT_ANNOTATION,
     "python_function": SLOT_PYTHON,
     "gpu_user_annotation": SLOT_GPU_ANNOTATION,
+    "cuda_sync": SLOT_SYNC,
 }
 
 GPU_KINDS = (KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET)
@@ -173,6 +177,7 @@ class ViewData:
         slot = np.where((self.kind == KIND_RUNTIME), SLOT_RUNTIME, slot)
         if len(trace):
             slot = np.where((self.kind == KIND_KERNEL) & comm[trace.name], SLOT_COMM, slot)
+            slot = np.where(blocking_rows(trace, self.classes.runtime), SLOT_SYNC, slot)
         return slot.astype(np.uint8)
 
     def _build_lanes(self) -> None:

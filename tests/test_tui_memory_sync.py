@@ -1,0 +1,205 @@
+"""The memory view (p) and the sync view (b) driven like a user, on the hand-built traces whose
+numbers test_memory_ops and test_sync know."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+from kinetoscope.analysis.memory_ops import HOW_TO_RECORD
+from kinetoscope.parser import loads
+from kinetoscope.tui.app import KinetoscopeApp
+from kinetoscope.tui.memory_view import MemoryChart, MemoryScreen, fmt_bytes
+from kinetoscope.tui.screens import HelpScreen, TraceScreen
+from kinetoscope.tui.sync_view import SyncScreen
+from kinetoscope.tui.timeline import Timeline
+from kinetoscope.tui.viewdata import SLOT_RUNTIME, SLOT_SYNC, build_view_data
+from test_memory_ops import known_trace as memory_trace
+from test_sync import known_trace as sync_trace
+from textual.widgets import DataTable, Static
+
+SIZE = (120, 40)
+
+
+async def settle(pilot, kind, timeout: float = 15.0):
+    deadline = time.monotonic() + timeout
+    while not isinstance(pilot.app.screen, kind):
+        assert time.monotonic() < deadline, f"{kind.__name__} never came: {pilot.app.screen!r}"
+        await pilot.pause(0.02)
+    await pilot.pause()
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+    return pilot.app.screen
+
+
+def text_of(screen, selector: str) -> str:
+    return str(screen.query_one(selector, Static).render())
+
+
+def row_at(trace, name: str, start_us: int) -> int:
+    return next(
+        r
+        for r in range(len(trace))
+        if trace.name_of(r) == name and int(trace.start[r]) == start_us * 1000
+    )
+
+
+@pytest.fixture
+def memory_path(write_trace):
+    return str(write_trace(memory_trace(), name="memory.json"))
+
+
+@pytest.fixture
+def sync_path(write_trace):
+    return str(write_trace(sync_trace(), name="sync.json"))
+
+
+async def test_memory_view_opens_on_the_peak_and_names_its_owner(memory_path):
+    app = KinetoscopeApp(memory_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, TraceScreen)
+        await pilot.press("p")
+        screen = await settle(pilot, MemoryScreen)
+        title = text_of(screen, "#memory-title")
+        assert "CUDA 0" in title and fmt_bytes(2400) in title
+        assert "aten::empty" in title and "ProfilerStep#2" in title
+        chart = screen.query_one(MemoryChart)
+        origin = screen.data.origin
+        assert chart.cursor_time == 113_000 - origin
+        status = text_of(screen, "#memory-status")
+        assert f"allocated {fmt_bytes(2400)}" in status and "reserved 8.00 KiB" in status
+
+        # Move away and come back with p; [ and ] walk memory events.
+        await pilot.press("right_square_bracket")
+        assert chart.cursor_time == 120_000 - origin
+        assert f"allocated {fmt_bytes(2300)}" in text_of(screen, "#memory-status")
+        await pilot.press("left_square_bracket", "left_square_bracket")
+        assert chart.cursor_time == 90_000 - origin
+        await pilot.press("p")
+        assert chart.cursor_time == 113_000 - origin
+
+        # Enter: the timeline at the peak, the allocating operator selected.
+        await pilot.press("enter")
+        trace_screen = await settle(pilot, TraceScreen)
+        timeline = trace_screen.query_one(Timeline)
+        assert timeline.selected_row == row_at(screen.data.trace, "aten::empty", 112)
+        assert timeline.cursor_time == 113_000 - origin
+        assert timeline.ns_per_cell == pytest.approx(chart.ns_per_cell)
+
+
+async def test_memory_view_table_devices_and_never_freed(memory_path):
+    app = KinetoscopeApp(memory_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, TraceScreen)
+        await pilot.press("p")
+        screen = await settle(pilot, MemoryScreen)
+        table = screen.query_one(DataTable)
+        first = [str(c) for c in table.get_row_at(0)]
+        assert first[0] == "ProfilerStep#1" and first[2] == fmt_bytes(2000)
+        assert table.row_count == 6  # empty, mm, linear, relu and both steps
+
+        await pilot.press("v")
+        assert "never freed" in text_of(screen, "#memory-table-title")
+        assert table.row_count == 1
+        assert [str(c) for c in table.get_row_at(0)][:3] == [
+            fmt_bytes(2000),
+            "+90 µs",
+            "ProfilerStep#1",
+        ]
+
+        await pilot.press("c")
+        assert "CPU" in text_of(screen, "#memory-title")
+        await pilot.press("c")
+        assert "CUDA 0" in text_of(screen, "#memory-title")
+
+        # Enter on the table goes to the operator's instance.
+        await pilot.press("v", "tab")
+        assert table.has_focus
+        await pilot.press("enter")
+        trace_screen = await settle(pilot, TraceScreen)
+        timeline = trace_screen.query_one(Timeline)
+        assert timeline.selected_row == row_at(screen.data.trace, "ProfilerStep#1", 0)
+
+
+async def test_trace_without_memory_events_says_how_to_record_them(sync_path):
+    app = KinetoscopeApp(sync_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, TraceScreen)
+        await pilot.press("p")
+        screen = await settle(pilot, MemoryScreen)
+        assert "no [memory] events" in text_of(screen, "#memory-title")
+        hint = text_of(screen, "#memory-table-title")
+        assert "profile_memory=True" in hint and "--profile-memory" in hint
+        assert HOW_TO_RECORD in hint
+        await pilot.press("enter", "left", "p", "c", "v")  # nothing to show: nothing breaks
+        await pilot.press("escape")
+        await settle(pilot, TraceScreen)
+
+
+async def test_sync_view_lists_worst_first_and_jumps(sync_path):
+    app = KinetoscopeApp(sync_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, TraceScreen)
+        await pilot.press("b")
+        screen = await settle(pilot, SyncScreen)
+        title = text_of(screen, "#sync-title")
+        assert "6 blocking calls" in title and "407 µs blocked" in title
+        steps = text_of(screen, "#sync-steps")
+        assert "ProfilerStep#1 295 µs" in steps and "ProfilerStep#2 112 µs" in steps
+        table = screen.query_one(DataTable)
+        assert table.row_count == 6
+        rows = [[str(c) for c in table.get_row_at(i)] for i in range(6)]
+        assert [r[2] for r in rows] == ["170 µs", "75 µs", "70 µs", "50 µs", "40 µs", "2 µs"]
+        assert rows[0][5] == "aten::item" and rows[0][6] == "322 µs"
+        assert rows[3][5] == "explicit" and rows[4][5] == "print(tensor)"
+        assert "train.py(10): step" in rows[0][7]
+        detail = text_of(screen, "#sync-detail")
+        assert "Stream Sync" in detail and "then the GPU idled 322 µs" in detail
+
+        await pilot.press("down")
+        assert "aten::to" in text_of(screen, "#sync-detail")
+
+        await pilot.press("v")
+        assert table.row_count == 5
+        assert [str(c) for c in table.get_row_at(0)][:4] == [
+            "cudaStreamSynchronize",
+            "aten::item",
+            "2",
+            "240 µs",
+        ]
+        await pilot.press("v", "enter")
+        trace_screen = await settle(pilot, TraceScreen)
+        timeline = trace_screen.query_one(Timeline)
+        trace = trace_screen.data.trace
+        assert timeline.selected_row == row_at(trace, "cudaStreamSynchronize", 20)
+        origin = trace_screen.data.origin
+        # The view holds the call and the GPU idle gap after it (to 512 µs).
+        assert timeline.view_start <= 20_000 - origin
+        assert timeline.view_end >= 512_000 - origin
+
+
+async def test_help_lists_the_memory_and_sync_keys(sync_path):
+    app = KinetoscopeApp(sync_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, TraceScreen)
+        await pilot.press("question_mark")
+        screen = await settle(pilot, HelpScreen)
+        rows = {key: text for key, text in screen.bindings}
+        assert "Memory" in rows["p"] and "blocks" in rows["b"]
+
+
+def test_blocking_calls_get_their_own_colour_on_the_timeline():
+    trace = loads(json.dumps(sync_trace()).encode())
+    data = build_view_data(trace)
+    slot = {}
+    for row in range(len(trace)):
+        slot.setdefault(trace.name_of(row), set()).add(int(data.slot[row]))
+    for name in ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpy"):
+        assert slot[name] == {SLOT_SYNC}, name
+    assert slot["cudaStreamWaitEvent"] == {SLOT_SYNC}
+    assert slot["cudaMemcpyAsync"] == {SLOT_RUNTIME}
+    assert slot["cudaLaunchKernel"] == {SLOT_RUNTIME}
+    assert slot["Stream Sync"] == {SLOT_SYNC}  # the GPU-side record
+    assert np.count_nonzero(data.slot == SLOT_SYNC) == 8
