@@ -2,7 +2,7 @@
 and each allocation's lifetime (leak suspects are the allocations never freed in the trace).
 
 A `[memory]` event belongs to the innermost CPU slice on its own lane (the thread that allocated)
-with start <= ts < end. Events are ordered by (ts, file order) within a device, which is the
+with start <= ts < end (the lane with the same pid and tid as text when its own has no slices). Events are ordered by (ts, file order) within a device, which is the
 order the allocator saw them. Bytes > 0 is an allocation, < 0 a free; 0 or missing is neither.
 """
 
@@ -77,6 +77,26 @@ def innermost_slices(
         pos[climbing] = nesting.parent_pos[pos[climbing]]
         climbing = climbing[pos[climbing] >= 0]
     return pos
+
+
+def cpu_lanes_for(trace: Trace, nesting: Nesting, lanes: np.ndarray) -> np.ndarray:
+    """The lane whose CPU slices own events written on `lanes`: the lane itself, or, when it
+    holds no CPU slice, the one with the same pid and tid as text (old traces write the
+    `[memory]` events' tid as an int and the operators' tid as a string)."""
+    out = np.asarray(lanes, dtype=np.int64).copy()
+    with_slices = set(nesting.lane_ids.tolist())
+    by_text: dict[tuple[str, str], int] = {}
+    for lane_id in with_slices:
+        lane = trace.lanes[lane_id]
+        by_text.setdefault((str(lane.pid), str(lane.tid)), lane_id)
+    for lane_id in np.unique(out).tolist():
+        if lane_id < 0 or lane_id in with_slices:
+            continue
+        lane = trace.lanes[lane_id]
+        alias = by_text.get((str(lane.pid), str(lane.tid)), -1)
+        if alias >= 0:
+            out[out == lane_id] = alias
+    return out
 
 
 def range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -398,7 +418,9 @@ def compute_memory_ops(
         reserved = _fill_reserved(memory.total_reserved[idx])
         addr = memory.addr[idx]
         addresses_known = bool(len(idx)) and bool((addr[nbytes != 0] != NO_VALUE).all())
-        owner_pos = innermost_slices(trace, nesting, memory.lane[idx], ts)
+        owner_pos = innermost_slices(
+            trace, nesting, cpu_lanes_for(trace, nesting, memory.lane[idx]), ts
+        )
         owner = np.full(len(idx), -1, dtype=np.int64)
         owner[owner_pos >= 0] = nesting.order[owner_pos[owner_pos >= 0]]
         allocations = match_allocations(ts, nbytes, addr, addresses_known)

@@ -369,3 +369,11 @@ def test_memory_events_without_any_cpu_slice():
     assert dev.owner.tolist() == [-1, -1]
     assert dev.allocations.state.tolist() == [FREED]
     assert build_summary(trace)["memory"][0]["peak_operator"] is None
+
+
+def test_events_on_an_int_tid_belong_to_operators_on_the_same_tid_as_a_string():
+    """Old traces write operator tids as strings and `[memory]` tids as ints."""
+    op = x("aten::empty", 0, 100, tid="5")
+    event = mem(10, 64, 64, A, tid=5)
+    dev = memory_ops_of(analyze(load_dict({"traceEvents": [op, event]}))).devices[0]
+    assert dev.owner.tolist() == [0]

@@ -21,6 +21,7 @@ from kinetoscope.analysis.memory_ops import (
     DeviceMemory,
     MemoryOps,
     compute_memory_ops,
+    cpu_lanes_for,
     innermost_slices,
 )
 from kinetoscope.analysis.steps import step_rows
@@ -118,8 +119,8 @@ def target_at(data: ViewData, device: DeviceMemory, when: int) -> int:
     last = device.level_at(when)
     if last < 0:
         return -1
-    lane = int(data.trace.memory.lane[device.events[last]])
-    pos = innermost_slices(data.trace, data.nesting, np.array([lane]), np.array([when]))
+    lane = cpu_lanes_for(data.trace, data.nesting, data.trace.memory.lane[device.events[[last]]])
+    pos = innermost_slices(data.trace, data.nesting, lane, np.array([when]))
     return int(data.nesting.order[pos[0]]) if pos[0] >= 0 else -1
 
 
