@@ -337,7 +337,7 @@ class OperatorDetailScreen(TableScreen):
 
     def heading(self) -> Text:
         text = Text()
-        text.append(shorten(self.op_name, 60) or "(no name)", "bold #e5c07b")
+        text.append(shorten(self.op_name, 44) or "(no name)", "bold #e5c07b")
         if self.shape is not None:
             shape = self.trace.strings[self.shape] if self.shape >= 0 else "no shape recorded"
             text.append(f" [{shorten(shape, 30)}]")
