@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import sys
 from typing import Any
 
@@ -19,8 +21,7 @@ def run_summary(path: str, as_json: bool) -> int:
         print(f"kinetoscope: {exc}", file=sys.stderr)
         return 1
     if as_json:
-        document = build_summary(trace)
-        sys.stdout.write(msgspec.json.format(msgspec.json.encode(document), indent=2).decode())
+        sys.stdout.write(summary_json(build_summary(trace)))
         sys.stdout.write("\n")
         return 0
     from rich.console import Console
@@ -31,6 +32,25 @@ def run_summary(path: str, as_json: bool) -> int:
     for renderable in summary_tables(analyze(trace), build_summary(trace)):
         console.print(renderable)
     return 0
+
+
+def summary_json(document: dict[str, Any]) -> str:
+    """The document as indented JSON text. NaN and Infinity (possible in header values copied
+    through) become null; lone surrogates (a trace may spell `\\ud800`) stay JSON escapes."""
+    try:
+        return msgspec.json.format(msgspec.json.encode(document), indent=2).decode()
+    except UnicodeEncodeError:
+        return json.dumps(_finite(document), indent=2, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    return value
 
 
 # -- text report ----------------------------------------------------------------------------
@@ -107,7 +127,7 @@ def trace_facts(analysis: Any, document: dict[str, Any]) -> Any:
     for device in document["devices"]:
         memory = device["total_memory_bytes"]
         mem = f", {memory / 2**30:.1f} GiB" if isinstance(memory, int) else ""
-        table.add_row(f"device {device['id']}", _data(f"{device['name']}{mem}"))
+        table.add_row(_data(f"device {device['id']}"), _data(f"{device['name']}{mem}"))
     if not trace["complete"]:
         table.add_row("incomplete", "the file ended before the JSON did")
     for warning in trace["warnings"]:

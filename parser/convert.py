@@ -7,6 +7,7 @@ not event by event, because this is the parser's hot path.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -116,9 +117,10 @@ def to_ns(value: Any) -> int | None:
     if kind is int:
         ns = value * 1000
     elif kind is float:
-        if not math.isfinite(value):
+        scaled = value * 1000  # inf when value is finite but near the float maximum
+        if not math.isfinite(scaled):
             return None
-        ns = round(value * 1000)
+        ns = round(scaled)
     else:
         return None
     return ns if INT64_MIN < ns <= INT64_MAX else None
@@ -252,7 +254,7 @@ def convert_run(events: list[Event]) -> RunColumns:
     ]
     for j, dims in enumerate(dims_list):
         if dims is not None:
-            shape[j] = intern(msgspec.json.encode(dims).decode())
+            shape[j] = intern(_dims_text(dims))
 
     kinds = np.array([category_kind(s) for s in strings], dtype=np.int8)
     row_x = ph_codes == ord("X")
@@ -307,6 +309,14 @@ def convert_run(events: list[Event]) -> RunColumns:
         memory=memory,
         metadata=metadata,
     )
+
+
+def _dims_text(dims: Any) -> str:
+    """Compact JSON text of an `Input Dims` value (lone surrogates in strings survive)."""
+    try:
+        return msgspec.json.encode(dims).decode()
+    except UnicodeEncodeError:
+        return json.dumps(dims, ensure_ascii=False, separators=(",", ":"))
 
 
 def _device(e: Event) -> int:

@@ -47,8 +47,22 @@ class Event(msgspec.Struct, gc=False):
     args: Args | None = None
 
 
-EVENTS_DECODER = msgspec.json.Decoder(list[Event])
-ANY_DECODER = msgspec.json.Decoder()
+class _Decoder:
+    """A msgspec JSON decoder whose only error is DecodeError: JSON nested deeper than the
+    interpreter's recursion limit (hostile or broken data) is malformed, not a crash."""
+
+    def __init__(self, kind: Any = Any):
+        self._decoder = msgspec.json.Decoder(kind)
+
+    def decode(self, data: bytes) -> Any:
+        try:
+            return self._decoder.decode(data)
+        except RecursionError:
+            raise msgspec.DecodeError("JSON nested too deeply") from None
+
+
+EVENTS_DECODER = _Decoder(list[Event])
+ANY_DECODER = _Decoder()
 
 _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 _NOT_AVAILABLE = re.compile(rb"(?<=[:\[,])(\s*)N/A(?=\s*[,}\]])")
@@ -80,7 +94,10 @@ def lenient_loads(text: bytes) -> Any:
         pass
     fixed = _NOT_AVAILABLE.sub(rb'\1"N/A"', text)
     decoded = fixed.decode("utf-8", errors="replace")
-    return json.loads(decoded, strict=False)
+    try:
+        return json.loads(decoded, strict=False)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 def _number(value: Any) -> int | float | None:
@@ -125,8 +142,13 @@ def event_from_object(obj: Any) -> Event:
     )
     args = obj.get("args")
     if isinstance(args, dict):
+        # Only the keys Args names: others may not even be encodable (lone surrogates).
+        known = {key: args[key] for key in ARG_KEYS if key in args}
         try:
-            event.args = msgspec.convert(args, Args, str_keys=True)
-        except (msgspec.ValidationError, TypeError):
+            event.args = msgspec.convert(known, Args, str_keys=True)
+        except (ValueError, TypeError):
             event.args = None
     return event
+
+
+ARG_KEYS = Args.__struct_encode_fields__

@@ -133,16 +133,19 @@ def read_trace(path: str, progress: Progress | None = None, workers: int | None 
 
 
 def read_bytes(data: bytes, path: str = "<memory>") -> Trace:
-    import gzip
+    import io
 
-    compressed = data[:2] == b"\x1f\x8b"
-    payload = gzip.decompress(data) if compressed else data
-    state = SourceState(path=path, size=len(data), compressed=compressed)
+    from .source import GZIP_MAGIC, gunzip_blocks
+
+    state = SourceState(path=path, size=len(data), compressed=data[:2] == GZIP_MAGIC)
+    if state.compressed:
+        # Streamed as a file is, so a damaged or cut-off gzip keeps what did decompress.
+        return _read(state, gunzip_blocks(io.BytesIO(data), state), None)
 
     def blocks() -> Iterator[bytes]:
-        for start in range(0, len(payload), RUN_BYTES):
+        for start in range(0, len(data), RUN_BYTES):
             state.bytes_read = min(len(data), start + RUN_BYTES)
-            yield payload[start : start + RUN_BYTES]
+            yield data[start : start + RUN_BYTES]
 
     return _read(state, blocks(), None)
 
@@ -539,6 +542,11 @@ class _Reader:
             self.builder.add_events([event_from_object(obj)], buf.base + pos + start, stop - start)
             self.last_good = buf.base + pos + stop
         if closed is not None:
+            if data[pos + closed] != ord("]"):
+                # A stray `}` where the array's `]` would be: step over it, or this loops.
+                self.dropped += 1
+                self._warn_dropped(buf.base + pos + closed)
+                closed += 1
             buf.pos = pos + closed
             return False
         if at_eof:

@@ -53,10 +53,11 @@ def iter_blocks(state: SourceState) -> Iterator[bytes]:
                 state.bytes_read += len(block)
                 yield block
             return
-        yield from _gunzip(handle, state)
+        yield from gunzip_blocks(handle, state)
 
 
-def _gunzip(handle, state: SourceState) -> Iterator[bytes]:
+def gunzip_blocks(handle, state: SourceState) -> Iterator[bytes]:
+    """Inflate a gzip stream read from `handle`; stops (noting why in `state`) where it breaks."""
     # One inflater per gzip member; concatenated members are decoded one after another.
     inflater = None
     data = b""
@@ -74,9 +75,13 @@ def _gunzip(handle, state: SourceState) -> Iterator[bytes]:
                     state.stream_error = "unexpected bytes after the gzip stream"
                 return
             inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        before = inflater.copy()
         try:
             out = inflater.decompress(data, MAX_OUTPUT)
         except zlib.error as exc:
+            # The failed call's output is lost with it: inflate again in small steps and keep
+            # what comes before the damage (a bad CRC leaves the whole member readable).
+            yield from _inflate_until_error(before, data)
             state.stream_error = str(exc)
             return
         if out:
@@ -94,3 +99,20 @@ def _gunzip(handle, state: SourceState) -> Iterator[bytes]:
         if tail:
             yield tail
         state.truncated_stream = True
+
+
+def _inflate_until_error(inflater, data: bytes) -> Iterator[bytes]:
+    """Feed `data` in pieces that halve around the damage, yielding everything before it."""
+    step, at = 1 << 14, 0
+    while at < len(data) and step:
+        before = inflater.copy()
+        try:
+            out = inflater.decompress(data[at : at + step])
+        except zlib.error:
+            inflater, step = before, step // 2
+            continue
+        if out:
+            yield out
+        if inflater.eof:
+            return
+        at += step
