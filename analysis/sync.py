@@ -84,6 +84,14 @@ TORCH_FRAME = re.compile(r"(.*/)?(site|dist)-packages/torch/|torch/")
 SITE_DEPTH = 4
 
 
+def short_frame(name: str) -> str:
+    """`path/to/model.py(12): fn` -> `model.py(12): fn`, for narrow columns; other names as is."""
+    head, sep, tail = name.partition(".py(")
+    if sep and "/" in head:
+        return head.rsplit("/", 1)[1] + sep + tail
+    return name
+
+
 def blocking_kind_of_name(name: str) -> int:
     """KINDS index of a runtime call name, or -1 when the call does not block the host."""
     for kind, pattern in _BLOCKING:

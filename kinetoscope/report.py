@@ -58,6 +58,8 @@ def _finite(value: Any) -> Any:
 
 def summary_tables(analysis: Any, document: dict[str, Any]) -> list[Any]:
     """The report's Rich renderables, in reading order."""
+    from kinetoscope.report_memory_sync import memory_sync_tables
+
     sections = [
         trace_facts(analysis, document),
         steps_table(analysis),
@@ -66,6 +68,7 @@ def summary_tables(analysis: Any, document: dict[str, Any]) -> list[Any]:
         operators_table(document),
         kernels_table(analysis, document),
         memory_table(document),
+        *memory_sync_tables(document),
         findings_table(document),
     ]
     return [s for s in sections if s is not None]

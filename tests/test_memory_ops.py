@@ -377,3 +377,19 @@ def test_events_on_an_int_tid_belong_to_operators_on_the_same_tid_as_a_string():
     event = mem(10, 64, 64, A, tid=5)
     dev = memory_ops_of(analyze(load_dict({"traceEvents": [op, event]}))).devices[0]
     assert dev.owner.tolist() == [0]
+
+
+def test_text_report_shows_peak_owner_and_top_allocators(known):
+    from kinetoscope.report_memory_sync import memory_sync_tables
+    from rich.console import Console
+
+    trace, _, _ = known
+    console = Console(record=True, width=220)
+    for renderable in memory_sync_tables(build_summary(trace)):
+        console.print(renderable)
+    text = console.export_text()
+    peak_line = next(line for line in text.splitlines() if "CUDA 0" in line and "2.34 KiB" in line)
+    assert "aten::empty" in peak_line and "ProfilerStep#2" in peak_line and "+113 µs" in peak_line
+    assert "1 (1.95 KiB)" in peak_line  # never freed
+    rows = [line for line in text.splitlines() if "ProfilerStep#1" in line and "+2.25 KiB" in line]
+    assert rows, text  # the top allocator row: self net +2000 B, total net +2300 B

@@ -296,3 +296,18 @@ def test_trace_without_syncs():
     calls = sync_of(analyze(trace))
     assert len(calls) == 0 and len(calls.step_rows) == 0
     assert build_summary(trace)["sync"] == []
+
+
+def test_text_report_shows_sites_steps_and_memory_hint(known):
+    from kinetoscope.report_memory_sync import memory_sync_tables
+    from rich.console import Console
+
+    trace, _ = known
+    console = Console(record=True, width=220)
+    for renderable in memory_sync_tables(build_summary(trace)):
+        console.print(renderable)
+    text = console.export_text()
+    assert "profile_memory=True" in text  # this trace has no [memory] events
+    assert "per step: ProfilerStep#1 295 µs (30%), ProfilerStep#2 112 µs (11%)" in text
+    assert "train.py(10): step › aten::item › aten::_local_scalar_dense" in text
+    assert "print(tensor)" in text and "explicit" in text

@@ -13,6 +13,7 @@ from kinetoscope.analysis.sync import (
     cause_label,
     compute_sync,
     group_sites,
+    short_frame,
 )
 from rich.text import Text
 from textual import work
@@ -44,16 +45,8 @@ def sync_calls_for(data: ViewData) -> SyncCalls:
     return calls
 
 
-def _frame_text(name: str) -> str:
-    """`path/to/model.py(12): fn` -> `model.py(12): fn`: the file and line say enough here."""
-    head, sep, tail = name.partition(".py(")
-    if sep and "/" in head:
-        return head.rsplit("/", 1)[1] + sep + tail
-    return name
-
-
 def _site_text(site: tuple[str, ...], width: int = 70) -> str:
-    return shorten(" › ".join(_frame_text(n) for n in site), width) if site else "(top level)"
+    return shorten(" › ".join(short_frame(n) for n in site), width) if site else "(top level)"
 
 
 class SyncScreen(Screen[TimelineTarget | None]):

@@ -1,0 +1,163 @@
+"""The memory and synchronisation sections of `kinetoscope summary` (text), built from the
+summary document's `memory`, `memory_ops`, `sync` and `steps[].sync_us` keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+TOP_OPERATORS = 15
+TOP_SITES = 10
+
+
+def _data(text: Any) -> Any:
+    """Text from the trace, shown literally: no markup, no terminal control characters."""
+    from rich.text import Text
+
+    from kinetoscope.tui.safe_text import clean
+
+    return Text(clean(str(text)))
+
+
+def _dur(us: float | None) -> str:
+    from kinetoscope.tui.timefmt import fmt_duration
+
+    return "–" if us is None else fmt_duration(us * 1000)
+
+
+def _bytes(value: int | None, signed: bool = False) -> str:
+    from kinetoscope.tui.memory_view import fmt_bytes
+
+    return "–" if value is None else fmt_bytes(value, signed=signed)
+
+
+def _table(title: str, *columns: str, right: tuple[str, ...] = (), names: tuple[str, ...] = ()):
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", title_style="bold", expand=False)
+    for column in columns:
+        if column in names:
+            width = 72 if column == "call site" else 48
+            table.add_column(column, no_wrap=True, overflow="ellipsis", max_width=width)
+        else:
+            table.add_column(column, justify="right" if column in right else "left")
+    return table
+
+
+def _device(entry: dict[str, Any]) -> str:
+    from kinetoscope.analysis.memory_ops import device_label
+
+    return device_label(entry["device_type"], entry["device_id"])
+
+
+def memory_sync_tables(document: dict[str, Any]) -> list[Any]:
+    """Rich renderables: the memory peaks' context, the top allocating operators, and the
+    call sites that blocked the host."""
+    sections = [peak_table(document), allocators_table(document), sync_table(document)]
+    return [s for s in sections if s is not None]
+
+
+def peak_table(document: dict[str, Any]) -> Any:
+    from rich.text import Text
+
+    from kinetoscope.analysis.memory_ops import HOW_TO_RECORD
+
+    if not document["memory"]:
+        return Text(HOW_TO_RECORD, style="dim")
+    origin = document["trace"]["start_us"] or 0.0
+    table = _table(
+        "Memory peaks: when, in which operator and step",
+        "device",
+        "peak allocated",
+        "at",
+        "operator",
+        "step",
+        "never freed",
+        right=("peak allocated", "at", "never freed"),
+        names=("operator", "step"),
+    )
+    for entry in document["memory"]:
+        if entry.get("peak_ts_us") is None:
+            continue
+        unfreed = entry.get("unfreed_allocations")
+        never = (
+            "unknown (no addresses)"
+            if unfreed is None
+            else f"{unfreed:,} ({_bytes(entry.get('unfreed_bytes'))})"
+        )
+        table.add_row(
+            _device(entry),
+            _bytes(entry["peak_allocated_bytes"]),
+            "+" + _dur(entry["peak_ts_us"] - origin),
+            _data(entry.get("peak_operator") or "–"),
+            _data(entry.get("peak_step") or "–"),
+            never,
+        )
+    return table
+
+
+def allocators_table(document: dict[str, Any], limit: int = TOP_OPERATORS) -> Any:
+    rows = document.get("memory_ops") or []
+    if not rows:
+        return None
+    # The accelerator first: that is the memory people run out of.
+    devices = sorted({(r["device_type"], r["device_id"]) for r in rows}, key=lambda d: d[0] == 0)
+    main = devices[0]
+    shown = [r for r in rows if (r["device_type"], r["device_id"]) == main][:limit]
+    numbers = ("allocs", "allocated", "self net", "total net", "peak live", "never freed")
+    table = _table(
+        f"Top allocating operators on {_device(shown[0])} (self: its own allocations; "
+        "total: with everything below it)",
+        "operator",
+        *numbers,
+        right=numbers,
+        names=("operator",),
+    )
+    for row in shown:
+        table.add_row(
+            _data(row["name"]),
+            f"{row['allocations']:,}",
+            _bytes(row["allocated_bytes"]),
+            _bytes(row["self_net_bytes"], signed=True),
+            _bytes(row["incl_net_bytes"], signed=True),
+            _bytes(row["peak_live_bytes"]),
+            _bytes(row["unfreed_bytes"]) if row["unfreed_allocations"] else "",
+        )
+    return table
+
+
+def sync_table(document: dict[str, Any], limit: int = TOP_SITES) -> Any:
+    from kinetoscope.analysis.sync import short_frame
+
+    sites = document.get("sync") or []
+    if not sites:
+        return None
+    steps = [s for s in document["steps"] if "sync_us" in s]
+    per_step = ", ".join(
+        f"{s['name']} {_dur(s['sync_us'])}"
+        + (f" ({100 * s['sync_us'] / s['dur_us']:.0f}%)" if s["dur_us"] else "")
+        for s in steps[:8]
+    )
+    title = "Where the CPU blocked on the GPU (call sites, most time first)"
+    if per_step:
+        title += f"; per step: {per_step}"
+    numbers = ("count", "total", "max", "GPU idle after")
+    table = _table(
+        title,
+        "call",
+        "cause",
+        *numbers,
+        "call site",
+        right=numbers,
+        names=("call", "cause", "call site"),
+    )
+    for site in sites[:limit]:
+        table.add_row(
+            _data(site["call"]),
+            _data(site["cause"] or "explicit"),
+            f"{site['count']:,}",
+            _dur(site["total_us"]),
+            _dur(site["max_us"]),
+            _dur(site["gpu_idle_after_us"]),
+            _data(" › ".join(short_frame(n) for n in site["site"]) or "(top level)"),
+        )
+    return table
