@@ -203,3 +203,24 @@ def test_blocking_calls_get_their_own_colour_on_the_timeline():
     assert slot["cudaLaunchKernel"] == {SLOT_RUNTIME}
     assert slot["Stream Sync"] == {SLOT_SYNC}  # the GPU-side record
     assert np.count_nonzero(data.slot == SLOT_SYNC) == 8
+
+
+async def test_operator_table_gains_memory_columns(memory_path, sync_path):
+    from kinetoscope.tui.operators import OperatorsScreen
+    from kinetoscope.tui.table import DataView
+
+    for path, expect in ((memory_path, True), (sync_path, False)):
+        app = KinetoscopeApp(path)
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, TraceScreen)
+            await pilot.press("o")
+            screen = await settle(pilot, OperatorsScreen)
+            view = screen.query_one(DataView)
+            titles = [c.title for c in view.model.columns]
+            assert ("alloc'd" in titles and "peak mem" in titles) == expect
+            if expect:
+                rows = {r[0]: r for r in view.visible_texts()}
+                alloc, peak = titles.index("alloc'd"), titles.index("peak mem")
+                assert rows["aten::empty"][alloc] == fmt_bytes(1600)
+                assert rows["aten::empty"][peak] == fmt_bytes(2400)
+                assert rows["aten::mm"][alloc] == "" and rows["aten::mm"][peak] == fmt_bytes(1500)

@@ -8,23 +8,23 @@ goes to that operator's instance (or allocation)."""
 from __future__ import annotations
 
 import math
-import weakref
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-from kinetoscope.analysis.classify import group_rows
+from kinetoscope.analysis.classify import Groups
+from kinetoscope.analysis.core import Analysis
 from kinetoscope.analysis.memory_ops import (
     FREED,
     HOW_TO_RECORD,
     NEVER_FREED,
     DeviceMemory,
     MemoryOps,
-    compute_memory_ops,
     cpu_lanes_for,
+    group_columns,
     innermost_slices,
+    memory_ops_of,
 )
-from kinetoscope.analysis.steps import step_rows
 from kinetoscope.parser.model import NO_VALUE
 from rich.segment import Segment
 from rich.style import Style
@@ -40,7 +40,9 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Static
 
+from .drilldown import analysis_for
 from .safe_text import fit, shorten
+from .table import Column
 from .timefmt import fmt_duration, fmt_tick, tick_step
 from .viewdata import ViewData
 
@@ -81,35 +83,34 @@ class TimelineTarget:
     view_end: float | None = None
 
 
-_CACHE: weakref.WeakKeyDictionary[ViewData, MemoryOps] = weakref.WeakKeyDictionary()
-
-
 def memory_ops_for(data: ViewData) -> MemoryOps:
-    """The trace's MemoryOps, from the nesting the timeline already built (kept per ViewData)."""
-    ops = _CACHE.get(data)
-    if ops is None:
-        trace = data.trace
-        groups = group_rows(trace, data.classes.cpu)
-        ops = compute_memory_ops(trace, data.nesting, groups, step_rows(trace, data.classes.cpu))
-        _CACHE[data] = ops
-    return ops
+    """The trace's MemoryOps, from the Analysis the drill-down screens share (computed once)."""
+    return memory_ops_of(analysis_for(data))
 
 
-def operator_memory_columns(data: ViewData) -> list[tuple[str, np.ndarray, str]]:
-    """For an operator table grouped like `group_rows(trace, data.classes.cpu)`: the memory
-    columns of the main device as (title, int64 values per group, "bytes" | "count"). Empty
-    when the trace has no memory events. `peak live` holds NO_VALUE where unknown."""
-    ops = memory_ops_for(data)
+def operator_memory_columns(analysis: Analysis, groups: Groups) -> list[Column]:
+    """Memory columns for an operator table whose rows are `groups` (matched by (cat, name)):
+    bytes the group allocated itself, and the largest live memory while an instance ran, on
+    the main device. Empty when the trace has no memory events."""
+    ops = memory_ops_of(analysis)
     device = ops.primary
-    if device is None:
+    if device is None or not len(device):
         return []
-    table = device.ops
+    values = group_columns(ops, device, groups)
+    allocated, peak = values["allocated"], values["peak_live"]
     return [
-        ("allocs", table.allocations, "count"),
-        ("allocated", table.allocated, "bytes"),
-        ("self net", table.self_net, "bytes"),
-        ("total net", table.incl_net, "bytes"),
-        ("peak live", table.peak_live, "bytes"),
+        Column(
+            "alloc'd",
+            lambda g: fmt_bytes(int(allocated[g])) if allocated[g] else "",
+            key=allocated,
+            width=10,
+        ),
+        Column(
+            "peak mem",
+            lambda g: fmt_bytes(int(peak[g])) if peak[g] != NO_VALUE else "",
+            key=peak,
+            width=10,
+        ),
     ]
 
 
@@ -668,23 +669,13 @@ class MemoryScreen(Screen[TimelineTarget | None]):
 
 
 def _step_at(data: ViewData, when: int) -> int:
-    rows = _steps(data)
+    """The step slice (row) holding `when` (absolute ns), or -1."""
+    rows = analysis_for(data).steps.rows
     if not len(rows):
         return -1
     start = data.trace.start[rows]
     inside = np.flatnonzero((start <= when) & (when < start + data.trace.dur[rows]))
     return int(rows[inside[-1]]) if len(inside) else -1
-
-
-_STEPS: weakref.WeakKeyDictionary[ViewData, np.ndarray] = weakref.WeakKeyDictionary()
-
-
-def _steps(data: ViewData) -> np.ndarray:
-    rows = _STEPS.get(data)
-    if rows is None:
-        rows = step_rows(data.trace, data.classes.cpu)
-        _STEPS[data] = rows
-    return rows
 
 
 def apply_target(timeline, data: ViewData, target: TimelineTarget | None) -> None:  # noqa: ANN001

@@ -30,6 +30,7 @@ from .drilldown import (
     share_bar,
     time_column,
 )
+from .memory_view import operator_memory_columns
 from .safe_text import clean, shorten
 from .table import Column, DataView, TableModel, TableScreen, string_ranks
 from .timefmt import fmt_duration
@@ -114,7 +115,11 @@ class OperatorsScreen(TableScreen):
             table = compute_operators(trace, nesting, groups, analysis.links)
         else:
             table = analysis.operators
-        model = operator_model(trace, table, shapes, bounds is not None)
+        # Memory columns (whole trace, by name) when the trace recorded allocations.
+        memory = (
+            operator_memory_columns(analysis, groups) if shapes is None and bounds is None else []
+        )
+        model = operator_model(trace, table, shapes, bounds is not None, memory)
         self.app.call_from_thread(self._show, table, shapes, bounds, model)
 
     def _show(self, table, shapes, bounds, model: TableModel) -> None:
@@ -195,7 +200,11 @@ class OperatorsScreen(TableScreen):
 
 
 def operator_model(
-    trace, table: OperatorTable, shapes: np.ndarray | None, in_range: bool
+    trace,
+    table: OperatorTable,
+    shapes: np.ndarray | None,
+    in_range: bool,
+    extra: list[Column] | None = None,
 ) -> TableModel:
     """Rows are groups; groups with nothing in a range are left out of it."""
     groups = table.groups
@@ -235,6 +244,7 @@ def operator_model(
         time_column("GPU self", table.gpu_self),
         time_column("GPU total", table.gpu_total),
         percent_column("self%", table.excl, whole),
+        *(extra or []),
     ]
     self_column = 5 if shapes is not None else 4
     model = TableModel(

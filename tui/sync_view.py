@@ -3,7 +3,6 @@ grouped by call site), the time blocked per step, and Enter to see one on the ti
 
 from __future__ import annotations
 
-import weakref
 from typing import ClassVar
 
 from kinetoscope.analysis.sync import (
@@ -11,9 +10,9 @@ from kinetoscope.analysis.sync import (
     SyncCalls,
     SyncSite,
     cause_label,
-    compute_sync,
     group_sites,
     short_frame,
+    sync_of,
 )
 from rich.text import Text
 from textual import work
@@ -22,6 +21,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from .drilldown import analysis_for
 from .memory_view import TimelineTarget, apply_target
 from .safe_text import shorten
 from .timefmt import fmt_duration
@@ -33,16 +33,10 @@ NO_SYNCS = (
     "cudaEventSynchronize, cudaStreamWaitEvent, synchronous cudaMemcpy/cudaMemset)."
 )
 
-_CACHE: weakref.WeakKeyDictionary[ViewData, SyncCalls] = weakref.WeakKeyDictionary()
-
 
 def sync_calls_for(data: ViewData) -> SyncCalls:
-    """The trace's blocking calls, from what the timeline already computed (kept per ViewData)."""
-    calls = _CACHE.get(data)
-    if calls is None:
-        calls = compute_sync(data.trace, data.classes, data.nesting, data.links, data.gaps)
-        _CACHE[data] = calls
-    return calls
+    """The trace's blocking calls, from the Analysis the drill-down screens share."""
+    return sync_of(analysis_for(data))
 
 
 def _site_text(site: tuple[str, ...], width: int = 70) -> str:
