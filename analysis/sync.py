@@ -100,18 +100,22 @@ def blocking_kind_of_name(name: str) -> int:
     return -1
 
 
-def blocking_names(trace: Trace) -> np.ndarray:
-    """int8 per string id: the KINDS index when the string names a blocking call, else -1."""
-    return np.fromiter(
-        (blocking_kind_of_name(s) for s in trace.strings), dtype=np.int8, count=len(trace.strings)
-    )
+def blocking_kinds(trace: Trace, runtime: np.ndarray) -> np.ndarray:
+    """int8 per row: the KINDS index of a blocking runtime call, else -1. Only the names that
+    runtime calls use are tested (a trace can hold hundreds of thousands of other names)."""
+    kinds = np.full(len(trace), -1, dtype=np.int8)
+    rows = np.flatnonzero(runtime)
+    if not len(rows):
+        return kinds
+    used, inverse = np.unique(trace.name[rows], return_inverse=True)
+    by_name = np.array([blocking_kind_of_name(trace.strings[int(i)]) for i in used], np.int8)
+    kinds[rows] = by_name[inverse.reshape(-1)]
+    return kinds
 
 
 def blocking_rows(trace: Trace, runtime: np.ndarray) -> np.ndarray:
     """Boolean per row: a runtime call that blocks the host (the viewer marks these)."""
-    if not len(trace):
-        return np.zeros(0, dtype=bool)
-    return runtime & (blocking_names(trace)[trace.name] >= 0)
+    return blocking_kinds(trace, runtime) >= 0
 
 
 @dataclass(frozen=True)
@@ -202,17 +206,24 @@ def _gap_after(gaps: Gaps, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return best, after
 
 
+def _category_mask(trace: Trace, lowered: str) -> np.ndarray:
+    """Boolean per string id: a category used by some row that is `lowered` in lower case."""
+    mask = np.zeros(len(trace.strings), dtype=bool)
+    for cat in np.unique(trace.cat).tolist():
+        mask[cat] = trace.strings[cat].lower() == lowered
+    return mask
+
+
 def compute_sync(
     trace: Trace, classes: RowClasses, nesting: Nesting, links: Links, gaps: Gaps
 ) -> SyncCalls:
-    kind_of_name = blocking_names(trace)
-    rows = np.flatnonzero(classes.runtime & (kind_of_name[trace.name] >= 0)) if len(trace) else []
-    rows = np.asarray(rows, dtype=np.int64)
+    kinds = blocking_kinds(trace, classes.runtime)
+    rows = np.flatnonzero(kinds >= 0).astype(np.int64)
     rows = rows[np.argsort(trace.start[rows], kind="stable")]
-    kind = kind_of_name[trace.name[rows]].astype(np.int8)
+    kind = kinds[rows]
     start = trace.start[rows]
     end = start + trace.dur[rows]
-    python = np.array([s.lower() == PYTHON_CATEGORY for s in trace.strings], dtype=bool)
+    python = _category_mask(trace, PYTHON_CATEGORY)
 
     cause = np.full(len(rows), -1, dtype=np.int64)
     printing = np.zeros(len(rows), dtype=bool)
@@ -231,7 +242,7 @@ def compute_sync(
         site[i] = site_index.setdefault(names, len(site_index))
 
     # The GPU-side record of a sync carries the runtime call's correlation.
-    sync_cat = np.array([s.lower() == "cuda_sync" for s in trace.strings], dtype=bool)
+    sync_cat = _category_mask(trace, "cuda_sync")
     gpu_sync_rows = np.flatnonzero(sync_cat[trace.cat] & (trace.ph == ord("X")))
     linked_runtime = np.array(
         [links.runtime_for_corr(int(c)) for c in trace.corr[gpu_sync_rows]], dtype=np.int64
