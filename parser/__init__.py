@@ -7,12 +7,19 @@ from .reader import read_bytes, read_trace
 from .source import TraceError
 
 
-def load(path: str, progress=None, use_cache: bool = True, workers: int | None = None) -> Trace:
+def load(
+    path: str,
+    progress=None,
+    use_cache: bool = True,
+    workers: int | None = None,
+    write_cache: bool = True,
+) -> Trace:
     """Load a trace file (.json or gzip, by magic bytes). Raises TraceError with a one-line message.
 
     `progress(bytes_done, bytes_total, events_so_far)` is called as the file is read; an exception
     raised from it cancels the load and propagates. With `use_cache`, a valid cache entry of the
-    model is memory-mapped instead of parsing, and a big trace parsed in full is cached.
+    model is memory-mapped instead of parsing, and (with `write_cache`) a big trace parsed in full
+    is cached; a caller that wants its result sooner passes False and calls `save_cache` later.
     `workers` processes decode runs in parallel (default: one per CPU, for big files only).
     """
     path = str(path)
@@ -26,9 +33,18 @@ def load(path: str, progress=None, use_cache: bool = True, workers: int | None =
                 progress(cached.source.bytes, cached.source.bytes, cached.n_events)
             return cached
     trace = read_trace(path, progress, workers)
-    if use_cache and trace.complete and trace.source.bytes >= cache.MIN_CACHED_BYTES:
-        cache.save(trace)
+    if use_cache and write_cache:
+        save_cache(trace)
     return trace
+
+
+def save_cache(trace: Trace) -> bool:
+    """Cache a freshly parsed, complete, big trace for the next open; True if an entry was written."""
+    if getattr(trace, "from_cache", False) or not trace.complete:
+        return False
+    if trace.source.bytes < cache.MIN_CACHED_BYTES:
+        return False
+    return cache.save(trace) is not None
 
 
 def loads(data: bytes, path: str = "<memory>") -> Trace:

@@ -13,6 +13,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import time
 import zlib
 from dataclasses import asdict
 from pathlib import Path
@@ -89,12 +90,25 @@ def _crc(path: Path) -> int:
     return crc
 
 
+def _remove_abandoned(folder: Path, age_s: float = 3600) -> None:
+    """Delete half-written entries that a killed process left behind (never valid anyway)."""
+    now = time.time()
+    for child in folder.iterdir():
+        if child.name.startswith((".tmp-", ".old-")):
+            try:
+                if now - child.stat().st_mtime > age_s:
+                    shutil.rmtree(child, ignore_errors=True)
+            except OSError:
+                continue
+
+
 def save(trace: Trace, root: Path | None = None) -> Path | None:
     """Write the trace's cache entry; returns its folder, or None if it could not be written."""
     try:
         key = trace_key(trace.source.path)
         target = entry_dir(trace.source.path, root)
         target.parent.mkdir(parents=True, exist_ok=True)
+        _remove_abandoned(target.parent)
         work = Path(tempfile.mkdtemp(prefix=".tmp-", dir=target.parent))
     except OSError:
         return None

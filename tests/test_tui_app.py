@@ -325,7 +325,7 @@ async def test_incomplete_trace_says_so_in_header(write_trace):
 async def test_escape_cancels_loading(trace_path, monkeypatch):
     started = threading.Event()
 
-    def slow_load(path, progress=None):
+    def slow_load(path, progress=None, **options):
         for step in range(1000):
             started.set()
             progress(step, 1000, step * 10)

@@ -7,7 +7,7 @@ import threading
 import time
 from typing import ClassVar
 
-from kinetoscope.parser import TraceError, load
+from kinetoscope.parser import TraceError, load, save_cache
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -98,7 +98,8 @@ class LoadingScreen(Screen):
 
         app = self.app
         try:
-            trace = load(self.path, progress=progress)
+            # The model cache is written after the first frame, not before it.
+            trace = load(self.path, progress=progress, write_cache=False)
             if self.cancelled.is_set():
                 raise _Cancelled
             self.post_message(self.Phase("analysing…"))
@@ -116,6 +117,7 @@ class LoadingScreen(Screen):
             app.call_from_thread(app.cancel_load)
             return
         app.call_from_thread(app.show_trace, data)
+        save_cache(trace)
 
     def on_loading_screen_progress(self, message: Progress) -> None:
         bar = self.query_one("#loading-bar", ProgressBar)
