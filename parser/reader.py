@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -117,19 +118,39 @@ def read_trace(path: str, progress: Progress | None = None, workers: int | None 
         return _read(state, iter_blocks(state), progress)
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
-
-    # forkserver, not fork: the viewer loads from a thread, and forking a threaded process is unsafe.
     from concurrent.futures.process import BrokenProcessPool
 
+    # forkserver, not fork: the viewer loads from a thread, and forking a threaded process is unsafe.
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["kinetoscope.parser.reader"])
     try:
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            _start_workers(pool, workers)
             return _read(state, iter_blocks(state), progress, pool, workers)
     except (BrokenProcessPool, OSError):
         # Workers could not start or died: read again in this process alone.
         state = open_source(path)
         return _read(state, iter_blocks(state), progress)
+
+
+def _start_workers(pool: Any, workers: int) -> None:
+    """Start every worker now, so that none re-imports a `__main__` it cannot find.
+
+    A new worker imports the parent's main script by its path; a program read from stdin has
+    no such file, and its workers would die with a traceback on the terminal. While the workers
+    start, such a main module's `__file__` is hidden (workers never need the main module).
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    hide = main is not None and path is not None and not os.path.isfile(path)
+    if hide:
+        del main.__file__
+    try:
+        for future in [pool.submit(int) for _ in range(workers)]:
+            future.result()
+    finally:
+        if hide:
+            main.__file__ = path
 
 
 def read_bytes(data: bytes, path: str = "<memory>") -> Trace:
