@@ -16,6 +16,7 @@ from kinetoscope.parser.model import NO_VALUE
 from .idle import HOST_WAIT, KERNEL_WAIT
 from .intervals import Union
 from .memory import CUDA_DEVICE_TYPE, device_properties
+from .oddities import oddity_findings
 from .steps import COMM_NAME, names_matching
 
 if TYPE_CHECKING:
@@ -396,6 +397,7 @@ RULES = {
     "host_wait_idle": host_wait_idle,
     "communication_heavy": communication_heavy,
     "memory_near_capacity": memory_near_capacity,
+    "trace_oddities": oddity_findings,
 }
 SEVERITY_ORDER = {CRITICAL: 0, WARNING: 1, INFO: 2}
 

@@ -1,0 +1,200 @@
+"""Trace oddities: things in a trace that do not add up, found and said rather than hidden.
+
+None of them changes a number of the summary. Overlapping GPU work on one stream is counted in
+full (busy time counts the overlap once); a slice that ends after the slice it started in is that
+slice's sibling, as the spec's nesting says; a runtime call whose correlation id was already used
+launches nothing. Each oddity becomes an `info` finding naming how many events show it and the
+first few of them, so the viewer can jump there and the reader knows why a number looks odd.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+from kinetoscope.parser.model import KIND_NOT_CPU, NO_VALUE, PH_COMPLETE, Trace
+
+if TYPE_CHECKING:
+    from .core import Analysis
+    from .rules import Finding
+
+EXAMPLES = 5  # rows kept as evidence per finding
+# A gap in time this large a share of the trace's span, with at most FAR_SHARE of the slices on
+# one side of it, sets those slices apart as far from the rest.
+FAR_GAP_SHARE = 0.9
+FAR_SHARE = 0.01
+
+
+def overlapping_gpu_work(trace: Trace, gpu_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """GPU activities (dur > 0) that start before an earlier one on the same stream has ended.
+
+    Returns (rows, overlapped): each such row and the row still running when it started."""
+    rows = gpu_rows[trace.dur[gpu_rows] > 0]
+    found: list[np.ndarray] = []
+    under: list[np.ndarray] = []
+    lanes = trace.lane[rows]
+    for lane in np.unique(lanes).tolist():
+        on_lane = rows[lanes == lane]
+        start = trace.start[on_lane]
+        order = np.lexsort((-(start + trace.dur[on_lane]), start))
+        on_lane, start = on_lane[order], start[order]
+        end = start + trace.dur[on_lane]
+        reach = np.maximum.accumulate(end)
+        # Where the running maximum of ends was set: the row that is still running.
+        holder = np.maximum.accumulate(np.where(end == reach, np.arange(len(end)), 0))
+        late = np.flatnonzero(start[1:] < reach[:-1]) + 1
+        found.append(on_lane[late])
+        under.append(on_lane[holder[late - 1]])
+    if not found:
+        empty = np.zeros(0, np.int64)
+        return empty, empty
+    return np.concatenate(found), np.concatenate(under)
+
+
+def slices_outliving_parent(trace: Trace, analysis: Analysis) -> tuple[np.ndarray, np.ndarray]:
+    """CPU slices that start inside a slice on their lane and end after it.
+
+    The spec's nesting makes such a slice the sibling of the one it started in, and siblings
+    end in increasing order, so it is enough to compare each slice with its previous sibling.
+    Returns (rows, earlier): each such slice and the sibling it overlaps."""
+    nesting = analysis.nesting
+    order = nesting.order
+    n = len(order)
+    if n < 2:
+        empty = np.zeros(0, np.int64)
+        return empty, empty
+    parent = nesting.parent_pos
+    family = np.where(parent >= 0, parent, -1 - nesting.lane_of.astype(np.int64))
+    by_family = np.lexsort((np.arange(n), family))
+    same = family[by_family[1:]] == family[by_family[:-1]]
+    later, earlier = by_family[1:][same], by_family[:-1][same]
+    start = trace.start[order]
+    end = start + trace.dur[order]
+    overlap = end[earlier] > start[later]
+    return order[later[overlap]], order[earlier[overlap]]
+
+
+def duplicate_correlations(trace: Trace, runtime: np.ndarray) -> np.ndarray:
+    """Runtime calls whose correlation id an earlier runtime call already carries."""
+    rows = np.flatnonzero(runtime & (trace.corr != NO_VALUE))
+    _values, first = np.unique(trace.corr[rows], return_index=True)
+    repeated = np.ones(len(rows), dtype=bool)
+    repeated[first] = False
+    return rows[repeated]
+
+
+def before_window(trace: Trace, kind: np.ndarray) -> np.ndarray:
+    """Slices that start before the profiler's own window span (category `Trace`) begins."""
+    is_trace = np.fromiter(
+        (s.lower() == "trace" for s in trace.strings), dtype=bool, count=len(trace.strings)
+    )
+    window_rows = np.flatnonzero((kind == KIND_NOT_CPU) & is_trace[trace.cat])
+    if not len(window_rows):
+        return np.zeros(0, np.int64)
+    begin = int(trace.start[window_rows].min())
+    slices = (trace.ph == PH_COMPLETE) & (trace.start < begin)
+    return np.flatnonzero(slices)
+
+
+def far_from_the_rest(trace: Trace) -> tuple[np.ndarray, int]:
+    """Slices set apart from nearly all others by a gap of most of the trace's span.
+
+    Returns (rows, gap in ns). Such slices (a clock that jumped, events of another run) make
+    `fit all` show mostly emptiness."""
+    rows = np.flatnonzero(trace.ph == PH_COMPLETE)
+    n = len(rows)
+    empty = np.zeros(0, np.int64)
+    if n < 2:
+        return empty, 0
+    start = trace.start[rows]
+    order = np.argsort(start, kind="stable")
+    rows, start = rows[order], start[order]
+    reach = np.maximum.accumulate(start + trace.dur[rows])
+    span = int(reach[-1]) - int(start[0])
+    if span <= 0:
+        return empty, 0
+    holes = start[1:] - reach[:-1]
+    widest = int(np.argmax(holes))
+    gap = int(holes[widest])
+    if gap < FAR_GAP_SHARE * span:
+        return empty, 0
+    before, after = rows[: widest + 1], rows[widest + 1 :]
+    few = max(1, int(FAR_SHARE * n))
+    if len(after) <= few:
+        return after, gap
+    if len(before) <= few:
+        return before, gap
+    return empty, 0
+
+
+def oddity_findings(analysis: Analysis) -> list[Finding]:
+    """The oddities of a trace as `info` findings, for the rules table and the summary."""
+    from .rules import INFO, Finding
+
+    trace = analysis.trace
+    classes = analysis.classes
+    found: list[Finding] = []
+
+    def name(row: int) -> str:
+        text = trace.name_of(row)
+        return text if len(text) <= 60 else text[:59] + "…"
+
+    def add(rule: str, rows: np.ndarray, message: str, device: int | None = None) -> None:
+        first = int(rows[0])
+        shown = tuple(int(r) for r in rows[:EXAMPLES])
+        start, dur = int(trace.start[first]), int(trace.dur[first])
+        found.append(Finding(rule, INFO, message, start, dur, device=device, rows=shown))
+
+    late, under = overlapping_gpu_work(trace, analysis.links.gpu_rows)
+    if len(late):
+        first = int(late[0])
+        lane = trace.lanes[int(trace.lane[first])]
+        add(
+            "overlapping_gpu_work",
+            np.concatenate((late[:1], under[:1], late[1:])),
+            f"{len(late)} GPU activities start before the previous one on the same stream has "
+            f"ended (first: {name(first)} on {lane.label}). All are drawn and counted; busy "
+            "time counts the overlap once. Clock skew or a merged trace can cause this.",
+            device=int(trace.device[first]),
+        )
+    outliving, earlier = slices_outliving_parent(trace, analysis)
+    if len(outliving):
+        first = int(outliving[0])
+        add(
+            "slice_outlives_parent",
+            np.concatenate((outliving[:1], earlier[:1], outliving[1:])),
+            f"{len(outliving)} CPU slices start inside another slice on the same thread but "
+            f"end after it (first: {name(first)} in {name(int(earlier[0]))}). Each is shown "
+            "as that slice's sibling, not its child, so self time in its group can add up to "
+            "more than the group's total.",
+        )
+    repeated = duplicate_correlations(trace, classes.runtime)
+    if len(repeated):
+        first = int(repeated[0])
+        add(
+            "duplicate_correlation",
+            repeated,
+            f"{len(repeated)} runtime calls reuse a correlation id an earlier call carries "
+            f"(first: {name(first)}, id {int(trace.corr[first])}). GPU work with that id is "
+            "linked to the first call only.",
+        )
+    early = before_window(trace, classes.kind)
+    if len(early):
+        add(
+            "events_before_window",
+            early,
+            f"{len(early)} slices start before the profiler's window (its `Trace` span) "
+            f"begins (first: {name(int(early[0]))}). They are drawn and counted as they are.",
+        )
+    far, gap = far_from_the_rest(trace)
+    if len(far):
+        from .rules import ms
+
+        add(
+            "events_far_from_the_rest",
+            far,
+            f"{len(far)} slices lie {ms(gap)} away from all the others (first: "
+            f"{name(int(far[0]))}): a clock jump, or events of another run? Fit-all (0) "
+            "includes them, so the main part looks small: zoom in on it.",
+        )
+    return found
