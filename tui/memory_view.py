@@ -245,8 +245,12 @@ class MemoryChart(Widget, can_focus=True):
         if y == 0:
             return self._ruler(width)
         if self.device is None or not len(self.device):
-            if y == 2:
-                return Strip([Segment(fit("  " + HOW_TO_RECORD, width), AXIS)])
+            # The hint, a clause per line so that it fits narrow terminals.
+            first, _, rest = HOW_TO_RECORD.partition(" Record")
+            how, _, alternative = ("Record" + rest).partition(" or ")
+            lines = {2: first, 3: how, 4: "or " + alternative}
+            if y in lines:
+                return Strip([Segment(fit("  " + lines[y], width), AXIS)])
             return Strip.blank(width)
         rows = max(1, self.size.height - 1)
         return self._curve_row(y - 1, rows, width)
