@@ -102,13 +102,17 @@ def _table(
     """A table; `right` columns are numbers, `names` columns hold event names, cut at
     NAME_WIDTH cells with an ellipsis so one C++ template name cannot take the screen."""
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=title, title_justify="left", title_style="bold", expand=False)
+    # Titles and headers are Text, never markup: a title like "([memory] events)" stays whole.
+    table = Table(title=Text(title), title_justify="left", title_style="bold", expand=False)
     for column in columns:
         if column in names:
-            table.add_column(column, no_wrap=True, overflow="ellipsis", max_width=NAME_WIDTH)
+            table.add_column(
+                Text(column), no_wrap=True, overflow="ellipsis", max_width=NAME_WIDTH
+            )
         else:
-            table.add_column(column, justify="right" if column in right else "left")
+            table.add_column(Text(column), justify="right" if column in right else "left")
     return table
 
 

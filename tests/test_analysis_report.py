@@ -80,7 +80,7 @@ def test_text_output_shows_every_section_with_names_as_data(write_trace, capsys,
         "Longest GPU idle gaps",
         "Top operators by self time",
         "Top GPU kernels",
-        "Memory peaks",
+        "Memory peaks ([memory] events)",  # the title is text, not markup
         "Findings",
     ):
         assert title in out, title
