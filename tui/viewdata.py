@@ -184,12 +184,16 @@ class ViewData:
         trace = self.trace
         kind = self.kind
         n_lanes = len(trace.lanes)
-        lane_is_gpu = np.array([lane.is_gpu for lane in trace.lanes] + [False], dtype=bool)
         level = np.full(len(trace), -1, dtype=np.int64)
         gpu = np.isin(kind, GPU_KINDS)
-        level[gpu] = 0
+        # GPU work that overlaps earlier work on its stream (a broken or merged trace) nests
+        # like CPU slices do, so that a kernel inside another one is drawn a level below it.
+        gpu_depth = compute_nesting(trace, gpu, np.zeros(len(trace), dtype=np.int32)).depth
+        level[gpu] = gpu_depth[gpu]
+        gpu_levels = np.zeros(n_lanes + 1, dtype=np.int64)
+        np.maximum.at(gpu_levels, trace.lane[gpu], gpu_depth[gpu] + 1)
         cpu = (kind == KIND_OTHER) | (kind == KIND_RUNTIME)
-        level[cpu] = self.nesting.depth[cpu] + lane_is_gpu[trace.lane[cpu]]
+        level[cpu] = self.nesting.depth[cpu] + gpu_levels[trace.lane[cpu]]
         # Slices that are neither CPU work nor GPU activity (GPU annotations, syncs, Kineto's
         # window span) get levels of their own below the lane's other levels.
         other_rows = np.flatnonzero(kind == KIND_NOT_CPU)

@@ -453,6 +453,20 @@ def check_view(trace: Trace) -> None:
     slices = np.flatnonzero(trace.ph == ord("X"))
     missing = set(slices.tolist()) - drawn
     assert not missing, f"rows never drawn: {sorted(missing)[:5]}"
+    # ... and can be seen: zoomed in on it, some cell of its level shows it.
+    for lane in data.lanes:
+        for level in lane.levels:
+            for entry in range(min(len(level), 200)):
+                start, end = int(level.start[entry]), int(level.end[entry])
+                if end > start:
+                    per_cell = max((end - start) / 20, 1e-3)
+                    t0 = start - 15 * per_cell
+                else:
+                    per_cell = 1000.0
+                    t0 = start - 25.5 * per_cell
+                cells = compute_cells(level, t0, per_cell, 50)
+                row = int(level.rows[entry])
+                assert entry in cells.entry, f"{trace.name_of(row)!r} (row {row}) is hidden"
     for row in range(min(len(trace), 3)):
         read_event(trace, row)
 
