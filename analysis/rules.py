@@ -54,30 +54,6 @@ COMM_EXPOSED_CRITICAL = 0.20
 MEMORY_WARNING = 0.90
 MEMORY_CRITICAL = 0.97
 
-# Calls that make the host wait for the device.
-BLOCKING_CALLS = frozenset(
-    {
-        "cudaDeviceSynchronize",
-        "cudaStreamSynchronize",
-        "cudaEventSynchronize",
-        "cudaMemcpy",
-        "cudaMemcpy2D",
-        "cudaMemcpy3D",
-        "cuCtxSynchronize",
-        "cuStreamSynchronize",
-        "cuEventSynchronize",
-        "hipDeviceSynchronize",
-        "hipStreamSynchronize",
-        "hipEventSynchronize",
-        "hipMemcpy",
-        "hipMemcpy2D",
-        "hipMemcpy3D",
-        "aten::item",
-        "aten::_local_scalar_dense",
-    }
-)
-
-
 @dataclass(frozen=True)
 class Finding:
     rule: str
@@ -176,30 +152,39 @@ def low_gpu_utilization(a: Analysis) -> list[Finding]:
 
 
 def host_sync(a: Analysis) -> list[Finding]:
+    """Host-blocking waits, as the sync analysis finds them (so the finding and the sync view
+    agree): the union of the blocking runtime calls, `cudaStreamWaitEvent` left out since it
+    makes a GPU stream wait, not the host."""
+    from .sync import STREAM_WAIT, group_sites, sync_of
+
     trace = a.trace
-    blocking = names_matching(trace, BLOCKING_CALLS.__contains__)
-    rows = np.flatnonzero(a.classes.cpu & blocking[trace.name])
-    if len(rows) == 0 or trace.slice_start_min is None or trace.slice_end_max is None:
+    calls = sync_of(a)
+    blocking = np.flatnonzero(calls.kind != STREAM_WAIT)
+    if len(blocking) == 0 or trace.slice_start_min is None or trace.slice_end_max is None:
         return []
+    rows = calls.rows[blocking]
     starts, durs = trace.start[rows], trace.dur[rows]
     blocked = Union.of(starts, starts + durs).total
     span = max(trace.slice_end_max - trace.slice_start_min, 1)
     share = blocked / span
     if blocked < MIN_SYNC_NS or share < SYNC_WARNING:
         return []
-    names, counts = np.unique(trace.name[rows], return_counts=True)
-    by_count = sorted(zip(counts.tolist(), [trace.strings[n] for n in names]), reverse=True)
-    listed = ", ".join(f"{name} ×{count}" for count, name in by_count[:4])
+    sites = [site for site in group_sites(trace, calls) if calls.kind[site.worst] != STREAM_WAIT]
+    listed = "; ".join(
+        f"{site.call} ×{site.count}"
+        + (f" from {site.cause}" if site.cause else "")
+        + (f" at {site.site[0]}" if site.site and site.site[0] != site.cause else "")
+        + f" ({ms(site.total)})"
+        for site in sites[:3]
+    )
     longest = rows[np.argsort(-durs, kind="stable")[:5]]
     top = int(longest[0])
-    context = [trace.name_of(r) for r in a.nesting.ancestors(top)]
-    where = f" (longest under {' > '.join(context[-2:])})" if context else ""
     severity = CRITICAL if share >= SYNC_CRITICAL else WARNING
     message = (
-        f"The host is blocked {ms(blocked)} ({pct(share)} of the profile) in calls that wait "
-        f"for the GPU: {listed}{where}. Try removing .item(), .cpu(), .tolist() and prints of "
-        "CUDA tensors from the step loop, explicit torch.cuda.synchronize(), and use "
-        "non_blocking copies from pinned memory."
+        f"The host is blocked {ms(blocked)} ({pct(share)} of the profile) in "
+        f"{len(blocking)} calls that wait for the GPU: {listed}. Try removing .item(), .cpu(), "
+        ".tolist() and prints of CUDA tensors from the step loop, explicit "
+        "torch.cuda.synchronize(), and use non_blocking copies from pinned memory."
     )
     return [
         Finding(

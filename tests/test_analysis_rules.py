@@ -66,25 +66,27 @@ def test_low_gpu_utilization_needs_a_long_enough_window():
     assert "low_gpu_utilization" not in found
 
 
-def test_host_sync_counts_the_union_of_blocking_calls():
+def test_host_sync_counts_the_union_of_blocking_runtime_calls():
     events = [
-        X("aten::item", 100, 60),
-        X("aten::_local_scalar_dense", 110, 50),  # nested: not counted twice
-        X("cudaStreamSynchronize", 120, 30, cat="cuda_runtime"),
-        X("hipDeviceSynchronize", 500, 40, cat="cuda_runtime"),
+        X("aten::item", 100, 90),
+        X("aten::_local_scalar_dense", 105, 80),
+        X("cudaStreamSynchronize", 110, 60, cat="cuda_runtime"),  # the wait inside .item()
+        X("hipDeviceSynchronize", 500, 50, cat="cuda_runtime"),
         X("cudaMemcpyAsync", 600, 400, cat="cuda_runtime"),  # asynchronous: not blocking
+        X("cudaStreamWaitEvent", 650, 100, cat="cuda_runtime"),  # a stream waits, not the host
         X("span", 0, 1000),
     ]
     found, trace = findings(events)
     sync = found["host_sync"]
-    # 100 µs blocked of a 1000 µs profile: 10%, a warning.
+    # 60 + 50 = 110 µs blocked of a 1000 µs profile: 11%, a warning.
     assert sync.severity == "warning"
-    assert "0.10 ms" in sync.message and "(10%" in sync.message
-    assert trace.name_of(sync.rows[0]) == "aten::item"
+    assert "0.11 ms" in sync.message and "(11%" in sync.message
+    assert "from aten::item" in sync.message  # the operator that asked for the value
+    assert trace.name_of(sync.rows[0]) == "cudaStreamSynchronize"  # longest first
     assert "synchronize()" in sync.message
     found, _ = findings(events + [X("cudaDeviceSynchronize", 700, 200, cat="cuda_runtime")])
     assert found["host_sync"].severity == "critical"
-    found, _ = findings([X("cudaDeviceSynchronize", 0, 40), X("span", 0, 1000)])
+    found, _ = findings([X("cudaDeviceSynchronize", 0, 40, cat="cuda_runtime"), X("span", 0, 1000)])
     assert "host_sync" not in found  # 4%: under the threshold
 
 
