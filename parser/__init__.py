@@ -1,7 +1,7 @@
 """Bytes -> Trace: streaming msgspec parser of torch.profiler (Kineto) Chrome-trace JSON."""
 
 from . import cache
-from .access import read_event
+from .access import file_changed, read_event
 from .model import NO_VALUE, Lane, MemoryEvents, Source, Trace
 from .reader import read_bytes, read_trace
 from .source import TraceError
@@ -59,6 +59,7 @@ __all__ = [
     "Source",
     "Trace",
     "TraceError",
+    "file_changed",
     "load",
     "loads",
     "read_event",

@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
 
+from .convert import to_ns
 from .events import lenient_loads
 from .model import Trace
 from .source import SourceState, iter_blocks
+
+
+def file_changed(trace: Trace) -> str | None:
+    """Why the trace's file is no longer the one that was loaded, or None while it is (or when
+    the trace did not come from a file)."""
+    source = trace.source
+    if source.mtime_ns is None:
+        return None
+    try:
+        stat = os.stat(source.path)
+    except OSError as exc:
+        return f"{source.path}: can no longer be read ({exc.strerror or exc})"
+    if (stat.st_size, stat.st_mtime_ns) != (source.bytes, source.mtime_ns):
+        return f"{source.path}: the file changed on disk after it was loaded"
+    return None
 
 
 def read_event(trace: Trace, row: int) -> dict[str, Any] | None:
@@ -16,7 +33,10 @@ def read_event(trace: Trace, row: int) -> dict[str, Any] | None:
 
     Only the run of events holding it is decoded. A gzip'd file is decompressed from its start up
     to that run (the format has no index), so on big .gz files call this off the UI thread.
+    A file that changed since it was loaded gives None, never another event's data.
     """
+    if file_changed(trace) is not None:
+        return None
     chunks = trace.chunks
     if chunks is None or not len(chunks.first_ordinal):
         return None
@@ -37,7 +57,17 @@ def read_event(trace: Trace, row: int) -> dict[str, Any] | None:
     if not isinstance(events, list) or not 0 <= position < len(events):
         return None
     event = events[position]
-    return event if isinstance(event, dict) else None
+    if not isinstance(event, dict) or not _is_row(trace, row, event):
+        return None
+    return event
+
+
+def _is_row(trace: Trace, row: int, event: dict[str, Any]) -> bool:
+    """Does the event read back have the row's name and start (the file may have changed)?"""
+    name = event.get("name")
+    if (name if isinstance(name, str) else "") != trace.name_of(row):
+        return False
+    return to_ns(event.get("ts")) == int(trace.start[row])
 
 
 def _read_range(trace: Trace, offset: int, length: int) -> bytes | None:

@@ -106,6 +106,8 @@ def save(trace: Trace, root: Path | None = None) -> Path | None:
     """Write the trace's cache entry; returns its folder, or None if it could not be written."""
     try:
         key = trace_key(trace.source.path)
+        if (key["size"], key["mtime_ns"]) != (trace.source.bytes, trace.source.mtime_ns):
+            return None  # the file changed after it was read: the model is not of it any more
         target = entry_dir(trace.source.path, root)
         target.parent.mkdir(parents=True, exist_ok=True)
         _remove_abandoned(target.parent)
@@ -150,9 +152,11 @@ def save(trace: Trace, root: Path | None = None) -> Path | None:
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
         return target
-    except (OSError, ValueError, TypeError, msgspec.EncodeError):
-        shutil.rmtree(work, ignore_errors=True)
-        return None
+    except BaseException as error:
+        shutil.rmtree(work, ignore_errors=True)  # also on Ctrl-C: no half-written folder stays
+        if isinstance(error, (OSError, ValueError, TypeError, msgspec.EncodeError)):
+            return None
+        raise
 
 
 def load(path: str, root: Path | None = None, verify: bool = True) -> Trace | None:

@@ -96,6 +96,7 @@ class Source:
     path: str
     bytes: int
     compressed: bool
+    mtime_ns: int | None = None  # the file's mtime when it was opened (None: not from a file)
 
 
 @dataclass

@@ -226,7 +226,9 @@ def _read(
         warnings.append("the gzip stream ends early (no end marker)")
     if progress is not None:
         progress(state.size, state.size, builder.n_events)
-    source = Source(path=state.path, bytes=state.size, compressed=state.compressed)
+    source = Source(
+        path=state.path, bytes=state.size, compressed=state.compressed, mtime_ns=state.mtime_ns
+    )
     trace = builder.finish(source, header)
     trace.complete = complete
     if not complete:

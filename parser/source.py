@@ -26,6 +26,7 @@ class SourceState:
     bytes_read: int = 0  # bytes of the file consumed so far
     truncated_stream: bool = False  # the gzip stream ended before its end marker
     stream_error: str | None = None  # a corrupt gzip stream: what zlib said
+    mtime_ns: int | None = None  # the file's mtime when it was opened
 
 
 def open_source(path: str) -> SourceState:
@@ -33,7 +34,8 @@ def open_source(path: str) -> SourceState:
     try:
         if os.path.isdir(path):
             raise TraceError(f"{path}: is a directory, not a trace file")
-        size = os.path.getsize(path)
+        stat = os.stat(path)
+        size = stat.st_size
         with open(path, "rb") as handle:
             head = handle.read(2)
     except FileNotFoundError:
@@ -42,7 +44,9 @@ def open_source(path: str) -> SourceState:
         raise TraceError(f"{path}: permission denied") from None
     except OSError as exc:
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    return SourceState(path=path, size=size, compressed=head == GZIP_MAGIC)
+    return SourceState(
+        path=path, size=size, compressed=head == GZIP_MAGIC, mtime_ns=stat.st_mtime_ns
+    )
 
 
 def iter_blocks(state: SourceState) -> Iterator[bytes]:
