@@ -39,6 +39,7 @@ MIN_SYNC_NS = 100_000
 # the next launch (host_wait or kernel_wait gaps under LAUNCH_GAP_NS), as a share of the window.
 SHORT_KERNEL_NS = 10_000
 LAUNCH_MIN_SHORT_KERNELS = 50
+LAUNCH_STEP_MIN_SHORT_KERNELS = 20
 LAUNCH_SHORT_SHARE = 0.50
 LAUNCH_GAP_NS = 100_000
 LAUNCH_WAIT_WARNING = 0.10
@@ -243,7 +244,67 @@ def launch_bound(a: Analysis) -> list[Finding]:
                 rows=tuple(int(r) for r in gaps.next_row[longest]),
             )
         )
+    if not out:
+        out.extend(_launch_bound_steps(a, kernel_rows, small_gap))
     return out
+
+
+def _launch_bound_steps(a: Analysis, kernel_rows: np.ndarray, small_gap: np.ndarray) -> list:
+    """launch_bound judged step by step, for a stretch that the whole window dilutes: in a
+    step, at least LAUNCH_STEP_MIN_SHORT_KERNELS kernels of a device, half of its kernels
+    there, are short, and small waits cover a share of the step."""
+    trace, steps, gaps = a.trace, a.steps, a.idle.gaps
+    if len(steps) == 0 or len(kernel_rows) == 0:
+        return []
+    k_start = trace.start[kernel_rows]
+    k_short = trace.dur[kernel_rows] < SHORT_KERNEL_NS
+    k_device = trace.device[kernel_rows]
+    g_start = np.maximum(gaps.start, 0)
+    bound = []  # (share, step index, device, waited, short, kernels, gap indices)
+    for i in range(len(steps)):
+        s, e = int(steps.start[i]), int(steps.start[i] + steps.dur[i])
+        if e <= s:
+            continue
+        inside = (k_start >= s) & (k_start < e)
+        for device in np.unique(k_device[inside]).tolist():
+            mine = inside & (k_device == device)
+            short = int((mine & k_short).sum())
+            total = int(mine.sum())
+            if short < LAUNCH_STEP_MIN_SHORT_KERNELS or short < LAUNCH_SHORT_SHARE * total:
+                continue
+            waits = np.flatnonzero(
+                small_gap & (gaps.device == device) & (g_start < e) & (gaps.end > s)
+            )
+            waited = int(
+                (np.minimum(gaps.end[waits], e) - np.maximum(gaps.start[waits], s)).sum()
+            )
+            share = waited / (e - s)
+            if share >= LAUNCH_WAIT_WARNING:
+                bound.append((share, i, device, waited, short, total, waits))
+    if not bound:
+        return []
+    share, i, device, waited, short, total, waits = max(bound, key=lambda b: (b[0], -b[1]))
+    row = int(steps.rows[i])
+    severity = CRITICAL if share >= LAUNCH_WAIT_CRITICAL else WARNING
+    message = (
+        f"{len(bound)} of {len(steps)} steps are launch-bound (worst: {trace.name_of(row)} on "
+        f"GPU {device}: {short} of {total} kernels under {SHORT_KERNEL_NS // 1000} µs, idle "
+        f"{ms(waited)} ({pct(share)} of the step) in gaps under {LAUNCH_GAP_NS // 1000} µs "
+        "between them): launches cannot keep up with the GPU there. Try CUDA graphs or "
+        "torch.compile (mode='reduce-overhead'), fusing small operations, or larger batches."
+    )
+    longest = waits[np.argsort(-gaps.length[waits], kind="stable")[:5]]
+    return [
+        Finding(
+            "launch_bound",
+            severity,
+            message,
+            int(steps.start[i]),
+            int(steps.dur[i]),
+            device=device,
+            rows=(row, *(int(r) for r in gaps.next_row[longest])),
+        )
+    ]
 
 
 def host_wait_idle(a: Analysis) -> list[Finding]:

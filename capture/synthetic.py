@@ -646,6 +646,9 @@ class _Training:
         op_total = op_dur if op_dur is not None else self.jitter(14, 22)
         launch_start = round(op_start + self.jitter(3, 6), 3)
         launch_dur = self.jitter(4, 7)
+        # The op encloses its launch call, as in real traces (no draw here: the rest of the
+        # random sequence stays as it was).
+        op_total = max(op_total, round(launch_start + launch_dur + 1.0 - op_start, 3))
         self.b.add_cpu(op, op_start, op_total)
         correlation = self.b.add_runtime(runtime, launch_start, launch_dur)
         start = round(

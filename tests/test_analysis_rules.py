@@ -108,6 +108,26 @@ def test_launch_bound_on_short_kernels_with_small_waits():
     assert "launch_bound" not in findings(long_events)[0]
 
 
+def test_launch_bound_step_that_the_whole_window_dilutes():
+    # Step 1: 10 ms of long kernels; step 2: 30 tiny kernels 4 µs apart, each launched late.
+    events = [X("ProfilerStep#1", 0, 10000), X("ProfilerStep#2", 10000, 1000)]
+    events += [K("gemm", i * 1000, 1000) for i in range(10)]
+    for i in range(30):
+        t = 10000 + i * 10
+        events.append(X("cudaLaunchKernel", t - 2, 1, cat="cuda_runtime", correlation=100 + i))
+        events.append(K("tiny", t, 6, corr=100 + i))
+    found, trace = findings(events)
+    launch = found["launch_bound"]
+    assert launch.severity == "warning"  # 29 waits of 4 µs = 116 µs of the 1000 µs step: 12%
+    assert (launch.start, launch.dur) == (10_000_000, 1_000_000)
+    assert "1 of 2 steps" in launch.message and "ProfilerStep#2" in launch.message
+    assert "30 of 30 kernels" in launch.message
+    assert trace.name_of(launch.rows[0]) == "ProfilerStep#2"
+    # Fewer than 20 short kernels in the step: not judged.
+    few = [e for e in events if not (e.get("name") == "tiny" and e["ts"] >= 10190)]
+    assert "launch_bound" not in findings(few)[0]
+
+
 def test_host_wait_idle_names_the_cpu_context_of_the_longest_gap():
     events = [
         X("ProfilerStep#1", 0, 2000, cat="user_annotation"),
