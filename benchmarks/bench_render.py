@@ -55,7 +55,13 @@ async def run(path: str, width: int, height: int, repeats: int) -> dict[str, lis
     app = KinetoscopeApp(path)
     # Skip the loading screen: the load was timed above.
     app.on_mount = lambda: app.show_trace(data)  # type: ignore[method-assign]
-    results: dict[str, list[float]] = {"zoom": [], "pan": [], "gap jump": [], "first frame": []}
+    results: dict[str, list[float]] = {
+        "zoom": [],
+        "pan": [],
+        "gap jump": [],
+        "lane expand": [],
+        "first frame": [],
+    }
     async with app.run_test(size=(width, height)) as pilot:
         while not isinstance(app.screen, TraceScreen):
             await pilot.pause(0.01)
@@ -93,6 +99,15 @@ async def run(path: str, width: int, height: int, repeats: int) -> dict[str, lis
         timeline.gap_threshold = 0
         for _ in range(30 * repeats):
             results["gap jump"].append(frame(timeline, timeline.action_next_gap))
+        # Expand and collapse the busiest lane (Enter on its row), at a mid zoom.
+        timeline.action_fit_all()
+        for _ in range(4):
+            timeline.action_zoom_in()
+        timeline.expanded.discard(busiest)
+        timeline._rebuild_rows()
+        timeline.cursor_row = timeline._display_index(busiest, 0)
+        for _ in range(10 * repeats):
+            results["lane expand"].append(frame(timeline, timeline.action_toggle_expand))
     return results
 
 

@@ -6,7 +6,8 @@ Makes the big trace with the shared `scale_trace.py` tool if it is missing (unde
 benchmarks/data/, not tracked), plus a gzip'd copy. Every measurement runs in a fresh Python
 process; the table gives the median wall time over the runs and the peak resident memory of the
 whole process tree (the process, its forkserver and its worker processes, summed, sampled every
-20 ms). The render benchmark (benchmarks/bench_render.py) is run last when it exists.
+20 ms). The viewer rows give the time from process start to the first drawn timeline frame
+(benchmarks/first_frame.py), with an empty cache and with the model cached. The render benchmark (benchmarks/bench_render.py) is run last when it exists.
 """
 
 from __future__ import annotations
@@ -27,15 +28,16 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DATA = HERE / "data"
 DEFAULT_SOURCE = (
-    REPO.parent / "shared" / "corpus" / "tracelens"
+    REPO.parent
+    / "shared"
+    / "corpus"
+    / "tracelens"
     / "h100_google_owlv2-large-patch14-ensemble__1016001.json.gz"
 )
 SCALER = REPO.parent / "shared" / "tools" / "scale_trace.py"
 
 TASKS = {
-    "json.load": (
-        "import json; json.load(open({path!r}, 'rb'))"
-    ),
+    "json.load": ("import json; json.load(open({path!r}, 'rb'))"),
     "msgspec one-shot (typed structs)": (
         "import msgspec\n"
         "from typing import Any\n"
@@ -49,9 +51,7 @@ TASKS = {
     "kinetoscope load, 1 process": (
         "from kinetoscope.parser import load; load({path!r}, use_cache=False, workers=1)"
     ),
-    "kinetoscope load": (
-        "from kinetoscope.parser import load; load({path!r}, use_cache=False)"
-    ),
+    "kinetoscope load": ("from kinetoscope.parser import load; load({path!r}, use_cache=False)"),
     "kinetoscope load .json.gz": (
         "from kinetoscope.parser import load; load({gz!r}, use_cache=False)"
     ),
@@ -60,6 +60,8 @@ TASKS = {
         "from kinetoscope.parser import load; t = load({path!r}); "
         "assert getattr(t, 'from_cache', False), 'cache was not used'"
     ),
+    "viewer: first frame, cold": "FIRST_FRAME",
+    "viewer: first frame, reopen": "FIRST_FRAME",
 }
 
 
@@ -82,18 +84,23 @@ def tree_rss_kb(pid: int) -> int:
     return total
 
 
-def measure(argv: list[str], env: dict[str, str]) -> tuple[float, int]:
-    """(wall seconds, peak tree RSS in MiB) of one command."""
+def measure(argv: list[str], env: dict[str, str], reported: bool = False) -> tuple[float, int]:
+    """(seconds, peak tree RSS in MiB) of one command: its wall time, or with `reported` the
+    number it prints (the first-frame script reports its own time to the first frame)."""
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    peak = 0
-    while proc.poll() is None:
-        peak = max(peak, tree_rss_kb(proc.pid))
-        time.sleep(0.02)
-    wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-        raise RuntimeError(f"{argv} failed: {err[-2000:]}")
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.PIPE)
+        peak = 0
+        while proc.poll() is None:
+            peak = max(peak, tree_rss_kb(proc.pid))
+            time.sleep(0.02)
+        wall = time.perf_counter() - start
+        if proc.returncode != 0:
+            err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+            raise RuntimeError(f"{argv} failed: {err[-2000:]}")
+        out.seek(0)
+        if reported:
+            wall = float(out.read().split()[-1])
     return wall, peak // 1024
 
 
@@ -135,35 +142,49 @@ def main() -> int:
                 continue
             walls, peaks = [], []
             for _ in range(args.runs):
-                if name == "kinetoscope summary --json":
+                if name == "kinetoscope summary --json" or name.endswith("cold"):
                     shutil.rmtree(cache_dir, ignore_errors=True)
+                if name == "kinetoscope summary --json":
                     argv = [sys.executable, "-m", "kinetoscope", "summary", str(path), "--json"]
+                elif code == "FIRST_FRAME":
+                    argv = [sys.executable, str(HERE / "first_frame.py"), str(path)]
                 else:
                     argv = [sys.executable, "-c", code.format(path=str(path), gz=str(gz))]
-                if name.startswith("kinetoscope reopen"):
+                if name.startswith("kinetoscope reopen") or name.endswith("reopen"):
                     # Make sure the cache entry exists (a cold load writes it), then time reopen.
                     subprocess.run(
-                        [sys.executable, "-c",
-                         f"from kinetoscope.parser import load; load({str(path)!r})"],
-                        env=env, check=True,
+                        [
+                            sys.executable,
+                            "-c",
+                            f"from kinetoscope.parser import load; load({str(path)!r})",
+                        ],
+                        env=env,
+                        check=True,
                     )
-                wall, peak = measure(argv, env)
+                wall, peak = measure(argv, env, reported=code == "FIRST_FRAME")
                 walls.append(wall)
                 peaks.append(peak)
             rows.append((name, statistics.median(walls), max(peaks), walls))
-            print(f"{name:40s} {statistics.median(walls):7.2f} s  {max(peaks):6d} MiB  "
-                  f"runs {' '.join(f'{w:.2f}' for w in walls)}", file=sys.stderr)
+            print(
+                f"{name:40s} {statistics.median(walls):7.2f} s  {max(peaks):6d} MiB  "
+                f"runs {' '.join(f'{w:.2f}' for w in walls)}",
+                file=sys.stderr,
+            )
     finally:
         shutil.rmtree(cache_dir, ignore_errors=True)
 
     size_mb = path.stat().st_size / 1e6
     gz_mb = gz.stat().st_size / 1e6
-    print(f"Trace: `{path.name}`, {size_mb:.0f} MB JSON ({gz_mb:.0f} MB gzip'd), made by "
-          f"`scale_trace.py` from `{args.source.name}`.")
-    print(f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
-          f"{platform.python_version()}, {platform.system()} {platform.release()}.")
+    print(
+        f"Trace: `{path.name}`, {size_mb:.0f} MB JSON ({gz_mb:.0f} MB gzip'd), made by "
+        f"`scale_trace.py` from `{args.source.name}`."
+    )
+    print(
+        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
+        f"{platform.python_version()}, {platform.system()} {platform.release()}."
+    )
     print()
-    print("| what | median wall | peak RSS (process tree) |")
+    print("| what | median time | peak RSS (process tree) |")
     print("|---|---:|---:|")
     for name, wall, peak, _walls in rows:
         print(f"| {name} | {wall:.2f} s | {peak} MiB |")
