@@ -18,7 +18,9 @@ def run_summary(path: str, as_json: bool) -> int:
     try:
         trace = load(path)
     except TraceError as exc:
-        print(f"kinetoscope: {exc}", file=sys.stderr)
+        from kinetoscope.tui.safe_text import clean  # the message holds the file's name
+
+        print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
         return 1
     if as_json:
         sys.stdout.write(summary_json(build_summary(trace)))

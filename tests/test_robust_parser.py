@@ -120,3 +120,22 @@ def test_summary_text_treats_header_values_as_text(write_trace):
     assert "device [/x]" in out and "[bold]gpu" in out
     assert "\x1b[2J" not in out
     check_report(loads(json.dumps(doc).encode()))
+
+
+def test_error_messages_show_file_names_as_text(tmp_path):
+    # A file name is data: its escape sequences and line breaks must not reach the terminal.
+    path = tmp_path / "x\x1b[2J\nline[bold].json"
+    path.write_bytes(b"garbage")
+    result = _cli(path)
+    assert result.returncode == 1
+    err = result.stderr.decode()
+    assert "\x1b" not in err and err.count("\n") == 1
+    assert "x␛[2J␊line[bold].json" in err
+
+
+def test_view_of_a_missing_file_shows_its_name_as_text(capsys, tmp_path):
+    from kinetoscope.viewer import run_view
+
+    assert run_view(str(tmp_path / "nope\x1b]0;T\x07.json")) == 1
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err and "nope␛]0;T␇.json" in err

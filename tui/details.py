@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kinetoscope.parser import read_event
+from kinetoscope.parser import file_changed, read_event
 from kinetoscope.parser.model import KIND_NOT_CPU, KIND_RUNTIME
 from rich.text import Text
 from textual import work
@@ -20,6 +20,7 @@ from .timefmt import fmt_duration
 from .viewdata import GPU_KINDS, ViewData
 
 MAX_ARG_CHARS = 240
+MAX_NAME_CHARS = 320  # a few lines of a C++ template name; longer ones are elided
 MAX_LIST = 12
 KEY_STYLE = "bold #8b919a"
 NAME_STYLE = "bold #e5c07b"
@@ -69,7 +70,7 @@ def describe_event(data: ViewData, row: int, event: dict[str, Any] | None, loadi
     """The details text of one event; `event` is its full JSON when already read back."""
     trace = data.trace
     text = Text(no_wrap=False, overflow="fold")
-    text.append(clean(trace.name_of(row)) or "(no name)", NAME_STYLE)
+    text.append(shorten(trace.name_of(row), MAX_NAME_CHARS) or "(no name)", NAME_STYLE)
     text.append("\n")
     lane_index, level, _ = data.level_of_row(row)
     lane = data.lanes[lane_index].label if lane_index >= 0 else "?"
@@ -91,12 +92,12 @@ def describe_event(data: ViewData, row: int, event: dict[str, Any] | None, loadi
             _line(
                 text,
                 "launched by",
-                f"{clean(trace.name_of(launch))} at {_when(data, int(trace.start[launch]))}, "
+                f"{shorten(trace.name_of(launch), 160)} at {_when(data, int(trace.start[launch]))}, "
                 f"{fmt_duration(gap)} before it ran",
             )
             op = operator_above(data, launch)
             if op >= 0:
-                _line(text, "operator", clean(trace.name_of(op)))
+                _line(text, "operator", shorten(trace.name_of(op), 160))
         else:
             _line(text, "launched by", "(no linked runtime call)")
     elif kind == KIND_RUNTIME:
@@ -112,7 +113,7 @@ def describe_event(data: ViewData, row: int, event: dict[str, Any] | None, loadi
                 )
         op = operator_above(data, row)
         if op >= 0:
-            _line(text, "operator", clean(trace.name_of(op)))
+            _line(text, "operator", shorten(trace.name_of(op), 160))
     elif kind != KIND_NOT_CPU:
         launch = data.first_launch_below(row)
         if launch >= 0:
@@ -129,7 +130,12 @@ def describe_event(data: ViewData, row: int, event: dict[str, Any] | None, loadi
 
     text.append("args:", KEY_STYLE)
     if event is None:
-        text.append(" reading…\n" if loading else " (not available)\n")
+        if loading:
+            text.append(" reading…\n")
+        elif file_changed(trace) is not None:
+            text.append(" (not read: the file changed on disk after it was loaded)\n")
+        else:
+            text.append(" (not available)\n")
     else:
         args = event.get("args")
         if not isinstance(args, dict) or not args:
@@ -174,7 +180,7 @@ def describe_gap(data: ViewData, gap: int) -> Text:
     if runtime >= 0:
         late = int(trace.start[runtime]) - start
         when = f"{fmt_duration(abs(late))} {'after' if late > 0 else 'before'} the GPU went idle"
-        _line(text, "launched by", f"{clean(trace.name_of(runtime))}, {when}")
+        _line(text, "launched by", f"{shorten(trace.name_of(runtime), 160)}, {when}")
     return text
 
 

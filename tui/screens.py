@@ -7,7 +7,7 @@ import threading
 import time
 from typing import ClassVar
 
-from kinetoscope.parser import TraceError, load, save_cache
+from kinetoscope.parser import TraceError, file_changed, load, save_cache
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -40,6 +40,7 @@ GAP_THRESHOLDS = (
     100_000_000,
 )
 PROGRESS_INTERVAL_S = 0.1
+FILE_CHECK_INTERVAL_S = 2.0  # how often the trace screen checks the file is still the one shown
 GAP_LIST_LIMIT = 2000
 
 
@@ -113,6 +114,10 @@ class LoadingScreen(Screen):
         except OSError as error:
             app.call_from_thread(app.show_error, f"{self.path}: {error.strerror or error}")
             return
+        except Exception as error:  # a trace we cannot handle still gets the error screen
+            message = f"{self.path}: could not be shown ({type(error).__name__}: {error})"
+            app.call_from_thread(app.show_error, message)
+            return
         if self.cancelled.is_set():
             app.call_from_thread(app.cancel_load)
             return
@@ -177,6 +182,7 @@ class TraceScreen(DrilldownActions, Screen):
     def __init__(self, data: ViewData) -> None:
         super().__init__()
         self.data = data
+        self.changed_on_disk: str | None = None  # why the file is not the one shown any more
 
     def compose(self) -> ComposeResult:
         yield Static(self._title(), id="title")
@@ -187,6 +193,24 @@ class TraceScreen(DrilldownActions, Screen):
 
     def on_mount(self) -> None:
         self.query_one(Timeline).focus()
+        self.set_interval(FILE_CHECK_INTERVAL_S, self.check_file)
+
+    def check_file(self) -> None:
+        """Say so, once, when the trace's file changes or goes away while it is shown."""
+        if self.changed_on_disk is not None:
+            return
+        reason = file_changed(self.data.trace)
+        if reason is None:
+            return
+        self.changed_on_disk = reason
+        self.query_one("#title", Static).update(self._title())
+        self.notify(
+            f"{clean(reason)}. The view shows the file as it was loaded; args can no longer be "
+            "read from it. Reopen it to see the new contents.",
+            severity="warning",
+            timeout=10,
+            markup=False,
+        )
 
     def _title(self) -> Text:
         data = self.data
@@ -201,6 +225,8 @@ class TraceScreen(DrilldownActions, Screen):
         if not trace.complete:
             reason = trace.warnings[0] if trace.warnings else "the file ends early"
             text.append(f" · INCOMPLETE: {clean(reason)}", "bold red")
+        if self.changed_on_disk is not None:
+            text.append(" · CHANGED ON DISK", "bold red")
         return text
 
     @property
