@@ -59,18 +59,20 @@ def innermost_slices(
     pos = np.full(len(times), -1, dtype=np.int64)
     if len(times) == 0 or len(nesting.order) == 0:
         return pos
-    starts = trace.start[nesting.order]
-    ends = starts + trace.dur[nesting.order]
     for lane in np.unique(lanes).tolist():
         lo, hi = nesting.lane_range(lane)
         if lane < 0 or hi <= lo:
             continue
         queries = np.flatnonzero(lanes == lane)
-        last = np.searchsorted(starts[lo:hi], times[queries], side="right") - 1
+        starts = trace.start[nesting.order[lo:hi]]
+        last = np.searchsorted(starts, times[queries], side="right") - 1
         pos[queries] = np.where(last >= 0, lo + last, -1)
     climbing = np.flatnonzero(pos >= 0)
     while len(climbing):
-        ended = ends[pos[climbing]] <= times[climbing]
+        # Ends of just the slices being climbed: a whole-trace column of ends would cost
+        # memory proportional to every CPU slice.
+        rows = nesting.order[pos[climbing]]
+        ended = trace.start[rows] + trace.dur[rows] <= times[climbing]
         climbing = climbing[ended]
         if not len(climbing):
             break
@@ -311,6 +313,9 @@ def match_allocations(
     )
 
 
+PEAK_BLOCK = 1 << 18
+
+
 def _operator_memory(
     trace: Trace,
     nesting: Nesting,
@@ -323,7 +328,7 @@ def _operator_memory(
 ) -> OperatorMemory:
     n_groups = len(groups)
     n_pos = len(nesting.order)
-    group_of_pos = groups.index[nesting.order].astype(np.int64)
+    group_of_pos = groups.index[nesting.order].astype(np.int32)
 
     def per_group(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
         out = np.zeros(n_groups, dtype=np.int64)
@@ -352,25 +357,37 @@ def _operator_memory(
 
     # Largest level while an instance ran: the level entering its start, and every event up
     # to its end. Only outermost instances are needed (inner ones of a group lie inside them).
-    outer = np.flatnonzero(nesting.outermost)
-    rows = nesting.order[outer]
-    start = trace.start[rows]
-    end = start + trace.dur[rows]
-    lo = np.maximum(np.searchsorted(ts, start, side="left") - 1, 0)
-    hi = np.searchsorted(ts, end, side="left")
-    never_seen = (hi == 0) | (len(ts) == 0)
-    seen = range_max(allocated, lo, np.maximum(hi, lo))
-    seen[never_seen] = NO_VALUE
+    # They are taken a block at a time: a 1 GB trace has millions of them, and whole-trace
+    # temporaries for each would set the peak memory of the summary.
     peak_live = np.full(n_groups, NO_VALUE, dtype=np.int64)
+    peak_start = np.full(n_groups, np.iinfo(np.int64).max, dtype=np.int64)
     peak_row = np.full(n_groups, -1, dtype=np.int64)
-    known = np.flatnonzero(seen != NO_VALUE)
-    if len(known):
+    outer_all = np.flatnonzero(nesting.outermost)
+    for block in range(0, len(outer_all), PEAK_BLOCK):
+        outer = outer_all[block : block + PEAK_BLOCK]
+        rows = nesting.order[outer]
+        start = trace.start[rows]
+        end = start + trace.dur[rows]
+        lo = np.maximum(np.searchsorted(ts, start, side="left") - 1, 0)
+        hi = np.searchsorted(ts, end, side="left")
+        seen = range_max(allocated, lo, np.maximum(hi, lo))
+        seen[(hi == 0) | (len(ts) == 0)] = NO_VALUE
+        known = np.flatnonzero(seen != NO_VALUE)
+        if not len(known):
+            continue
         g = group_of_pos[outer[known]]
         # Per group the highest value, first instance in time among equals.
         order = np.lexsort((start[known], -seen[known], g))
         firsts = order[np.concatenate(([True], g[order][1:] != g[order][:-1]))]
-        peak_live[g[firsts]] = seen[known][firsts]
-        peak_row[g[firsts]] = rows[known][firsts]
+        groups_here = g[firsts]
+        value, when = seen[known][firsts], start[known][firsts]
+        better = (value > peak_live[groups_here]) | (
+            (value == peak_live[groups_here]) & (when < peak_start[groups_here])
+        )
+        winners = groups_here[better]
+        peak_live[winners] = value[better]
+        peak_start[winners] = when[better]
+        peak_row[winners] = rows[known][firsts][better]
 
     return OperatorMemory(
         allocations=per_group(ones, is_alloc),
