@@ -30,7 +30,7 @@ from .events import (
     trailing_at,
 )
 from .model import Source, Trace
-from .source import SourceState, TraceError, iter_blocks, open_source
+from .source import READ_BLOCK, SourceState, TraceError, iter_blocks, open_source
 
 RUN_BYTES = 4 << 20  # target size of one decoded run of events
 _CUT = re.compile(rb"\}\s*,")
@@ -68,6 +68,14 @@ class _Buffer:
         self.data = b"".join(pieces)
         self.pos = 0
         return have >= need
+
+    def restart_at(self, offset: int, blocks: Iterator[bytes]) -> None:
+        """Continue reading at `offset` of the stream, from `blocks` (which start there)."""
+        self.blocks = blocks
+        self.data = b""
+        self.base = offset
+        self.pos = 0
+        self.eof = False
 
     def skip_ws(self) -> int | None:
         """Skip whitespace; return the next byte (without consuming it), or None at the end."""
@@ -341,7 +349,10 @@ class _Reader:
         self.events_started = True
         self.last_good = buf.offset
         if self.pool is not None:
-            self._read_events_parallel()
+            if self.state.compressed:
+                self._read_events_parallel()
+            else:
+                self._read_events_parallel_by_offset()
         while True:
             c = buf.skip_ws()
             if c is None:
@@ -401,6 +412,59 @@ class _Reader:
         while pending:
             if not self._merge_oldest(pending):
                 return
+
+    def _read_events_parallel_by_offset(self) -> None:
+        """Plain files: workers read their own runs from the file, by offset and length.
+
+        The main process reads only a small window at the end of each run to find the cut, so
+        it is nearly idle and the workers do all of the decoding. A run that fails, or the last
+        run, hands over to the serial path from that run's start (reading from there).
+        """
+        buf = self.buf
+        path, size = self.state.path, self.state.size
+        position = buf.offset
+        pending: deque[tuple[Any, int, int]] = deque()
+        limit = 2 * self.workers + 1
+        failed_at: int | None = None
+        with open(path, "rb") as handle:
+            while position + RUN_BYTES < size:
+                window_start = position + RUN_BYTES - CUT_WINDOW
+                handle.seek(window_start)
+                window = handle.read(CUT_WINDOW)
+                matches = list(_NEXT_EVENT.finditer(window))
+                if not matches:
+                    break
+                cut = window_start + matches[-1].start()
+                length = cut + 1 - position
+                pending.append(
+                    (self.pool.submit(decode_file_run, path, position, length), position, length)
+                )
+                position = window_start + matches[-1].end() - 1
+                while pending and (len(pending) >= limit or pending[0][0].done()):
+                    failed_at = self._merge_oldest_by_offset(pending)
+                    if failed_at is not None:
+                        break
+                if failed_at is not None:
+                    break
+            while pending and failed_at is None:
+                failed_at = self._merge_oldest_by_offset(pending)
+        resume = failed_at if failed_at is not None else position
+        for later in pending:
+            later[0].cancel()
+        if resume != buf.offset:
+            buf.restart_at(resume, _plain_blocks_from(path, resume, self.state))
+
+    def _merge_oldest_by_offset(self, pending: deque) -> int | None:
+        """Merge the oldest run; on failure return its offset (where the serial path resumes)."""
+        future, offset, length = pending.popleft()
+        run = future.result()
+        if run is None:
+            return offset
+        self.builder.add_run(run, offset, length)
+        self.last_good = offset + length
+        self.state.bytes_read = max(self.state.bytes_read, offset + length)
+        self._report()
+        return None
 
     def _merge_oldest(self, pending: deque) -> bool:
         future, offset, segment, separator = pending.popleft()
@@ -582,6 +646,27 @@ class _Reader:
             self.warnings.append(f"skipped a malformed event at byte {offset}")
         elif self.dropped == 6:
             self.warnings.append("skipped more malformed events (only the first 5 are listed)")
+
+
+CUT_WINDOW = 1 << 16
+
+
+def _plain_blocks_from(path: str, offset: int, state: SourceState) -> Iterator[bytes]:
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        while block := handle.read(READ_BLOCK):
+            state.bytes_read = max(state.bytes_read, handle.tell())
+            yield block
+
+
+def decode_file_run(path: str, offset: int, length: int) -> RunColumns | None:
+    """Worker side: read one run of whole events from a plain file, decode and convert it."""
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        segment = handle.read(length)
+    if len(segment) != length:
+        return None  # the file changed under us: let the serial path decide
+    return decode_segment(segment)
 
 
 def decode_segment(segment: bytes) -> RunColumns | None:
