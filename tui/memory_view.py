@@ -104,12 +104,14 @@ def operator_memory_columns(analysis: Analysis, groups: Groups) -> list[Column]:
             lambda g: fmt_bytes(int(allocated[g])) if allocated[g] else "",
             key=allocated,
             width=10,
+            optional=True,
         ),
         Column(
             "peak mem",
             lambda g: fmt_bytes(int(peak[g])) if peak[g] != NO_VALUE else "",
             key=peak,
             width=10,
+            optional=True,
         ),
     ]
 

@@ -3,6 +3,7 @@ drill-down of one group: instances, child split, launched kernels and input shap
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
@@ -263,12 +264,10 @@ def restrict(model: TableModel, keep: np.ndarray) -> TableModel:
     """The same table over only the rows where `keep` holds (row ids stay the model's)."""
     rows = np.flatnonzero(keep)
     columns = [
-        Column(
-            c.title,
-            (lambda cell: lambda i: cell(int(rows[i])))(c.cell),
+        dataclasses.replace(
+            c,
+            cell=(lambda cell: lambda i: cell(int(rows[i])))(c.cell),
             key=None if c.key is None else np.asarray(c.key)[rows],
-            width=c.width,
-            numeric=c.numeric,
         )
         for c in model.columns
     ]

@@ -55,6 +55,9 @@ def name_matcher(pattern: str) -> Callable[[str], bool]:
     return lambda text: needle in text.lower()
 
 
+MIN_FLEXIBLE = 28  # cells a name column should keep before optional columns are hidden
+
+
 @dataclass
 class Column:
     """One column. `cell(row)` gives the text of a model row; `key` sorts (numeric or ranks)."""
@@ -65,6 +68,7 @@ class Column:
     width: int = 10  # cells; 0 takes what the fixed columns leave
     numeric: bool = True  # right-aligned
     largest_first: bool | None = None  # the first sort's direction; None: numeric columns do
+    optional: bool = False  # hidden when the flexible columns would get under MIN_FLEXIBLE
 
     @property
     def descending(self) -> bool:
@@ -361,17 +365,28 @@ class DataView(ScrollView, can_focus=True):
     # -- drawing ----------------------------------------------------------------------------
 
     def _widths(self, total: int) -> list[int]:
+        """Cells per column; 0 for an optional column hidden to leave the names enough room
+        (the rightmost optional columns go first)."""
         assert self.model is not None
         columns = self.model.columns
-        fixed = sum(c.width for c in columns if c.width) + len(SEPARATOR) * (len(columns) - 1)
+        shown = [True] * len(columns)
+        optional = [i for i, c in enumerate(columns) if c.optional]
         flexible = [c for c in columns if not c.width]
-        spare = max(total - fixed, 8 * len(flexible))
-        each = spare // max(len(flexible), 1)
-        return [c.width or each for c in columns]
+        while True:
+            visible = [c for c, keep in zip(columns, shown) if keep]
+            fixed = sum(c.width for c in visible if c.width) + len(SEPARATOR) * (len(visible) - 1)
+            spare = total - fixed
+            if not flexible or spare >= MIN_FLEXIBLE * len(flexible) or not optional:
+                break
+            shown[optional.pop()] = False
+        each = max(spare, 8 * len(flexible)) // max(len(flexible), 1)
+        return [(c.width or each) if keep else 0 for c, keep in zip(columns, shown)]
 
     def _column_at(self, x: int) -> int:
         edge = 0
         for i, width in enumerate(self._widths(self.scrollable_content_region.width)):
+            if not width:
+                continue
             edge += width + len(SEPARATOR)
             if x < edge:
                 return i
@@ -402,6 +417,8 @@ class DataView(ScrollView, can_focus=True):
         assert self.model is not None
         segments = []
         for i, (column, w) in enumerate(zip(self.model.columns, self._widths(width))):
+            if not w:
+                continue
             title = column.title
             style = HEADER
             if i == self.sort_column:
@@ -415,6 +432,8 @@ class DataView(ScrollView, can_focus=True):
         assert self.model is not None
         segments = []
         for column, w in zip(self.model.columns, self._widths(width)):
+            if not w:
+                continue
             value = column.cell(row)
             if isinstance(value, Text):
                 # Styled cells (bars): their colours over the row's style, cut to the column.
