@@ -203,3 +203,75 @@ def test_traces_missing_whole_kinds_of_events_still_summarise(events, expect):
     else:
         assert summary["trace"]["start_us"] is None and summary["gpu"] == []
         assert summary["operators"] == [] and summary["findings"] == []
+
+
+# -- the same oddities in the viewer ------------------------------------------------------------
+
+WINDOW = X("PyTorch Profiler (0)", 100, 1000, cat="Trace", pid="Spans", tid="PyTorch Profiler")
+ODD_TRACES = {
+    "overlapping-kernels": [
+        R(0, 1),
+        R(5, 2),
+        K("long", 10, 100, corr=1),
+        K("inside", 30, 20, corr=2),
+        K("after", 200, 10),
+    ],
+    "outliving-child": [X("parent", 0, 10), X("child", 2, 3), X("outliver", 5, 20)],
+    "negative-durations": [X("neg", 10, -5), X("ok", 20, 5), K("kneg", 30, -1.5)],
+    "before-window": [WINDOW, X("early", 40, 80), X("inside", 200, 10)],
+    "far-future": [X(f"op{i}", i * 10, 5) for i in range(20)] + [X("stray", 5e12, 1)],
+    "unmatched-flows": [
+        R(0, 1),
+        K("k", 5, 5, corr=1),
+        {"ph": "f", "id": 99, "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 5},
+    ],
+    "duplicate-correlation": [R(0, 7, "first"), R(3, 7, "second"), K("k", 10, 5, corr=7)],
+    "no-gpu": [X("ProfilerStep#1", 0, 20), X("a", 0, 10)],
+    "only-gpu": [K("a", 0, 10), K("b", 50, 10)],
+    "no-steps": [R(0, 1), K("a", 5, 10, corr=1), R(20, 2), K("b", 40, 5, corr=2)],
+}
+EXPECTED_FINDING = {
+    "overlapping-kernels": "overlapping_gpu_work",
+    "outliving-child": "slice_outlives_parent",
+    "before-window": "events_before_window",
+    "far-future": "events_far_from_the_rest",
+    "duplicate-correlation": "duplicate_correlation",
+}
+
+
+@pytest.mark.parametrize("name", sorted(ODD_TRACES))
+async def test_odd_traces_are_shown_in_the_viewer(tmp_path, name):
+    from kinetoscope.tui.app import KinetoscopeApp
+    from kinetoscope.tui.screens import TraceScreen
+    from kinetoscope.tui.timeline import Timeline
+    from test_robust_tui import quit_cleanly, screen_text, wait_for
+
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({"traceEvents": ODD_TRACES[name]}))
+    app = KinetoscopeApp(str(path))
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await wait_for(pilot, TraceScreen)
+        timeline = screen.query_one(Timeline)
+        data = timeline.data
+        # Every slice has its place on the timeline and can be selected there.
+        for row in np.flatnonzero(data.trace.ph == ord("X")).tolist():
+            lane, level, _entry = data.level_of_row(row)
+            assert lane >= 0 and level >= 0, data.trace.name_of(row)
+            timeline.select(row)
+            await pilot.press("f")
+            assert timeline.selected_row == row
+            shown = timeline.rows[timeline.cursor_row]
+            assert (shown.group, shown.lane, shown.level) == (data.lanes[lane].group, lane, level)
+        text = screen_text(app)
+        if name == "negative-durations":
+            assert any("negative duration" in n.message for n in app._notifications)
+        for key in ("0", "g", "G", "right", "left", "u", "right_square_bracket", "i", "escape"):
+            await pilot.press(key)
+        await pilot.press("t")
+        await pilot.pause(0.3)
+        text = screen_text(app)
+        if name in EXPECTED_FINDING:
+            assert EXPECTED_FINDING[name] in text
+        await pilot.press("escape")
+        await pilot.pause(0.05)
+        await quit_cleanly(pilot)

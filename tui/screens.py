@@ -40,6 +40,7 @@ GAP_THRESHOLDS = (
     100_000_000,
 )
 PROGRESS_INTERVAL_S = 0.1
+WARNINGS_SHOWN = 6  # parser warnings listed when a trace opens
 FILE_CHECK_INTERVAL_S = 2.0  # how often the trace screen checks the file is still the one shown
 GAP_LIST_LIMIT = 2000
 
@@ -194,6 +195,18 @@ class TraceScreen(DrilldownActions, Screen):
     def on_mount(self) -> None:
         self.query_one(Timeline).focus()
         self.set_interval(FILE_CHECK_INTERVAL_S, self.check_file)
+        warnings = self.data.trace.warnings
+        if warnings:  # what the parser skipped or could not make sense of: said, not hidden
+            shown = [shorten(w, 200) for w in warnings[:WARNINGS_SHOWN]]
+            if len(warnings) > WARNINGS_SHOWN:
+                shown.append(f"… and {len(warnings) - WARNINGS_SHOWN} more (kinetoscope summary)")
+            self.notify(
+                "\n".join(shown),
+                title="Loaded with warnings",
+                severity="warning",
+                timeout=15,
+                markup=False,
+            )
 
     def check_file(self) -> None:
         """Say so, once, when the trace's file changes or goes away while it is shown."""
