@@ -62,9 +62,15 @@ class CellRow:
     count: np.ndarray
 
 
+# The largest float below 2**63: edges past it (a view panned beyond centuries) are clipped,
+# because casting a float outside int64 to int64 gives garbage.
+EDGE_LIMIT = float(np.nextafter(2.0**63, 0))
+
+
 def cell_edges(t0: float, ns_per_cell: float, width: int) -> np.ndarray:
     """Integer ns edges of `width` cells starting at `t0` (relative time)."""
-    return np.floor(t0 + np.arange(width + 1, dtype=np.float64) * ns_per_cell).astype(np.int64)
+    edges = np.floor(t0 + np.arange(width + 1, dtype=np.float64) * ns_per_cell)
+    return np.clip(edges, -EDGE_LIMIT, EDGE_LIMIT).astype(np.int64)
 
 
 def compute_cells(level: Level, t0: float, ns_per_cell: float, width: int) -> CellRow:

@@ -210,7 +210,8 @@ class ViewData:
         stride = int(level.max()) + 1 if len(placed) else 1
         key = trace.lane[placed].astype(np.int64) * stride + level[placed]
         start = trace.start[placed] - self.origin
-        end = start + trace.dur[placed]
+        # Saturate: a slice hundreds of years long would wrap around int64 once made relative.
+        end = start + np.minimum(trace.dur[placed], np.iinfo(np.int64).max - start)
         order = np.lexsort((trace.ordinal[placed], -end, start, key))
         placed, key, start, end = placed[order], key[order], start[order], end[order]
         bounds = np.flatnonzero(np.diff(key)) + 1
