@@ -47,22 +47,12 @@ DTYPES = {
 }
 
 
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
-
-
 def _load_trim() -> Any:
-    """glibc's malloc_trim, after fixing its mmap threshold; None elsewhere.
-
-    glibc raises its mmap threshold each time a large block is freed, so after the first
-    column array is freed, later ones come from the heap and are not given back when freed.
-    A fixed 1 MiB threshold keeps every column array in its own mapping.
-    """
+    """glibc's malloc_trim, or None elsewhere."""
     try:
         import ctypes
 
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(M_MMAP_THRESHOLD, 1 << 20)
-        return libc.malloc_trim
+        return ctypes.CDLL("libc.so.6").malloc_trim
     except (OSError, AttributeError):
         return None
 
@@ -221,7 +211,9 @@ class TraceBuilder:
             columns[c] = joined(self.parts[c], DTYPES.get(c, np.int64))
             self.parts[c].clear()
             self.consolidated[c] = 0
-        release_heap()
+            # glibc raises its mmap threshold as large blocks are freed, so the freed pieces
+            # may sit in the heap: hand them back before the next column is joined.
+            release_heap()
         from .model import category_kind
 
         kinds = np.array([category_kind(s) for s in self.strings], dtype=np.int8)
