@@ -36,6 +36,7 @@ RUN_BYTES = 4 << 20  # target size of one decoded run of events
 _CUT = re.compile(rb"\}\s*,")
 _NEXT_EVENT = re.compile(rb"\}\s*,\s*\{")
 _WS = b" \t\r\n"
+_SCALAR = re.compile(rb'"(?:[^"\\]|\\.)*"|[^\s,:{}\[\]"]+', re.DOTALL)
 MAX_CUT_TRIES = 8
 
 Progress = Callable[[int, int, int], None]
@@ -338,6 +339,10 @@ class _Reader:
 
     @staticmethod
     def _scan_value_end(view: bytes) -> int | None:
+        if view[:1] not in (b"{", b"["):
+            # A string or a bare literal (`NaN`, a number): it has no brackets to count.
+            scalar = _SCALAR.match(view)
+            return scalar.end() if scalar else None
         starts, ends, _closed = split_elements(view, 0, top_level_value=True)
         return ends[0] if ends else None
 

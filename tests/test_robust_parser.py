@@ -139,3 +139,19 @@ def test_view_of_a_missing_file_shows_its_name_as_text(capsys, tmp_path):
     assert run_view(str(tmp_path / "nope\x1b]0;T\x07.json")) == 1
     err = capsys.readouterr().err
     assert "\x1b" not in err and "\x07" not in err and "nope␛]0;T␇.json" in err
+
+
+def test_odd_scalars_in_the_header_do_not_lose_the_events():
+    # A header value that msgspec refuses (NaN, a string with invalid UTF-8) had no brackets
+    # for the salvage scan to count: the load stopped there and every event was lost.
+    text = (
+        b'{"distributedInfo": NaN, "displayTimeUnit": "ms\xed\xa0\x80", "deviceProperties": [],'
+        b' "traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1}],'
+        b' "traceName": "x\\"\xff", "baseTimeNanoseconds": -Infinity}'
+    )
+    trace = loads(text)
+    assert trace.complete and trace.n_events == 1 and len(trace) == 1
+    assert trace.header["displayTimeUnit"] == "ms\ufffd\ufffd\ufffd"
+    assert trace.header["traceName"] == 'x"\ufffd'
+    assert trace.warnings == []
+    check_analysis(trace)
