@@ -16,7 +16,9 @@ def run_summary(path: str, as_json: bool) -> int:
     from kinetoscope.parser import TraceError, load
 
     try:
-        trace = load(path)
+        # A cached model is used when the viewer left one, but summary writes none: scripts and
+        # CI call it on traces nobody will reopen, and the write would add seconds to a big one.
+        trace = load(path, write_cache=False)
     except TraceError as exc:
         from kinetoscope.tui.safe_text import clean  # the message holds the file's name
 
