@@ -149,6 +149,7 @@ class Trace:
     warnings: list[str] = field(default_factory=list)
     stopped_at: int | None = None  # uncompressed byte offset where reading stopped early
     chunks: ChunkIndex | None = None  # where to find each event again, for args on demand
+    workers: int = 1  # decoding processes the load used (1: this process alone)
 
     def __len__(self) -> int:
         return len(self.start)

@@ -116,28 +116,68 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
-def read_trace(path: str, progress: Progress | None = None, workers: int | None = None) -> Trace:
-    state = open_source(path)
-    if workers is None:
-        workers = default_workers()
-        threshold = PARALLEL_MIN_GZIP if state.compressed else PARALLEL_MIN_PLAIN
-        if state.size < threshold:
-            workers = 1
-    if workers <= 1:
-        return _read(state, iter_blocks(state), progress)
+def workers_for(state: SourceState, workers: int | None) -> int:
+    """How many decoding processes to use for this file (1: decode in this process)."""
+    if workers is not None:
+        return workers
+    threshold = PARALLEL_MIN_GZIP if state.compressed else PARALLEL_MIN_PLAIN
+    explicit = os.environ.get("KINETOSCOPE_PARALLEL_MIN_BYTES", "")
+    if explicit.isdigit():  # for tests and benchmarks
+        threshold = int(explicit)
+    return default_workers() if state.size >= threshold else 1
+
+
+def _worker_context() -> Any:
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
 
     # forkserver, not fork: the viewer loads from a thread, and forking a threaded process is unsafe.
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["kinetoscope.parser.reader"])
+    return context
+
+
+def prepare_workers(path: str) -> None:
+    """Start the worker processes' server now, if loading `path` will use workers.
+
+    Call it before a terminal UI takes over stdin/stdout/stderr: the server and multiprocessing's
+    resource tracker are started with the process's standard streams, and a UI's replacements
+    for them have no usable file descriptors.
+    """
     try:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            _start_workers(pool, workers)
-            return _read(state, iter_blocks(state), progress, pool, workers)
-    except (BrokenProcessPool, OSError):
-        # Workers could not start or died: read again in this process alone.
+        if workers_for(open_source(path), None) <= 1:
+            return
+        from multiprocessing import forkserver
+
+        _worker_context()
+        forkserver.ensure_running()
+    except (TraceError, OSError, ValueError):
+        pass  # the load itself will report the problem, or read in one process
+
+
+def read_trace(path: str, progress: Progress | None = None, workers: int | None = None) -> Trace:
+    state = open_source(path)
+    workers = workers_for(state, workers)
+    if workers <= 1:
+        return _read(state, iter_blocks(state), progress)
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    pool = None
+    try:
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=_worker_context())
+        _start_workers(pool, workers)
+    except (BrokenProcessPool, OSError, ValueError):
+        # Workers cannot start here (no usable standard streams, no /dev/shm, ...).
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+        return _read(state, iter_blocks(state), progress)
+    try:
+        with pool:
+            trace = _read(state, iter_blocks(state), progress, pool, workers)
+            trace.workers = workers
+            return trace
+    except BrokenProcessPool:
+        # A worker died: read again in this process alone.
         state = open_source(path)
         return _read(state, iter_blocks(state), progress)
 

@@ -77,6 +77,7 @@ def big_trace(tmp_path):
 def test_parallel_load_equals_single_process(big_trace):
     serial = load(str(big_trace), use_cache=False, workers=1)
     parallel = load(str(big_trace), use_cache=False, workers=2)
+    assert (serial.workers, parallel.workers) == (1, 2)
     assert serial.n_events == 120000 + 30000 + 12000
     assert len(serial.chunks.offset) > 2
     assert_same(serial, parallel)
@@ -132,3 +133,23 @@ def test_unwritable_cache_dir_still_loads(big_trace, tmp_path, monkeypatch):
     blocker.write_text("x")
     monkeypatch.setenv("KINETOSCOPE_CACHE_DIR", str(blocker / "cache"))
     assert load(str(big_trace)).n_events > 0
+
+
+async def test_viewer_loads_with_worker_processes(big_trace, monkeypatch):
+    """The app replaces the standard streams, which worker processes need to start: the viewer
+    must still load a big trace with workers (it once failed with "bad value(s) in
+    fds_to_keep")."""
+    from kinetoscope.tui.app import KinetoscopeApp
+    from kinetoscope.tui.screens import TraceScreen
+
+    monkeypatch.setenv("KINETOSCOPE_PARALLEL_MIN_BYTES", "1")
+    monkeypatch.setenv("KINETOSCOPE_WORKERS", "2")
+    app = KinetoscopeApp(str(big_trace))
+    async with app.run_test(size=(100, 30)) as pilot:
+        for _ in range(600):
+            if not type(app.screen).__name__ == "LoadingScreen":
+                break
+            await pilot.pause(0.05)
+        assert isinstance(app.screen, TraceScreen), app.exit_message
+        assert app.data.trace.n_events == 120000 + 30000 + 12000
+        assert app.data.trace.workers == 2  # not the one-process fallback

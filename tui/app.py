@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from kinetoscope.parser.reader import prepare_workers
 from textual.app import App
 from textual.binding import Binding, BindingType
 
@@ -26,6 +27,8 @@ class KinetoscopeApp(App[int]):
 
     def __init__(self, path: str, *, gap_threshold_ns: int | None = None) -> None:
         super().__init__()
+        # Before the app takes over the standard streams, which decoding workers need to start.
+        prepare_workers(path)
         self.path = path
         self.gap_threshold_ns = gap_threshold_ns
         self.exit_message: str | None = None
