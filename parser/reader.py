@@ -360,14 +360,18 @@ class _Reader:
             except msgspec.DecodeError as exc:
                 end = trailing_at(exc)
                 if end is None:
-                    if is_truncated(exc) and not buf.eof:
+                    truncated = is_truncated(exc)
+                    # msgspec also says "truncated" for a lone surrogate (`"\ud800"`): a value
+                    # the scan finds whole, with data after it, is decoded leniently instead.
+                    end = self._scan_value_end(view)
+                    whole = end is not None and (end < len(view) or buf.eof or not truncated)
+                    if not whole and truncated and not buf.eof:
                         need = max(need * 4, len(view) * 2)
                         continue
-                    if is_truncated(exc):
+                    if not whole and truncated:
                         raise _Stop(
                             f"the file ends at byte {buf.base + len(buf.data)} before the JSON does"
                         ) from None
-                    end = self._scan_value_end(view)
                     if end is None:
                         raise _Stop(f"malformed JSON at byte {buf.offset}") from None
                 try:

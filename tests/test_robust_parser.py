@@ -155,3 +155,14 @@ def test_odd_scalars_in_the_header_do_not_lose_the_events():
     assert trace.header["traceName"] == 'x"\ufffd'
     assert trace.warnings == []
     check_analysis(trace)
+
+
+def test_a_lone_surrogate_escape_in_the_header_is_not_a_cut_off_file():
+    # msgspec calls "\ud800" truncated input; after traceEvents it made a whole file incomplete.
+    for text in (
+        b'{"traceEvents": [], "deviceProperties": [], "displayTimeUnit": "\\ud800"}',
+        b'{"displayTimeUnit": "\\ud800", "traceEvents": [{"ph": "X", "ts": 1}]}',
+    ):
+        trace = loads(text)
+        assert trace.complete and trace.warnings == []
+        assert trace.header["displayTimeUnit"] == "\ud800"
