@@ -469,3 +469,15 @@ def test_name_matcher():
     assert not name_matcher("re:^mm")("aten::mm")
     with pytest.raises(ValueError):
         name_matcher("re:(")
+
+
+async def test_search_notifications_show_the_pattern_literally():
+    app = KinetoscopeApp(str(SAMPLE))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, TraceScreen)
+        await press(pilot, "slash", until=SearchScreen)
+        await type_text(pilot, "[bold]nothing")
+        await press(pilot, "enter", until=TraceScreen)
+        messages = [n.message for n in app._notifications]
+        assert any("[bold]nothing" in m for m in messages), messages
+        assert all(not n.markup for n in app._notifications if "[bold]" in n.message)

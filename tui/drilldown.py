@@ -253,10 +253,12 @@ class DrilldownActions:
         marked = self.marked
         if marked is None or marked.complete:
             self.marked = MarkedRange(start=now)
-            self.notify("Range start marked; move and press m again for its end", timeout=3)
+            self.notify(
+                "Range start marked; move and press m again for its end", timeout=3, markup=False
+            )
             return
         if now == marked.start:
-            self.notify("The end is the start: move the cursor first", timeout=3)
+            self.notify("The end is the start: move the cursor first", timeout=3, markup=False)
             return
         self.marked = MarkedRange(marked.start, now)
         self._announce_range()
@@ -266,18 +268,18 @@ class DrilldownActions:
         if row < 0:
             if self.marked is not None:
                 self.marked = None
-                self.notify("Range cleared", timeout=2)
+                self.notify("Range cleared", timeout=2, markup=False)
             else:
-                self.notify("Select an event (e.g. a ProfilerStep) first", timeout=3)
+                self.notify("Select an event (e.g. a ProfilerStep) first", timeout=3, markup=False)
             return
         start = int(self.data.trace.start[row])
         end = start + int(self.data.trace.dur[row])
         if self.range_bounds() == (start, end):
             self.marked = None
-            self.notify("Range cleared", timeout=2)
+            self.notify("Range cleared", timeout=2, markup=False)
             return
         if end == start:
-            self.notify("The selected event has no duration", timeout=3)
+            self.notify("The selected event has no duration", timeout=3, markup=False)
             return
         self.marked = MarkedRange(start, end)
         self._announce_range()
@@ -292,6 +294,7 @@ class DrilldownActions:
                 f"Range {range_label(self.data, bounds)}: o, k and v now show it "
                 "(M in a table switches to the whole trace)",
                 timeout=4,
+                markup=False,
             )
 
     # -- search -------------------------------------------------------------------------------
@@ -309,17 +312,17 @@ class DrilldownActions:
             return
         if not pattern:
             self.clear_search()
-            self.notify("Search cleared", timeout=2)
+            self.notify("Search cleared", timeout=2, markup=False)
             return
         try:
             state = find_matches(self.data, pattern)
         except ValueError as error:
-            self.notify(str(error), severity="error", timeout=4)
+            self.notify(str(error), severity="error", timeout=4, markup=False)
             return
         self.__dict__["_search"] = state
         self.timeline.highlight_names = state.name_mask
         if not len(state.rows):
-            self.notify(f"No event name matches {pattern!r}", timeout=3)
+            self.notify(f"No event name matches {pattern!r}", timeout=3, markup=False)
             return
         self._step_match(1, first=True)
 
@@ -336,7 +339,7 @@ class DrilldownActions:
     def _step_match(self, direction: int, first: bool = False) -> None:
         state = self.search
         if state is None or not len(state.rows):
-            self.notify("No search: press / to search event names", timeout=2)
+            self.notify("No search: press / to search event names", timeout=2, markup=False)
             return
         timeline = self.timeline
         now = int(timeline.cursor_time) + self.data.origin
@@ -347,7 +350,11 @@ class DrilldownActions:
         timeline.select(row)
         self.app.clear_notifications()
         note = " (wrapped)" if wrapped else ""
-        self.notify(f"match {index + 1:,} of {len(state.rows):,}{note}: {state.pattern}", timeout=3)
+        self.notify(
+            f"match {index + 1:,} of {len(state.rows):,}{note}: {state.pattern}",
+            timeout=3,
+            markup=False,
+        )
 
 
 def drilldown_help_sections() -> list[tuple[str, list[BindingType]]]:
