@@ -101,7 +101,9 @@ class OverviewScreen(TableScreen):
         self.host.marked = MarkedRange(start, start + int(self.steps.dur[row]))
         self.query_one("#overview-devices", Static).update(describe_devices(self.host))
         self.notify(
-            f"Range: {clean(self.data.trace.name_of(int(self.steps.rows[row])))}", timeout=2
+            f"Range: {clean(self.data.trace.name_of(int(self.steps.rows[row])))}",
+            timeout=2,
+            markup=False,
         )
 
 
