@@ -12,6 +12,7 @@ from .model import (
     KIND_KERNEL,
     KIND_MEMCPY,
     KIND_MEMSET,
+    ROW_COLUMNS,
     ChunkIndex,
     Lane,
     MemoryEvents,
@@ -21,22 +22,7 @@ from .model import (
 
 GPU_KINDS = (KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET)
 CONSOLIDATE_ROWS = 1 << 18
-COLUMNS = (
-    "ph",
-    "name",
-    "cat",
-    "lane",
-    "start",
-    "dur",
-    "corr",
-    "ext_id",
-    "device",
-    "stream",
-    "flow_id",
-    "flow_bp",
-    "shape",
-    "ordinal",
-)
+COLUMNS = ROW_COLUMNS
 DTYPES = {
     "ph": np.uint8,
     "name": np.int32,

@@ -22,36 +22,10 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from .model import ChunkIndex, Lane, MemoryEvents, Source, Trace
+from .model import MEMORY_COLUMNS, ROW_COLUMNS, ChunkIndex, Lane, MemoryEvents, Source, Trace
 
 FORMAT_VERSION = 1
-COLUMNS = (
-    "ph",
-    "name",
-    "cat",
-    "lane",
-    "start",
-    "dur",
-    "corr",
-    "ext_id",
-    "device",
-    "stream",
-    "flow_id",
-    "flow_bp",
-    "shape",
-    "ordinal",
-)
-MEMORY_COLUMNS = (
-    "ordinal",
-    "lane",
-    "ts",
-    "addr",
-    "bytes",
-    "total_allocated",
-    "total_reserved",
-    "device_type",
-    "device_id",
-)
+COLUMNS = ROW_COLUMNS
 CHUNK_COLUMNS = ("offset", "length", "first_ordinal")
 # Traces smaller than this load faster than the cache pays back; they are not cached.
 MIN_CACHED_BYTES = 8 << 20

@@ -19,6 +19,35 @@ PH_FLOW_STEP = ord("t")
 PH_FLOW_END = ord("f")
 PH_COUNTER = ord("C")
 
+# The Trace's per-row columns and the MemoryEvents columns, by name (builder, cache, tests).
+ROW_COLUMNS = (
+    "ph",
+    "name",
+    "cat",
+    "lane",
+    "start",
+    "dur",
+    "corr",
+    "ext_id",
+    "device",
+    "stream",
+    "flow_id",
+    "flow_bp",
+    "shape",
+    "ordinal",
+)
+MEMORY_COLUMNS = (
+    "ordinal",
+    "lane",
+    "ts",
+    "addr",
+    "bytes",
+    "total_allocated",
+    "total_reserved",
+    "device_type",
+    "device_id",
+)
+
 # Lowercased categories with a meaning in the spec.
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
 MEMCPY_CATEGORIES = frozenset({"gpu_memcpy", "memcpy"})
