@@ -353,3 +353,33 @@ def test_run_view_missing_file(capsys, tmp_path):
     assert run_view(str(tmp_path / "nope.json")) == 1
     err = capsys.readouterr().err
     assert err.strip() == f"kinetoscope: no such file: {tmp_path / 'nope.json'}"
+
+
+async def test_selecting_a_deep_slice_of_a_collapsed_lane_scrolls_it_into_view(write_trace):
+    # A 30-deep stack on one thread, and a terminal only a few timeline rows high: selecting
+    # the innermost slice expands the lane and must scroll to its row (it once stayed below).
+    depth = 30
+    events = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": f"level{i}",
+            "pid": 1,
+            "tid": 1,
+            "ts": i,
+            "dur": 1000 - 2 * i,
+        }
+        for i in range(depth)
+    ]
+    app = KinetoscopeApp(str(write_trace({"traceEvents": events}, name="deep.json")))
+    async with app.run_test(size=(80, 24)) as pilot:
+        timeline = await loaded(pilot)
+        innermost = row_named(timeline, f"level{depth - 1}")
+        assert 0 not in timeline.expanded
+        timeline.select(innermost)
+        await pilot.pause()
+        await pilot.pause()
+        top = int(timeline.scroll_offset.y)
+        visible = timeline.scrollable_content_region.height - 1
+        assert top <= timeline.cursor_row < top + visible
+        assert timeline.selected_row == innermost

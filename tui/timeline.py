@@ -472,6 +472,9 @@ class Timeline(ScrollView, can_focus=True):
             self.cursor_time = data.rel_start(row)
             self._ensure_time_visible(self.cursor_time)
         self._ensure_row_visible()
+        # Expanding a lane grows the scrollable height only at the next layout, and a scroll
+        # past the old height is clamped: scroll again once the new rows are laid out.
+        self.call_after_refresh(self._ensure_row_visible)
         self.refresh()
 
     def event_under_cursor(self, index: int | None = None) -> int:
