@@ -57,7 +57,54 @@ def iter_blocks(state: SourceState) -> Iterator[bytes]:
                 state.bytes_read += len(block)
                 yield block
             return
-        yield from gunzip_blocks(handle, state)
+        yield from ahead(gunzip_blocks(handle, state))
+
+
+def ahead(blocks: Iterator[bytes], depth: int = 3) -> Iterator[bytes]:
+    """Run `blocks` in a thread, up to `depth` blocks ahead of the consumer.
+
+    zlib releases the GIL while it inflates, so the thread decompresses the next blocks while
+    the caller frames and decodes the current one. Errors are raised in the consumer; a consumer
+    that stops early stops the thread.
+    """
+    import queue
+    import threading
+
+    pipe: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def put(item: object) -> bool:
+        while not stop.is_set():
+            try:
+                pipe.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for block in blocks:
+                if not put(block):
+                    return
+            put(done)
+        except BaseException as error:  # handed to the consumer, raised there
+            put(error)
+
+    worker = threading.Thread(target=produce, name="kinetoscope-gunzip", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item = pipe.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        worker.join()
 
 
 def gunzip_blocks(handle, state: SourceState) -> Iterator[bytes]:

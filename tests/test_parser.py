@@ -321,8 +321,11 @@ def test_large_trace_is_read_in_many_runs_with_progress(write_trace):
     assert calls[-1][0] == calls[-1][1] == path.stat().st_size
 
 
-def test_progress_callback_can_cancel(write_trace):
-    path = write_trace(doc(*[X("a", i, 1) for i in range(60000)]))
+@pytest.mark.parametrize("compress", [False, True])
+def test_progress_callback_can_cancel(write_trace, compress):
+    import threading
+
+    path = write_trace(doc(*[X("a", i, 1) for i in range(60000)]), compress=compress)
 
     class Cancelled(Exception):
         pass
@@ -332,6 +335,8 @@ def test_progress_callback_can_cancel(write_trace):
 
     with pytest.raises(Cancelled):
         load(str(path), progress=cancel)
+    # The thread that inflates gzip ahead of the parser stops with it.
+    assert not [t for t in threading.enumerate() if t.name == "kinetoscope-gunzip"]
 
 
 @pytest.mark.parametrize("compress", [False, True])
