@@ -9,6 +9,7 @@ import numpy as np
 from kinetoscope.parser.model import Trace
 
 from .classify import Groups
+from .kernels import KernelLaunchers, kernel_launchers  # noqa: F401 (re-exported)
 from .links import Links
 from .nesting import Nesting, compute_nesting
 
@@ -151,46 +152,6 @@ def shape_split(trace: Trace, rows: np.ndarray) -> ShapeSplit:
     np.add.at(totals, inverse.reshape(-1), trace.dur[rows])
     order = np.lexsort((ids, -totals))
     return ShapeSplit(shape=ids[order], count=counts[order].astype(np.int64), total=totals[order])
-
-
-@dataclass(frozen=True)
-class KernelLaunchers:
-    """Per GPU group: the operator group that launched most of its time, and how many did."""
-
-    top_group: np.ndarray  # CPU group id, -1 when no activity of the group has a launcher
-    n_groups: np.ndarray  # distinct launching operator groups
-
-
-def kernel_launchers(
-    launcher_row: np.ndarray,
-    gpu_rows: np.ndarray,
-    trace: Trace,
-    gpu_groups: Groups,
-    cpu_groups: Groups,
-) -> KernelLaunchers:
-    """`launcher_row` is KernelTable.launcher_row (per entry of `gpu_rows`)."""
-    n = len(gpu_groups)
-    known = launcher_row >= 0
-    kernel = gpu_groups.index[gpu_rows[known]].astype(np.int64)
-    op = cpu_groups.index[launcher_row[known]].astype(np.int64)
-    dur = trace.dur[gpu_rows[known]]
-    top = np.full(n, -1, dtype=np.int64)
-    distinct = np.zeros(n, dtype=np.int64)
-    if len(kernel):
-        key = kernel * (len(cpu_groups) + 1) + op
-        pairs, inverse = np.unique(key, return_inverse=True)
-        totals = np.zeros(len(pairs), dtype=np.int64)
-        np.add.at(totals, inverse.reshape(-1), dur)
-        pair_kernel = pairs // (len(cpu_groups) + 1)
-        pair_op = pairs % (len(cpu_groups) + 1)
-        np.add.at(distinct, pair_kernel, 1)
-        # Per kernel group, the pair with the most time (ties: lower operator group id).
-        order = np.lexsort((pair_op, -totals, pair_kernel))
-        first = np.ones(len(order), dtype=bool)
-        first[1:] = pair_kernel[order][1:] != pair_kernel[order][:-1]
-        best = order[first]
-        top[pair_kernel[best]] = pair_op[best]
-    return KernelLaunchers(top_group=top, n_groups=distinct)
 
 
 @dataclass(frozen=True)

@@ -81,27 +81,50 @@ def launchers(
     return result
 
 
+@dataclass(frozen=True)
+class KernelLaunchers:
+    """Per GPU group: the operator group that launched most of its time, and how many did."""
+
+    top_group: np.ndarray  # CPU group id, -1 when no activity of the group has a launcher
+    n_groups: np.ndarray  # distinct launching operator groups
+
+
+def kernel_launchers(
+    launcher_row: np.ndarray,
+    gpu_rows: np.ndarray,
+    trace: Trace,
+    gpu_groups: Groups,
+    cpu_groups: Groups,
+) -> KernelLaunchers:
+    """`launcher_row` is KernelTable.launcher_row (per entry of `gpu_rows`)."""
+    n = len(gpu_groups)
+    known = launcher_row >= 0
+    kernel = gpu_groups.index[gpu_rows[known]].astype(np.int64)
+    op = cpu_groups.index[launcher_row[known]].astype(np.int64)
+    dur = trace.dur[gpu_rows[known]]
+    top = np.full(n, -1, dtype=np.int64)
+    distinct = np.zeros(n, dtype=np.int64)
+    if len(kernel):
+        key = kernel * (len(cpu_groups) + 1) + op
+        pairs, inverse = np.unique(key, return_inverse=True)
+        totals = np.zeros(len(pairs), dtype=np.int64)
+        np.add.at(totals, inverse.reshape(-1), dur)
+        pair_kernel = pairs // (len(cpu_groups) + 1)
+        pair_op = pairs % (len(cpu_groups) + 1)
+        np.add.at(distinct, pair_kernel, 1)
+        # Per kernel group, the pair with the most time (ties: lower operator group id).
+        order = np.lexsort((pair_op, -totals, pair_kernel))
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = pair_kernel[order][1:] != pair_kernel[order][:-1]
+        best = order[first]
+        top[pair_kernel[best]] = pair_op[best]
+    return KernelLaunchers(top_group=top, n_groups=distinct)
+
+
 def main_launchers(trace: Trace, table: KernelTable, links: Links, op_groups: Groups) -> np.ndarray:
     """Per kernel group, the operator group whose launches took the most GPU time (-1: none)."""
-    rows = links.gpu_rows
-    launcher = table.launcher_row
-    known = np.flatnonzero(launcher >= 0)
-    best = np.full(len(table), -1, dtype=np.int64)
-    if len(known) == 0:
-        return best
-    kernel_group = table.groups.index[rows[known]].astype(np.int64)
-    op_group = op_groups.index[launcher[known]].astype(np.int64)
-    pair = kernel_group * len(op_groups) + op_group
-    pairs, inverse = np.unique(pair, return_inverse=True)
-    time = np.zeros(len(pairs), dtype=np.int64)
-    np.add.at(time, inverse.reshape(-1), trace.dur[rows[known]])
-    # Most time first; np.lexsort is stable, so ties keep the lower operator group.
-    order = np.lexsort((-time, pairs // len(op_groups)))
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = (pairs[order][1:] // len(op_groups)) != (pairs[order][:-1] // len(op_groups))
-    chosen = pairs[order][first]
-    best[chosen // len(op_groups)] = chosen % len(op_groups)
-    return best
+    launchers = kernel_launchers(table.launcher_row, links.gpu_rows, trace, table.groups, op_groups)
+    return launchers.top_group
 
 
 def top_launcher(analysis, cat: str, name: str) -> str | None:  # type: ignore[no-untyped-def]

@@ -17,6 +17,7 @@ from kinetoscope.parser.model import NO_VALUE, MemoryEvents, Trace
 from .classify import Groups
 from .memory import compute_memory
 from .nesting import Nesting
+from .units import us as _us
 
 # c10::DeviceType values seen in traces (ROCm builds report HIP devices as CUDA).
 DEVICE_TYPE_NAMES = {0: "CPU", 1: "CUDA", 6: "HIP", 12: "XPU", 13: "MPS", 19: "MTIA"}
@@ -489,10 +490,6 @@ def memory_ops_of(analysis: Any) -> MemoryOps:
 # -- the summary's extra keys ------------------------------------------------------------------
 
 TOP_MEMORY_OPS = 50
-
-
-def _us(ns: int) -> float:
-    return round(int(ns) / 1000, 3)
 
 
 def _names(trace: Trace, rows: list[int]) -> list[str]:

@@ -18,6 +18,7 @@ from .intervals import Union
 from .memory import CUDA_DEVICE_TYPE, device_properties
 from .oddities import oddity_findings
 from .steps import COMM_NAME, names_matching
+from .units import us
 
 if TYPE_CHECKING:
     from .core import Analysis
@@ -55,6 +56,7 @@ COMM_EXPOSED_CRITICAL = 0.20
 MEMORY_WARNING = 0.90
 MEMORY_CRITICAL = 0.97
 
+
 @dataclass(frozen=True)
 class Finding:
     rule: str
@@ -67,8 +69,8 @@ class Finding:
 
     def to_json(self, trace: Any = None) -> dict[str, Any]:
         evidence: dict[str, Any] = {
-            "start_us": round(self.start / 1000, 3),
-            "dur_us": round(self.dur / 1000, 3),
+            "start_us": us(self.start),
+            "dur_us": us(self.dur),
         }
         if self.device is not None:
             evidence["device"] = self.device
@@ -76,8 +78,8 @@ class Finding:
             evidence["events"] = [
                 {
                     "name": trace.name_of(r),
-                    "start_us": round(int(trace.start[r]) / 1000, 3),
-                    "dur_us": round(int(trace.dur[r]) / 1000, 3),
+                    "start_us": us(trace.start[r]),
+                    "dur_us": us(trace.dur[r]),
                 }
                 for r in self.rows
             ]
@@ -275,9 +277,7 @@ def _launch_bound_steps(a: Analysis, kernel_rows: np.ndarray, small_gap: np.ndar
             waits = np.flatnonzero(
                 small_gap & (gaps.device == device) & (g_start < e) & (gaps.end > s)
             )
-            waited = int(
-                (np.minimum(gaps.end[waits], e) - np.maximum(gaps.start[waits], s)).sum()
-            )
+            waited = int((np.minimum(gaps.end[waits], e) - np.maximum(gaps.start[waits], s)).sum())
             share = waited / (e - s)
             if share >= LAUNCH_WAIT_WARNING:
                 bound.append((share, i, device, waited, short, total, waits))

@@ -12,20 +12,11 @@ from .idle import CAUSES
 from .memory import device_properties
 from .memory_ops import memory_ops_of, memory_ops_section, peak_fields
 from .sync import step_sync_us, sync_of, sync_section
+from .units import us  # noqa: F401 (used here and by importers)
 
 SUMMARY_VERSION = 1
 TOP_GROUPS = 50
 TOP_GAPS = 20
-
-
-def us(ns: int | None) -> float | None:
-    """Integer ns -> µs rounded to 3 decimals, in the trace's own time base.
-
-    Python's int / int division is correctly rounded, so the result does not depend on how
-    large the timestamps are (numpy would round the int64 to a float first)."""
-    if ns is None:
-        return None
-    return round(int(ns) / 1000, 3)
 
 
 def source_section(trace: Trace) -> dict[str, Any]:

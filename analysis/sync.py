@@ -28,6 +28,7 @@ from .intervals import Union
 from .links import Links
 from .nesting import Nesting
 from .steps import STEP_NAME, step_rows
+from .units import us as _us
 
 # What kind of wait a blocking call is; index into KINDS.
 DEVICE_SYNC, STREAM_SYNC, EVENT_SYNC, STREAM_WAIT, MEMCPY, MEMSET = range(6)
@@ -343,10 +344,6 @@ def sync_of(analysis: Any) -> SyncCalls:
 # -- the summary's extra keys ------------------------------------------------------------------
 
 TOP_SITES = 20
-
-
-def _us(ns: int) -> float:
-    return round(int(ns) / 1000, 3)
 
 
 def sync_section(trace: Trace, calls: SyncCalls, limit: int = TOP_SITES) -> list[dict[str, Any]]:
