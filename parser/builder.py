@@ -21,7 +21,6 @@ from .model import (
 )
 
 GPU_KINDS = (KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET)
-CONSOLIDATE_ROWS = 1 << 18
 COLUMNS = ROW_COLUMNS
 DTYPES = {
     "ph": np.uint8,
@@ -60,14 +59,18 @@ def lane_key(value: Any) -> Any:
 class TraceBuilder:
     """Collects runs; `finish` turns them into a Trace."""
 
-    def __init__(self) -> None:
+    def __init__(self, expected_bytes: int | None = None) -> None:
         self.strings: list[str] = [""]
         self.string_ids: dict[str, int] = {"": 0}
         self.lanes: list[Lane] = []
         self.lane_ids: dict[tuple, int] = {}
-        self.parts: dict[str, list[np.ndarray]] = {c: [] for c in COLUMNS}
-        self.consolidated: dict[str, int] = {c: 0 for c in COLUMNS}
-        self.small_rows = 0
+        # Rows are written straight into columns allocated for the whole file (estimated from
+        # the first run's rows per byte) and grown by doubling when the estimate is short. The
+        # allocation is virtual until written, so an overestimate costs no memory, and the
+        # model is never copied again: no joining of per-run pieces at the end.
+        self.expected_bytes = expected_bytes
+        self.columns: dict[str, np.ndarray] = {}
+        self.n_rows = 0
         self.mem_parts: dict[str, list[np.ndarray]] = {
             c: [] for c in ("ordinal", "lane", "ts", *MEMORY_FIELDS)
         }
@@ -109,27 +112,27 @@ class TraceBuilder:
         self.chunk_first.append(base)
         string_map = np.array([self.intern(s) for s in run.strings], dtype=np.int32)
         lane_map = np.array([self.lane_id(p, t) for p, t in run.lane_keys], dtype=np.int32)
-        parts = self.parts
-        parts["ph"].append(run.ph)
-        parts["name"].append(string_map[run.name])
-        parts["cat"].append(string_map[run.cat])
-        parts["lane"].append(lane_map[run.lane] if len(run.lane) else run.lane)
+        m = len(run.ordinal)
+        self._reserve(m, length)
+        lo, hi = self.n_rows, self.n_rows + m
+        cols = self.columns
+        cols["ph"][lo:hi] = run.ph
+        cols["name"][lo:hi] = string_map[run.name]
+        cols["cat"][lo:hi] = string_map[run.cat]
+        cols["lane"][lo:hi] = lane_map[run.lane] if m else run.lane
         for column in ("start", "dur", "corr", "ext_id", "device", "stream", "flow_bp"):
-            parts[column].append(getattr(run, column))
-        shape = run.shape.copy()
+            cols[column][lo:hi] = getattr(run, column)
+        shape = run.shape
         has_shape = shape >= 0
-        shape[has_shape] = string_map[shape[has_shape]]
-        parts["shape"].append(shape)
-        flow = run.flow_id.copy()
+        cols["shape"][lo:hi] = np.where(has_shape, string_map[np.where(has_shape, shape, 0)], -1)
+        flow = cols["flow_id"][lo:hi]
+        flow[:] = run.flow_id
         string_flow = flow >= STRING_FLOW_BASE
         if string_flow.any():
             local = flow[string_flow] - STRING_FLOW_BASE
             flow[string_flow] = STRING_FLOW_BASE + string_map[local].astype(np.int64)
-        parts["flow_id"].append(flow)
-        parts["ordinal"].append(run.ordinal + base)
-        self.small_rows += len(run.ordinal)
-        if self.small_rows >= CONSOLIDATE_ROWS:
-            self._consolidate()
+        np.add(run.ordinal, base, out=cols["ordinal"][lo:hi])
+        self.n_rows = hi
         mem = run.memory
         if mem.get("ordinal"):
             self.mem_parts["ordinal"].append(np.array(mem["ordinal"], dtype=np.int64) + base)
@@ -152,19 +155,31 @@ class TraceBuilder:
                 self.slice_end_max = run.slice_end_max
         self.negative_durations += run.negative_durations
 
-    def _consolidate(self) -> None:
-        """Join the runs' small column pieces into one large piece per column.
-
-        Small arrays live on the allocator's heap, which keeps freed space; large ones are
-        mapped and given back when freed. Joining every few hundred thousand rows keeps the heap
-        small, so the final join does not leave a heap the size of the model behind.
-        """
-        for column, pieces in self.parts.items():
-            start = self.consolidated[column]
-            if len(pieces) - start > 1:
-                pieces[start:] = [np.concatenate(pieces[start:])]
-            self.consolidated[column] = len(pieces)
-        self.small_rows = 0
+    def _reserve(self, rows: int, run_bytes: int) -> None:
+        """Make room for `rows` more rows."""
+        need = self.n_rows + rows
+        capacity = len(self.columns["ph"]) if self.columns else 0
+        if self.columns and need <= capacity:
+            return
+        if not self.columns and self.expected_bytes and rows and run_bytes > 0:
+            # Rows per byte of this run, over the whole file, with a wide margin: runs differ
+            # (the first often holds larger events), and unwritten capacity costs no memory.
+            estimate = int(rows / run_bytes * self.expected_bytes * 2.5) + 4096
+            # No row takes less than 16 bytes of JSON.
+            estimate = min(estimate, self.expected_bytes // 16 + 4096)
+        else:
+            estimate = capacity + capacity // 2
+        capacity = max(need, estimate, 4096)
+        try:
+            np.empty(capacity * 80, dtype=np.uint8)  # the whole row's width, to see it fits
+        except MemoryError:
+            capacity = max(need, 2 * len(self.columns["ph"]) if self.columns else need)
+        for column in COLUMNS:
+            array = np.empty(capacity, dtype=DTYPES.get(column, np.int64))
+            old = self.columns.get(column)
+            if old is not None:
+                array[: self.n_rows] = old[: self.n_rows]
+            self.columns[column] = array  # the old array is freed here, column by column
         release_heap()
 
     def _metadata(self, name: Any, pid: Any, tid: Any, args: Any) -> None:
@@ -189,17 +204,15 @@ class TraceBuilder:
                 return np.zeros(0, dtype=dtype)
             return np.concatenate(parts).astype(dtype, copy=False)
 
-        release_heap()
-        # Column by column, dropping each column's parts at once, so that the peak is the
-        # model plus one column rather than twice the model.
+        n = self.n_rows
         columns = {}
         for c in COLUMNS:
-            columns[c] = joined(self.parts[c], DTYPES.get(c, np.int64))
-            self.parts[c].clear()
-            self.consolidated[c] = 0
-            # glibc raises its mmap threshold as large blocks are freed, so the freed pieces
-            # may sit in the heap: hand them back before the next column is joined.
-            release_heap()
+            array = self.columns.get(c)
+            if array is None:
+                array = np.zeros(0, dtype=DTYPES.get(c, np.int64))
+            # A view of the first n rows: the unused tail was never written, so never resident.
+            columns[c] = array[:n]
+        self.columns = {}
         from .model import category_kind
 
         kinds = np.array([category_kind(s) for s in self.strings], dtype=np.int8)

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from .events import Event
+from .events import Args, Event
 from .model import KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, NO_VALUE, category_kind
 
 INT64_MAX = (1 << 63) - 1
@@ -139,15 +139,19 @@ def _int_column(values: list) -> np.ndarray:
 
 
 def convert_run(events: list[Event]) -> RunColumns:
-    """Convert the decoded events of one run (every element, in file order)."""
+    """Convert the decoded events of one run (every element, in file order).
+
+    Every pass over the events is one attribute fetch in a comprehension or a C-level `map`;
+    per-event Python work is left to the rare cases (memory events, odd value types).
+    """
     n = len(events)
     phs = [e.ph for e in events]
-    by_phase = Counter(phs)
-    if None in by_phase:
-        by_phase["?"] = by_phase.get("?", 0) + by_phase.pop(None)
+    code_of = {p: _phase_code(p) for p in dict.fromkeys(phs)}
+    codes = np.fromiter(map(code_of.__getitem__, phs), dtype=np.uint8, count=n)
+    by_phase = _phase_counts(phs, code_of, codes)
 
     strings: list[str] = [""]
-    string_ids: dict[str, int] = {"": 0}
+    string_ids: dict[Any, int] = {"": 0, None: 0}
 
     def intern(text: str) -> int:
         sid = string_ids.get(text)
@@ -156,21 +160,26 @@ def convert_run(events: list[Event]) -> RunColumns:
             strings.append(text)
         return sid
 
-    get = string_ids.get
-    names = [e.name for e in events]
-    cats = [e.cat for e in events]
-    cat_ids = [
-        (sid if (sid := get(c)) is not None else intern(c)) if c is not None else 0 for c in cats
-    ]
-    ph_x = np.fromiter((p == "X" for p in phs), dtype=bool, count=n)
-    cat_arr = np.array(cat_ids, dtype=np.int32)
+    def intern_all(values: list) -> np.ndarray:
+        for text in dict.fromkeys(values):
+            if text not in string_ids:
+                string_ids[text] = len(strings)
+                strings.append(text)
+        return np.fromiter(map(string_ids.__getitem__, values), dtype=np.int32, count=len(values))
+
+    # Categories of every event, then names of the rows: the string table's order is part of
+    # the model (groups are ordered by string id), so it stays as it always was.
+    cat_all = intern_all([e.cat for e in events])
+    ph_x = codes == ord("X")
     by_category: dict[str, int] = {}
     if ph_x.any():
-        counts = np.bincount(cat_arr[ph_x], minlength=len(strings))
-        by_category = {strings[i]: int(c) for i, c in enumerate(counts) if c}
+        counts = np.bincount(cat_all[ph_x], minlength=len(strings))
+        by_category = {
+            strings[i]: int(c) for i in np.flatnonzero(counts).tolist() for c in (counts[i],)
+        }
 
     starts, valid = _ns_column([e.ts for e in events], n)
-    is_meta = np.fromiter((p == "M" for p in phs), dtype=bool, count=n)
+    is_meta = codes == ord("M")
     rows = valid & ~is_meta
     metadata: list[tuple[str, Any, Any, Any]] = []
     if is_meta.any():
@@ -178,44 +187,46 @@ def convert_run(events: list[Event]) -> RunColumns:
             e = events[i]
             metadata.append((e.name, e.pid, e.tid, e.args))
 
-    memory: dict[str, list[int]] = {k: [] for k in ("ordinal", "lane", "ts", *MEMORY_FIELDS)}
-    lane_keys: list[tuple[Any, Any]] = []
-    lane_ids: dict[tuple[Any, Any], int] = {}
-
-    def lane_of(pid: Any, tid: Any) -> int:
-        key = (pid, tid)
-        lid = lane_ids.get(key)
-        if lid is None:
-            lid = lane_ids[key] = len(lane_keys)
-            lane_keys.append(key)
-        return lid
-
-    mem_rows = [i for i, name in enumerate(names) if name == "[memory]" and phs[i] == "i"]
-    for i in mem_rows:
-        e = events[i]
-        args = e.args
-        memory["ordinal"].append(i)
-        memory["ts"].append(int(starts[i]) if valid[i] else NO_VALUE)
-        memory["lane"].append(lane_of(e.pid, e.tid) if valid[i] else -1)
-        for key in MEMORY_FIELDS:
-            value = getattr(args, key) if args is not None else None
-            if type(value) is float and value.is_integer():
-                value = int(value)
-            memory[key].append(_int64_or_none(value))
-
     index = np.flatnonzero(rows)
     m = len(index)
-    idx = index.tolist()
-    sub = [events[i] for i in idx] if m != n else events
-    row_names = [names[i] for i in idx] if m != n else names
-    name_ids = [
-        (sid if (sid := get(nm)) is not None else intern(nm)) if nm is not None else 0
-        for nm in row_names
-    ]
-    lane_get = lane_ids.get
-    lanes = [
-        lid if (lid := lane_get(key := (e.pid, e.tid))) is not None else lane_of(*key) for e in sub
-    ]
+    sub = events if m == n else [events[i] for i in index.tolist()]
+    lane_keys, lanes = _lanes(sub)
+    row_name = intern_all([e.name for e in sub])
+    ph_codes = codes[index]
+
+    memory: dict[str, list[int]] = {k: [] for k in ("ordinal", "lane", "ts", *MEMORY_FIELDS)}
+    memory_id = string_ids.get("[memory]")
+    mem_rows = []
+    if memory_id is not None:
+        mem_rows = index[(row_name == memory_id) & (ph_codes == ord("i"))].tolist()
+    if m != n:  # memory events without a usable time are kept too, with no lane
+        unplaced = np.flatnonzero(~rows).tolist()
+        mem_rows = sorted(
+            mem_rows + [i for i in unplaced if events[i].name == "[memory]" and phs[i] == "i"]
+        )
+    if mem_rows:
+        row_of = np.full(n, -1, dtype=np.int64)
+        row_of[index] = np.arange(m)
+        first_lanes = dict.fromkeys(int(lanes[row_of[i]]) for i in mem_rows if row_of[i] >= 0)
+        order = [*first_lanes, *(k for k in range(len(lane_keys)) if k not in first_lanes)]
+        if order != list(range(len(lane_keys))):
+            # Memory events' lanes come first, as when they were numbered first.
+            renumber = np.empty(len(order), dtype=np.int32)
+            renumber[order] = np.arange(len(order), dtype=np.int32)
+            lanes = renumber[lanes]
+            lane_keys = [lane_keys[k] for k in order]
+        for i in mem_rows:
+            e = events[i]
+            args = e.args
+            memory["ordinal"].append(i)
+            memory["ts"].append(int(starts[i]) if valid[i] else NO_VALUE)
+            memory["lane"].append(int(lanes[row_of[i]]) if valid[i] else -1)
+            for key in MEMORY_FIELDS:
+                value = getattr(args, key) if args is not None else None
+                if type(value) is float and value.is_integer():
+                    value = int(value)
+                memory[key].append(_int64_or_none(value))
+
     start = starts[index]
     durs, dur_valid = _ns_column([e.dur or 0 for e in sub], m)
     negative = int(np.count_nonzero(durs < 0))
@@ -223,60 +234,47 @@ def convert_run(events: list[Event]) -> RunColumns:
     overflow = start > INT64_MAX - dur
     if overflow.any():
         dur[overflow] = INT64_MAX - start[overflow]
-    row_ph = [phs[i] for i in idx] if m != n else phs
-    code_of = {p: (ord(p) if len(p) == 1 and p < "\x80" else 0) for p in by_phase if p != "?"}
-    ph_codes = np.array([code_of.get(p, 0) for p in row_ph], dtype=np.uint8)
-    row_cat = cat_arr[index]
+    row_cat = cat_all[index]
     args_list = [e.args for e in sub]
-    # Only JSON integers count (not bools or floats); out-of-range ones are dropped by _int_column.
-    corr = _int_column(
-        [
-            v if type(v := (a.correlation if a is not None else None)) is int else NO_VALUE
-            for a in args_list
-        ]
-    )
-    ext = _int_column(
-        [
-            v if type(v := (a.external_id if a is not None else None)) is int else NO_VALUE
-            for a in args_list
-        ]
-    )
-    stream = _int_column(
-        [
-            v if type(v := (a.stream if a is not None else None)) is int else NO_VALUE
-            for a in args_list
-        ]
-    )
-    shape = np.full(m, -1, dtype=np.int32)
-    dims_list = [
-        (a.input_dims if a.input_dims is not None else a.input_dims_old) if a is not None else None
-        for a in args_list
-    ]
-    for j, dims in enumerate(dims_list):
-        if dims is not None:
-            shape[j] = intern(_dims_text(dims))
+    if None in args_list:
+        args_list = [a if a is not None else EMPTY_ARGS for a in args_list]
+    # Only JSON integers count (not bools or floats); out-of-range ones are dropped.
+    corr = _int_only([a.correlation for a in args_list])
+    ext = _int_only([a.external_id for a in args_list])
+    stream = _int_only([a.stream for a in args_list])
+    shape = _shape_ids([a.input_dims for a in args_list], intern)
+    old_dims = [a.input_dims_old for a in args_list]
+    if old_dims.count(None) != m:  # traces before 2021 say "Input dims"
+        older = _shape_ids(old_dims, intern)
+        shape = np.where(shape >= 0, shape, older)
 
     kinds = np.array([category_kind(s) for s in strings], dtype=np.int8)
     row_x = ph_codes == ord("X")
     device = np.full(m, -1, dtype=np.int64)
-    for j in np.flatnonzero(row_x & np.isin(kinds[row_cat], GPU_KINDS)).tolist():
-        device[j] = _device(sub[j])
+    gpu_rows = np.flatnonzero(row_x & np.isin(kinds[row_cat], GPU_KINDS))
+    if len(gpu_rows):
+        gpu_idx = gpu_rows.tolist()
+        values = _int_only([args_list[j].device for j in gpu_idx])
+        device[gpu_rows] = values
+        for k in np.flatnonzero(values == NO_VALUE).tolist():
+            device[gpu_idx[k]] = _device(sub[gpu_idx[k]])
 
     flow_id = np.full(m, NO_VALUE, dtype=np.int64)
     flow_bp = np.zeros(m, dtype=np.uint8)
     flow_rows = np.flatnonzero(
         (ph_codes == ord("s")) | (ph_codes == ord("f")) | (ph_codes == ord("t"))
     )
-    for j in flow_rows.tolist():
-        e = sub[j]
-        fid = e.id
-        if type(fid) is int and INT64_MIN < fid <= INT64_MAX:
-            flow_id[j] = fid
-        elif type(fid) is str:
-            flow_id[j] = STRING_FLOW_BASE + intern(fid)
-        bp = e.bp
-        if type(bp) is str and bp and bp[0] < "\x80":
-            flow_bp[j] = ord(bp[0])
+    if len(flow_rows):
+        flow_idx = flow_rows.tolist()
+        ids = [sub[j].id for j in flow_idx]
+        flow_id[flow_rows] = _int_only(ids)
+        if str in set(map(type, ids)):
+            for k, fid in enumerate(ids):
+                if type(fid) is str:
+                    flow_id[flow_idx[k]] = STRING_FLOW_BASE + intern(fid)
+        bps = [sub[j].bp for j in flow_idx]
+        if set(map(type, bps)) != {type(None)}:
+            flow_bp[flow_rows] = [_bp_code(bp) for bp in bps]
 
     smin = emax = None
     if row_x.any():
@@ -287,9 +285,9 @@ def convert_run(events: list[Event]) -> RunColumns:
         strings=strings,
         lane_keys=lane_keys,
         ph=ph_codes,
-        name=np.array(name_ids, dtype=np.int32),
+        name=row_name,
         cat=row_cat,
-        lane=np.array(lanes, dtype=np.int32),
+        lane=lanes,
         start=start,
         dur=dur,
         corr=corr,
@@ -301,7 +299,7 @@ def convert_run(events: list[Event]) -> RunColumns:
         shape=shape,
         ordinal=index.astype(np.int64),
         n_events=n,
-        by_phase=dict(by_phase),
+        by_phase=by_phase,
         by_category=by_category,
         slice_start_min=smin,
         slice_end_max=emax,
@@ -311,8 +309,123 @@ def convert_run(events: list[Event]) -> RunColumns:
     )
 
 
-def _dims_text(dims: Any) -> str:
-    """Compact JSON text of an `Input Dims` value (lone surrogates in strings survive)."""
+EMPTY_ARGS = Args()
+_INT_TYPES = {int, type(None)}
+
+
+def _bp_code(bp: Any) -> int:
+    """A flow event's binding point as its first ASCII byte, else 0."""
+    return ord(bp[0]) if type(bp) is str and bp and bp[0] < "\x80" else 0
+
+
+def _phase_code(ph: str | None) -> int:
+    """The byte a phase is stored as: its one ASCII character, else 0."""
+    return ord(ph) if type(ph) is str and len(ph) == 1 and ph < "\x80" else 0
+
+
+def _phase_counts(phs: list, code_of: dict, codes: np.ndarray) -> dict[str, int]:
+    """Events per phase, in order of first appearance; a missing phase counts as "?"."""
+    counts = np.bincount(codes, minlength=256)
+    by_phase: dict[str, int] = {}
+    odd = None
+    for ph, code in code_of.items():
+        if code:
+            by_phase[ph] = int(counts[code])
+        elif odd is None:
+            odd = Counter(p for p in phs if not code_of[p])
+    if odd:
+        missing = odd.pop(None, 0)
+        for ph, count in odd.items():
+            by_phase[ph] = count
+        if missing:
+            by_phase["?"] = by_phase.get("?", 0) + missing
+    return by_phase
+
+
+def _lanes(events: list[Event]) -> tuple[list[tuple[Any, Any]], np.ndarray]:
+    """(pid, tid) keys in order of first appearance, and each event's index into them.
+
+    pids and tids are numbered apart (few of each, so cheap to hash), and the pair becomes
+    one integer; only when the pairs' space is large are tuples hashed instead.
+    """
+    n = len(events)
+    pids = [e.pid for e in events]
+    tids = [e.tid for e in events]
+    pid_ids = {key: i for i, key in enumerate(dict.fromkeys(pids))}
+    tid_ids = {key: i for i, key in enumerate(dict.fromkeys(tids))}
+    space = len(pid_ids) * len(tid_ids)
+    if space > 4 * n + 64:
+        keys = list(zip(pids, tids))
+        ids = {key: i for i, key in enumerate(dict.fromkeys(keys))}
+        return list(ids), np.fromiter(map(ids.__getitem__, keys), dtype=np.int32, count=n)
+    pair = np.fromiter(map(tid_ids.__getitem__, tids), dtype=np.int64, count=n)
+    if len(pid_ids) > 1:
+        pair += np.fromiter(map(pid_ids.__getitem__, pids), dtype=np.int64, count=n) * len(tid_ids)
+    order = list(dict.fromkeys(pair.tolist()))
+    lookup = np.empty(space, dtype=np.int32)
+    lookup[order] = np.arange(len(order), dtype=np.int32)
+    pid_list, tid_list = list(pid_ids), list(tid_ids)
+    width = len(tid_ids)
+    keys = [(pid_list[p // width], tid_list[p % width]) for p in order]
+    return keys, lookup[pair]
+
+
+def _int_only(values: list) -> np.ndarray:
+    """JSON integers within int64 -> int64; None, bools, floats, strings, ... -> NO_VALUE."""
+    types = set(map(type, values))
+    if types <= _INT_TYPES:
+        if type(None) in types:
+            values = [NO_VALUE if v is None else v for v in values]
+        try:
+            out = np.array(values, dtype=np.int64)
+        except OverflowError:
+            pass
+        else:
+            return out
+    return np.array([_int64_or_none(v) for v in values], dtype=np.int64)
+
+
+_NOT_PLAIN_DIMS = bytes(range(256)).translate(None, b"0123456789[], \t\r\n")
+
+
+def _shape_ids(values: list, intern: Any) -> np.ndarray:
+    """String ids of the shapes' texts, -1 where there is none.
+
+    Decoded as Raw JSON, the few distinct shapes of a run are turned into text once each."""
+    out = np.full(len(values), -1, dtype=np.int32)
+    present = [j for j, value in enumerate(values) if value is not None]
+    if not present:
+        return out
+    if set(map(type, (values[j] for j in present))) == {msgspec.Raw}:
+        raws = [bytes(values[j]) for j in present]
+        ids = {}
+        for raw in dict.fromkeys(raws):
+            text = _dims_text(msgspec.Raw(raw))
+            ids[raw] = intern(text) if text is not None else -1
+        out[present] = np.fromiter(map(ids.__getitem__, raws), dtype=np.int32, count=len(raws))
+        return out
+    for j in present:
+        text = _dims_text(values[j])
+        if text is not None:
+            out[j] = intern(text)
+    return out
+
+
+def _dims_text(dims: Any) -> str | None:
+    """Compact JSON text of an `Input Dims` value (lone surrogates in strings survive); None
+    for a missing or null value.
+
+    Raw JSON of lists of non-negative integers (nearly every shape) only loses its whitespace;
+    anything else is decoded and encoded compactly."""
+    if type(dims) is msgspec.Raw:
+        raw = bytes(dims)
+        if raw == b"null":
+            return None
+        if len(raw.translate(None, _NOT_PLAIN_DIMS)) == len(raw):
+            return raw.translate(None, b" \t\r\n").decode("ascii")
+        dims = msgspec.json.decode(raw)
+    if dims is None:
+        return None
     try:
         return msgspec.json.encode(dims).decode()
     except UnicodeEncodeError:

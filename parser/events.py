@@ -17,8 +17,11 @@ class Args(msgspec.Struct, gc=False):
     external_id: Any = msgspec.field(name="External id", default=None)
     device: Any = None
     stream: Any = None
-    input_dims: Any = msgspec.field(name="Input Dims", default=None)
-    input_dims_old: Any = msgspec.field(name="Input dims", default=None)
+    # Shapes stay JSON text (no lists built, then encoded again); the generic path of
+    # `event_from_object` stores decoded values here instead.
+    # (a JSON null arrives as Raw(b"null")).
+    input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=None)
+    input_dims_old: msgspec.Raw = msgspec.field(name="Input dims", default=None)
     addr: Any = msgspec.field(name="Addr", default=None)
     bytes: Any = msgspec.field(name="Bytes", default=None)
     total_allocated: Any = msgspec.field(name="Total Allocated", default=None)
@@ -144,11 +147,16 @@ def event_from_object(obj: Any) -> Event:
     if isinstance(args, dict):
         # Only the keys Args names: others may not even be encodable (lone surrogates).
         known = {key: args[key] for key in ARG_KEYS if key in args}
+        dims = {attr: known.pop(key) for key, attr in DIMS_KEYS.items() if key in known}
         try:
             event.args = msgspec.convert(known, Args, str_keys=True)
         except (ValueError, TypeError):
             event.args = None
+        else:
+            for attr, value in dims.items():
+                setattr(event.args, attr, value)  # decoded values: _dims_text takes both
     return event
 
 
 ARG_KEYS = Args.__struct_encode_fields__
+DIMS_KEYS = {"Input Dims": "input_dims", "Input dims": "input_dims_old"}

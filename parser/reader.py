@@ -9,11 +9,13 @@ event is decoded on its own, so nothing that can be read is lost.
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import sys
 from collections import deque
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import msgspec
@@ -154,7 +156,28 @@ def prepare_workers(path: str) -> None:
         pass  # the load itself will report the problem, or read in one process
 
 
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while decoding.
+
+    Decoding allocates millions of objects and makes no reference cycles, so the collector's
+    passes over them (triggered by allocation counts) are pure cost: about a fifth of the time.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def read_trace(path: str, progress: Progress | None = None, workers: int | None = None) -> Trace:
+    with gc_paused():
+        return _read_trace(path, progress, workers)
+
+
+def _read_trace(path: str, progress: Progress | None, workers: int | None) -> Trace:
     state = open_source(path)
     workers = workers_for(state, workers)
     if workers <= 1:
@@ -228,7 +251,7 @@ def _read(
     workers: int = 1,
 ) -> Trace:
     buf = _Buffer(blocks)
-    builder = TraceBuilder()
+    builder = TraceBuilder(expected_bytes=state.expected_bytes)
     header: dict[str, Any] = {}
     warnings: list[str] = []
     reader = _Reader(buf, builder, state, progress, warnings)
@@ -720,6 +743,11 @@ def decode_file_run(path: str, offset: int, length: int) -> RunColumns | None:
 
 def decode_segment(segment: bytes) -> RunColumns | None:
     """Worker side: decode and convert one run of whole events; None if it is not one."""
+    with gc_paused():
+        return _decode_segment(segment)
+
+
+def _decode_segment(segment: bytes) -> RunColumns | None:
     text = b"[" + segment + b"]"
     try:
         events = EVENTS_DECODER.decode(text)

@@ -28,6 +28,23 @@ class SourceState:
     stream_error: str | None = None  # a corrupt gzip stream: what zlib said
     mtime_ns: int | None = None  # the file's mtime when it was opened
 
+    @property
+    def expected_bytes(self) -> int:
+        """About how many uncompressed bytes the file holds (to size the model's columns).
+
+        A gzip file's last four bytes give the uncompressed size modulo 4 GiB, for the last
+        member; where that is implausible, JSON's usual ratio of ten is assumed."""
+        if not self.compressed:
+            return self.size
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(max(0, self.size - 4))
+                tail = handle.read(4)
+        except OSError:
+            tail = b""
+        stated = int.from_bytes(tail, "little") if len(tail) == 4 else 0
+        return stated if stated >= self.size else 10 * self.size
+
 
 def open_source(path: str) -> SourceState:
     """Check that `path` is a readable file and sniff the gzip magic bytes."""

@@ -197,6 +197,20 @@ def test_input_shapes_kept_in_both_spellings():
     assert [trace.strings[i] for i in trace.shape] == ["[[2,3],[]]", "[[4]]"]
 
 
+def test_input_shapes_normalised_null_and_unusual_values():
+    text = (
+        b'[{"ph":"X","name":"a","ts":1,"dur":1,"pid":1,"tid":1,"args":{"Input Dims":[[2, 3],\n []]}},'
+        b'{"ph":"X","name":"b","ts":2,"dur":1,"pid":1,"tid":1,"args":{"Input Dims":[[2,3],[]]}},'
+        b'{"ph":"X","name":"c","ts":3,"dur":1,"pid":1,"tid":1,"args":{"Input Dims":null}},'
+        b'{"ph":"X","name":"d","ts":4,"dur":1,"pid":1,"tid":1,"args":{"Input Dims":[[-1], ["x y"], 1.5]}},'
+        b'{"ph":"X","name":"e","ts":5,"dur":1,"pid":1,"tid":1,"args":{"Input Dims":null,"Input dims":[[7]]}}]'
+    )
+    trace = loads(text)
+    texts = [trace.strings[i] if i >= 0 else None for i in trace.shape]
+    assert texts == ["[[2,3],[]]", "[[2,3],[]]", None, '[[-1],["x y"],1.5]', "[[7]]"]
+    assert trace.shape[0] == trace.shape[1]
+
+
 def test_historic_kineto_defects_are_tolerated():
     text = (
         b'{"traceEvents": [\n'
@@ -319,6 +333,33 @@ def test_large_trace_is_read_in_many_runs_with_progress(write_trace):
     assert len(calls) > 1
     assert all(a[0] <= b[0] for a, b in zip(calls, calls[1:]))
     assert calls[-1][0] == calls[-1][1] == path.stat().st_size
+
+
+@pytest.mark.parametrize("expected_bytes", [1, 10_000, 1 << 40])
+def test_model_columns_grow_past_a_short_estimate(write_trace, expected_bytes, monkeypatch):
+    """The columns are sized from the first run and grown when that estimate was short: the
+    model is the same whatever the estimate."""
+    from kinetoscope.parser import builder as builder_module
+
+    events = [X(f"op{i % 7}", i, 1, cat="kernel" if i % 3 else "cpu_op") for i in range(30000)]
+    path = write_trace(doc(*events))
+    reference = load(str(path), use_cache=False, workers=1)
+    made = builder_module.TraceBuilder
+    monkeypatch.setattr(
+        "kinetoscope.parser.reader.TraceBuilder", lambda **_: made(expected_bytes=expected_bytes)
+    )
+    trace = load(str(path), use_cache=False, workers=1)
+    for column in builder_module.COLUMNS:
+        assert np.array_equal(getattr(trace, column), getattr(reference, column)), column
+    assert trace.strings == reference.strings
+
+
+def test_gzip_expected_size_comes_from_the_trailer(write_trace):
+    from kinetoscope.parser.source import open_source
+
+    text = json.dumps(doc(*[X("a", i, 1) for i in range(2000)])).encode()
+    path = write_trace(gzip.compress(text), name="t.json.gz")
+    assert open_source(str(path)).expected_bytes == len(text)
 
 
 @pytest.mark.parametrize("compress", [False, True])
