@@ -67,15 +67,22 @@ class Nesting:
             parent = int(self.parent[parent])
         return chain[::-1]
 
+    def _bounds(self, trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+        """Start and end per position, made on first use (stack queries) and kept."""
+        cached = self.__dict__.get("_bounds_cache")
+        if cached is None:
+            start = trace.start[self.order]
+            cached = (start, start + trace.dur[self.order])
+            self.__dict__["_bounds_cache"] = cached
+        return cached
+
     def slices_at(self, trace: Trace, lane: int, t: int) -> np.ndarray:
         """Rows of the lane's CPU slices with start <= t < end, outermost first."""
         lo, hi = self.lane_range(lane)
-        rows = self.order[lo:hi]
-        starts = trace.start[rows]
+        starts, ends = self._bounds(trace)
         # Within a lane, positions are sorted by start.
-        upto = int(np.searchsorted(starts, t, side="right"))
-        candidates = rows[:upto]
-        return candidates[trace.start[candidates] + trace.dur[candidates] > t]
+        upto = lo + int(np.searchsorted(starts[lo:hi], t, side="right"))
+        return self.order[lo + np.flatnonzero(ends[lo:upto] > t)]
 
     def visible(self, trace: Trace, lane: int, t0: int, t1: int) -> np.ndarray:
         """Rows of the lane's CPU slices that start before t1, by position (end is not checked)."""

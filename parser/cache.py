@@ -96,11 +96,7 @@ def save(trace: Trace, root: Path | None = None) -> Path | None:
         encoded = [s.encode("utf-8", "surrogatepass") for s in trace.strings]
         arrays["strings.offsets"] = np.cumsum([0] + [len(b) for b in encoded], dtype=np.int64)
         arrays["strings.blob"] = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-        files = {}
-        for name, array in arrays.items():
-            file = work / f"{name}.npy"
-            np.save(file, np.ascontiguousarray(array), allow_pickle=False)
-            files[name] = {"bytes": file.stat().st_size, "crc32": _crc(file)}
+        files = _write_arrays(work, arrays)
         manifest = {
             "key": key,
             "files": files,
@@ -133,6 +129,82 @@ def save(trace: Trace, root: Path | None = None) -> Path | None:
         raise
 
 
+def _write_arrays(folder: Path, arrays: dict[str, np.ndarray]) -> dict[str, dict[str, int]]:
+    files = {}
+    for name, array in arrays.items():
+        file = folder / f"{name}.npy"
+        np.save(file, np.ascontiguousarray(array), allow_pickle=False)
+        files[name] = {"bytes": file.stat().st_size, "crc32": _crc(file)}
+    return files
+
+
+def _map_arrays(
+    folder: Path, files: dict[str, Any], verify: bool = True
+) -> dict[str, np.ndarray] | None:
+    """The arrays a manifest lists, memory-mapped; None if any is missing, short or corrupt."""
+    arrays = {}
+    for name, facts in files.items():
+        file = folder / f"{name}.npy"
+        if file.stat().st_size != facts["bytes"]:
+            return None
+        if verify and _crc(file) != facts["crc32"]:
+            return None
+        try:
+            # A plain ndarray view of the mapping: numpy's memmap subclass is slower to index.
+            arrays[name] = np.load(file, mmap_mode="r", allow_pickle=False).view(np.ndarray)
+        except ValueError:  # numpy cannot map an empty array
+            arrays[name] = np.load(file, allow_pickle=False)
+    return arrays
+
+
+def save_extra(trace: Trace, name: str, version: int, arrays: dict[str, np.ndarray]) -> bool:
+    """Keep arrays derived from the model (e.g. the viewer's nesting) in the trace's entry.
+
+    Written only next to a valid entry of this very file, in a folder of its own that is
+    renamed into place; `load_extra` checks the same key, its version and every CRC."""
+    path = trace.source.path
+    target = entry_dir(path)
+    try:
+        key = trace_key(path)
+        if (key["size"], key["mtime_ns"]) != (trace.source.bytes, trace.source.mtime_ns):
+            return False
+        manifest = msgspec.json.decode((target / "manifest.json").read_bytes())
+        if manifest.get("key") != key:
+            return False
+        _remove_abandoned(target)
+        work = Path(tempfile.mkdtemp(prefix=".tmp-", dir=target))
+    except (OSError, msgspec.DecodeError):
+        return False
+    try:
+        files = _write_arrays(work, arrays)
+        extra = {"key": key, "version": version, "files": files}
+        (work / "manifest.json").write_bytes(msgspec.json.encode(extra))
+        final = target / f"extra-{name}"
+        if final.exists():
+            shutil.rmtree(final, ignore_errors=True)
+        os.rename(work, final)
+        return True
+    except BaseException as error:
+        shutil.rmtree(work, ignore_errors=True)
+        if isinstance(error, (OSError, ValueError, TypeError, msgspec.EncodeError)):
+            return False
+        raise
+
+
+def load_extra(
+    trace: Trace, name: str, version: int, verify: bool = True
+) -> dict[str, np.ndarray] | None:
+    """The arrays `save_extra` kept for this trace file as it is now, or None."""
+    folder = entry_dir(trace.source.path) / f"extra-{name}"
+    try:
+        extra = msgspec.json.decode((folder / "manifest.json").read_bytes())
+        if extra.get("key") != trace_key(trace.source.path) or extra.get("version") != version:
+            return None
+        return _map_arrays(folder, extra["files"], verify)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, msgspec.DecodeError):
+        return None
+
+
 def load(path: str, root: Path | None = None, verify: bool = True) -> Trace | None:
     """The cached Trace for `path`, memory-mapped, or None when there is no valid entry."""
     target = entry_dir(path, root)
@@ -140,19 +212,9 @@ def load(path: str, root: Path | None = None, verify: bool = True) -> Trace | No
         manifest = msgspec.json.decode((target / "manifest.json").read_bytes())
         if manifest.get("key") != trace_key(path):
             return None
-        arrays = {}
-        for name, facts in manifest["files"].items():
-            file = target / f"{name}.npy"
-            if file.stat().st_size != facts["bytes"]:
-                return None
-            if verify and _crc(file) != facts["crc32"]:
-                return None
-            try:
-                # A plain ndarray view of the mapping: numpy's memmap subclass is slower to index.
-                mapped = np.load(file, mmap_mode="r", allow_pickle=False)
-                arrays[name] = mapped.view(np.ndarray)
-            except ValueError:  # numpy cannot map an empty array
-                arrays[name] = np.load(file, allow_pickle=False)
+        arrays = _map_arrays(target, manifest["files"], verify)
+        if arrays is None:
+            return None
         offsets = np.asarray(arrays.pop("strings.offsets"))
         blob = bytes(arrays.pop("strings.blob"))
         strings = [

@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from kinetoscope.tui import screens
+from kinetoscope.tui import loader as loader_module
 from kinetoscope.tui.app import KinetoscopeApp
 from kinetoscope.tui.screens import ErrorScreen, HelpScreen, LoadingScreen, TraceScreen
 from kinetoscope.tui.timeline import Timeline
@@ -307,10 +307,10 @@ async def test_failed_trace_shows_the_error_whatever_is_pressed(tmp_path):
 
 
 async def test_an_unexpected_error_while_preparing_the_view_is_shown(sample_path, monkeypatch):
-    def broken(trace):
+    def broken(trace, **options):
         raise ValueError("boom")
 
-    monkeypatch.setattr(screens, "build_view_data", broken)
+    monkeypatch.setattr(loader_module, "build_view_data", broken)
     app = KinetoscopeApp(str(sample_path))
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, ErrorScreen)
@@ -331,7 +331,7 @@ def _slow_load(started: threading.Event):
 
 async def test_keys_and_resizes_while_loading_then_cancel(sample_path, monkeypatch):
     started = threading.Event()
-    monkeypatch.setattr(screens, "load", _slow_load(started))
+    monkeypatch.setattr(loader_module, "load", _slow_load(started))
     app = KinetoscopeApp(str(sample_path))
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, LoadingScreen)
@@ -351,7 +351,7 @@ async def test_keys_and_resizes_while_loading_then_cancel(sample_path, monkeypat
 
 async def test_quit_while_loading_exits_at_once(sample_path, monkeypatch):
     started = threading.Event()
-    monkeypatch.setattr(screens, "load", _slow_load(started))
+    monkeypatch.setattr(loader_module, "load", _slow_load(started))
     app = KinetoscopeApp(str(sample_path))
     began = time.monotonic()
     async with app.run_test(size=SIZE) as pilot:

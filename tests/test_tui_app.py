@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from kinetoscope.tui import screens
+from kinetoscope.tui import loader as loader_module
 from kinetoscope.tui.app import KinetoscopeApp
 from kinetoscope.tui.screens import (
     ErrorScreen,
@@ -332,7 +332,7 @@ async def test_escape_cancels_loading(trace_path, monkeypatch):
             time.sleep(0.01)
         raise AssertionError("the load was not cancelled")
 
-    monkeypatch.setattr(screens, "load", slow_load)
+    monkeypatch.setattr(loader_module, "load", slow_load)
     app = KinetoscopeApp(trace_path)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for_screen(pilot, LoadingScreen)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from typing import ClassVar
 
-from kinetoscope.parser.reader import prepare_workers
 from textual.app import App
 from textual.binding import Binding, BindingType
 
 from .drilldown import ScreenActions, drilldown_key_help
+from .loader import TraceLoad
 from .screens import ErrorScreen, HelpScreen, LoadingScreen, TraceScreen
 from .timeline import Timeline
 from .viewdata import ViewData
@@ -25,26 +26,52 @@ class KinetoscopeApp(App[int]):
         Binding("question_mark", "help", "Keys"),
     ]
 
-    def __init__(self, path: str, *, gap_threshold_ns: int | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        gap_threshold_ns: int | None = None,
+        loader: TraceLoad | None = None,
+    ) -> None:
         super().__init__()
-        # Before the app takes over the standard streams, which decoding workers need to start.
-        prepare_workers(path)
+        # Started before the app takes over the standard streams (decoding workers need them),
+        # and as early as possible: a caller may pass one it started before importing Textual.
+        self.loader = loader if loader is not None else TraceLoad(path)
         self.path = path
         self.gap_threshold_ns = gap_threshold_ns
         self.exit_message: str | None = None
         self.data: ViewData | None = None
+        self.first_frame_time: float | None = None  # wall clock, when the first frame was drawn
 
     def on_mount(self) -> None:
         self.theme = "textual-dark"
-        self.push_screen(LoadingScreen(self.path))
+        self.push_screen(LoadingScreen(self.loader))
 
-    # Called from the loading worker (through call_from_thread).
     def show_trace(self, data: ViewData) -> None:
         self.data = data
         screen = TraceScreen(data)
         self.switch_screen(screen)
+        loader = self.loader
+        loader.on_levels = lambda done: self.call_from_thread(self.levels_complete, done)
+        loader.on_failure = lambda message: self.call_from_thread(
+            self.notify, message, severity="error", markup=False
+        )
+        if loader.levels_done.is_set():  # finished before the callback was in place
+            self.call_later(self.levels_complete, data)
         if self.gap_threshold_ns is not None:
             self.call_after_refresh(self._apply_threshold)
+
+    def first_frame_drawn(self) -> None:
+        """The timeline drew its first full frame: the loader's later work may start."""
+        if self.first_frame_time is None:
+            self.first_frame_time = time.time()
+        self.loader.first_frame.set()
+
+    def levels_complete(self, data: ViewData) -> None:
+        """Every slice is placed now (the first frame showed the top levels only)."""
+        for screen in self.screen_stack:
+            if isinstance(screen, TraceScreen) and screen.data is data:
+                screen.levels_complete()
 
     def _apply_threshold(self) -> None:
         if self.gap_threshold_ns is not None:
@@ -53,6 +80,9 @@ class KinetoscopeApp(App[int]):
     def show_error(self, message: str) -> None:
         self.exit_message = message
         self.switch_screen(ErrorScreen(message))
+
+    def on_unmount(self) -> None:
+        self.loader.cancel()
 
     def cancel_load(self) -> None:
         self.exit_message = "loading cancelled"

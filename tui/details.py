@@ -66,20 +66,10 @@ def operator_above(data: ViewData, row: int) -> int:
     return -1
 
 
-def describe_event(data: ViewData, row: int, event: dict[str, Any] | None, loading: bool) -> Text:
-    """The details text of one event; `event` is its full JSON when already read back."""
+def _nesting_facts(text: Text, data: ViewData, row: int, event: dict[str, Any] | None) -> None:
+    """Self time, launch links, the operator above and the Python stack: need the nesting."""
     trace = data.trace
-    text = Text(no_wrap=False, overflow="fold")
-    text.append(shorten(trace.name_of(row), MAX_NAME_CHARS) or "(no name)", NAME_STYLE)
-    text.append("\n")
-    lane_index, level, _ = data.level_of_row(row)
-    lane = data.lanes[lane_index].label if lane_index >= 0 else "?"
-    _line(text, "category", clean(trace.cat_of(row)) or "(none)")
-    _line(text, "lane", clean(lane) + (f" · depth {level}" if level > 0 else ""))
     start = int(trace.start[row])
-    dur = int(trace.dur[row])
-    _line(text, "start", _when(data, start))
-    _line(text, "duration", fmt_duration(dur))
     position = int(data.nesting.position[row])
     if position >= 0:
         _line(text, "self time", fmt_duration(int(data.nesting.self_time[position])))
@@ -128,6 +118,26 @@ def describe_event(data: ViewData, row: int, event: dict[str, Any] | None, loadi
         if len(frames) > MAX_LIST:
             text.append(f"  … {len(frames) - MAX_LIST} more\n")
 
+
+def describe_event(data: ViewData, row: int, event: dict[str, Any] | None, loading: bool) -> Text:
+    """The details text of one event; `event` is its full JSON when already read back."""
+    trace = data.trace
+    text = Text(no_wrap=False, overflow="fold")
+    text.append(shorten(trace.name_of(row), MAX_NAME_CHARS) or "(no name)", NAME_STYLE)
+    text.append("\n")
+    lane_index, level, _ = data.level_of_row(row)
+    lane = data.lanes[lane_index].label if lane_index >= 0 else "?"
+    _line(text, "category", clean(trace.cat_of(row)) or "(none)")
+    _line(text, "lane", clean(lane) + (f" · depth {level}" if level > 0 else ""))
+    start = int(trace.start[row])
+    dur = int(trace.dur[row])
+    _line(text, "start", _when(data, start))
+    _line(text, "duration", fmt_duration(dur))
+    if data.complete:
+        _nesting_facts(text, data, row, event)
+    else:
+        text.append("self time, launches and stack: still being computed…\n", "dim")
+
     text.append("args:", KEY_STYLE)
     if event is None:
         if loading:
@@ -170,7 +180,9 @@ def describe_gap(data: ViewData, gap: int) -> Text:
     _line(text, "from", _when(data, start))
     _line(text, "to", _when(data, end))
     next_row = int(gaps.next_row[gap])
-    stack = cpu_stack_for_gap(data, gap)
+    stack = cpu_stack_for_gap(data, gap) if data.complete else []
+    if not data.complete:
+        text.append("CPU stack at the gap: still being computed…\n", "dim")
     if stack:
         text.append("CPU at the gap's midpoint (innermost first):\n", KEY_STYLE)
         for name in stack[::-1][:MAX_LIST]:
@@ -226,6 +238,11 @@ class DetailsPane(VerticalScroll):
         self.gap = gap
         self._refresh_body(loading=self.event is None)
         self.scroll_home(animate=False)
+
+    def levels_complete(self) -> None:
+        """Redraw with what needed the nesting (self time, stacks)."""
+        if self.row >= 0 or self.gap >= 0:
+            self._refresh_body(loading=self.row >= 0 and self.event is None)
 
     def _refresh_body(self, loading: bool) -> None:
         text = Text()

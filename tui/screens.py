@@ -3,26 +3,23 @@
 from __future__ import annotations
 
 import os
-import threading
-import time
 from typing import ClassVar
 
-from kinetoscope.parser import TraceError, file_changed, load, save_cache
+from kinetoscope.parser import file_changed
 from rich.text import Text
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
-from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, ProgressBar, Static
 
 from .details import DetailsPane, cpu_stack_for_gap
 from .drilldown import DRILLDOWN_BINDINGS, DrilldownActions
+from .loader import TraceLoad
 from .safe_text import clean, shorten
 from .timefmt import fmt_duration
 from .timeline import Timeline
-from .viewdata import ViewData, build_view_data
+from .viewdata import ViewData
 
 # Steps of the idle-gap threshold that > and < walk through (ns).
 GAP_THRESHOLDS = (
@@ -45,29 +42,16 @@ FILE_CHECK_INTERVAL_S = 2.0  # how often the trace screen checks the file is sti
 GAP_LIST_LIMIT = 2000
 
 
-class _Cancelled(Exception):
-    """Raised from the progress callback to stop a load the user cancelled."""
-
-
 class LoadingScreen(Screen):
-    """Reads the trace in a worker thread and shows bytes, events and rate as it goes."""
+    """Shows a TraceLoad's bytes, events and rate as it goes; Esc cancels it."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel loading")]
 
-    class Progress(Message):
-        def __init__(self, done: int, total: int, events: int, rate: float) -> None:
-            super().__init__()
-            self.done, self.total, self.events, self.rate = done, total, events, rate
-
-    class Phase(Message):
-        def __init__(self, text: str) -> None:
-            super().__init__()
-            self.text = text
-
-    def __init__(self, path: str) -> None:
+    def __init__(self, loader: TraceLoad) -> None:
         super().__init__()
-        self.path = path
-        self.cancelled = threading.Event()
+        self.loader = loader
+        self.path = loader.path
+        self._finished = False
 
     def compose(self) -> ComposeResult:
         with Vertical(id="loading-box"):
@@ -77,67 +61,42 @@ class LoadingScreen(Screen):
             yield Static(Text("Esc cancels", style="dim"), id="loading-hint")
 
     def on_mount(self) -> None:
-        self.load_trace()
+        self.poll()
+        self.set_interval(PROGRESS_INTERVAL_S, self.poll)
 
     def action_cancel(self) -> None:
-        self.cancelled.set()
+        self.loader.cancel()
         self.query_one("#loading-stats", Static).update("cancelling…")
 
-    @work(thread=True, exclusive=True, group="load")
-    def load_trace(self) -> None:
-        began = time.monotonic()
-        last = 0.0
-
-        def progress(done: int, total: int, events: int) -> None:
-            nonlocal last
-            if self.cancelled.is_set():
-                raise _Cancelled
-            now = time.monotonic()
-            if now - last >= PROGRESS_INTERVAL_S or done >= total:
-                last = now
-                rate = done / max(now - began, 1e-6)
-                self.post_message(self.Progress(done, total, events, rate))
-
-        app = self.app
-        try:
-            # The model cache is written after the first frame, not before it.
-            trace = load(self.path, progress=progress, write_cache=False)
-            if self.cancelled.is_set():
-                raise _Cancelled
-            self.post_message(self.Phase("analysing…"))
-            data = build_view_data(trace)
-        except _Cancelled:
-            app.call_from_thread(app.cancel_load)
+    def poll(self) -> None:
+        """Show the load's progress; hand over to the app when it is done."""
+        if self._finished:
             return
-        except TraceError as error:
-            app.call_from_thread(app.show_error, str(error))
+        loader = self.loader
+        if loader.done.is_set():
+            self._finished = True
+            app = self.app
+            if loader.cancelled.is_set():
+                app.cancel_load()
+            elif loader.error is not None:
+                app.show_error(loader.error)
+            elif loader.data is not None:
+                app.show_trace(loader.data)
             return
-        except OSError as error:
-            app.call_from_thread(app.show_error, f"{self.path}: {error.strerror or error}")
+        done, total, events = loader.progress
+        if self.loader.cancelled.is_set():
             return
-        except Exception as error:  # a trace we cannot handle still gets the error screen
-            message = f"{self.path}: could not be shown ({type(error).__name__}: {error})"
-            app.call_from_thread(app.show_error, message)
-            return
-        if self.cancelled.is_set():
-            app.call_from_thread(app.cancel_load)
-            return
-        app.call_from_thread(app.show_trace, data)
-        save_cache(trace)
-
-    def on_loading_screen_progress(self, message: Progress) -> None:
         bar = self.query_one("#loading-bar", ProgressBar)
-        bar.update(total=max(message.total, 1), progress=message.done)
+        bar.update(total=max(total, 1), progress=done)
         mb = 1e6
         self.query_one("#loading-stats", Static).update(
             Text(
-                f"{message.done / mb:,.1f} / {message.total / mb:,.1f} MB · "
-                f"{message.events:,} events · {message.rate / mb:,.1f} MB/s"
+                f"{done / mb:,.1f} / {max(total, 1) / mb:,.1f} MB · "
+                f"{events:,} events · {loader.rate / mb:,.1f} MB/s"
             )
         )
-
-    def on_loading_screen_phase(self, message: Phase) -> None:
-        self.query_one("#loading-hint", Static).update(Text(message.text, style="dim"))
+        if loader.phase != "reading":
+            self.query_one("#loading-hint", Static).update(Text(loader.phase, style="dim"))
 
 
 class ErrorScreen(Screen):
@@ -245,6 +204,10 @@ class TraceScreen(DrilldownActions, Screen):
     @property
     def timeline(self) -> Timeline:
         return self.query_one(Timeline)
+
+    def levels_complete(self) -> None:
+        self.timeline.levels_complete()
+        self.query_one(DetailsPane).levels_complete()
 
     def on_timeline_event_selected(self, message: Timeline.EventSelected) -> None:
         self.query_one(DetailsPane).show_event(message.row)

@@ -115,6 +115,7 @@ class Timeline(ScrollView, can_focus=True):
         self._device_levels: dict[int, Level] = {}
         self._changed_pending = False
         self._needs_fit = False
+        self._first_frame_drawn = False
         self._geometry_cache: tuple = (None, (0, 12, 1))
         self._highlight: np.ndarray | None = None  # search matches: bool per string id
         self._highlight_version = 0
@@ -146,6 +147,30 @@ class Timeline(ScrollView, can_focus=True):
         self.cursor_row = first_lane
         self._needs_fit = True
         self.call_after_refresh(self._initial_fit)
+
+    def levels_complete(self) -> None:
+        """The data's full levels arrived (see ViewData.complete_levels): lay the rows out again
+        and redraw, keeping the view, the cursor's lane and the selection."""
+        data = self.data
+        if data is None:
+            return
+        current = self.rows[self.cursor_row] if 0 <= self.cursor_row < len(self.rows) else None
+        self._rebuild_rows()
+        self._cells.clear()
+        if current is not None and not current.is_header:
+            self.cursor_row = max(0, self._display_index(current.lane, current.level))
+        self.refresh()
+        self._schedule_changed()
+
+    def levels_pending(self) -> bool:
+        """True (and says so) while the slices below the lanes' first levels are being placed."""
+        data = self.data
+        if data is None or data.complete:
+            return False
+        self.notify(
+            "Still nesting the slices: levels, parents and stacks follow in a moment", timeout=3
+        )
+        return True
 
     def _initial_fit(self) -> None:
         if self._needs_fit and self.scrollable_content_region.width > self.label_width + 2:
@@ -245,6 +270,12 @@ class Timeline(ScrollView, can_focus=True):
         width = self.content_width
         if self.data is None:
             return Strip.blank(width)
+        if not self._first_frame_drawn and y >= self.size.height - 1 and not self._needs_fit:
+            # The last line of the first fitted frame: say so (the loader's next work waits).
+            self._first_frame_drawn = True
+            report = getattr(self.app, "first_frame_drawn", None)
+            if report is not None:
+                report()
         if y == 0:
             return self._ruler_strip(width)
         index = int(self.scroll_offset.y) + y - 1
@@ -399,7 +430,7 @@ class Timeline(ScrollView, can_focus=True):
             style = HEADER_GPU if group.is_gpu else HEADER_CPU
             return [Segment(fit(group.label, width), style)]
         lane = data.lanes[row.lane]
-        deep = len(lane.levels) > 1
+        deep = lane.expandable
         if row.level == 0:
             marker = ("▾" if row.lane in self.expanded else "▸") if deep else " "
             text = f" {marker}{lane.short_label}"
@@ -628,8 +659,10 @@ class Timeline(ScrollView, can_focus=True):
         if row.is_header:
             return
         lane = row.lane
-        if len(data.lanes[lane].levels) < 2:
+        if not data.lanes[lane].expandable:
             self.notify("This lane has a single level", timeout=2)
+            return
+        if self.levels_pending():
             return
         if lane in self.expanded:
             self.expanded.discard(lane)
@@ -651,6 +684,8 @@ class Timeline(ScrollView, can_focus=True):
         row = self.selected_row
         if data is None or row < 0:
             self.notify("Select a launch or an operator first", timeout=2)
+            return
+        if not len(data.kernels_of(row)) and self.levels_pending():
             return
         launch = row if len(data.kernels_of(row)) else data.first_launch_below(row)
         kernels = data.kernels_of(launch) if launch >= 0 else []
@@ -678,6 +713,8 @@ class Timeline(ScrollView, can_focus=True):
         row = self.selected_row
         if data is None or row < 0:
             self.notify("Nothing selected", timeout=2)
+            return
+        if self.levels_pending():
             return
         parent = data.parent_of(row)
         if parent < 0:

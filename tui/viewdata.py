@@ -3,15 +3,18 @@ and nesting level, the slices sorted by start so that a frame only searches, nev
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from typing import Any
 
 import numpy as np
 from kinetoscope.analysis.classify import classify, group_rows
 from kinetoscope.analysis.idle import CAUSES, compute_idle
 from kinetoscope.analysis.links import compute_links
-from kinetoscope.analysis.nesting import compute_nesting
+from kinetoscope.analysis.nesting import Nesting, compute_nesting
 from kinetoscope.analysis.sync import blocking_rows
+from kinetoscope.parser import cache as model_cache
 from kinetoscope.parser.model import (
     KIND_KERNEL,
     KIND_MEMCPY,
@@ -95,6 +98,16 @@ class Level:
         return cls(zero, zero, zero, zero, np.zeros(1, dtype=np.int64), np.zeros(0, np.uint8))
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Drawn slices in drawing order: `key` is lane id * stride + level, ascending, and within
+    a key the rows are ordered by (start, end descending, file order)."""
+
+    rows: np.ndarray  # int64
+    key: np.ndarray  # int64
+    stride: int
+
+
 @dataclass
 class LaneView:
     """One lane as displayed: its model lane, group, short label and levels (depth 0 first)."""
@@ -102,8 +115,13 @@ class LaneView:
     lane: Lane
     group: int
     short_label: str
-    levels: list[Level]
+    levels: list[Level]  # only the first until the view's levels are complete
     device: int | None = None  # GPU lanes: the device of their activities
+    deep: bool = False  # it has slices below its first level
+
+    @property
+    def expandable(self) -> bool:
+        return self.deep or len(self.levels) > 1
 
     @property
     def is_gpu(self) -> bool:
@@ -137,18 +155,22 @@ class DisplayRow:
 
 
 class ViewData:
-    """A trace prepared for drawing and navigating. Built in a worker thread, then read-only."""
+    """A trace prepared for drawing and navigating. Built in a worker thread, then read-only.
 
-    def __init__(self, trace: Trace) -> None:
+    With `defer_levels`, only each lane's top level is placed at first (the roots of the
+    nesting, found with one sort): enough for the first frame, where every lane is collapsed.
+    `complete_levels()` (from a background thread) then nests every slice and swaps the full
+    levels in; `nesting` and the deeper levels wait for it. A model cache entry may hold the
+    finished nesting and placement, and then nothing is deferred.
+    """
+
+    def __init__(self, trace: Trace, *, defer_levels: bool = False) -> None:
         self.trace = trace
         self.classes = classify(trace)
         self.kind = self.classes.kind
         self.origin = int(trace.slice_start_min) if trace.slice_start_min is not None else 0
         end = trace.slice_end_max if trace.slice_end_max is not None else self.origin
         self.span = max(1, int(end) - self.origin)
-        self.nesting = compute_nesting(
-            trace, self.classes.cpu, group_rows(trace, self.classes.cpu).index
-        )
         self.links = compute_links(trace, self.classes.gpu, self.classes.runtime)
         self.idle = compute_idle(trace, self.kind, self.links)
         self.gaps = self.idle.gaps
@@ -158,11 +180,58 @@ class ViewData:
         self.row_lane = np.full(len(trace), -1, dtype=np.int32)  # index into self.lanes
         self.row_level = np.full(len(trace), -1, dtype=np.int32)
         self.row_entry = np.full(len(trace), -1, dtype=np.int64)
-        self._build_lanes()
+        self.levels_ready = threading.Event()
+        self._lock = threading.Lock()
+        self._nesting: Nesting | None = None
+        self.placement: Placement | None = None
+        cached = load_view_cache(trace)
+        self.levels_from_cache = cached is not None
+        if cached is not None:
+            self._install(*cached)
+        elif defer_levels:
+            self._make_lanes(self._per_lane(self._root_placement()))
+        else:
+            self.complete_levels()
         self.gap_order_longest = np.lexsort(
             (self.gaps.device, self.gaps.start, -(self.gaps.end - self.gaps.start))
         )
         self.device_names = _device_names(trace.header)
+
+    @property
+    def nesting(self) -> Nesting:
+        """The CPU nesting; waits for (or does) `complete_levels` if it is not there yet."""
+        if self._nesting is None:
+            self.complete_levels()
+        assert self._nesting is not None
+        return self._nesting
+
+    @property
+    def complete(self) -> bool:
+        """Every slice is placed on its level (not only the top levels)."""
+        return self.levels_ready.is_set()
+
+    def complete_levels(self) -> None:
+        """Nest every slice and place it on its level. Safe to call from any thread, once or
+        many times: the first call does the work, the others wait for it."""
+        with self._lock:
+            if self.levels_ready.is_set():
+                return
+            trace = self.trace
+            nesting = compute_nesting(
+                trace, self.classes.cpu, group_rows(trace, self.classes.cpu).index
+            )
+            self._install(nesting, self._full_placement(nesting))
+
+    def _install(self, nesting: Nesting, placement: Placement) -> None:
+        per_lane = self._per_lane(placement)
+        self._nesting = nesting
+        self.placement = placement
+        if self.lanes:
+            for view in self.lanes:
+                view.levels = _level_list(per_lane[view.lane.id])
+        else:
+            self._make_lanes(per_lane)
+        self.levels_ready.set()
 
     # -- construction -------------------------------------------------------------------------
 
@@ -180,7 +249,8 @@ class ViewData:
             slot = np.where(blocking_rows(trace, self.classes.runtime), SLOT_SYNC, slot)
         return slot.astype(np.uint8)
 
-    def _build_lanes(self) -> None:
+    def _full_placement(self, nesting: Nesting) -> Placement:
+        """Every slice's (lane, level), in drawing order."""
         trace = self.trace
         kind = self.kind
         n_lanes = len(trace.lanes)
@@ -193,7 +263,7 @@ class ViewData:
         gpu_levels = np.zeros(n_lanes + 1, dtype=np.int64)
         np.maximum.at(gpu_levels, trace.lane[gpu], gpu_depth[gpu] + 1)
         cpu = (kind == KIND_OTHER) | (kind == KIND_RUNTIME)
-        level[cpu] = self.nesting.depth[cpu] + gpu_levels[trace.lane[cpu]]
+        level[cpu] = nesting.depth[cpu] + gpu_levels[trace.lane[cpu]]
         # Slices that are neither CPU work nor GPU activity (GPU annotations, syncs, Kineto's
         # window span) get levels of their own below the lane's other levels.
         other_rows = np.flatnonzero(kind == KIND_NOT_CPU)
@@ -209,15 +279,47 @@ class ViewData:
         placed = np.flatnonzero(level >= 0)
         stride = int(level.max()) + 1 if len(placed) else 1
         key = trace.lane[placed].astype(np.int64) * stride + level[placed]
+        start = trace.start[placed]
+        end = start + trace.dur[placed]
+        order = np.lexsort((trace.ordinal[placed], -end, start, key))
+        return Placement(rows=placed[order], key=key[order], stride=stride)
+
+    def _root_placement(self) -> Placement:
+        """Only the slices drawn on their lane's first level, as `_full_placement` places them:
+        the roots of the GPU nesting; the CPU roots of lanes without GPU work; the roots of the
+        remaining slices on lanes with neither. A root is a slice that ends after every slice
+        before it (by start, longest first) on its lane has ended."""
+        trace = self.trace
+        kind = self.kind
+        gpu = np.isin(kind, GPU_KINDS)
+        cpu = (kind == KIND_OTHER) | (kind == KIND_RUNTIME)
+        has_gpu = np.zeros(len(trace.lanes) + 1, dtype=bool)
+        has_gpu[trace.lane[gpu]] = True
+        has_cpu = has_gpu.copy()
+        has_cpu[trace.lane[cpu]] = True
+        pieces = [
+            _roots(trace, gpu),
+            _roots(trace, cpu & ~has_gpu[trace.lane]),
+            _roots(trace, (kind == KIND_NOT_CPU) & ~has_cpu[trace.lane]),
+        ]
+        rows = np.concatenate(pieces)
+        lanes = trace.lane[rows].astype(np.int64)
+        # Each lane's roots come from one class, already in drawing order: order by lane only.
+        order = np.argsort(lanes, kind="stable")
+        return Placement(rows=rows[order], key=lanes[order], stride=1)
+
+    def _per_lane(self, placement: Placement) -> dict[int, dict[int, Level]]:
+        """Levels per lane id from a placement; fills row_level and row_entry anew."""
+        trace = self.trace
+        placed, key, stride = placement.rows, placement.key, placement.stride
         start = trace.start[placed] - self.origin
         # Saturate: a slice hundreds of years long would wrap around int64 once made relative.
         end = start + np.minimum(trace.dur[placed], np.iinfo(np.int64).max - start)
-        order = np.lexsort((trace.ordinal[placed], -end, start, key))
-        placed, key, start, end = placed[order], key[order], start[order], end[order]
         bounds = np.flatnonzero(np.diff(key)) + 1
         first = np.concatenate(([0], bounds))
         last = np.concatenate((bounds, [len(key)]))
-
+        row_level = np.full(len(trace), -1, dtype=np.int32)
+        row_entry = np.full(len(trace), -1, dtype=np.int64)
         per_lane: dict[int, dict[int, Level]] = {}
         for lo, hi in zip(first.tolist(), last.tolist()):
             if lo == hi:
@@ -232,16 +334,27 @@ class ViewData:
                 cum_dur=np.concatenate(([0], np.cumsum(e - s))),
                 slot=self.slot[placed[lo:hi]],
             )
-            self.row_level[placed[lo:hi]] = lvl
-            self.row_entry[placed[lo:hi]] = np.arange(hi - lo)
+            row_level[placed[lo:hi]] = lvl
+            row_entry[placed[lo:hi]] = np.arange(hi - lo)
+        row_lane = np.full(len(trace), -1, dtype=np.int32)
+        if self.lanes:
+            view_of = {view.lane.id: index for index, view in enumerate(self.lanes)}
+            lane_view = np.full(len(trace.lanes) + 1, -1, dtype=np.int32)
+            lane_view[list(view_of)] = list(view_of.values())
+            row_lane[placed] = lane_view[(key // stride).astype(np.int64)]
+        # Swapped in whole, so that a reader on another thread sees old or new, never half.
+        self.row_lane, self.row_level, self.row_entry = row_lane, row_level, row_entry
+        return per_lane
 
+    def _make_lanes(self, per_lane: dict[int, dict[int, Level]]) -> None:
+        trace = self.trace
         lane_ids = sorted(per_lane, key=lambda i: trace.lanes[i].sort_key)
         # Group by process (CPU) or device (GPU); groups ordered by their first lane.
         group_of: dict[tuple, int] = {}
+        row_lane = np.full(len(trace), -1, dtype=np.int32)
         for lane_id in lane_ids:
             lane = trace.lanes[lane_id]
-            levels_map = per_lane[lane_id]
-            levels = [levels_map.get(i, Level.empty()) for i in range(max(levels_map) + 1)]
+            levels = _level_list(per_lane[lane_id])
             device = None
             if lane.is_gpu:
                 lane_rows = levels[0].rows
@@ -269,10 +382,19 @@ class ViewData:
                     short_label=tail or head,
                     levels=levels,
                     device=device,
+                    deep=self.levels_ready.is_set() and len(levels) > 1,
                 )
             )
             self.groups[group_index].lanes.append(view_index)
-            self.row_lane[np.concatenate([lv.rows for lv in levels])] = view_index
+            row_lane[np.concatenate([lv.rows for lv in levels])] = view_index
+        self.row_lane = row_lane
+        if not self.levels_ready.is_set():
+            # Which lanes have slices below their first level (known before they are placed).
+            placed_first = np.zeros(len(trace.lanes) + 1, dtype=np.int64)
+            np.add.at(placed_first, trace.lane[row_lane >= 0], 1)
+            total = np.bincount(trace.lane[self.kind >= 0], minlength=len(trace.lanes) + 1)
+            for view in self.lanes:
+                view.deep = bool(total[view.lane.id] > placed_first[view.lane.id])
         # The GPU groups' labels say which device they are.
         for group in self.groups:
             if group.is_gpu:
@@ -376,6 +498,30 @@ class ViewData:
         return [i for i, lane in enumerate(self.lanes) if lane.is_gpu and lane.device == device]
 
 
+def _level_list(levels: dict[int, Level]) -> list[Level]:
+    return [levels.get(i, Level.empty()) for i in range(max(levels) + 1)]
+
+
+def _roots(trace: Trace, mask: np.ndarray) -> np.ndarray:
+    """Rows of the roots of the nesting of the `mask` slices, per lane, in drawing order."""
+    rows = np.flatnonzero(mask)
+    if not len(rows):
+        return rows
+    start = trace.start[rows]
+    end = start + trace.dur[rows]
+    lane = trace.lane[rows]
+    order = np.lexsort((rows, -end, start, lane))
+    rows, end, lane = rows[order], end[order], lane[order]
+    bounds = np.flatnonzero(lane[1:] != lane[:-1]) + 1
+    root = np.empty(len(rows), dtype=bool)
+    for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), len(rows)]):
+        ends = end[lo:hi]
+        root[lo] = True
+        # Nested under an earlier slice exactly when one of them ends at or after its end.
+        root[lo + 1 : hi] = ends[1:] > np.maximum.accumulate(ends)[:-1]
+    return rows[root]
+
+
 def _key(value: Any) -> tuple:
     return (0, value, "") if isinstance(value, int) else (1, 0, str(value))
 
@@ -394,8 +540,45 @@ def _device_names(header: dict[str, Any]) -> dict[int, str]:
     return names
 
 
-def build_view_data(trace: Trace) -> ViewData:
-    """Everything the timeline needs, computed once (call it off the UI thread)."""
-    data = ViewData(trace)
+def build_view_data(trace: Trace, *, defer_levels: bool = False) -> ViewData:
+    """Everything the timeline needs, computed once (call it off the UI thread). With
+    `defer_levels`, call `complete_levels()` later, off the UI thread too."""
+    data = ViewData(trace, defer_levels=defer_levels)
     data.finish_labels()
     return data
+
+
+VIEW_CACHE = "view"
+VIEW_CACHE_VERSION = 1
+_NESTING_FIELDS = tuple(f.name for f in dataclass_fields(Nesting))
+
+
+def save_view_cache(data: ViewData) -> bool:
+    """Keep the finished nesting and placement with the trace's model cache entry."""
+    if not data.complete or data.placement is None or data._nesting is None:
+        return False
+    arrays = {f"nesting.{name}": getattr(data._nesting, name) for name in _NESTING_FIELDS}
+    arrays["placement.rows"] = data.placement.rows
+    arrays["placement.key"] = data.placement.key
+    arrays["placement.stride"] = np.array([data.placement.stride], dtype=np.int64)
+    return model_cache.save_extra(data.trace, VIEW_CACHE, VIEW_CACHE_VERSION, arrays)
+
+
+def load_view_cache(trace: Trace) -> tuple[Nesting, Placement] | None:
+    if not getattr(trace, "from_cache", False):
+        return None
+    arrays = model_cache.load_extra(trace, VIEW_CACHE, VIEW_CACHE_VERSION)
+    if arrays is None:
+        return None
+    try:
+        nesting = Nesting(**{name: arrays[f"nesting.{name}"] for name in _NESTING_FIELDS})
+        stride = int(arrays["placement.stride"][0])
+        placement = Placement(arrays["placement.rows"], arrays["placement.key"], stride)
+    except (KeyError, IndexError, TypeError):
+        return None
+    n = len(trace)
+    sizes_ok = len(nesting.position) == n and len(nesting.parent) == n and len(nesting.depth) == n
+    in_range = not len(placement.rows) or (
+        0 <= int(placement.rows.min()) and int(placement.rows.max()) < n and stride > 0
+    )
+    return (nesting, placement) if sizes_ok and in_range else None
