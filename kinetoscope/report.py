@@ -112,9 +112,7 @@ def _table(
     table = Table(title=Text(title), title_justify="left", title_style="bold", expand=False)
     for column in columns:
         if column in names:
-            table.add_column(
-                Text(column), no_wrap=True, overflow="ellipsis", max_width=NAME_WIDTH
-            )
+            table.add_column(Text(column), no_wrap=True, overflow="ellipsis", max_width=NAME_WIDTH)
         else:
             table.add_column(Text(column), justify="right" if column in right else "left")
     return table
