@@ -340,10 +340,10 @@ def _operator_memory(
     def inclusive(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
         # Subtrees are contiguous position ranges, and outermost instances of one group never
         # nest, so summing over them counts each event once per group.
-        at_pos = np.zeros(n_pos, dtype=np.int64)
+        prefix = np.zeros(n_pos + 1, dtype=np.int64)
         pick = mask & (owner_pos >= 0)
-        np.add.at(at_pos, owner_pos[pick], values[pick])
-        prefix = np.concatenate(([0], np.cumsum(at_pos)))
+        np.add.at(prefix[1:], owner_pos[pick], values[pick])
+        np.cumsum(prefix, out=prefix)  # in place: one position-sized array, not three
         outer = np.flatnonzero(nesting.outermost)
         below = prefix[nesting.subtree_stop[outer]] - prefix[outer]
         out = np.zeros(n_groups, dtype=np.int64)

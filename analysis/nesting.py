@@ -67,22 +67,21 @@ class Nesting:
             parent = int(self.parent[parent])
         return chain[::-1]
 
-    def _bounds(self, trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-        """Start and end per position, made on first use (stack queries) and kept."""
-        cached = self.__dict__.get("_bounds_cache")
-        if cached is None:
-            start = trace.start[self.order]
-            cached = (start, start + trace.dur[self.order])
-            self.__dict__["_bounds_cache"] = cached
-        return cached
-
     def slices_at(self, trace: Trace, lane: int, t: int) -> np.ndarray:
         """Rows of the lane's CPU slices with start <= t < end, outermost first."""
         lo, hi = self.lane_range(lane)
-        starts, ends = self._bounds(trace)
-        # Within a lane, positions are sorted by start.
-        upto = lo + int(np.searchsorted(starts[lo:hi], t, side="right"))
-        return self.order[lo + np.flatnonzero(ends[lo:upto] > t)]
+        # Within a lane, positions are sorted by start: bisect on them, reading only the
+        # starts it visits, then look at the ends of the slices that start by t.
+        start, order = trace.start, self.order
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if start[order[mid]] <= t:
+                lo = mid + 1
+            else:
+                hi = mid
+        first, _ = self.lane_range(lane)
+        candidates = order[first:lo]
+        return candidates[start[candidates] + trace.dur[candidates] > t]
 
     def visible(self, trace: Trace, lane: int, t0: int, t1: int) -> np.ndarray:
         """Rows of the lane's CPU slices that start before t1, by position (end is not checked)."""
@@ -100,7 +99,8 @@ def compute_nesting(trace: Trace, cpu: np.ndarray, group: np.ndarray) -> Nesting
     start = trace.start[rows]
     end = start + trace.dur[rows]
     neg_end = np.negative(end)
-    sort = np.lexsort((rows, neg_end, start, trace.lane[rows]))
+    # lexsort is stable and `rows` ascend, so equal keys stay in file order without a 4th key.
+    sort = np.lexsort((neg_end, start, trace.lane[rows]))
     del neg_end, start
     order = rows[sort]
     del rows
@@ -151,8 +151,12 @@ def compute_nesting(trace: Trace, cpu: np.ndarray, group: np.ndarray) -> Nesting
     outermost[by_group] = ~covered
     del by_group, covered
 
-    position = np.full(len(trace), -1, dtype=np.int64)
-    position[order] = np.arange(n)
+    # Positions fit 32 bits (fewer than 2**31 slices): half the memory of the per-row arrays.
+    index_type = np.int32 if n < (1 << 31) - 1 else np.int64
+    parent_pos = parent_pos.astype(index_type)
+    subtree_stop = subtree_stop.astype(index_type)
+    position = np.full(len(trace), -1, dtype=index_type)
+    position[order] = np.arange(n, dtype=index_type)
     parent = np.full(len(trace), -1, dtype=np.int32)
     parent[order[has_parent]] = order[parent_pos[has_parent]]
     depth = np.full(len(trace), -1, dtype=np.int32)

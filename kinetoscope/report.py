@@ -14,11 +14,15 @@ def run_summary(path: str, as_json: bool) -> int:
     """Load a trace and print its summary; 1 with a one-line message when it cannot be read."""
     from kinetoscope.analysis.summary import build_summary
     from kinetoscope.parser import TraceError, load
+    from kinetoscope.parser.builder import release_heap
+    from kinetoscope.parser.reader import release_workers
 
     try:
         # A cached model is used when the viewer left one, but summary writes none: scripts and
         # CI call it on traces nobody will reopen, and the write would add seconds to a big one.
         trace = load(path, write_cache=False)
+        release_workers()  # the analysis needs the memory more than an idle worker server
+        release_heap()  # and the heap the decoding freed goes back to the system
     except TraceError as exc:
         from kinetoscope.tui.safe_text import clean  # the message holds the file's name
 

@@ -172,6 +172,20 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+def release_workers() -> None:
+    """Stop the worker server and multiprocessing's resource tracker, if they run (about 50 MB
+    between them); a later parallel load starts them again. For processes done loading."""
+    from multiprocessing import forkserver, resource_tracker
+
+    for helper in (forkserver._forkserver, resource_tracker._resource_tracker):
+        stop = getattr(helper, "_stop", None)
+        if stop is not None:
+            try:
+                stop()
+            except (OSError, ValueError, AttributeError):
+                pass
+
+
 def read_trace(path: str, progress: Progress | None = None, workers: int | None = None) -> Trace:
     with gc_paused():
         return _read_trace(path, progress, workers)
