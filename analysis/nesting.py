@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from kinetoscope.parser.model import Trace
 
-from .intervals import nesting_depth, next_greater, previous_at_least, stable_order
+from .intervals import nesting_depth, next_greater, previous_at_least, slice_order, stable_order
 
 
 @dataclass(frozen=True)
@@ -98,10 +98,9 @@ def compute_nesting(trace: Trace, cpu: np.ndarray, group: np.ndarray) -> Nesting
     rows = np.flatnonzero(cpu)
     start = trace.start[rows]
     end = start + trace.dur[rows]
-    neg_end = np.negative(end)
-    # lexsort is stable and `rows` ascend, so equal keys stay in file order without a 4th key.
-    sort = np.lexsort((neg_end, start, trace.lane[rows]))
-    del neg_end, start
+    # Stable, and `rows` ascend: equal keys stay in file order.
+    sort = slice_order(trace.lane[rows], start, end)
+    del start
     order = rows[sort]
     del rows
     lane = trace.lane[order]

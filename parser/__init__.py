@@ -2,6 +2,7 @@
 
 from . import cache
 from .access import file_changed, read_event
+from .builder import no_hugepage_advice
 from .model import NO_VALUE, Lane, MemoryEvents, Source, Trace
 from .reader import read_bytes, read_trace
 from .source import TraceError
@@ -64,3 +65,5 @@ __all__ = [
     "loads",
     "read_event",
 ]
+
+no_hugepage_advice()  # before any big array is made

@@ -477,17 +477,21 @@ class _Reader:
             data, pos = buf.data, buf.pos
             if buf.eof and len(data) - pos < RUN_BYTES:
                 break
-            matches = list(_NEXT_EVENT.finditer(data, max(pos, len(data) - 65536)))
+            # Cut near RUN_BYTES from here (the buffer may hold several runs' worth): tasks of
+            # even size keep the workers equally busy and their memory small.
+            end = min(len(data), pos + RUN_BYTES)
+            matches = list(_NEXT_EVENT.finditer(data, max(pos, end - CUT_WINDOW), end))
             if not matches:
                 break
             cut = matches[-1].start()
             next_event = matches[-1].end() - 1
-            segment = data[pos : cut + 1]
+            # The run as a JSON array, made in one copy (the worker decodes it as it is).
+            array = b"".join((b"[", memoryview(data)[pos : cut + 1], b"]"))
             pending.append(
                 (
-                    self.pool.submit(decode_segment, segment),
+                    self.pool.submit(decode_array, array),
                     buf.base + pos,
-                    segment,
+                    array,
                     data[cut + 1 : next_event],
                 )
             )
@@ -553,14 +557,15 @@ class _Reader:
         return None
 
     def _merge_oldest(self, pending: deque) -> bool:
-        future, offset, segment, separator = pending.popleft()
+        future, offset, array, separator = pending.popleft()
+        segment = memoryview(array)[1:-1]  # the run without the brackets added around it
         run = future.result()
         if run is None:
             for later in pending:
                 later[0].cancel()
             buf = self.buf
-            rest = b"".join(s + sep for _f, _o, s, sep in pending)
-            buf.data = segment + separator + rest + buf.data[buf.pos :]
+            rest = b"".join(bytes(a[1:-1]) + sep for _f, _o, a, sep in pending)
+            buf.data = bytes(segment) + separator + rest + buf.data[buf.pos :]
             buf.base = offset
             buf.pos = 0
             pending.clear()
@@ -747,22 +752,29 @@ def _plain_blocks_from(path: str, offset: int, state: SourceState) -> Iterator[b
 
 def decode_file_run(path: str, offset: int, length: int) -> RunColumns | None:
     """Worker side: read one run of whole events from a plain file, decode and convert it."""
+    # Read straight between the brackets that make it a JSON array: no copy to add them.
+    array = bytearray(length + 2)
+    array[0], array[-1] = ord("["), ord("]")
     with open(path, "rb") as handle:
         handle.seek(offset)
-        segment = handle.read(length)
-    if len(segment) != length:
+        got = handle.readinto(memoryview(array)[1:-1])
+    if got != length:
         return None  # the file changed under us: let the serial path decide
-    return decode_segment(segment)
+    return decode_array(array)
 
 
 def decode_segment(segment: bytes) -> RunColumns | None:
     """Worker side: decode and convert one run of whole events; None if it is not one."""
+    return decode_array(b"[" + segment + b"]")
+
+
+def decode_array(text: bytes | bytearray) -> RunColumns | None:
+    """Worker side: decode and convert a run given as a JSON array; None if it is not one."""
     with gc_paused():
-        return _decode_segment(segment)
+        return _decode_array(text)
 
 
-def _decode_segment(segment: bytes) -> RunColumns | None:
-    text = b"[" + segment + b"]"
+def _decode_array(text: bytes | bytearray) -> RunColumns | None:
     try:
         events = EVENTS_DECODER.decode(text)
     except msgspec.ValidationError:

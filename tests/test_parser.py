@@ -456,3 +456,16 @@ def test_parser_and_analysis_do_not_import_textual_or_torch():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
+
+
+@pytest.mark.parametrize("setting", [None, "1"])
+def test_numpy_huge_page_advice_is_off_unless_asked_for(setting):
+    env = {k: v for k, v in __import__("os").environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    if setting is not None:
+        env["NUMPY_MADVISE_HUGEPAGE"] = setting
+    code = (
+        "import numpy as np, kinetoscope.parser\n"
+        "print(np._core.multiarray._get_madvise_hugepage())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == ("True" if setting == "1" else "False"), out.stderr

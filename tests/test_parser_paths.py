@@ -74,7 +74,20 @@ def big_trace(tmp_path):
     return path
 
 
-def test_parallel_load_equals_single_process(big_trace):
+def gzipped(path):
+    """A gzip'd copy of the file: its runs go through the other parallel path (bytes sent to
+    the workers instead of read by them)."""
+    import gzip
+
+    target = path.with_name(path.name + ".gz")
+    target.write_bytes(gzip.compress(path.read_bytes(), compresslevel=1))
+    return target
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["plain", "gzip"])
+def test_parallel_load_equals_single_process(big_trace, compress):
+    if compress:
+        big_trace = gzipped(big_trace)
     serial = load(str(big_trace), use_cache=False, workers=1)
     parallel = load(str(big_trace), use_cache=False, workers=2)
     assert (serial.workers, parallel.workers) == (1, 2)
@@ -83,13 +96,16 @@ def test_parallel_load_equals_single_process(big_trace):
     assert_same(serial, parallel)
 
 
-def test_parallel_load_recovers_from_a_bad_cut(tmp_path):
+@pytest.mark.parametrize("compress", [False, True], ids=["plain", "gzip"])
+def test_parallel_load_recovers_from_a_bad_cut(tmp_path, compress):
     # A string holding "}, {" would make a wrong cut; the worker fails and the serial path resumes.
     events = _events(60000)
     for i in range(0, len(events), 997):
         events[i]["args"]["Call stack"] = 'f("}, {")'
     path = tmp_path / "tricky.json"
     path.write_text(json.dumps(events, indent=1))
+    if compress:
+        path = gzipped(path)
     assert_same(
         load(str(path), use_cache=False, workers=1), load(str(path), use_cache=False, workers=2)
     )

@@ -310,7 +310,9 @@ async def test_an_unexpected_error_while_preparing_the_view_is_shown(sample_path
     def broken(trace, **options):
         raise ValueError("boom")
 
-    monkeypatch.setattr(loader_module, "build_view_data", broken)
+    from kinetoscope.tui import viewdata
+
+    monkeypatch.setattr(viewdata, "build_view_data", broken)
     app = KinetoscopeApp(str(sample_path))
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, ErrorScreen)

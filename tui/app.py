@@ -52,14 +52,25 @@ class KinetoscopeApp(App[int]):
         screen = TraceScreen(data)
         self.switch_screen(screen)
         loader = self.loader
-        loader.on_levels = lambda done: self.call_from_thread(self.levels_complete, done)
-        loader.on_failure = lambda message: self.call_from_thread(
-            self.notify, message, severity="error", markup=False
-        )
+        loader.on_levels = lambda done: self._from_loader(self.levels_complete, done)
+        loader.on_failure = lambda message: self._from_loader(self._notify_failure, message)
         if loader.levels_done.is_set():  # finished before the callback was in place
             self.call_later(self.levels_complete, data)
         if self.gap_threshold_ns is not None:
             self.call_after_refresh(self._apply_threshold)
+
+    def _from_loader(self, callback, *args) -> None:
+        """Run `callback` on the UI thread, from the loader's thread; nothing once the app is
+        closing (the loader may finish its work after the user quit)."""
+        if not self.is_running or self._exit:
+            return
+        try:
+            self.call_from_thread(callback, *args)
+        except RuntimeError:  # the event loop closed in between
+            pass
+
+    def _notify_failure(self, message: str) -> None:
+        self.notify(message, severity="error", markup=False)
 
     def first_frame_drawn(self) -> None:
         """The timeline drew its first full frame: the loader's later work may start."""

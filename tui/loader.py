@@ -12,11 +12,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from kinetoscope.parser import TraceError, load, save_cache
 from kinetoscope.parser.reader import prepare_workers
 
-from .viewdata import ViewData, build_view_data, save_view_cache
+if TYPE_CHECKING:
+    from .viewdata import ViewData
 
 FIRST_FRAME_WAIT_S = 1.0  # the work after the first view waits this long for the first frame
 
@@ -75,13 +77,16 @@ class TraceLoad:
         self.progress = (done, total, events)
 
     def _run(self) -> None:
+        # Imported here, by this thread: the analysis modules load while the workers decode.
+        from . import viewdata
+
         try:
             # The model cache is written after the first frame, not before it.
             trace = load(self.path, progress=self._progress, write_cache=False)
             if self.cancelled.is_set():
                 raise Cancelled
             self.phase = "laying out the timeline…"
-            data = build_view_data(trace, defer_levels=self.defer_levels)
+            data = viewdata.build_view_data(trace, defer_levels=self.defer_levels)
         except Cancelled:
             self.done.set()
             return
@@ -112,7 +117,7 @@ class TraceLoad:
             self.on_levels(data)
         if save_cache(trace) or getattr(trace, "from_cache", False):
             if not data.levels_from_cache:
-                save_view_cache(data)
+                viewdata.save_view_cache(data)
 
     def _fail(self, message: str) -> None:
         self.error = message

@@ -36,7 +36,7 @@ GAP_THRESHOLDS = (
     50_000_000,
     100_000_000,
 )
-PROGRESS_INTERVAL_S = 0.1
+PROGRESS_INTERVAL_S = 0.25  # the loading screen's refresh: often enough, and cheap
 WARNINGS_SHOWN = 6  # parser warnings listed when a trace opens
 FILE_CHECK_INTERVAL_S = 2.0  # how often the trace screen checks the file is still the one shown
 GAP_LIST_LIMIT = 2000

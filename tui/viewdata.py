@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from kinetoscope.analysis.classify import classify, group_rows
 from kinetoscope.analysis.idle import CAUSES, compute_idle
+from kinetoscope.analysis.intervals import slice_order
 from kinetoscope.analysis.links import compute_links
 from kinetoscope.analysis.nesting import Nesting, compute_nesting
 from kinetoscope.analysis.sync import blocking_rows
@@ -281,7 +282,7 @@ class ViewData:
         key = trace.lane[placed].astype(np.int64) * stride + level[placed]
         start = trace.start[placed]
         end = start + trace.dur[placed]
-        order = np.lexsort((trace.ordinal[placed], -end, start, key))
+        order = slice_order(key, start, end)  # stable: file order on ties
         return Placement(rows=placed[order], key=key[order], stride=stride)
 
     def _root_placement(self) -> Placement:
@@ -510,7 +511,7 @@ def _roots(trace: Trace, mask: np.ndarray) -> np.ndarray:
     start = trace.start[rows]
     end = start + trace.dur[rows]
     lane = trace.lane[rows]
-    order = np.lexsort((rows, -end, start, lane))
+    order = slice_order(lane, start, end)  # stable, and `rows` ascend: file order on ties
     rows, end, lane = rows[order], end[order], lane[order]
     bounds = np.flatnonzero(lane[1:] != lane[:-1]) + 1
     root = np.empty(len(rows), dtype=bool)
