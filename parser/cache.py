@@ -138,17 +138,38 @@ def _write_arrays(folder: Path, arrays: dict[str, np.ndarray]) -> dict[str, dict
     return files
 
 
+def has_entry(path: str, root: Path | None = None) -> bool:
+    """Whether a cache entry with this file's key exists (its arrays are not checked here)."""
+    try:
+        manifest = msgspec.json.decode((entry_dir(path, root) / "manifest.json").read_bytes())
+        return manifest.get("key") == trace_key(path)
+    except (OSError, ValueError, AttributeError, msgspec.DecodeError):
+        return False
+
+
+def _crcs_match(folder: Path, files: dict[str, Any]) -> bool:
+    """Every file's CRC-32 as recorded: two threads share the reading (zlib's CRC releases the
+    interpreter's lock), the biggest files first."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = sorted(files, key=lambda name: -files[name]["bytes"])
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        crcs = list(pool.map(lambda name: _crc(folder / f"{name}.npy"), names))
+    return all(crc == files[name]["crc32"] for name, crc in zip(names, crcs))
+
+
 def _map_arrays(
     folder: Path, files: dict[str, Any], verify: bool = True
 ) -> dict[str, np.ndarray] | None:
     """The arrays a manifest lists, memory-mapped; None if any is missing, short or corrupt."""
-    arrays = {}
     for name, facts in files.items():
+        if (folder / f"{name}.npy").stat().st_size != facts["bytes"]:
+            return None
+    if verify and not _crcs_match(folder, files):
+        return None
+    arrays = {}
+    for name in files:
         file = folder / f"{name}.npy"
-        if file.stat().st_size != facts["bytes"]:
-            return None
-        if verify and _crc(file) != facts["crc32"]:
-            return None
         try:
             # A plain ndarray view of the mapping: numpy's memmap subclass is slower to index.
             arrays[name] = np.load(file, mmap_mode="r", allow_pickle=False).view(np.ndarray)

@@ -148,6 +148,10 @@ def prepare_workers(path: str) -> None:
     try:
         if workers_for(open_source(path), None) <= 1:
             return
+        from . import cache
+
+        if cache.has_entry(path):
+            return  # it will be read from the model cache, not decoded
         from multiprocessing import forkserver
 
         _worker_context()

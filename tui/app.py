@@ -52,14 +52,14 @@ class KinetoscopeApp(App[int]):
         screen = TraceScreen(data)
         self.switch_screen(screen)
         loader = self.loader
-        loader.on_levels = lambda done: self._from_loader(self.levels_complete, done)
-        loader.on_failure = lambda message: self._from_loader(self._notify_failure, message)
+        loader.on_levels = lambda done: self.from_loader(self.levels_complete, done)
+        loader.on_failure = lambda message: self.from_loader(self._notify_failure, message)
         if loader.levels_done.is_set():  # finished before the callback was in place
             self.call_later(self.levels_complete, data)
         if self.gap_threshold_ns is not None:
             self.call_after_refresh(self._apply_threshold)
 
-    def _from_loader(self, callback, *args) -> None:
+    def from_loader(self, callback, *args) -> None:
         """Run `callback` on the UI thread, from the loader's thread; nothing once the app is
         closing (the loader may finish its work after the user quit)."""
         if not self.is_running or self._exit:

@@ -46,6 +46,7 @@ class TraceLoad:
         self.done = threading.Event()  # data or error is set (or the load was cancelled)
         self.first_frame = threading.Event()  # the UI sets it once the first frame is drawn
         self.levels_done = threading.Event()
+        self.on_done: Callable[[], None] | None = None  # set by the UI: `done` was just set
         self.on_levels: Callable[[ViewData], None] | None = None  # set by the UI
         self.on_failure: Callable[[str], None] | None = None
         # Before a UI takes over the standard streams, which decoding workers need to start.
@@ -88,7 +89,7 @@ class TraceLoad:
             self.phase = "laying out the timeline…"
             data = viewdata.build_view_data(trace, defer_levels=self.defer_levels)
         except Cancelled:
-            self.done.set()
+            self._finish()
             return
         except TraceError as error:
             self._fail(str(error))
@@ -100,10 +101,10 @@ class TraceLoad:
             self._fail(f"{self.path}: could not be shown ({type(error).__name__}: {error})")
             return
         if self.cancelled.is_set():
-            self.done.set()
+            self._finish()
             return
         self.data = data
-        self.done.set()
+        self._finish()
         self.first_frame.wait(FIRST_FRAME_WAIT_S)
         if not data.complete:
             try:
@@ -121,4 +122,13 @@ class TraceLoad:
 
     def _fail(self, message: str) -> None:
         self.error = message
+        self._finish()
+
+    def _finish(self) -> None:
         self.done.set()
+        callback = self.on_done
+        if callback is not None:
+            try:
+                callback()
+            except Exception:  # the UI went away; it polls `done` anyway
+                pass

@@ -61,6 +61,10 @@ class LoadingScreen(Screen):
             yield Static(Text("Esc cancels", style="dim"), id="loading-hint")
 
     def on_mount(self) -> None:
+        # Told at once when the load is done (not at the next tick); the ticks show progress.
+        from_loader = getattr(self.app, "from_loader", None)
+        if from_loader is not None:
+            self.loader.on_done = lambda: from_loader(self.poll)
         self.poll()
         self.set_interval(PROGRESS_INTERVAL_S, self.poll)
 

@@ -167,6 +167,10 @@ class ViewData:
 
     def __init__(self, trace: Trace, *, defer_levels: bool = False) -> None:
         self.trace = trace
+        # A cached view is checked (its CRCs read) while the rest is computed.
+        pending = (
+            _in_thread(load_view_cache, trace) if getattr(trace, "from_cache", False) else None
+        )
         self.classes = classify(trace)
         self.kind = self.classes.kind
         self.origin = int(trace.slice_start_min) if trace.slice_start_min is not None else 0
@@ -185,7 +189,7 @@ class ViewData:
         self._lock = threading.Lock()
         self._nesting: Nesting | None = None
         self.placement: Placement | None = None
-        cached = load_view_cache(trace)
+        cached = pending.result() if pending is not None else None
         self.levels_from_cache = cached is not None
         if cached is not None:
             self._install(*cached)
@@ -497,6 +501,17 @@ class ViewData:
 
     def gpu_lanes_of_device(self, device: int) -> list[int]:
         return [i for i, lane in enumerate(self.lanes) if lane.is_gpu and lane.device == device]
+
+
+def _in_thread(function: Any, *args: Any) -> Any:
+    """Run `function(*args)` in a thread of its own; `.result()` waits for it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(max_workers=1)
+    try:
+        return pool.submit(function, *args)
+    finally:
+        pool.shutdown(wait=False)
 
 
 def _level_list(levels: dict[int, Level]) -> list[Level]:
