@@ -329,7 +329,8 @@ def _operator_memory(
 ) -> OperatorMemory:
     n_groups = len(groups)
     n_pos = len(nesting.order)
-    group_of_pos = groups.index[nesting.order].astype(np.int32)
+    group_of_pos = groups.index[nesting.order]  # int32
+    outer_all = np.flatnonzero(nesting.outermost)
 
     def per_group(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
         out = np.zeros(n_groups, dtype=np.int64)
@@ -344,10 +345,10 @@ def _operator_memory(
         pick = mask & (owner_pos >= 0)
         np.add.at(prefix[1:], owner_pos[pick], values[pick])
         np.cumsum(prefix, out=prefix)  # in place: one position-sized array, not three
-        outer = np.flatnonzero(nesting.outermost)
-        below = prefix[nesting.subtree_stop[outer]] - prefix[outer]
+        below = prefix[nesting.subtree_stop[outer_all]] - prefix[outer_all]
+        del prefix
         out = np.zeros(n_groups, dtype=np.int64)
-        np.add.at(out, group_of_pos[outer], below)
+        np.add.at(out, group_of_pos[outer_all], below)
         return out
 
     is_alloc = nbytes > 0
@@ -363,7 +364,6 @@ def _operator_memory(
     peak_live = np.full(n_groups, NO_VALUE, dtype=np.int64)
     peak_start = np.full(n_groups, np.iinfo(np.int64).max, dtype=np.int64)
     peak_row = np.full(n_groups, -1, dtype=np.int64)
-    outer_all = np.flatnonzero(nesting.outermost)
     for block in range(0, len(outer_all), PEAK_BLOCK):
         outer = outer_all[block : block + PEAK_BLOCK]
         rows = nesting.order[outer]

@@ -65,13 +65,16 @@ def slices_outliving_parent(trace: Trace, analysis: Analysis) -> tuple[np.ndarra
         return empty, empty
     parent = nesting.parent_pos
     family = np.where(parent >= 0, parent, -1 - nesting.lane_of.astype(np.int64))
-    by_family = np.lexsort((np.arange(n), family))
-    same = family[by_family[1:]] == family[by_family[:-1]]
+    by_family = np.argsort(family, kind="stable")  # stable: siblings stay in position order
+    family = family[by_family]
+    same = family[1:] == family[:-1]
+    del family
     later, earlier = by_family[1:][same], by_family[:-1][same]
-    start = trace.start[order]
-    end = start + trace.dur[order]
-    overlap = end[earlier] > start[later]
-    return order[later[overlap]], order[earlier[overlap]]
+    del by_family, same
+    later_rows, earlier_rows = order[later], order[earlier]
+    del later, earlier
+    overlap = trace.start[earlier_rows] + trace.dur[earlier_rows] > trace.start[later_rows]
+    return later_rows[overlap], earlier_rows[overlap]
 
 
 def duplicate_correlations(trace: Trace, runtime: np.ndarray) -> np.ndarray:
@@ -101,23 +104,33 @@ def far_from_the_rest(trace: Trace) -> tuple[np.ndarray, int]:
 
     Returns (rows, gap in ns). Such slices (a clock that jumped, events of another run) make
     `fit all` show mostly emptiness."""
+    # Narrow, in place, and one at a time where it can be: these arrays are as long as the
+    # trace, and this runs at the summary's peak of memory.
     rows = np.flatnonzero(trace.ph == PH_COMPLETE)
+    if len(rows) < (1 << 31):
+        rows = rows.astype(np.int32)
     n = len(rows)
     empty = np.zeros(0, np.int64)
     if n < 2:
         return empty, 0
     start = trace.start[rows]
     order = np.argsort(start, kind="stable")
-    rows, start = rows[order], start[order]
-    reach = np.maximum.accumulate(start + trace.dur[rows])
+    start = start[order]
+    rows = rows[order]
+    del order
+    reach = trace.dur[rows]
+    reach += start
+    np.maximum.accumulate(reach, out=reach)
     span = int(reach[-1]) - int(start[0])
     if span <= 0:
         return empty, 0
-    holes = start[1:] - reach[:-1]
+    holes = np.subtract(start[1:], reach[:-1], out=reach[:-1])  # reach is not needed after
+    del start
     widest = int(np.argmax(holes))
     gap = int(holes[widest])
     if gap < FAR_GAP_SHARE * span:
         return empty, 0
+    rows = rows.astype(np.int64)
     before, after = rows[: widest + 1], rows[widest + 1 :]
     few = max(1, int(FAR_SHARE * n))
     if len(after) <= few:

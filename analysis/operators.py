@@ -39,28 +39,32 @@ def gpu_launched_per_position(nesting: Nesting, links: Links, trace: Trace) -> n
 def compute_operators(
     trace: Trace, nesting: Nesting, groups: Groups, links: Links
 ) -> OperatorTable:
+    # Per-position temporaries are kept few and narrow: on a 1 GB trace each is millions
+    # long, and this is where the summary's memory peaks.
     order = nesting.order
-    group = groups.index[order].astype(np.int64)
+    group = groups.index[order]  # int32
     n_groups = len(groups)
-    dur = trace.dur[order]
 
     count = np.bincount(group, minlength=n_groups).astype(np.int64)
     excl = np.zeros(n_groups, dtype=np.int64)
     np.add.at(excl, group, nesting.self_time)
     incl = np.zeros(n_groups, dtype=np.int64)
-    outer = nesting.outermost
-    np.add.at(incl, group[outer], dur[outer])
+    outer_pos = np.flatnonzero(nesting.outermost)
+    np.add.at(incl, group[outer_pos], trace.dur[order[outer_pos]])
 
     launched = gpu_launched_per_position(nesting, links, trace)
     # gpu_self: the runtime call's parent is an instance of the group.
     gpu_self = np.zeros(n_groups, dtype=np.int64)
-    has_parent = nesting.parent_pos >= 0
-    np.add.at(gpu_self, group[nesting.parent_pos[has_parent]], launched[has_parent])
+    with_parent = np.flatnonzero(nesting.parent_pos >= 0)
+    np.add.at(gpu_self, group[nesting.parent_pos[with_parent]], launched[with_parent])
+    del with_parent
     # gpu_total: strict descendants of outermost instances. Subtrees are contiguous ranges of
     # positions, and outermost instances of one group never nest, so each launch counts once.
-    prefix = np.concatenate(([0], np.cumsum(launched)))
-    outer_pos = np.flatnonzero(outer)
+    prefix = np.zeros(len(launched) + 1, dtype=np.int64)
+    np.cumsum(launched, out=prefix[1:])
+    del launched
     below = prefix[nesting.subtree_stop[outer_pos]] - prefix[outer_pos + 1]
+    del prefix
     gpu_total = np.zeros(n_groups, dtype=np.int64)
     np.add.at(gpu_total, group[outer_pos], below)
     return OperatorTable(
