@@ -466,46 +466,55 @@ class _Reader:
         decoder confirms the cut. A run that fails (a cut inside a string, malformed data, or the
         end of the array) rewinds the stream to that run's start, and the serial path, which
         retries cuts and salvages, carries on from there. The last run is always serial.
+
+        Runs travel in shared memory blocks (one copy, then the worker decodes in place), not
+        through the pool's pipe, where every run was copied four times and the transfers, one
+        after another, left the workers waiting. Without shared memory they take the pipe.
         """
         buf = self.buf
-        pending: deque[tuple[Any, int, bytes, bytes]] = deque()
+        pending: deque[tuple[Any, int, memoryview, bytes, Any]] = deque()
         limit = 2 * self.workers + 1
-        while True:
-            c = buf.skip_ws()
-            if c is None or c == ord("]"):
-                break
-            if c == ord(","):
-                buf.pos += 1
-                continue
-            buf.fill(RUN_BYTES)
-            data, pos = buf.data, buf.pos
-            if buf.eof and len(data) - pos < RUN_BYTES:
-                break
-            # Cut near RUN_BYTES from here (the buffer may hold several runs' worth): tasks of
-            # even size keep the workers equally busy and their memory small.
-            end = min(len(data), pos + RUN_BYTES)
-            matches = list(_NEXT_EVENT.finditer(data, max(pos, end - CUT_WINDOW), end))
-            if not matches:
-                break
-            cut = matches[-1].start()
-            next_event = matches[-1].end() - 1
-            # The run as a JSON array, made in one copy (the worker decodes it as it is).
-            array = b"".join((b"[", memoryview(data)[pos : cut + 1], b"]"))
-            pending.append(
-                (
-                    self.pool.submit(decode_array, array),
-                    buf.base + pos,
-                    array,
-                    data[cut + 1 : next_event],
-                )
-            )
-            buf.pos = next_event
-            while pending and (len(pending) >= limit or pending[0][0].done()):
-                if not self._merge_oldest(pending):
+        blocks = _SharedBlocks(limit + 1, RUN_BYTES + 2)
+        try:
+            while True:
+                c = buf.skip_ws()
+                if c is None or c == ord("]"):
+                    break
+                if c == ord(","):
+                    buf.pos += 1
+                    continue
+                buf.fill(RUN_BYTES)
+                data, pos = buf.data, buf.pos
+                if buf.eof and len(data) - pos < RUN_BYTES:
+                    break
+                # Cut near RUN_BYTES from here (the buffer may hold several runs' worth): tasks
+                # of even size keep the workers equally busy and their memory small.
+                end = min(len(data), pos + RUN_BYTES)
+                matches = list(_NEXT_EVENT.finditer(data, max(pos, end - CUT_WINDOW), end))
+                if not matches:
+                    break
+                cut = matches[-1].start()
+                next_event = matches[-1].end() - 1
+                segment = memoryview(data)[pos : cut + 1]
+                block = blocks.take()
+                if block is not None:
+                    length = blocks.fill(block, segment)
+                    future = self.pool.submit(decode_shared, block.name, length)
+                else:  # as a JSON array, made in one copy, through the pipe
+                    future = self.pool.submit(decode_array, b"".join((b"[", segment, b"]")))
+                separator = data[cut + 1 : next_event]
+                pending.append((future, buf.base + pos, segment, separator, block))
+                buf.pos = next_event
+                while pending and (len(pending) >= limit or pending[0][0].done()):
+                    if not self._merge_oldest(pending, blocks):
+                        return
+            while pending:
+                if not self._merge_oldest(pending, blocks):
                     return
-        while pending:
-            if not self._merge_oldest(pending):
-                return
+        finally:
+            for entry in pending:
+                entry[0].cancel()
+            blocks.close()
 
     def _read_events_parallel_by_offset(self) -> None:
         """Plain files: workers read their own runs from the file, by offset and length.
@@ -560,15 +569,17 @@ class _Reader:
         self._report()
         return None
 
-    def _merge_oldest(self, pending: deque) -> bool:
-        future, offset, array, separator = pending.popleft()
-        segment = memoryview(array)[1:-1]  # the run without the brackets added around it
+    def _merge_oldest(self, pending: deque, blocks: _SharedBlocks) -> bool:
+        future, offset, segment, separator, block = pending.popleft()
         run = future.result()
+        blocks.give_back(block)
         if run is None:
             for later in pending:
                 later[0].cancel()
+                if later[0].cancelled():
+                    blocks.give_back(later[4])
             buf = self.buf
-            rest = b"".join(bytes(a[1:-1]) + sep for _f, _o, a, sep in pending)
+            rest = b"".join(bytes(s) + sep for _f, _o, s, sep, _b in pending)
             buf.data = bytes(segment) + separator + rest + buf.data[buf.pos :]
             buf.base = offset
             buf.pos = 0
@@ -767,18 +778,92 @@ def decode_file_run(path: str, offset: int, length: int) -> RunColumns | None:
     return decode_array(array)
 
 
+class _SharedBlocks:
+    """A few shared memory blocks, each holding one run as a JSON array for a worker.
+
+    A block is reused once its run is merged (the worker is done with it then). If shared
+    memory cannot be had (no /dev/shm, no space), `take` returns None and runs take the pipe.
+    """
+
+    def __init__(self, count: int, size: int) -> None:
+        self.size = size
+        self.free: list[Any] = []
+        self.all: list[Any] = []
+        try:
+            from multiprocessing import shared_memory
+
+            for _ in range(count):
+                block = shared_memory.SharedMemory(create=True, size=size)
+                self.all.append(block)
+                self.free.append(block)
+        except (OSError, ValueError, ImportError):
+            self.close()
+
+    def take(self) -> Any:
+        return self.free.pop() if self.free else None
+
+    def fill(self, block: Any, segment: memoryview) -> int:
+        length = len(segment) + 2
+        if length > self.size:
+            raise ValueError("run larger than a shared block")
+        view = block.buf
+        view[0] = ord("[")
+        view[1 : length - 1] = segment
+        view[length - 1] = ord("]")
+        return length
+
+    def give_back(self, block: Any) -> None:
+        if block is not None and block in self.all and block not in self.free:
+            self.free.append(block)
+
+    def close(self) -> None:
+        for block in self.all:
+            try:
+                block.close()
+                block.unlink()
+            except (OSError, BufferError):
+                pass
+        self.all, self.free = [], []
+
+
+_ATTACHED: dict[str, Any] = {}
+
+
+def decode_shared(name: str, length: int) -> RunColumns | None:
+    """Worker side: decode the run a shared memory block holds (attached once per block)."""
+    block = _ATTACHED.get(name)
+    if block is None:
+        from multiprocessing import shared_memory
+
+        # The main process owns the block and unlinks it. (Workers share its resource
+        # tracker, so the registration attaching makes here is the main process's own.)
+        block = shared_memory.SharedMemory(name=name)
+        _ATTACHED[name] = block
+        if len(_ATTACHED) > 64:  # blocks of finished loads: let them go
+            for old in list(_ATTACHED)[:-16]:
+                try:
+                    _ATTACHED.pop(old).close()
+                except BufferError:
+                    pass
+    view = block.buf[:length]
+    try:
+        return decode_array(view)
+    finally:
+        view.release()
+
+
 def decode_segment(segment: bytes) -> RunColumns | None:
     """Worker side: decode and convert one run of whole events; None if it is not one."""
     return decode_array(b"[" + segment + b"]")
 
 
-def decode_array(text: bytes | bytearray) -> RunColumns | None:
+def decode_array(text: bytes | bytearray | memoryview) -> RunColumns | None:
     """Worker side: decode and convert a run given as a JSON array; None if it is not one."""
     with gc_paused():
         return _decode_array(text)
 
 
-def _decode_array(text: bytes | bytearray) -> RunColumns | None:
+def _decode_array(text: bytes | bytearray | memoryview) -> RunColumns | None:
     try:
         events = EVENTS_DECODER.decode(text)
     except msgspec.ValidationError:

@@ -169,3 +169,20 @@ async def test_viewer_loads_with_worker_processes(big_trace, monkeypatch):
         assert isinstance(app.screen, TraceScreen), app.exit_message
         assert app.data.trace.n_events == 120000 + 30000 + 12000
         assert app.data.trace.workers == 2  # not the one-process fallback
+
+
+def test_gzip_runs_take_the_pipe_without_shared_memory(big_trace, monkeypatch):
+    """Runs of a gzip'd trace go to the workers in shared memory; where none can be had (no
+    /dev/shm, no space) they go through the pool's pipe, with the same result."""
+    from multiprocessing import shared_memory
+
+    path = gzipped(big_trace)
+    shared = load(str(path), use_cache=False, workers=2)
+
+    def unavailable(*args, **kwargs):
+        raise OSError("no shared memory here")
+
+    monkeypatch.setattr(shared_memory, "SharedMemory", unavailable)
+    piped = load(str(path), use_cache=False, workers=2)
+    assert_same(shared, piped)
+    assert_same(shared, load(str(path), use_cache=False, workers=1))
