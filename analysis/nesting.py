@@ -69,17 +69,17 @@ class Nesting:
 
     def slices_at(self, trace: Trace, lane: int, t: int) -> np.ndarray:
         """Rows of the lane's CPU slices with start <= t < end, outermost first."""
-        lo, hi = self.lane_range(lane)
+        first, hi = self.lane_range(lane)
         # Within a lane, positions are sorted by start: bisect on them, reading only the
         # starts it visits, then look at the ends of the slices that start by t.
         start, order = trace.start, self.order
+        lo = first
         while lo < hi:
             mid = (lo + hi) // 2
             if start[order[mid]] <= t:
                 lo = mid + 1
             else:
                 hi = mid
-        first, _ = self.lane_range(lane)
         candidates = order[first:lo]
         return candidates[start[candidates] + trace.dur[candidates] > t]
 

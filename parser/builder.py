@@ -185,17 +185,19 @@ class TraceBuilder:
             estimate = min(estimate, self.expected_bytes // 16 + 4096)
         else:
             estimate = capacity + capacity // 2
-        capacity = max(need, estimate, 4096)
-        try:
-            np.empty(capacity * 80, dtype=np.uint8)  # the whole row's width, to see it fits
-        except MemoryError:
-            capacity = max(need, 2 * len(self.columns["ph"]) if self.columns else need)
-        for column in COLUMNS:
-            array = np.empty(capacity, dtype=DTYPES.get(column, np.int64))
-            old = self.columns.get(column)
-            if old is not None:
-                array[: self.n_rows] = old[: self.n_rows]
-            self.columns[column] = array  # the old array is freed here, column by column
+        # An estimate too large to map even unwritten falls back to what is needed.
+        for capacity in (max(need, estimate, 4096), need):
+            try:
+                for column in COLUMNS:
+                    array = np.empty(capacity, dtype=DTYPES.get(column, np.int64))
+                    old = self.columns.get(column)
+                    if old is not None:
+                        array[: self.n_rows] = old[: self.n_rows]
+                    self.columns[column] = array  # the old array is freed here, one by one
+                break
+            except MemoryError:
+                if capacity == need:
+                    raise
         release_heap()
 
     def _metadata(self, name: Any, pid: Any, tid: Any, args: Any) -> None:

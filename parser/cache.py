@@ -76,57 +76,76 @@ def _remove_abandoned(folder: Path, age_s: float = 3600) -> None:
                 continue
 
 
-def save(trace: Trace, root: Path | None = None) -> Path | None:
-    """Write the trace's cache entry; returns its folder, or None if it could not be written."""
-    try:
-        key = trace_key(trace.source.path)
-        if (key["size"], key["mtime_ns"]) != (trace.source.bytes, trace.source.mtime_ns):
-            return None  # the file changed after it was read: the model is not of it any more
-        target = entry_dir(trace.source.path, root)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        _remove_abandoned(target.parent)
-        work = Path(tempfile.mkdtemp(prefix=".tmp-", dir=target.parent))
-    except OSError:
+def _key_of_loaded(trace: Trace) -> dict[str, Any] | None:
+    """The cache key of the trace's file, or None if the file changed after it was read (the
+    model is not of it any more)."""
+    key = trace_key(trace.source.path)
+    if (key["size"], key["mtime_ns"]) != (trace.source.bytes, trace.source.mtime_ns):
         return None
+    return key
+
+
+def _publish(target: Path, arrays: dict[str, np.ndarray], manifest: dict[str, Any]) -> bool:
+    """Write the arrays and their manifest to a temporary folder next to `target`, then rename
+    it into place (replacing an older one): never a half-written folder, not even on Ctrl-C.
+    False when it could not be written."""
+    parent = target.parent
+    work = Path(tempfile.mkdtemp(prefix=".tmp-", dir=parent))
     try:
-        arrays: dict[str, np.ndarray] = {c: getattr(trace, c) for c in COLUMNS}
-        arrays.update({f"memory.{c}": getattr(trace.memory, c) for c in MEMORY_COLUMNS})
-        if trace.chunks is not None:
-            arrays.update({f"chunks.{c}": getattr(trace.chunks, c) for c in CHUNK_COLUMNS})
-        encoded = [s.encode("utf-8", "surrogatepass") for s in trace.strings]
-        arrays["strings.offsets"] = np.cumsum([0] + [len(b) for b in encoded], dtype=np.int64)
-        arrays["strings.blob"] = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-        files = _write_arrays(work, arrays)
-        manifest = {
-            "key": key,
-            "files": files,
-            "header": trace.header,
-            "lanes": [asdict(lane) for lane in trace.lanes],
-            "n_events": trace.n_events,
-            "by_phase": trace.by_phase,
-            "by_category": trace.by_category,
-            "slice_start_min": trace.slice_start_min,
-            "slice_end_max": trace.slice_end_max,
-            "complete": trace.complete,
-            "warnings": trace.warnings,
-            "stopped_at": trace.stopped_at,
-            "source": asdict(trace.source),
-            "has_chunks": trace.chunks is not None,
-        }
+        manifest = {**manifest, "files": _write_arrays(work, arrays)}
         (work / "manifest.json").write_bytes(msgspec.json.encode(manifest))
         old = None
         if target.exists():
-            old = Path(tempfile.mkdtemp(prefix=".old-", dir=target.parent))
+            old = Path(tempfile.mkdtemp(prefix=".old-", dir=parent))
             os.rename(target, old / "entry")
         os.rename(work, target)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-        return target
+        return True
     except BaseException as error:
-        shutil.rmtree(work, ignore_errors=True)  # also on Ctrl-C: no half-written folder stays
+        shutil.rmtree(work, ignore_errors=True)
         if isinstance(error, (OSError, ValueError, TypeError, msgspec.EncodeError)):
-            return None
+            return False
         raise
+
+
+def save(trace: Trace, root: Path | None = None) -> Path | None:
+    """Write the trace's cache entry; returns its folder, or None if it could not be written."""
+    try:
+        key = _key_of_loaded(trace)
+        if key is None:
+            return None
+        target = entry_dir(trace.source.path, root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _remove_abandoned(target.parent)
+    except OSError:
+        return None
+    arrays: dict[str, np.ndarray] = {c: getattr(trace, c) for c in COLUMNS}
+    arrays.update({f"memory.{c}": getattr(trace.memory, c) for c in MEMORY_COLUMNS})
+    if trace.chunks is not None:
+        arrays.update({f"chunks.{c}": getattr(trace.chunks, c) for c in CHUNK_COLUMNS})
+    encoded = [s.encode("utf-8", "surrogatepass") for s in trace.strings]
+    arrays["strings.offsets"] = np.cumsum([0] + [len(b) for b in encoded], dtype=np.int64)
+    arrays["strings.blob"] = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+    manifest = {
+        "key": key,
+        "header": trace.header,
+        "lanes": [asdict(lane) for lane in trace.lanes],
+        "n_events": trace.n_events,
+        "by_phase": trace.by_phase,
+        "by_category": trace.by_category,
+        "slice_start_min": trace.slice_start_min,
+        "slice_end_max": trace.slice_end_max,
+        "complete": trace.complete,
+        "warnings": trace.warnings,
+        "stopped_at": trace.stopped_at,
+        "source": asdict(trace.source),
+        "has_chunks": trace.chunks is not None,
+    }
+    try:
+        return target if _publish(target, arrays, manifest) else None
+    except OSError:
+        return None
 
 
 def _write_arrays(folder: Path, arrays: dict[str, np.ndarray]) -> dict[str, dict[str, int]]:
@@ -181,35 +200,18 @@ def _map_arrays(
 def save_extra(trace: Trace, name: str, version: int, arrays: dict[str, np.ndarray]) -> bool:
     """Keep arrays derived from the model (e.g. the viewer's nesting) in the trace's entry.
 
-    Written only next to a valid entry of this very file, in a folder of its own that is
-    renamed into place; `load_extra` checks the same key, its version and every CRC."""
-    path = trace.source.path
-    target = entry_dir(path)
+    Written only into a valid entry of this very file, in a folder of its own that is renamed
+    into place; `load_extra` checks the same key, its version and every CRC."""
+    target = entry_dir(trace.source.path)
     try:
-        key = trace_key(path)
-        if (key["size"], key["mtime_ns"]) != (trace.source.bytes, trace.source.mtime_ns):
-            return False
+        key = _key_of_loaded(trace)
         manifest = msgspec.json.decode((target / "manifest.json").read_bytes())
-        if manifest.get("key") != key:
+        if key is None or manifest.get("key") != key:
             return False
         _remove_abandoned(target)
-        work = Path(tempfile.mkdtemp(prefix=".tmp-", dir=target))
-    except (OSError, msgspec.DecodeError):
+        return _publish(target / f"extra-{name}", arrays, {"key": key, "version": version})
+    except (OSError, AttributeError, msgspec.DecodeError):
         return False
-    try:
-        files = _write_arrays(work, arrays)
-        extra = {"key": key, "version": version, "files": files}
-        (work / "manifest.json").write_bytes(msgspec.json.encode(extra))
-        final = target / f"extra-{name}"
-        if final.exists():
-            shutil.rmtree(final, ignore_errors=True)
-        os.rename(work, final)
-        return True
-    except BaseException as error:
-        shutil.rmtree(work, ignore_errors=True)
-        if isinstance(error, (OSError, ValueError, TypeError, msgspec.EncodeError)):
-            return False
-        raise
 
 
 def load_extra(

@@ -130,14 +130,6 @@ def _int64_or_none(value: Any) -> int:
     return value if type(value) is int and INT64_MIN < value <= INT64_MAX else NO_VALUE
 
 
-def _int_column(values: list) -> np.ndarray:
-    """Values already mapped to int or NO_VALUE; big or odd values fall back to a checked path."""
-    try:
-        return np.array(values, dtype=np.int64)
-    except (OverflowError, TypeError, ValueError):
-        return np.array([_int64_or_none(v) for v in values], dtype=np.int64)
-
-
 def convert_run(events: list[Event]) -> RunColumns:
     """Convert the decoded events of one run (every element, in file order).
 
@@ -400,7 +392,7 @@ def _shape_ids(values: list, intern: Any) -> np.ndarray:
         raws = [bytes(values[j]) for j in present]
         ids = {}
         for raw in dict.fromkeys(raws):
-            text = _dims_text(msgspec.Raw(raw))
+            text = _dims_text(raw)
             ids[raw] = intern(text) if text is not None else -1
         out[present] = np.fromiter(map(ids.__getitem__, raws), dtype=np.int32, count=len(raws))
         return out
@@ -412,12 +404,12 @@ def _shape_ids(values: list, intern: Any) -> np.ndarray:
 
 
 def _dims_text(dims: Any) -> str | None:
-    """Compact JSON text of an `Input Dims` value (lone surrogates in strings survive); None
-    for a missing or null value.
+    """Compact JSON text of an `Input Dims` value, given decoded or as its raw JSON (bytes or
+    msgspec.Raw); lone surrogates in strings survive. None for a missing or null value.
 
     Raw JSON of lists of non-negative integers (nearly every shape) only loses its whitespace;
     anything else is decoded and encoded compactly."""
-    if type(dims) is msgspec.Raw:
+    if type(dims) is msgspec.Raw or type(dims) is bytes:
         raw = bytes(dims)
         if raw == b"null":
             return None

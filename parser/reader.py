@@ -575,9 +575,7 @@ class _Reader:
         blocks.give_back(block)
         if run is None:
             for later in pending:
-                later[0].cancel()
-                if later[0].cancelled():
-                    blocks.give_back(later[4])
+                later[0].cancel()  # their blocks are released when the loop ends
             buf = self.buf
             rest = b"".join(bytes(s) + sep for _f, _o, s, sep, _b in pending)
             buf.data = bytes(segment) + separator + rest + buf.data[buf.pos :]
@@ -850,11 +848,6 @@ def decode_shared(name: str, length: int) -> RunColumns | None:
         return decode_array(view)
     finally:
         view.release()
-
-
-def decode_segment(segment: bytes) -> RunColumns | None:
-    """Worker side: decode and convert one run of whole events; None if it is not one."""
-    return decode_array(b"[" + segment + b"]")
 
 
 def decode_array(text: bytes | bytearray | memoryview) -> RunColumns | None:

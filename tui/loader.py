@@ -35,7 +35,7 @@ class TraceLoad:
     # sooner on big traces. Tests that drive the UI step by step turn it off.
     defer_levels = True
 
-    def __init__(self, path: str, *, start: bool = True) -> None:
+    def __init__(self, path: str) -> None:
         self.path = path
         self.began = time.monotonic()
         self.progress: tuple[int, int, int] = (0, 0, 0)  # bytes done, bytes total, events
@@ -52,12 +52,7 @@ class TraceLoad:
         # Before a UI takes over the standard streams, which decoding workers need to start.
         prepare_workers(path)
         self._thread = threading.Thread(target=self._run, name="kinetoscope-load", daemon=True)
-        if start:
-            self._thread.start()
-
-    def start(self) -> None:
-        if not self._thread.is_alive() and not self.done.is_set():
-            self._thread.start()
+        self._thread.start()
 
     def cancel(self) -> None:
         self.cancelled.set()

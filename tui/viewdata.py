@@ -118,11 +118,7 @@ class LaneView:
     short_label: str
     levels: list[Level]  # only the first until the view's levels are complete
     device: int | None = None  # GPU lanes: the device of their activities
-    deep: bool = False  # it has slices below its first level
-
-    @property
-    def expandable(self) -> bool:
-        return self.deep or len(self.levels) > 1
+    expandable: bool = False  # it has slices below its first level (placed or not yet)
 
     @property
     def is_gpu(self) -> bool:
@@ -182,9 +178,9 @@ class ViewData:
         self.slot = self._slots()
         self.lanes: list[LaneView] = []
         self.groups: list[Group] = []
-        self.row_lane = np.full(len(trace), -1, dtype=np.int32)  # index into self.lanes
-        self.row_level = np.full(len(trace), -1, dtype=np.int32)
-        self.row_entry = np.full(len(trace), -1, dtype=np.int64)
+        # Per trace row (-1: not drawn, or not placed yet): index into self.lanes, level, and
+        # index in that level. Set from each placement, and swapped in whole.
+        self.row_lane = self.row_level = self.row_entry = np.zeros(0, dtype=np.int32)
         self.levels_ready = threading.Event()
         self._lock = threading.Lock()
         self._nesting: Nesting | None = None
@@ -194,7 +190,9 @@ class ViewData:
         if cached is not None:
             self._install(*cached)
         elif defer_levels:
-            self._make_lanes(self._per_lane(self._root_placement()))
+            placement = self._root_placement()
+            self._make_lanes(self._per_lane(placement))
+            self._set_row_lane(placement)
         else:
             self.complete_levels()
         self.gap_order_longest = np.lexsort(
@@ -236,6 +234,7 @@ class ViewData:
                 view.levels = _level_list(per_lane[view.lane.id])
         else:
             self._make_lanes(per_lane)
+        self._set_row_lane(placement)
         self.levels_ready.set()
 
     # -- construction -------------------------------------------------------------------------
@@ -341,22 +340,27 @@ class ViewData:
             )
             row_level[placed[lo:hi]] = lvl
             row_entry[placed[lo:hi]] = np.arange(hi - lo)
-        row_lane = np.full(len(trace), -1, dtype=np.int32)
-        if self.lanes:
-            view_of = {view.lane.id: index for index, view in enumerate(self.lanes)}
-            lane_view = np.full(len(trace.lanes) + 1, -1, dtype=np.int32)
-            lane_view[list(view_of)] = list(view_of.values())
-            row_lane[placed] = lane_view[(key // stride).astype(np.int64)]
         # Swapped in whole, so that a reader on another thread sees old or new, never half.
-        self.row_lane, self.row_level, self.row_entry = row_lane, row_level, row_entry
+        self.row_level, self.row_entry = row_level, row_entry
         return per_lane
+
+    def _set_row_lane(self, placement: Placement) -> None:
+        """row_lane from a placement, once the lanes are laid out."""
+        trace = self.trace
+        view_of = np.full(len(trace.lanes) + 1, -1, dtype=np.int32)
+        view_of[[view.lane.id for view in self.lanes]] = np.arange(len(self.lanes))
+        row_lane = np.full(len(trace), -1, dtype=np.int32)
+        row_lane[placement.rows] = view_of[placement.key // placement.stride]
+        self.row_lane = row_lane
 
     def _make_lanes(self, per_lane: dict[int, dict[int, Level]]) -> None:
         trace = self.trace
         lane_ids = sorted(per_lane, key=lambda i: trace.lanes[i].sort_key)
+        # A lane is deep when it has slices below its first level: more slices than its first
+        # level holds (known before the deeper levels are placed).
+        slices = np.bincount(trace.lane[self.kind >= 0], minlength=len(trace.lanes) + 1)
         # Group by process (CPU) or device (GPU); groups ordered by their first lane.
         group_of: dict[tuple, int] = {}
-        row_lane = np.full(len(trace), -1, dtype=np.int32)
         for lane_id in lane_ids:
             lane = trace.lanes[lane_id]
             levels = _level_list(per_lane[lane_id])
@@ -387,19 +391,10 @@ class ViewData:
                     short_label=tail or head,
                     levels=levels,
                     device=device,
-                    deep=self.levels_ready.is_set() and len(levels) > 1,
+                    expandable=bool(slices[lane_id] > len(levels[0])),
                 )
             )
             self.groups[group_index].lanes.append(view_index)
-            row_lane[np.concatenate([lv.rows for lv in levels])] = view_index
-        self.row_lane = row_lane
-        if not self.levels_ready.is_set():
-            # Which lanes have slices below their first level (known before they are placed).
-            placed_first = np.zeros(len(trace.lanes) + 1, dtype=np.int64)
-            np.add.at(placed_first, trace.lane[row_lane >= 0], 1)
-            total = np.bincount(trace.lane[self.kind >= 0], minlength=len(trace.lanes) + 1)
-            for view in self.lanes:
-                view.deep = bool(total[view.lane.id] > placed_first[view.lane.id])
         # The GPU groups' labels say which device they are.
         for group in self.groups:
             if group.is_gpu:
