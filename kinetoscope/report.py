@@ -196,34 +196,13 @@ def steps_table(analysis: Any) -> Any:
 def gpu_table(document: dict[str, Any]) -> Any:
     if not document["gpu"]:
         return None
-    table = _table(
-        "GPU utilisation and idle time by cause",
-        "device",
-        "kernels",
-        "memcpy",
-        "memset",
-        "window",
-        "busy",
-        "idle",
-        "host_wait",
-        "kernel_wait",
-        "other",
-        right=(
-            "kernels",
-            "memcpy",
-            "memset",
-            "window",
-            "busy",
-            "idle",
-            "host_wait",
-            "kernel_wait",
-            "other",
-        ),
-    )
+    causes = ("host_wait", "kernel_wait", "other")
+    numbers = ("kernels", "memcpy", "memset", "window", "busy", "idle", *causes)
+    table = _table("GPU utilisation and idle time by cause", "device", *numbers, right=numbers)
     for gpu in document["gpu"]:
         start, end = gpu["window_start_us"], gpu["window_end_us"]
         window = None if start is None else end - start
-        causes = gpu["idle_by_cause"]
+        idle_by_cause = gpu["idle_by_cause"]
         table.add_row(
             str(gpu["device"]),
             f"{gpu['kernels']:,}",
@@ -232,7 +211,7 @@ def gpu_table(document: dict[str, Any]) -> Any:
             _dur(window),
             f"{_dur(gpu['busy_us'])} {_pct(gpu['busy_us'], window or 0)}",
             f"{_dur(gpu['idle_us'])} {_pct(gpu['idle_us'], window or 0)}",
-            *(_dur(causes[c]) for c in ("host_wait", "kernel_wait", "other")),
+            *(_dur(idle_by_cause[c]) for c in causes),
         )
     return table
 

@@ -21,6 +21,8 @@ from .table import Column
 from .timefmt import fmt_duration
 
 if TYPE_CHECKING:
+    from kinetoscope.parser.model import Trace
+
     from .timeline import Timeline
     from .viewdata import ViewData
 
@@ -91,6 +93,17 @@ def time_column(title: str, values: np.ndarray, width: int = 11) -> Column:
         key=values,
         width=max(width, 10, len(title) + 1),
     )
+
+
+def instance_columns(trace: Trace, rows: np.ndarray, origin: int) -> list[Column]:
+    """The first columns of a table of instances (trace rows): their number in file order,
+    start (relative to the view's origin) and duration."""
+    start = trace.start[rows]
+    return [
+        Column("#", lambda i: f"{i + 1:,}", key=np.arange(len(rows)), width=7, largest_first=False),
+        Column("start", lambda i: "+" + fmt_cell_time(int(start[i]) - origin), key=start, width=13),
+        time_column("dur", trace.dur[rows]),
+    ]
 
 
 def count_column(title: str, values: np.ndarray, width: int = 8) -> Column:

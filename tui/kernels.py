@@ -15,7 +15,14 @@ from textual import work
 from textual.binding import Binding, BindingType
 from textual.widgets import Static
 
-from .drilldown import Jump, count_column, fmt_cell_time, percent_column, range_label, time_column
+from .drilldown import (
+    Jump,
+    count_column,
+    instance_columns,
+    percent_column,
+    range_label,
+    time_column,
+)
 from .operators import model_row, restrict
 from .safe_text import clean, shorten
 from .table import Column, TableModel, TableScreen, string_ranks
@@ -251,8 +258,6 @@ class KernelDetailScreen(TableScreen):
         data = self.data
         rows = self.rows
         strings = trace.strings
-        start = trace.start[rows]
-        dur = trace.dur[rows]
         device = trace.device[rows]
         stream = trace.stream[rows]
         # The launching operator: parent of the linked runtime call (vectorised lookup).
@@ -262,20 +267,7 @@ class KernelDetailScreen(TableScreen):
         launch_name = np.where(launch >= 0, trace.name[np.maximum(launch, 0)], 0).astype(np.int64)
         return TableModel(
             columns=[
-                Column(
-                    "#",
-                    lambda i: f"{i + 1:,}",
-                    key=np.arange(len(rows)),
-                    width=7,
-                    largest_first=False,
-                ),
-                Column(
-                    "start",
-                    lambda i: "+" + fmt_cell_time(int(start[i]) - data.origin),
-                    key=start,
-                    width=13,
-                ),
-                time_column("dur", dur),
+                *instance_columns(trace, rows, data.origin),
                 Column("GPU", lambda i: str(int(device[i])), key=device, width=4),
                 Column(
                     "stream",

@@ -25,7 +25,7 @@ from textual.widgets import Static
 from .drilldown import (
     Jump,
     count_column,
-    fmt_cell_time,
+    instance_columns,
     percent_column,
     range_label,
     share_bar,
@@ -422,28 +422,13 @@ class OperatorDetailScreen(TableScreen):
         data = self.data
         if view == "instances":
             rows = self.rows
-            start = trace.start[rows]
-            dur = trace.dur[rows]
             own = analysis.nesting.self_time[analysis.nesting.position[rows]]
             gpu = subtree_gpu(trace, analysis.nesting, analysis.links, rows)
             shapes = trace.shape[rows].astype(np.int64)
             lanes = [data.lanes[i].short_label if i >= 0 else "?" for i in data.row_lane[rows]]
             return TableModel(
                 columns=[
-                    Column(
-                        "#",
-                        lambda i: f"{i + 1:,}",
-                        key=np.arange(len(rows)),
-                        width=7,
-                        largest_first=False,
-                    ),
-                    Column(
-                        "start",
-                        lambda i: "+" + fmt_cell_time(int(start[i]) - data.origin),
-                        key=start,
-                        width=13,
-                    ),
-                    time_column("dur", dur),
+                    *instance_columns(trace, rows, data.origin),
                     time_column("self", own),
                     time_column("GPU", gpu),
                     Column("lane", lambda i: clean(lanes[i]), width=18, numeric=False),
