@@ -35,7 +35,9 @@ class TraceLoad:
     # sooner on big traces. Tests that drive the UI step by step turn it off.
     defer_levels = True
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, data: ViewData | None = None) -> None:
+        """Start loading `path`; or, given the `data` a caller already built, a load that is
+        done (nothing is read again)."""
         self.path = path
         self.began = time.monotonic()
         self.progress: tuple[int, int, int] = (0, 0, 0)  # bytes done, bytes total, events
@@ -49,9 +51,15 @@ class TraceLoad:
         self.on_done: Callable[[], None] | None = None  # set by the UI: `done` was just set
         self.on_levels: Callable[[ViewData], None] | None = None  # set by the UI
         self.on_failure: Callable[[str], None] | None = None
+        self._thread = threading.Thread(target=self._run, name="kinetoscope-load", daemon=True)
+        if data is not None:
+            self.data = data
+            self.done.set()
+            if data.complete:
+                self.levels_done.set()
+            return
         # Before a UI takes over the standard streams, which decoding workers need to start.
         prepare_workers(path)
-        self._thread = threading.Thread(target=self._run, name="kinetoscope-load", daemon=True)
         self._thread.start()
 
     def cancel(self) -> None:
