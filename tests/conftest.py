@@ -39,6 +39,25 @@ def whole_view_at_once(request, monkeypatch):
     monkeypatch.setattr(TraceLoad, "defer_levels", False)
 
 
+def pytest_generate_tests(metafunc):
+    """Tests marked `also_no_color` run twice: as configured, and with NO_COLOR=1."""
+    if metafunc.definition.get_closest_marker("also_no_color") is not None:
+        metafunc.parametrize("no_color", [False, True], ids=["colour", "NO_COLOR"], indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def no_color(request, monkeypatch):
+    """NO_COLOR=1 for the NO_COLOR run of an `also_no_color` test. Textual reads it when an App
+    is created (and then draws every frame through its monochrome filter), so setting it before
+    the test body makes the app built there honour it. Snapshots are pinned in colour: they run
+    without it whatever the environment says."""
+    if getattr(request, "param", False):
+        monkeypatch.setenv("NO_COLOR", "1")
+    elif "snap_compare" in request.fixturenames:
+        monkeypatch.delenv("NO_COLOR", raising=False)
+    return getattr(request, "param", False)
+
+
 @pytest.fixture
 def write_trace(tmp_path):
     """Write a trace (a dict, list or raw bytes) to a file and return its path."""

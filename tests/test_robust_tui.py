@@ -138,6 +138,7 @@ def hostile_path(tmp_path):
     return path
 
 
+@pytest.mark.also_no_color
 async def test_hostile_names_are_literal_text_on_every_screen(hostile_path):
     app = KinetoscopeApp(str(hostile_path))
     async with app.run_test(size=SIZE) as pilot:

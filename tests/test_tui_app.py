@@ -108,6 +108,7 @@ async def test_arrows_walk_events_and_lanes(trace_path):
         assert tl.data.lanes[tl.rows[tl.cursor_row].lane].label.endswith("(loader)")
 
 
+@pytest.mark.also_no_color
 async def test_enter_expands_and_collapses_lane(trace_path):
     app = KinetoscopeApp(trace_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -164,6 +165,7 @@ async def test_fit_selection_and_fit_all(trace_path):
         assert tl.view_start == 0 and tl.view_end >= tl.data.span
 
 
+@pytest.mark.also_no_color
 async def test_g_and_G_reach_the_analysis_next_and_previous_gap(trace_path):
     app = KinetoscopeApp(trace_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -216,6 +218,7 @@ async def test_threshold_keys_change_which_gaps_g_visits(trace_path):
         assert tl.current_gap == 0
 
 
+@pytest.mark.also_no_color
 async def test_gap_list_is_longest_first_and_enter_jumps(trace_path):
     app = KinetoscopeApp(trace_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -235,6 +238,7 @@ async def test_gap_list_is_longest_first_and_enter_jumps(trace_path):
         assert tl.current_gap == 1
 
 
+@pytest.mark.also_no_color
 async def test_details_show_launch_kernels_stack_and_args(trace_path):
     app = KinetoscopeApp(trace_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -258,6 +262,7 @@ async def test_details_show_launch_kernels_stack_and_args(trace_path):
         assert "self time: 180 µs" in text  # 290 - 100 (aten::mm) - 10 (a launch)
 
 
+@pytest.mark.also_no_color
 async def test_help_lists_every_key_and_closes(trace_path):
     app = KinetoscopeApp(trace_path)
     async with app.run_test(size=SIZE) as pilot:

@@ -73,6 +73,7 @@ def in_view(timeline: Timeline, row: int) -> bool:
     return timeline.view_start <= data.rel_start(row) and data.rel_end(row) <= timeline.view_end + 1
 
 
+@pytest.mark.also_no_color
 async def test_operator_table_drill_down_instance_to_timeline():
     app = KinetoscopeApp(str(SAMPLE))
     async with app.run_test(size=SIZE) as pilot:
@@ -187,6 +188,7 @@ async def test_sorting_by_keys():
         assert table.row_count == len(ops)
 
 
+@pytest.mark.also_no_color
 async def test_kernels_table_instances_and_jump():
     app = KinetoscopeApp(str(SAMPLE))
     async with app.run_test(size=SIZE) as pilot:
@@ -216,6 +218,7 @@ async def test_kernels_table_instances_and_jump():
         assert in_view(screen.timeline, longest)
 
 
+@pytest.mark.also_no_color
 async def test_findings_enter_shows_the_evidence():
     app = KinetoscopeApp(str(SAMPLE))
     async with app.run_test(size=SIZE) as pilot:
@@ -241,6 +244,7 @@ async def test_findings_enter_shows_the_evidence():
         assert start + second.dur <= timeline.view_end
 
 
+@pytest.mark.also_no_color
 async def test_search_highlights_and_steps_through_matches():
     app = KinetoscopeApp(str(SAMPLE))
     async with app.run_test(size=SIZE) as pilot:
@@ -337,6 +341,7 @@ async def test_marked_range_restricts_the_tables():
         assert all(r[column_index(kernels, "count")] != "0" for r in shown_rows(kernels))
 
 
+@pytest.mark.also_no_color
 async def test_overview_steps_and_marking_a_step():
     app = KinetoscopeApp(str(SAMPLE))
     async with app.run_test(size=SIZE) as pilot:

@@ -56,6 +56,7 @@ def sync_path(write_trace):
     return str(write_trace(sync_trace(), name="sync.json"))
 
 
+@pytest.mark.also_no_color
 async def test_memory_view_opens_on_the_peak_and_names_its_owner(memory_path):
     app = KinetoscopeApp(memory_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -138,6 +139,7 @@ async def test_trace_without_memory_events_says_how_to_record_them(sync_path):
         await settle(pilot, TraceScreen)
 
 
+@pytest.mark.also_no_color
 async def test_sync_view_lists_worst_first_and_jumps(sync_path):
     app = KinetoscopeApp(sync_path)
     async with app.run_test(size=SIZE) as pilot:

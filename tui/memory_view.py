@@ -41,6 +41,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Static
 
 from .drilldown import analysis_for
+from .render import PLAIN
 from .safe_text import fit, shorten
 from .table import Column
 from .timefmt import fmt_duration, fmt_tick, tick_step
@@ -253,7 +254,7 @@ class MemoryChart(Widget, can_focus=True):
             lines = {2: first, 3: how, 4: "or " + alternative}
             if y in lines:
                 return Strip([Segment(fit("  " + lines[y], width), AXIS)])
-            return Strip.blank(width)
+            return Strip.blank(width, PLAIN)
         rows = max(1, self.size.height - 1)
         return self._curve_row(y - 1, rows, width)
 
@@ -281,7 +282,7 @@ class MemoryChart(Widget, can_focus=True):
         label = fit(fmt_duration(self.ns_per_cell, 2) + "/cell", self.label_width)
         segments = [Segment(label, AXIS), Segment("│", SEPARATOR)]
         segments += [Segment(ch, st) for ch, st in zip(chars, styles)]
-        return Strip(segments).simplify().adjust_cell_length(width)
+        return Strip(segments).simplify().adjust_cell_length(width, PLAIN)
 
     def _axis_label(self, row: int, rows: int) -> str:
         top = self.scale_top()
@@ -321,7 +322,7 @@ class MemoryChart(Widget, can_focus=True):
             elif in_reserved[col] and fill[col] < 8:
                 style = style + Style(bgcolor=RESERVED_BG)
             segments.append(Segment(char, style))
-        return Strip(segments).simplify().adjust_cell_length(width)
+        return Strip(segments).simplify().adjust_cell_length(width, PLAIN)
 
     # -- actions ----------------------------------------------------------------------------
 

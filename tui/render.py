@@ -51,6 +51,9 @@ SELECTED_BG = "#f2f2f2"
 SELECTED_FG = "#101010"
 CURSOR_COLOUR = "#e5c07b"
 GAP_BG = "#4a2326"
+# The style of padding and blank lines. Every segment drawn gets a Style, never None: with
+# NO_COLOR set, Textual's monochrome filter reads the colours of each segment's style.
+PLAIN = Style()
 
 
 @dataclass

@@ -27,6 +27,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Footer, Input, Static
 
+from .render import PLAIN
 from .safe_text import clean, fit
 
 # Above this many rows, sorting runs in a worker thread.
@@ -78,13 +79,16 @@ class Column:
 @dataclass
 class TableModel:
     """Columns over `n` rows; rows are filtered by `names[row]`: `name_text` gives its text, or
-    several texts of which one must match (e.g. a name and a category)."""
+    several texts of which one must match (e.g. a name and a category). `keys` says what a row
+    is (e.g. its (cat, name) packed in an int): when a table shows a new model of the same
+    things (another grouping, a range), the cursor stays on a row with the same key."""
 
     columns: list[Column]
     n: int
     names: np.ndarray | None = None  # int per row: id of the text the filter tests
     name_text: Callable[[int], str | tuple[str, ...]] = str
     default_sort: int = 0
+    keys: np.ndarray | None = None  # int per row: what the row is, across models
     _distinct: np.ndarray | None = field(default=None, repr=False)
 
     def matching(self, pattern: str) -> np.ndarray:
@@ -174,33 +178,54 @@ class DataView(ScrollView, can_focus=True):
         self.sort_descending = True
         self.pattern = ""
         self.filter_error: str | None = None
-        self._keep: np.ndarray | None = None  # rows passing the filter
-        self.scope: np.ndarray | None = (
-            None  # rows a screen restricts the view to (e.g. a category)
-        )
+        # Masks over the rows of `model`, made for it and dropped with it: rows passing the
+        # filter, and rows a screen restricts the view to (e.g. a category).
+        self._keep: np.ndarray | None = None
+        self.scope: np.ndarray | None = None
         self._order: np.ndarray | None = None  # all rows sorted, before filtering
+        self._select_key: int | None = None  # key of the row to select once the order is ready
         self._lines: LRUCache[tuple, Strip] = LRUCache(512)
         if model is not None:
             self.set_model(model)
 
     # -- model, sorting, filtering --------------------------------------------------------------
 
-    def set_model(self, model: TableModel, *, keep_state: bool = False) -> None:
-        """Show `model`; with keep_state the sort column, direction and filter carry over."""
-        previous_row = self.current_row
+    def set_model(
+        self, model: TableModel, *, keep_state: bool = False, scope: np.ndarray | None = None
+    ) -> None:
+        """Show `model`, restricted to the rows where `scope` holds (None: all; a mask made for
+        this model: whatever restricted the previous model does not carry over). With
+        keep_state the sort column, direction and filter carry over, and the cursor stays on a
+        row with the key of the row it was on (when both models have keys), else goes to the top.
+        """
+        check_mask(scope, model, "scope")
+        previous_key = self._current_key() if keep_state else None
         first = self.model is None
         self.model = model
         if first or not keep_state or self.sort_column >= len(model.columns):
             self.sort_column = model.default_sort
             self.sort_descending = model.columns[model.default_sort].descending
+        self.scope = scope
         self._keep = None
         self._order = None
+        # Until the new order is ready, no rows: the old model's rows mean nothing in this one.
+        self.view = np.zeros(0, dtype=np.int64)
         self._lines.clear()
+        self.filter_error = None
         try:
             self._keep = model.matching(self.pattern) if self.pattern else None
-        except ValueError:
+        except ValueError as error:
+            self.filter_error = str(error)
             self._keep = None
-        self._resort(select=previous_row if keep_state else -1)
+        self._select_key = previous_key if model.keys is not None else None
+        self._resort()
+
+    def _current_key(self) -> int | None:
+        row = self.current_row
+        model = self.model
+        if row < 0 or model is None or model.keys is None:
+            return None
+        return int(model.keys[row])
 
     def _resort(self, select: int = -1) -> None:
         model = self.model
@@ -216,16 +241,26 @@ class DataView(ScrollView, can_focus=True):
     @work(thread=True, exclusive=True, group="table-sort")
     def _sort_worker(self, model: TableModel, column: int, descending: bool, select: int) -> None:
         order = sort_rows(model, column, descending)
-        self.app.call_from_thread(self._apply_order, model, order, select)
+        self.app.call_from_thread(self._apply_order, model, order, select, (column, descending))
 
-    def _apply_order(self, model: TableModel, order: np.ndarray, select: int = -1) -> None:
+    def _apply_order(
+        self,
+        model: TableModel,
+        order: np.ndarray,
+        select: int = -1,
+        sorted_by: tuple[int, bool] | None = None,
+    ) -> None:
+        # A late answer from a worker for another model or another order is dropped.
         if model is not self.model:
+            return
+        if sorted_by is not None and sorted_by != (self.sort_column, self.sort_descending):
             return
         self._order = order
         self._refilter(select)
 
     def _refilter(self, select: int = -1) -> None:
-        if self._order is None:
+        model = self.model
+        if self._order is None or model is None:
             return
         order = self._order
         keep = self._keep
@@ -235,8 +270,12 @@ class DataView(ScrollView, can_focus=True):
         self._lines.clear()
         self.virtual_size = Size(self.size.width, len(self.view) + 1)
         target = 0
+        key, self._select_key = self._select_key, None
         if select >= 0:
             hits = np.flatnonzero(self.view == select)
+            target = int(hits[0]) if len(hits) else 0
+        elif key is not None and model.keys is not None:
+            hits = np.flatnonzero(np.asarray(model.keys)[self.view] == key)
             target = int(hits[0]) if len(hits) else 0
         self.cursor = -1  # force the watcher: the row under the same index changed
         self.cursor = min(target, max(len(self.view) - 1, 0))
@@ -258,7 +297,11 @@ class DataView(ScrollView, can_focus=True):
         self._refilter(self.current_row)
 
     def set_scope(self, scope: np.ndarray | None) -> None:
-        """Show only the rows where `scope` holds (None: all), on top of the filter."""
+        """Show only the rows where `scope` (a mask over the current model's rows; None: all)
+        holds, on top of the filter."""
+        if self.model is None:
+            return
+        check_mask(scope, self.model, "scope")
         self.scope = scope
         self._refilter(self.current_row)
 
@@ -395,12 +438,12 @@ class DataView(ScrollView, can_focus=True):
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
         if self.model is None:
-            return Strip.blank(width)
+            return Strip.blank(width, PLAIN)
         if y == 0:
             return self._header(width)
         index = int(self.scroll_offset.y) + y - 1
         if index >= len(self.view):
-            return Strip.blank(width)
+            return Strip.blank(width, PLAIN)
         row = int(self.view[index])
         if index == self.cursor:
             style = CURSOR if self.has_focus else CURSOR_DIM
@@ -426,7 +469,7 @@ class DataView(ScrollView, can_focus=True):
                 style = HEADER_SORTED
             segments.append(Segment(fit_cell(title, w, column.numeric), style))
             segments.append(Segment(SEPARATOR, HEADER))
-        return Strip(segments[:-1]).adjust_cell_length(width)
+        return Strip(segments[:-1]).adjust_cell_length(width, PLAIN)
 
     def _row_strip(self, row: int, style: Style, width: int) -> Strip:
         assert self.model is not None
@@ -460,6 +503,12 @@ class DataView(ScrollView, can_focus=True):
         """The cell texts of every row of the current view, as drawn (for tests and export)."""
         assert self.model is not None
         return [[clean(str(c.cell(int(r)))) for c in self.model.columns] for r in self.view]
+
+
+def check_mask(mask: np.ndarray | None, model: TableModel, what: str) -> None:
+    """A row mask must be made for the model it restricts."""
+    if mask is not None and (mask.dtype != bool or mask.shape != (model.n,)):
+        raise ValueError(f"{what} has shape {mask.shape} ({mask.dtype}); the model has {model.n} rows")
 
 
 def fit_cell(text: str, width: int, right: bool) -> str:

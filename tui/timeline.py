@@ -21,6 +21,7 @@ from textual.strip import Strip
 from .render import (
     CURSOR_COLOUR,
     GAP_BG,
+    PLAIN,
     CellRow,
     cells_to_segments,
     compute_cells,
@@ -269,7 +270,7 @@ class Timeline(ScrollView, can_focus=True):
     def render_line(self, y: int) -> Strip:
         width = self.content_width
         if self.data is None:
-            return Strip.blank(width)
+            return Strip.blank(width, PLAIN)
         if not self._first_frame_drawn and y >= self.size.height - 1 and not self._needs_fit:
             # The last line of the first fitted frame: say so (the loader's next work waits).
             self._first_frame_drawn = True
@@ -280,7 +281,7 @@ class Timeline(ScrollView, can_focus=True):
             return self._ruler_strip(width)
         index = int(self.scroll_offset.y) + y - 1
         if index >= len(self.rows):
-            return Strip.blank(width)
+            return Strip.blank(width, PLAIN)
         return self._row_strip(index, width)
 
     def _gap_columns(self, row: DisplayRow | None) -> tuple[int, int] | None:
@@ -332,7 +333,7 @@ class Timeline(ScrollView, can_focus=True):
             elif mark_cols and mark_cols[0] <= col < mark_cols[1]:
                 style = RULER_STYLE + Style(color="#101010", bgcolor=CURSOR_COLOUR)
             segments.append(Segment(char, style))
-        return Strip(segments, label_w + 1 + cells_w).simplify().adjust_cell_length(width)
+        return Strip(segments, label_w + 1 + cells_w).simplify().adjust_cell_length(width, PLAIN)
 
     def _cells_for(self, key: tuple, level: Level) -> CellRow:
         cached = self._cells.get(key)
@@ -403,7 +404,7 @@ class Timeline(ScrollView, can_focus=True):
                 body = highlight_segments(
                     body, cells, level, data.trace.name, self._highlight, entry
                 )
-        strip = Strip(label + [Segment("│", SEPARATOR)] + body).adjust_cell_length(width)
+        strip = Strip(label + [Segment("│", SEPARATOR)] + body).adjust_cell_length(width, PLAIN)
         self._strips[key] = strip
         return strip
 
