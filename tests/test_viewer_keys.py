@@ -4,10 +4,17 @@ Python frames, Home/End, panning at the trace's end, keys pressed while loading,
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from kinetoscope.tui.app import KinetoscopeApp
+from kinetoscope.tui.memory_view import MemoryChart, MemoryScreen
+from kinetoscope.tui.render import CURSOR_COLOUR
+from kinetoscope.tui.timefmt import fmt_tick, tick_step
 from kinetoscope.tui.timeline import Timeline
-from test_tui_app import loaded
+from rich.color import Color
+from test_memory_ops import known_trace as memory_trace
+from test_tui_app import loaded, wait_for_screen
 from test_tui_sample import sample_trace
 from textual.filter import Monochrome
 
@@ -37,3 +44,61 @@ async def test_every_segment_of_the_timeline_has_a_style(no_color, trace_path):
         for strip in all_lines(timeline):  # the ruler, lanes and the blank lines below them
             assert all(segment.style is not None for segment in strip)
         assert str(app.screen.query_one("#status").render())
+
+
+async def test_the_cursor_mark_on_the_ruler_never_hides_a_tick_label(trace_path):
+    app = KinetoscopeApp(trace_path)
+    async with app.run_test(size=SIZE) as pilot:
+        timeline = await loaded(pilot)
+        step = tick_step(timeline.ns_per_cell)
+        tick = math.ceil(timeline.view_start / step) * step + step
+        column = timeline.column_of(tick)
+        label = "╵" + fmt_tick(tick, step)
+        for offset in range(len(label)):  # on the tick mark, then on each character after it
+            timeline.cursor_time = timeline.time_at_column(column + offset)
+            ruler = timeline.render_line(0)
+            assert label in ruler.text, offset
+            assert "▼" not in ruler.text
+            at_cursor = ruler.crop(
+                timeline.label_width + 1 + column + offset,
+                timeline.label_width + 2 + column + offset,
+            )
+            assert [s.style.bgcolor for s in at_cursor] == [Color.parse(CURSOR_COLOUR)]
+        timeline.cursor_time = timeline.time_at_column(column + len(label) + 1)  # a blank cell
+        assert "▼" in timeline.render_line(0).text
+
+
+def ruler_labels(widget) -> list[str]:
+    """The tick labels a ruler should show in full (those that fit before its right edge)."""
+    step = tick_step(widget.ns_per_cell)
+    when = math.ceil(widget.view_start / step) * step
+    labels = []
+    while when < widget.view_end:
+        text = "╵" + fmt_tick(int(when), step)
+        if widget.column_of(when) + len(text) <= widget.cells_width:
+            labels.append(text)
+        when += step
+    return labels
+
+
+async def test_cursor_and_peak_marks_on_the_memory_ruler_never_hide_a_tick_label(write_trace):
+    app = KinetoscopeApp(str(write_trace(memory_trace(), name="memory.json")))
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("p")
+        screen = await wait_for_screen(pilot, MemoryScreen)
+        chart = screen.query_one(MemoryChart)
+        peak = int(chart.device.ts[chart.device.peak]) - chart.data.origin
+        step = tick_step(chart.ns_per_cell)
+        marks_on_labels = 0
+        # Slide the view a cell at a time over one tick step: the peak's mark and the cursor
+        # (kept on the peak's next cell) pass over every character of a label.
+        for shift in range(int(step / chart.ns_per_cell) + 2):
+            chart.view_start = peak - 20 * chart.ns_per_cell - shift * chart.ns_per_cell
+            chart.cursor_time = peak + int(chart.ns_per_cell)
+            ruler = chart.render_line(0).text[chart.label_width + 1 :]
+            for label in ruler_labels(chart):
+                assert label in ruler, (shift, label)
+            column = chart.column_of(peak)
+            marks_on_labels += "◆" not in ruler[column : column + 1]
+        assert marks_on_labels  # the peak did fall on a label

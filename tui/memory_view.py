@@ -274,11 +274,16 @@ class MemoryChart(Widget, can_focus=True):
         device = self.device
         if device is not None and device.peak >= 0:
             peak_col = self.column_of(int(device.ts[device.peak]) - self.data.origin)
-            if 0 <= peak_col < cells_w:
+            if 0 <= peak_col < cells_w and chars[peak_col] == " ":
                 chars[peak_col], styles[peak_col] = "◆", PEAK_MARK
+            elif 0 <= peak_col < cells_w:  # over a tick label: highlight, never hide it
+                styles[peak_col] = Style(color="#101010", bgcolor="#e06c75", bold=True)
         cursor_col = self.column_of(self.cursor_time)
         if 0 <= cursor_col < cells_w:
-            chars[cursor_col], styles[cursor_col] = "▼", RULER_CURSOR
+            if chars[cursor_col] == " ":
+                chars[cursor_col], styles[cursor_col] = "▼", RULER_CURSOR
+            else:  # over a tick label: highlight the character, never hide it
+                styles[cursor_col] = Style(color="#101010", bgcolor="#e5c07b", bold=True)
         label = fit(fmt_duration(self.ns_per_cell, 2) + "/cell", self.label_width)
         segments = [Segment(label, AXIS), Segment("│", SEPARATOR)]
         segments += [Segment(ch, st) for ch, st in zip(chars, styles)]

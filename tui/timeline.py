@@ -41,6 +41,7 @@ HEADER_CPU = Style(color="#61afef", bold=True)
 HEADER_GPU = Style(color="#98c379", bold=True)
 RULER_STYLE = Style(color="#8b919a")
 RULER_CURSOR = Style(color=CURSOR_COLOUR, bold=True)
+RULER_CURSOR_ON_LABEL = Style(color="#101010", bgcolor=CURSOR_COLOUR, bold=True)
 SEPARATOR = Style(color="#4b5263")
 
 
@@ -327,7 +328,8 @@ class Timeline(ScrollView, can_focus=True):
             style = RULER_STYLE
             char = chars[col]
             if col == cursor_col:
-                style, char = RULER_CURSOR, "▼"
+                # Over a tick label the cursor shows as a highlighted digit, never hiding it.
+                style, char = (RULER_CURSOR, "▼") if char == " " else (RULER_CURSOR_ON_LABEL, char)
             elif gap_cols and gap_cols[0] <= col < gap_cols[1]:
                 style = RULER_STYLE + Style(bgcolor=GAP_BG)
             elif mark_cols and mark_cols[0] <= col < mark_cols[1]:
