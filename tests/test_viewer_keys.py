@@ -10,6 +10,7 @@ import pytest
 from kinetoscope.tui.app import KinetoscopeApp
 from kinetoscope.tui.memory_view import MemoryChart, MemoryScreen
 from kinetoscope.tui.render import CURSOR_COLOUR
+from kinetoscope.tui.screens import GapListScreen, TraceScreen
 from kinetoscope.tui.timefmt import fmt_tick, tick_step
 from kinetoscope.tui.timeline import Timeline
 from rich.color import Color
@@ -102,3 +103,40 @@ async def test_cursor_and_peak_marks_on_the_memory_ruler_never_hide_a_tick_label
             column = chart.column_of(peak)
             marks_on_labels += "◆" not in ruler[column : column + 1]
         assert marks_on_labels  # the peak did fall on a label
+
+
+async def test_the_header_counts_the_gaps_g_and_i_visit(trace_path):
+    app = KinetoscopeApp(trace_path)
+    async with app.run_test(size=SIZE) as pilot:
+        timeline = await loaded(pilot)
+        title = app.screen.query_one("#title")
+        # Four gaps, one of them 5 ns long: under the 10 µs threshold that g and i use.
+        assert len(timeline.data.gaps) == 4
+        assert "3 GPU gaps ≥ 10 µs" in str(title.render())
+        await pilot.press("i")
+        gap_list = await wait_for_screen(pilot, GapListScreen)
+        assert len(gap_list.order) == 3
+        await pilot.press("escape")
+        await wait_for_screen(pilot, TraceScreen)
+        for _ in range(4):
+            await pilot.press("less_than_sign")
+        await pilot.pause()
+        assert timeline.gap_threshold == 0
+        assert str(title.render()).endswith("· 4 GPU gaps")
+        for _ in range(6):
+            await pilot.press("greater_than_sign")
+        await pilot.pause()
+        assert timeline.gap_threshold == 500_000
+        assert "1 GPU gap ≥ 500 µs" in str(title.render())
+        await pilot.press("i")
+        gap_list = await wait_for_screen(pilot, GapListScreen)
+        assert len(gap_list.order) == 1
+
+
+async def test_the_header_follows_a_threshold_given_on_the_command_line(trace_path):
+    app = KinetoscopeApp(trace_path, gap_threshold_ns=50_000)
+    async with app.run_test(size=SIZE) as pilot:
+        timeline = await loaded(pilot)
+        await pilot.pause()
+        assert timeline.gap_threshold == 50_000
+        assert "1 GPU gap ≥ 50 µs" in str(app.screen.query_one("#title").render())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import ClassVar
 
+import numpy as np
 from kinetoscope.parser import file_changed
 from rich.text import Text
 from textual.app import ComposeResult
@@ -18,7 +19,7 @@ from .drilldown import DRILLDOWN_BINDINGS, DrilldownActions
 from .loader import TraceLoad
 from .safe_text import clean, shorten
 from .timefmt import fmt_duration
-from .timeline import Timeline
+from .timeline import DEFAULT_GAP_THRESHOLD, Timeline
 from .viewdata import ViewData
 
 # Steps of the idle-gap threshold that > and < walk through (ns).
@@ -147,6 +148,7 @@ class TraceScreen(DrilldownActions, Screen):
         super().__init__()
         self.data = data
         self.changed_on_disk: str | None = None  # why the file is not the one shown any more
+        self.shown_threshold = DEFAULT_GAP_THRESHOLD  # the idle-gap threshold the title counts
 
     def compose(self) -> ComposeResult:
         yield Static(self._title(), id="title")
@@ -196,7 +198,7 @@ class TraceScreen(DrilldownActions, Screen):
         text.append(clean(os.path.basename(trace.source.path)))
         text.append(
             f" · {trace.n_events:,} events · {len(data.lanes)} lanes · "
-            f"{fmt_duration(data.span)} · {len(data.gaps):,} GPU gaps"
+            f"{fmt_duration(data.span)} · {self._gap_count_text()}"
         )
         if not trace.complete:
             reason = trace.warnings[0] if trace.warnings else "the file ends early"
@@ -204,6 +206,13 @@ class TraceScreen(DrilldownActions, Screen):
         if self.changed_on_disk is not None:
             text.append(" · CHANGED ON DISK", "bold red")
         return text
+
+    def _gap_count_text(self) -> str:
+        """How many GPU idle gaps g, G and i visit: those at least as long as the threshold."""
+        threshold = self.shown_threshold
+        count = int(np.count_nonzero(self.data.gaps.length >= threshold))
+        text = f"{count:,} GPU {'gap' if count == 1 else 'gaps'}"
+        return text + (f" ≥ {fmt_duration(threshold)}" if threshold > 0 else "")
 
     @property
     def timeline(self) -> Timeline:
@@ -221,6 +230,9 @@ class TraceScreen(DrilldownActions, Screen):
 
     def on_timeline_changed(self, message: Timeline.Changed) -> None:
         self.query_one("#status", Static).update(self.status_text())
+        if self.timeline.gap_threshold != self.shown_threshold:
+            self.shown_threshold = self.timeline.gap_threshold
+            self.query_one("#title", Static).update(self._title())
 
     def status_text(self) -> Text:
         timeline = self.timeline

@@ -34,6 +34,7 @@ from .viewdata import SLOT_KERNEL, DisplayRow, Level, ViewData
 MIN_NS_PER_CELL = 1.0
 ZOOM_FACTOR = 2.0
 PAN_FRACTION = 0.25
+DEFAULT_GAP_THRESHOLD = 10_000  # ns: g, G, i and the header's count skip shorter idle gaps
 
 LABEL_STYLE = Style(color="#c8ccd4")
 LABEL_CURRENT = Style(color="#101010", bgcolor="#e5c07b", bold=True)
@@ -87,7 +88,7 @@ class Timeline(ScrollView, can_focus=True):
     cursor_row: reactive[int] = reactive(0)
     selected_row: reactive[int] = reactive(-1)  # trace row, -1 for none
     current_gap: reactive[int] = reactive(-1)  # index into data.gaps, -1 for none
-    gap_threshold: reactive[int] = reactive(10_000)  # ns; g/G skip shorter gaps
+    gap_threshold: reactive[int] = reactive(DEFAULT_GAP_THRESHOLD)  # ns; g/G skip shorter gaps
     marked_range: reactive[tuple[int, int] | None] = reactive(None)  # relative ns, shaded on ruler
 
     class EventSelected(Message):
