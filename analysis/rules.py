@@ -32,10 +32,13 @@ DATALOADER_CRITICAL = 0.30
 UTILIZATION_WARNING = 0.50
 UTILIZATION_CRITICAL = 0.20
 MIN_WINDOW_NS = 1_000_000
-# host_sync: union of host-blocking calls as a share of the profiled CPU span.
+# host_sync: GPU idle time caused by host-blocking calls as a share of the device's window
+# (without GPU activity: their host time as a share of the profiled span).
 SYNC_WARNING = 0.05
 SYNC_CRITICAL = 0.20
 MIN_SYNC_NS = 100_000
+# pageable_memcpy: a warning from this much host time blocked in pageable copies, else info.
+PAGEABLE_WARNING_NS = 1_000_000
 # launch_bound: mostly short kernels, separated by many small gaps in which the GPU waited for
 # the next launch (host_wait or kernel_wait gaps under LAUNCH_GAP_NS), as a share of the window.
 SHORT_KERNEL_NS = 10_000
@@ -156,9 +159,11 @@ def low_gpu_utilization(a: Analysis) -> list[Finding]:
 
 def host_sync(a: Analysis) -> list[Finding]:
     """Host-blocking waits, as the sync analysis finds them (so the finding and the sync view
-    agree): the union of the blocking runtime calls, `cudaStreamWaitEvent` left out since it
-    makes a GPU stream wait, not the host."""
-    from .sync import STREAM_WAIT, group_sites, sync_of
+    agree), weighed by the GPU idle time they caused (idle while a call ran, and after it
+    returned until the GPU got work again or the next blocking call began), not by the host
+    time they took: a long synchronize while the GPU stays busy costs nothing.
+    `cudaStreamWaitEvent` is left out since it makes a GPU stream wait, not the host."""
+    from .sync import FREE, PAGEABLE, STREAM_WAIT, device_idle, group_sites, sync_of
 
     trace = a.trace
     calls = sync_of(a)
@@ -168,27 +173,73 @@ def host_sync(a: Analysis) -> list[Finding]:
     rows = calls.rows[blocking]
     starts, durs = trace.start[rows], trace.dur[rows]
     blocked = Union.of(starts, starts + durs).total
-    span = max(trace.slice_end_max - trace.slice_start_min, 1)
-    share = blocked / span
-    if blocked < MIN_SYNC_NS or share < SYNC_WARNING:
-        return []
+    n_calls = f"{len(blocking)} call{'s' if len(blocking) != 1 else ''}"
+    windows = {d.device: d.window for d in a.idle.devices if d.window is not None}
     sites = [site for site in group_sites(trace, calls) if calls.kind[site.worst] != STREAM_WAIT]
+    if windows:
+        # The GPU idle the calls caused: each call's [start, end + its own idle after) on the
+        # device's idle gaps, union over calls; the device that lost the largest share.
+        own_after = calls.idle[blocking] - calls.idle_during[blocking]
+        caused = Union.of(starts, starts + durs + own_after)
+        idle, device, share = 0, None, 0.0
+        for dev, gaps in device_idle(a.idle.gaps):
+            window = windows.get(dev)
+            if window is None:
+                continue
+            lost = int(gaps.covered(caused.start, caused.end).sum())
+            lost_share = lost / max(window[1] - window[0], 1)
+            if device is None or lost_share > share:
+                idle, device, share = lost, dev, lost_share
+        if device is None or idle < MIN_SYNC_NS or share < SYNC_WARNING:
+            return []
+        sites.sort(key=lambda site: -site.idle)
+        weight = calls.idle[blocking]
+        where = f"GPU {device} idle {ms(idle)} ({pct(share)} of its window)"
+        seen = (
+            f"Calls that wait for the GPU left {where}; the host was blocked {ms(blocked)} in "
+            f"{n_calls}"
+        )
+        per_site = lambda site: f"{ms(site.idle)} idle"  # noqa: E731
+    else:
+        # No GPU activity to measure idle time on: weighed by the host time instead.
+        span = max(trace.slice_end_max - trace.slice_start_min, 1)
+        share = blocked / span
+        if blocked < MIN_SYNC_NS or share < SYNC_WARNING:
+            return []
+        device, weight = None, durs
+        seen = (
+            f"The host is blocked {ms(blocked)} ({pct(share)} of the profile) in {n_calls} "
+            "that wait for the GPU (the trace has no GPU activity to measure the idle time "
+            "they cause)"
+        )
+        per_site = lambda site: ms(site.total)  # noqa: E731
     listed = "; ".join(
         f"{site.call} ×{site.count}"
         + (f" from {site.cause}" if site.cause else "")
         + (f" at {site.site[0]}" if site.site and site.site[0] != site.cause else "")
-        + f" ({ms(site.total)})"
+        + f" ({per_site(site)})"
         for site in sites[:3]
     )
-    longest = rows[np.argsort(-durs, kind="stable")[:5]]
+    kinds = {int(calls.kind[site.worst]) for site in sites[:3]}
+    advice = []
+    if FREE in kinds:
+        advice.append(
+            "cudaFree/hipFree synchronise the whole device: they come from the caching "
+            "allocator giving memory back (torch.cuda.empty_cache(), or allocations retried "
+            "after freeing the cache under memory pressure) or from libraries allocating per "
+            "call; avoid empty_cache() in the loop, lower the peak memory, or try "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+        )
+    if PAGEABLE in kinds:
+        advice.append("copy from pinned memory (see pageable_memcpy)")
+    advice.append(
+        "remove .item(), .cpu(), .tolist() and prints of CUDA tensors from the step loop, "
+        "explicit torch.cuda.synchronize(), and use non_blocking copies from pinned memory"
+    )
+    longest = rows[np.argsort(-weight, kind="stable")[:5]]
     top = int(longest[0])
     severity = CRITICAL if share >= SYNC_CRITICAL else WARNING
-    message = (
-        f"The host is blocked {ms(blocked)} ({pct(share)} of the profile) in "
-        f"{len(blocking)} calls that wait for the GPU: {listed}. Try removing .item(), .cpu(), "
-        ".tolist() and prints of CUDA tensors from the step loop, explicit "
-        "torch.cuda.synchronize(), and use non_blocking copies from pinned memory."
-    )
+    message = f"{seen}: {listed}. Try: " + "; ".join(advice) + "."
     return [
         Finding(
             "host_sync",
@@ -196,7 +247,61 @@ def host_sync(a: Analysis) -> list[Finding]:
             message,
             int(trace.start[top]),
             int(trace.dur[top]),
+            device=device,
             rows=tuple(int(r) for r in longest),
+        )
+    ]
+
+
+def pageable_memcpy(a: Analysis) -> list[Finding]:
+    """Copies between the GPU and pageable host memory: they block the host even when issued
+    as cudaMemcpyAsync (`non_blocking=True`), since the runtime stages them through a pinned
+    bounce buffer."""
+    from .sync import PAGEABLE_COPY, sync_of
+
+    trace = a.trace
+    links = a.links
+    gpu_rows = links.gpu_rows
+    copies = np.flatnonzero(a.classes.memcpy[gpu_rows])
+    if len(copies) == 0:
+        return []
+    pageable = names_matching(trace, PAGEABLE_COPY.search)
+    copies = copies[pageable[trace.name[gpu_rows[copies]]]]
+    if len(copies) == 0:
+        return []
+    copy_rows = gpu_rows[copies]
+    launched_by = links.gpu_runtime[copies]
+    calls_rows = np.unique(launched_by[launched_by >= 0])
+    host = Union.of(trace.start[calls_rows], trace.start[calls_rows] + trace.dur[calls_rows])
+    calls = sync_of(a)
+    mine = np.isin(calls.rows, calls_rows)
+    idle = int(calls.idle[mine].sum())
+    names = sorted({trace.name_of(int(r)) for r in calls_rows})
+    directions = {}
+    for row in copy_rows.tolist():
+        label = trace.name_of(row)
+        directions[label] = directions.get(label, 0) + 1
+    kinds = ", ".join(f"{count} {label}" for label, count in sorted(directions.items()))
+    severity = WARNING if host.total >= PAGEABLE_WARNING_NS else INFO
+    issued = f" issued by {', '.join(names[:3])}" if names else ""
+    message = (
+        f"{len(copy_rows)} copies between the GPU and pageable host memory ({kinds}){issued}: "
+        f"the host is blocked {ms(host.total)} in them, even in the async ones, and the GPU "
+        f"idles {ms(idle)} meanwhile. Copy from pinned memory: DataLoader(pin_memory=True) "
+        "or tensor.pin_memory(), then .to(device, non_blocking=True); keep host buffers for "
+        "results pinned too."
+    )
+    worst = calls_rows[np.argsort(-trace.dur[calls_rows], kind="stable")[:4]]
+    evidence = tuple(int(r) for r in worst) if len(worst) else ()
+    first = int(evidence[0]) if evidence else int(copy_rows[0])
+    return [
+        Finding(
+            "pageable_memcpy",
+            severity,
+            message,
+            int(trace.start[first]),
+            int(trace.dur[first]),
+            rows=evidence + (int(copy_rows[0]),),
         )
     ]
 
@@ -439,6 +544,7 @@ RULES = {
     "dataloader_bound": dataloader_bound,
     "low_gpu_utilization": low_gpu_utilization,
     "host_sync": host_sync,
+    "pageable_memcpy": pageable_memcpy,
     "launch_bound": launch_bound,
     "host_wait_idle": host_wait_idle,
     "communication_heavy": communication_heavy,

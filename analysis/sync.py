@@ -2,8 +2,12 @@
 time blocked per step and per call site, and the GPU idle gap that follows each wait.
 
 A *blocking call* is a runtime call (CPU slice of a runtime category) whose name is one of the
-CUDA/HIP synchronisation calls, or a synchronous (non-`Async`) memcpy/memset. Its blocked time is
-its duration on the CPU. Its *cause* is the operator that asked for the result on the host: the
+CUDA/HIP synchronisation calls, a synchronous (non-`Async`) memcpy/memset, a device memory free
+(`cudaFree`, `hipFree`, ...: they synchronise the device), a device memory allocation
+(`cudaMalloc`, `hipMalloc`, ...) during which the GPU went idle (it waited for the device), or an
+`...Async` memcpy whose copy on the GPU reads or writes pageable host memory (the runtime stages
+it through a bounce buffer and returns only when the copy is done). Its blocked time is its
+duration on the CPU. Its *cause* is the operator that asked for the result on the host: the
 outermost of the run of known host-syncing operators (`aten::item`, `aten::_local_scalar_dense`,
 `aten::to`/`_to_copy`/`copy_`, `aten::nonzero`, ...) directly above the call; none for an
 explicit `torch.cuda.synchronize()`. Its *call site* is the innermost Python source frame above
@@ -20,19 +24,29 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from kinetoscope.parser.model import Trace
+from kinetoscope.parser.model import KIND_MEMCPY, Trace
 
 from .classify import RowClasses
 from .idle import Gaps
 from .intervals import Union
 from .links import Links
 from .nesting import Nesting
-from .steps import STEP_NAME, step_rows
+from .steps import STEP_NAME, names_matching, step_rows
 from .units import us as _us
 
 # What kind of wait a blocking call is; index into KINDS.
-DEVICE_SYNC, STREAM_SYNC, EVENT_SYNC, STREAM_WAIT, MEMCPY, MEMSET = range(6)
-KINDS = ("device_sync", "stream_sync", "event_sync", "stream_wait", "memcpy", "memset")
+DEVICE_SYNC, STREAM_SYNC, EVENT_SYNC, STREAM_WAIT, MEMCPY, MEMSET, FREE, MALLOC, PAGEABLE = range(9)
+KINDS = (
+    "device_sync",
+    "stream_sync",
+    "event_sync",
+    "stream_wait",
+    "memcpy",
+    "memset",
+    "free",
+    "malloc",
+    "pageable_memcpy",
+)
 KIND_TEXT = (
     "device synchronize",
     "stream synchronize",
@@ -40,7 +54,13 @@ KIND_TEXT = (
     "stream waits on event",
     "synchronous memcpy",
     "synchronous memset",
+    "device memory free (synchronises the device)",
+    "device memory allocation (the GPU went idle during it)",
+    "async memcpy of pageable host memory (blocks the host)",
 )
+# A GPU memcpy whose name says one side is pageable host memory (`Memcpy HtoD (Pageable ->
+# Device)`, `Memcpy DtoH (Device -> Pageable)`).
+PAGEABLE_COPY = re.compile(r"pageable", re.IGNORECASE)
 
 _BLOCKING = (
     (DEVICE_SYNC, re.compile(r"(cuda|hip)DeviceSynchronize|cuCtxSynchronize")),
@@ -51,6 +71,18 @@ _BLOCKING = (
     # memcpy entry point that is not an ...Async one returns only when the copy is done.
     (MEMCPY, re.compile(r"(cuda|hip|cu)Memcpy(?!.*Async)\w*")),
     (MEMSET, re.compile(r"(cuda|hip|cu)Memset(?!.*Async)\w*")),
+    # cudaFree/hipFree wait for the whole device before they release memory (the stream-ordered
+    # cudaFreeAsync does not); so do cudaFreeHost, cudaFreeArray and the driver's cuMemFree.
+    (FREE, re.compile(r"(cuda|hip)Free(?!.*Async)\w*|hipHostFree|cuMemFree(?!.*Async)\w*")),
+    # Allocations may synchronise (the driver can wait for the device to reclaim memory): they
+    # are kept as blocking calls only when the GPU went idle while they ran (see compute_sync).
+    (
+        MALLOC,
+        re.compile(
+            r"(cuda|hip)Malloc(?!.*Async)\w*|hipHostMalloc|hipExtMallocWithFlags"
+            r"|cuMemAlloc(?!.*Async)\w*"
+        ),
+    ),
 )
 
 # Operators that need a GPU result on the host and so wait for the GPU.
@@ -115,8 +147,10 @@ def blocking_kinds(trace: Trace, runtime: np.ndarray) -> np.ndarray:
 
 
 def blocking_rows(trace: Trace, runtime: np.ndarray) -> np.ndarray:
-    """Boolean per row: a runtime call that blocks the host (the viewer marks these)."""
-    return blocking_kinds(trace, runtime) >= 0
+    """Boolean per row: a runtime call that blocks the host by its name alone (the viewer marks
+    these; allocations, which block only sometimes, are not marked)."""
+    kinds = blocking_kinds(trace, runtime)
+    return (kinds >= 0) & (kinds != MALLOC)
 
 
 @dataclass(frozen=True)
@@ -133,6 +167,9 @@ class SyncCalls:
     gpu_sync: np.ndarray  # row of the GPU-side `cuda_sync` record with its correlation, -1
     gap: np.ndarray  # index into the idle gaps of the gap holding the call's end, -1
     idle_after: np.ndarray  # ns the GPU stayed idle after the call returned (0: no gap)
+    idle_during: np.ndarray  # ns the GPU was idle while the call ran (the most idle device)
+    idle: np.ndarray  # ns of GPU idle the call caused: idle_during + idle_after, the latter
+    # cut at the start of the next blocking call (which is credited with the rest)
     step_rows: np.ndarray  # the step slices, by start
     step_blocked: np.ndarray  # per step: length of the union of blocking calls inside it
     sites: list[tuple[str, ...]]  # call site names, outermost first
@@ -158,6 +195,7 @@ class SyncSite:
     total: int  # ns blocked
     max: int
     idle_after: int  # Σ ns the GPU stayed idle after these calls returned
+    idle: int  # Σ ns of GPU idle these calls caused (SyncCalls.idle)
     worst: int  # position (into SyncCalls) of the longest call
 
 
@@ -207,6 +245,23 @@ def _gap_after(gaps: Gaps, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return best, after
 
 
+def device_idle(gaps: Gaps) -> list[tuple[int, Union]]:
+    """Per device with gaps: (device, the union of its idle gaps)."""
+    out = []
+    for device in np.unique(gaps.device).tolist():
+        mine = np.flatnonzero(gaps.device == device)  # by start, disjoint on one device
+        out.append((int(device), Union(gaps.start[mine], gaps.end[mine])))
+    return out
+
+
+def idle_within(gaps: Gaps, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per range [lo, hi): GPU idle time inside it on the device that was idle longest there."""
+    best = np.zeros(len(lo), dtype=np.int64)
+    for _device, idle in device_idle(gaps):
+        np.maximum(best, idle.covered(lo, hi), out=best)
+    return best
+
+
 def _category_mask(trace: Trace, lowered: str) -> np.ndarray:
     """Boolean per string id: a category used by some row that is `lowered` in lower case."""
     mask = np.zeros(len(trace.strings), dtype=bool)
@@ -219,8 +274,27 @@ def compute_sync(
     trace: Trace, classes: RowClasses, nesting: Nesting, links: Links, gaps: Gaps
 ) -> SyncCalls:
     kinds = blocking_kinds(trace, classes.runtime)
+    # Async memcpys whose GPU copy touches pageable host memory block like synchronous ones.
+    copies = np.flatnonzero(classes.kind[links.gpu_rows] == KIND_MEMCPY)
+    launched_by = links.gpu_runtime[copies]
+    copies, launched_by = copies[launched_by >= 0], launched_by[launched_by >= 0]
+    if len(copies):
+        pageable = names_matching(trace, PAGEABLE_COPY.search)
+        hit = pageable[trace.name[links.gpu_rows[copies]]] & (kinds[launched_by] < 0)
+        kinds[launched_by[hit]] = PAGEABLE
     rows = np.flatnonzero(kinds >= 0).astype(np.int64)
-    rows = rows[np.argsort(trace.start[rows], kind="stable")]
+    # An allocation counts only when the GPU went idle while it ran: a gap began inside it.
+    mallocs = rows[kinds[rows] == MALLOC]
+    if len(mallocs):
+        m_start = trace.start[mallocs]
+        m_end = m_start + trace.dur[mallocs]
+        order = np.argsort(gaps.start, kind="stable")
+        g_start = gaps.start[order]
+        first = np.searchsorted(g_start, m_start, side="right")
+        last = np.searchsorted(g_start, m_end, side="left")
+        blocked = last > first
+        rows = np.concatenate((rows[kinds[rows] != MALLOC], mallocs[blocked]))
+    rows = rows[np.lexsort((rows, trace.start[rows]))]
     kind = kinds[rows]
     start = trace.start[rows]
     end = start + trace.dur[rows]
@@ -271,6 +345,13 @@ def compute_sync(
     )
 
     gap, idle_after = _gap_after(gaps, end)
+    idle_during = idle_within(gaps, start, end)
+    # Idle after a call is its own until the next blocking call starts (a 10 µs stream wait
+    # right after a long synchronous memcpy is credited only with what follows it).
+    next_start = np.full(len(rows), np.iinfo(np.int64).max, dtype=np.int64)
+    if len(rows) > 1:
+        next_start[:-1] = start[1:]  # calls are by start
+    own_after = np.minimum(idle_after, np.maximum(next_start - end, 0))
     return SyncCalls(
         rows=rows,
         dur=trace.dur[rows].astype(np.int64),
@@ -282,6 +363,8 @@ def compute_sync(
         gpu_sync=gpu_sync,
         gap=gap,
         idle_after=idle_after,
+        idle_during=idle_during,
+        idle=idle_during + own_after,
         step_rows=steps,
         step_blocked=np.asarray(step_blocked, dtype=np.int64),
         sites=list(site_index),
@@ -323,6 +406,7 @@ def group_sites(trace: Trace, calls: SyncCalls) -> list[SyncSite]:
                 total=int(durations.sum()),
                 max=int(durations.max()),
                 idle_after=int(calls.idle_after[positions].sum()),
+                idle=int(calls.idle[positions].sum()),
                 worst=int(positions[int(np.argmax(durations))]),
             )
         )
@@ -361,6 +445,7 @@ def sync_section(trace: Trace, calls: SyncCalls, limit: int = TOP_SITES) -> list
                 "total_us": _us(entry.total),
                 "max_us": _us(entry.max),
                 "gpu_idle_after_us": _us(entry.idle_after),
+                "gpu_idle_us": _us(entry.idle),
                 "worst_start_us": _us(trace.start[worst_row]),
             }
         )

@@ -30,17 +30,16 @@ def _bytes(value: int | None, signed: bool = False) -> str:
     return "–" if value is None else fmt_bytes(value, signed=signed)
 
 
-def _table(title: str, *columns: str, right: tuple[str, ...] = (), names: tuple[str, ...] = ()):
-    from rich.table import Table
+def _table(
+    title: str,
+    *columns: str,
+    right: tuple[str, ...] = (),
+    names: tuple[str, ...] = (),
+    stacks: tuple[str, ...] = (),
+) -> Any:
+    from kinetoscope.report import _table as section
 
-    table = Table(title=title, title_justify="left", title_style="bold", expand=False)
-    for column in columns:
-        if column in names:
-            width = 72 if column == "call site" else 48
-            table.add_column(column, no_wrap=True, overflow="ellipsis", max_width=width)
-        else:
-            table.add_column(column, justify="right" if column in right else "left")
-    return table
+    return section(title, *columns, right=right, names=names, stacks=stacks)
 
 
 def _device(entry: dict[str, Any]) -> str:
@@ -57,12 +56,11 @@ def memory_sync_tables(document: dict[str, Any]) -> list[Any]:
 
 
 def peak_table(document: dict[str, Any]) -> Any:
-    from rich.text import Text
-
     from kinetoscope.analysis.memory_ops import HOW_TO_RECORD
+    from kinetoscope.report import Note
 
     if not document["memory"]:
-        return Text(HOW_TO_RECORD, style="dim")
+        return Note(HOW_TO_RECORD)
     origin = document["trace"]["start_us"] or 0.0
     table = _table(
         "Memory peaks: when, in which operator and step",
@@ -127,6 +125,7 @@ def allocators_table(document: dict[str, Any], limit: int = TOP_OPERATORS) -> An
 
 def sync_table(document: dict[str, Any], limit: int = TOP_SITES) -> Any:
     from kinetoscope.analysis.sync import short_frame
+    from kinetoscope.report import STACK_SEPARATOR
 
     sites = document.get("sync") or []
     if not sites:
@@ -140,7 +139,7 @@ def sync_table(document: dict[str, Any], limit: int = TOP_SITES) -> Any:
     title = "Where the CPU blocked on the GPU (call sites, most time first)"
     if per_step:
         title += f"; per step: {per_step}"
-    numbers = ("count", "total", "max", "GPU idle after")
+    numbers = ("count", "total", "max", "GPU idle")
     table = _table(
         title,
         "call",
@@ -148,7 +147,8 @@ def sync_table(document: dict[str, Any], limit: int = TOP_SITES) -> Any:
         *numbers,
         "call site",
         right=numbers,
-        names=("call", "cause", "call site"),
+        names=("call", "cause"),
+        stacks=("call site",),
     )
     for site in sites[:limit]:
         table.add_row(
@@ -157,7 +157,7 @@ def sync_table(document: dict[str, Any], limit: int = TOP_SITES) -> Any:
             f"{site['count']:,}",
             _dur(site["total_us"]),
             _dur(site["max_us"]),
-            _dur(site["gpu_idle_after_us"]),
-            _data(" › ".join(short_frame(n) for n in site["site"]) or "(top level)"),
+            _dur(site["gpu_idle_us"]),
+            _data(STACK_SEPARATOR.join(short_frame(n) for n in site["site"]) or "(top level)"),
         )
     return table

@@ -218,6 +218,8 @@ def test_summary_reports_sync_per_step_and_top_sites(known):
         "total_us": 240.0,
         "max_us": 170.0,
         "gpu_idle_after_us": 327.0,
+        # 5 µs idle while the first call ran, then 322 µs; 70 + 5 around the second.
+        "gpu_idle_us": 402.0,
         "worst_start_us": 20.0,
     }
     assert len(summary["sync"]) == 5
@@ -309,5 +311,5 @@ def test_text_report_shows_sites_steps_and_memory_hint(known):
     text = console.export_text()
     assert "profile_memory=True" in text  # this trace has no [memory] events
     assert "per step: ProfilerStep#1 295 µs (30%), ProfilerStep#2 112 µs (11%)" in text
-    assert "train.py(10): step › aten::item › aten::_local_scalar_dense" in text
+    assert "train.py(10): step > aten::item > aten::_local_scalar_dense" in text
     assert "print(tensor)" in text and "explicit" in text

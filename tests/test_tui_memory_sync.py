@@ -154,11 +154,12 @@ async def test_sync_view_lists_worst_first_and_jumps(sync_path):
         assert table.row_count == 6
         rows = [[str(c) for c in table.get_row_at(i)] for i in range(6)]
         assert [r[2] for r in rows] == ["170 µs", "75 µs", "70 µs", "50 µs", "40 µs", "2 µs"]
-        assert rows[0][5] == "aten::item" and rows[0][6] == "322 µs"
+        # GPU idle the call caused: 5 µs while it ran, 322 µs after it returned.
+        assert rows[0][5] == "aten::item" and rows[0][6] == "327 µs"
         assert rows[3][5] == "explicit" and rows[4][5] == "print(tensor)"
         assert "train.py(10): step" in rows[0][7]
         detail = text_of(screen, "#sync-detail")
-        assert "Stream Sync" in detail and "then the GPU idled 322 µs" in detail
+        assert "Stream Sync" in detail and "GPU idle it caused 327 µs (5 µs while it ran" in detail
 
         await pilot.press("down")
         assert "aten::to" in text_of(screen, "#sync-detail")

@@ -148,10 +148,12 @@ class SyncScreen(Screen[TimelineTarget | None]):
         text.append("cause: ", "bold #8b919a")
         text.append(shorten(cause, 60) if cause else "an explicit synchronisation")
         gap = int(calls.gap[position])
+        text.append(" · GPU idle it caused ", "")
+        text.append(fmt_duration(int(calls.idle[position])), "bold")
+        text.append(f" ({fmt_duration(int(calls.idle_during[position]))} while it ran")
         if gap >= 0:
-            text.append(" · then the GPU idled ", "")
-            text.append(fmt_duration(int(calls.idle_after[position])), "bold")
-            text.append(f" (gap of {fmt_duration(int(data.gaps.length[gap]))})")
+            text.append(f", then in a gap of {fmt_duration(int(data.gaps.length[gap]))}")
+        text.append(")")
         record = int(calls.gpu_sync[position])
         if record >= 0:
             text.append(
@@ -183,12 +185,11 @@ class SyncScreen(Screen[TimelineTarget | None]):
     def _fill_calls(self, table: DataTable, calls: SyncCalls) -> None:
         trace = self.data.trace
         table.add_columns(
-            "#", "call", "blocked", "when", "step", "cause", "GPU idle after", "call site"
+            "#", "call", "blocked", "when", "step", "cause", "GPU idle", "call site"
         )
         for rank, i in enumerate(calls.worst()[:TABLE_LIMIT].tolist(), start=1):
             row = int(calls.rows[i])
             step = int(calls.step[i])
-            gap = int(calls.gap[i])
             table.add_row(
                 str(rank),
                 Text(shorten(trace.name_of(row), 26)),
@@ -196,13 +197,13 @@ class SyncScreen(Screen[TimelineTarget | None]):
                 f"+{fmt_duration(int(trace.start[row]) - self.data.origin)}",
                 Text(shorten(trace.name_of(int(calls.step_rows[step])), 18) if step >= 0 else "-"),
                 Text(shorten(cause_label(trace, calls, i), 26) or "explicit"),
-                fmt_duration(int(calls.idle_after[i])) if gap >= 0 else "-",
+                fmt_duration(int(calls.idle[i])) if calls.idle[i] > 0 else "-",
                 Text(_site_text(calls.sites[int(calls.site[i])])),
             )
             self.table_calls.append(i)
 
     def _fill_sites(self, table: DataTable) -> None:
-        table.add_columns("call", "cause", "count", "total", "max", "GPU idle after", "call site")
+        table.add_columns("call", "cause", "count", "total", "max", "GPU idle", "call site")
         for site in self.sites[:TABLE_LIMIT]:
             table.add_row(
                 Text(shorten(site.call, 26)),
@@ -210,7 +211,7 @@ class SyncScreen(Screen[TimelineTarget | None]):
                 f"{site.count:,}",
                 fmt_duration(site.total),
                 fmt_duration(site.max),
-                fmt_duration(site.idle_after),
+                fmt_duration(site.idle),
                 Text(_site_text(site.site)),
             )
             self.table_calls.append(site.worst)
