@@ -3,9 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import os
+import stat
 import sys
 
+from kinetoscope import __version__
+
 SUBCOMMANDS = ("view", "summary", "capture", "demo")
+FORMATS = ("text", "md", "tsv", "json")
+
+# Options of `summary` that people also try on the viewer: they get pointed at `summary`.
+SUMMARY_ONLY_OPTIONS = ("--json", "--format", "--width")
+
+
+class OutputError(Exception):
+    """Standard output could not be written (a full disk, a closed pipe): one line, not a trace."""
 
 
 def _error(message: str) -> int:
@@ -13,19 +26,83 @@ def _error(message: str) -> int:
     return 1
 
 
+def trace_path_problem(path: str) -> str | None:
+    """Why `path` cannot be opened as a trace file, as the one line both `summary` and the
+    viewer print (after `kinetoscope: `), or None. Nothing is opened: a named pipe would block."""
+    from kinetoscope.tui.safe_text import clean  # a file name is data, never obeyed
+
+    shown = clean(path)
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return f"{shown}: no such file"
+    except PermissionError:
+        return f"{shown}: permission denied"
+    except (OSError, ValueError) as exc:  # a loop of links, a name too long, a NUL byte
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return f"{shown}: cannot read ({clean(reason)})"
+    if stat.S_ISDIR(info.st_mode):
+        return f"{shown}: is a directory, not a trace file"
+    if not stat.S_ISREG(info.st_mode):
+        kind = (
+            "a named pipe"
+            if stat.S_ISFIFO(info.st_mode)
+            else "a device"
+            if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode)
+            else "a socket"
+            if stat.S_ISSOCK(info.st_mode)
+            else "not a plain file"
+        )
+        return f"{shown}: not a regular file ({kind}); save the trace to a file first"
+    if not os.access(path, os.R_OK):
+        return f"{shown}: permission denied"
+    return None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kinetoscope",
         description="Terminal viewer and analyser for PyTorch profiler traces.",
+        epilog="Exit status: 0 done (also when a reader such as `head` closes the pipe early), "
+        "1 an error (one line on stderr), 2 a usage error.",
     )
+    parser.add_argument("--version", action="version", version=f"kinetoscope {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    view = sub.add_parser("view", help="open a trace in the terminal viewer (the default)")
+    view = sub.add_parser(
+        "view",
+        help="open a trace in the terminal viewer (the default)",
+        description="Open a trace in the terminal viewer. It needs a terminal: for text or "
+        "JSON output use `kinetoscope summary`.",
+    )
     view.add_argument("trace", help="a .json or .json.gz torch.profiler trace")
+    for option in SUMMARY_ONLY_OPTIONS:  # accepted only to point at `summary`
+        view.add_argument(
+            option, nargs="?", const=True, dest=f"summary_{option[2:]}", help=argparse.SUPPRESS
+        )
 
-    summary = sub.add_parser("summary", help="print the trace's analysis as tables or JSON")
+    summary = sub.add_parser(
+        "summary",
+        help="print the trace's analysis as tables, Markdown, TSV or JSON",
+        description="Print the trace's analysis: tables (text), Markdown (md), tab-separated "
+        "values (tsv) or the JSON document (json). Numbers are never cut; long names are.",
+    )
     summary.add_argument("trace", help="a .json or .json.gz torch.profiler trace")
-    summary.add_argument("--json", action="store_true", help="print the JSON document")
+    summary.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="text",
+        help="text: tables for reading (default); md: Markdown tables; tsv: one tab-separated "
+        "table per section; json: the JSON document",
+    )
+    summary.add_argument("--json", action="store_true", help="the JSON document (= --format json)")
+    summary.add_argument(
+        "--width",
+        type=_width,
+        metavar="N",
+        help="lay the text tables out for N columns (default: the terminal's width; when "
+        "standard output is not a terminal, $COLUMNS or each table's natural width)",
+    )
 
     from kinetoscope.capture.cli import add_capture_commands
 
@@ -33,28 +110,93 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _width(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of columns: {text!r}") from None
+    if value < 20:
+        raise argparse.ArgumentTypeError(f"at least 20 columns, not {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # `kinetoscope TRACE` is `kinetoscope view TRACE`.
     if argv and argv[0] not in SUBCOMMANDS and not argv[0].startswith("-"):
         argv.insert(0, "view")
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 0
     try:
-        return int(args.handler(args) if hasattr(args, "handler") else _dispatch(args) or 0)
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as done:  # --help, --version, a usage error: flush before leaving
+            _flush_stdout()
+            return done.code if isinstance(done.code, int) else 2
+        if args.command is None:
+            build_parser().print_help()
+            code = 0
+        else:
+            code = int(args.handler(args) if hasattr(args, "handler") else _dispatch(args) or 0)
+        _flush_stdout()
+        return code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader stopped reading (`| head`): what it wanted it has; nothing to report.
+        _silence_stdout()
+        return 0
+    except OutputError as exc:
+        _silence_stdout()
+        return _error(str(exc))
+
+
+def _flush_stdout() -> None:
+    """Flush standard output now, so that a write error is ours to report, not Python's at exit."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise OutputError(output_error_message(exc)) from None
+
+
+def output_error_message(exc: OSError) -> str:
+    """The one line for an error writing standard output."""
+    if exc.errno == errno.EPIPE:
+        return "standard output was closed"
+    reason = exc.strerror or str(exc)
+    return f"cannot write the output: {reason}"
+
+
+def _silence_stdout() -> None:
+    """Point the standard output's descriptor at /dev/null, so that the flush at exit has nowhere
+    to fail (else Python prints 'Exception ignored ... BrokenPipeError' and exits 120)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "summary":
         from kinetoscope.report import run_summary
 
-        return run_summary(args.trace, as_json=args.json)
+        output = "json" if args.json else args.format
+        return run_summary(args.trace, output=output, width=args.width)
     if args.command == "view":
+        used = [o for o in SUMMARY_ONLY_OPTIONS if getattr(args, f"summary_{o[2:]}") is not None]
+        if used:
+            from kinetoscope.tui.safe_text import clean
+            from kinetoscope.viewer import _quoted
+
+            print(
+                f"kinetoscope: the viewer has no {used[0]} option; for the analysis as text or "
+                f"JSON run: kinetoscope summary {clean(_quoted(args.trace))} {used[0]}"
+                + ("" if used[0] == "--json" else " ..."),
+                file=sys.stderr,
+            )
+            return 2
         from kinetoscope.viewer import run_view
 
         return run_view(args.trace)

@@ -1,22 +1,35 @@
-"""`kinetoscope summary`: the analysis as JSON, or as Rich tables read top to bottom."""
+"""`kinetoscope summary`: the analysis as JSON, or as tables read top to bottom (text for a
+terminal or a pipe, Markdown, tab-separated values)."""
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
+NATURAL_WIDTH = 10_000  # "no width": every table at its natural width (standard output a pipe)
 
-def run_summary(path: str, as_json: bool) -> int:
-    """Load a trace and print its summary; 1 with a one-line message when it cannot be read."""
+
+def run_summary(
+    path: str, as_json: bool = False, output: str = "text", width: int | None = None
+) -> int:
+    """Load a trace and print its summary (`output`: text, md, tsv or json); 1 with a one-line
+    message when it cannot be read. `width` lays the text tables out for that many columns."""
     from kinetoscope.analysis.summary import build_summary
+    from kinetoscope.cli import trace_path_problem
     from kinetoscope.parser import TraceError, load
     from kinetoscope.parser.builder import release_heap
     from kinetoscope.parser.reader import release_workers
 
+    problem = trace_path_problem(path)  # the viewer checks the same way: the same one line
+    if problem is not None:
+        print(f"kinetoscope: {problem}", file=sys.stderr)
+        return 1
     try:
         # A cached model is used when the viewer left one, but summary writes none: scripts and
         # CI call it on traces nobody will reopen, and the write would add seconds to a big one.
@@ -28,18 +41,66 @@ def run_summary(path: str, as_json: bool) -> int:
 
         print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
         return 1
-    if as_json:
-        sys.stdout.write(summary_json(build_summary(trace)))
-        sys.stdout.write("\n")
+    if as_json or output == "json":
+        emit(summary_json(build_summary(trace)) + "\n")
         return 0
-    from rich.console import Console
-
     from kinetoscope.analysis import analyze
 
-    console = Console()
-    for renderable in summary_tables(analyze(trace), build_summary(trace)):
-        console.print(renderable)
+    sections = summary_tables(analyze(trace), build_summary(trace))
+    if output == "md":
+        emit(markdown(sections))
+    elif output == "tsv":
+        emit(tsv(sections))
+    else:
+        emit(render_text(sections, width))
     return 0
+
+
+def emit(text: str) -> None:
+    """Write `text` to standard output and flush it. A closed pipe raises BrokenPipeError (the
+    command then ends quietly); any other write error becomes one line (OutputError)."""
+    from kinetoscope.cli import OutputError, output_error_message
+
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise OutputError(output_error_message(exc)) from None
+
+
+def render_text(sections: list[Any], width: int | None = None) -> str:
+    """The sections as text tables for `width` columns: the terminal's width on a terminal,
+    else $COLUMNS, else each table's natural width. Colour only on a terminal."""
+    import io
+
+    from rich.console import Console
+
+    try:
+        is_terminal = sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        is_terminal = False
+    if width is None and not is_terminal:
+        width = _columns_env() or NATURAL_WIDTH
+    console = Console(file=sys.stdout if is_terminal else io.StringIO(), width=width)
+    with console.capture() as captured:
+        for section in sections:
+            console.print(section)
+    text = captured.get()
+    if not is_terminal:  # no colour codes: the padding after the last cell only costs bytes
+        text = "\n".join(line.rstrip() for line in text.split("\n"))
+    return text
+
+
+def _columns_env() -> int | None:
+    import os
+
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        return None
+    return columns if columns > 0 else None
 
 
 def summary_json(document: dict[str, Any]) -> str:
@@ -61,11 +122,289 @@ def _finite(value: Any) -> Any:
     return value
 
 
-# -- text report ----------------------------------------------------------------------------
+# -- sections: tables that lay themselves out -----------------------------------------------
+
+NUMBER, NAME, STACK, TEXT = "number", "name", "stack", "text"
+CAP = {NAME: 48, STACK: 80, TEXT: 100}  # the widest a column is drawn, even with room to spare
+FLOOR = {NAME: 16, STACK: 24, TEXT: 16}  # the narrowest before a table is split in two
+STACK_SEPARATOR = " > "
+NAME_WIDTH = CAP[NAME]
+
+
+@dataclass
+class Column:
+    """A column. `number`: never cut nor wrapped; `name`: one line, cut with `…` (at the front
+    for file paths and Python frames, whose end is what tells them apart); `stack`: frames
+    joined by ` > `, outermost first, cut at the front; `text`: wrapped."""
+
+    header: str
+    kind: str
+
+    def widths(self, cells: list[str]) -> tuple[int, int]:
+        """(narrowest, natural) width in cells."""
+        from rich.cells import cell_len
+
+        longest_word = max((cell_len(w) for w in self.header.split()), default=0)
+        natural = max([cell_len(self.header), *(cell_len(c) for c in cells)])
+        if self.kind == NUMBER:
+            return natural, natural
+        natural = min(natural, max(CAP[self.kind], longest_word))
+        return min(natural, max(FLOOR[self.kind], longest_word)), natural
+
+
+class Section:
+    """One table of the report: title, columns and rows of plain text (already cleaned of
+    control characters), drawn by Rich for the width it is given, as Markdown or as TSV.
+
+    Numbers are never cut: when the width cannot hold every column with the names at their
+    narrowest, the table is split into tables that each repeat the `key` leading columns."""
+
+    def __init__(
+        self, title: str, columns: list[Column], show_header: bool = True, key: int = 1
+    ) -> None:
+        self.title = title
+        self.columns = columns
+        self.show_header = show_header
+        self.key = key
+        self.rows: list[list[tuple[str, Any]]] = []
+
+    def add_row(self, *cells: Any) -> None:
+        """Cells: str, or rich Text (its plain text and whole-cell style are kept)."""
+        from rich.text import Text
+
+        from kinetoscope.tui.safe_text import clean
+
+        row = []
+        for cell in cells:
+            if isinstance(cell, Text):
+                row.append((clean(cell.plain), cell.style or None))
+            else:
+                row.append((clean("–" if cell is None else str(cell)), None))
+        self.rows.append(row)
+
+    @property
+    def short_title(self) -> str:
+        """The title up to its first explanation: `Steps`, `Longest GPU idle gaps`."""
+        return re.split(r"[:;,(]", self.title, maxsplit=1)[0].strip()
+
+    def column_cells(self, index: int) -> list[str]:
+        return [row[index][0] for row in self.rows]
+
+    # -- layout
+
+    def layout(self, indices: list[int], max_width: int) -> list[int] | None:
+        """Column widths for `indices` within `max_width`, or None when they do not fit."""
+        bounds = [self.columns[i].widths(self.column_cells(i)) for i in indices]
+        overhead = 3 * len(indices) + 1  # borders and one cell of padding on each side
+        widths = [natural for _, natural in bounds]
+        excess = sum(widths) + overhead - max_width
+        if excess <= 0:
+            return widths
+        slack = [natural - narrowest for narrowest, natural in bounds]
+        if sum(slack) < excess:
+            return None
+        # Take the excess from the flexible columns, in proportion to what each can give.
+        total_slack = sum(slack)
+        for position, give in enumerate(slack):
+            cut = min(give, -(-excess * give // total_slack))
+            widths[position] -= cut
+        overshoot = sum(widths) + overhead - max_width
+        position = 0
+        while overshoot > 0:  # rounding: take the last cells one at a time
+            if widths[position] > bounds[position][0]:
+                widths[position] -= 1
+                overshoot -= 1
+            position = (position + 1) % len(widths)
+        return widths
+
+    def groups(self, max_width: int) -> list[tuple[list[int], list[int]]]:
+        """The tables to draw: (column indices, widths) each."""
+        every = list(range(len(self.columns)))
+        widths = self.layout(every, max_width)
+        if widths is not None:
+            return [(every, widths)]
+        key, rest = every[: self.key], every[self.key :]
+        # As few tables as fit (found greedily), then the columns spread evenly over them.
+        chunks: list[list[int]] = [[]]
+        for index in rest:
+            if not chunks[-1] or self.layout([*key, *chunks[-1], index], max_width) is not None:
+                chunks[-1].append(index)
+            else:
+                chunks.append([index])
+        count = len(chunks)
+        size, extra = divmod(len(rest), count)
+        even, start = [], 0
+        for part in range(count):
+            end = start + size + (1 if part < extra else 0)
+            even.append(rest[start:end])
+            start = end
+        if all(self.layout([*key, *chunk], max_width) is not None for chunk in even):
+            chunks = even
+        return [
+            ([*key, *chunk], self._widths_at_least([*key, *chunk], max_width)) for chunk in chunks
+        ]
+
+    def _widths_at_least(self, indices: list[int], max_width: int) -> list[int]:
+        fitted = self.layout(indices, max_width)
+        if fitted is not None:
+            return fitted
+        # Even one column beside the key does not fit: draw it wider than asked, numbers whole.
+        return [self.columns[i].widths(self.column_cells(i))[0] for i in indices]
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.table import Table
+        from rich.text import Text
+
+        groups = self.groups(options.max_width)
+        for part, (indices, widths) in enumerate(groups):
+            title = self.title if part == 0 else f"{self.short_title} (continued)"
+            table = Table(
+                title=Text(title) if title else None,
+                title_justify="left",
+                title_style="bold",
+                show_header=self.show_header,
+                expand=False,
+            )
+            for index, width in zip(indices, widths):
+                column = self.columns[index]
+                table.add_column(
+                    Text(column.header),
+                    justify="right" if column.kind == NUMBER else "left",
+                    width=width,
+                    no_wrap=column.kind != TEXT,
+                    overflow="fold",
+                )
+            for row in self.rows:
+                table.add_row(
+                    *(
+                        Text(fit_cell(row[i][0], self.columns[i].kind, w), style=row[i][1] or "")
+                        for i, w in zip(indices, widths)
+                    )
+                )
+            needed = sum(widths) + 3 * len(widths) + 1
+            yield from console.render(table, options.update_width(max(needed, options.max_width)))
+
+    # -- plain formats
+
+    def markdown(self) -> str:
+        def escape(text: str) -> str:
+            return _MD_SPECIAL.sub(r"\\\g<0>", text)
+
+        lines = [f"## {escape(self.title)}", ""] if self.title else []
+        lines.append("| " + " | ".join(escape(c.header) for c in self.columns) + " |")
+        lines.append(
+            "|" + "|".join("---:" if c.kind == NUMBER else "---" for c in self.columns) + "|"
+        )
+        for row in self.rows:
+            lines.append("| " + " | ".join(escape(text) for text, _ in row) + " |")
+        return "\n".join(lines) + "\n"
+
+    def tsv(self) -> str:
+        lines = [f"# {self.title}"] if self.title else []
+        lines.append("\t".join(c.header for c in self.columns))
+        lines.extend("\t".join(text for text, _ in row) for row in self.rows)
+        return "\n".join(lines) + "\n"
+
+
+class Note:
+    """A line of advice between the tables (dim on a terminal, a paragraph in Markdown)."""
+
+    def __init__(self, text: str) -> None:
+        from kinetoscope.tui.safe_text import clean
+
+        self.text = clean(text)
+
+    def __rich__(self) -> Any:
+        from rich.text import Text
+
+        return Text(self.text, style="dim")
+
+    def markdown(self) -> str:
+        return _MD_SPECIAL.sub(r"\\\g<0>", self.text) + "\n"
+
+    def tsv(self) -> str:
+        return f"# {self.text}\n"
+
+
+# Characters that Markdown (GitHub's included) would read as markup or HTML inside a table cell.
+_MD_SPECIAL = re.compile(r"[\\`*_\[\]<>|~]")
+
+
+def markdown(sections: list[Any]) -> str:
+    return "\n".join(section.markdown() for section in sections)
+
+
+def tsv(sections: list[Any]) -> str:
+    """One table per section: a `# title` line, the header row, the rows, a blank line."""
+    return "\n".join(section.tsv() for section in sections)
+
+
+_FRAME = re.compile(r"\.py\(\d+\)|^[A-Za-z]:\\\\|^/|^\.\.?/")
+
+
+def fit_cell(text: str, kind: str, width: int) -> str:
+    """`text` cut to `width` cells as its column kind wants (numbers and text are never cut)."""
+    from rich.cells import cell_len
+
+    if kind in (NUMBER, TEXT) or cell_len(text) <= width:
+        return text
+    if kind == STACK:
+        return cut_stack(text, width)
+    if _FRAME.search(text):
+        return cut_front(text, width)
+    return cut_end(text, width)
+
+
+def cut_end(text: str, width: int) -> str:
+    """`text` in at most `width` cells, its end replaced by `…` when cut."""
+    from rich.cells import cell_len, get_character_cell_size
+
+    if cell_len(text) <= width:
+        return text
+    kept, used = [], 0
+    for char in text:
+        size = get_character_cell_size(char)
+        if used + size > width - 1:
+            break
+        kept.append(char)
+        used += size
+    return "".join(kept) + "…"
+
+
+def cut_front(text: str, width: int) -> str:
+    """`text` in at most `width` cells, its start replaced by `…` when cut."""
+    from rich.cells import cell_len, get_character_cell_size
+
+    if cell_len(text) <= width:
+        return text
+    kept, used = [], 0
+    for char in reversed(text):
+        size = get_character_cell_size(char)
+        if used + size > width - 1:
+            break
+        kept.append(char)
+        used += size
+    return "…" + "".join(reversed(kept))
+
+
+def cut_stack(text: str, width: int) -> str:
+    """Frames joined by ` > ` in at most `width` cells: the outermost frames give way first
+    (`… > aten::linear > aten::addmm`); where not even the innermost fits so, the text is cut
+    at the front as one string."""
+    from rich.cells import cell_len
+
+    if cell_len(text) <= width:
+        return text
+    frames = text.split(STACK_SEPARATOR)
+    for start in range(1, len(frames)):
+        shown = "…" + STACK_SEPARATOR + STACK_SEPARATOR.join(frames[start:])
+        if cell_len(shown) <= width:
+            return shown
+    return cut_front(text, width)
 
 
 def summary_tables(analysis: Any, document: dict[str, Any]) -> list[Any]:
-    """The report's Rich renderables, in reading order."""
+    """The report's sections, in reading order (Rich renderables; also `markdown()`, `tsv()`)."""
     from kinetoscope.report_memory_sync import memory_sync_tables
 
     sections = [
@@ -101,30 +440,30 @@ def _pct(part: float, whole: float) -> str:
     return "–" if whole <= 0 else f"{100 * part / whole:.0f}%"
 
 
-NAME_WIDTH = 48
-
-
 def _table(
-    title: str, *columns: str, right: tuple[str, ...] = (), names: tuple[str, ...] = ()
-) -> Any:
-    """A table; `right` columns are numbers, `names` columns hold event names, cut at
-    NAME_WIDTH cells with an ellipsis so one C++ template name cannot take the screen."""
-    from rich.table import Table
-    from rich.text import Text
+    title: str,
+    *columns: str,
+    right: tuple[str, ...] = (),
+    names: tuple[str, ...] = (),
+    stacks: tuple[str, ...] = (),
+    key: int = 1,
+) -> Section:
+    """A section; `right` columns are numbers, `names` columns hold event names and `stacks`
+    columns call stacks (both cut to fit); the others are text that wraps."""
 
-    # Titles and headers are Text, never markup: a title like "([memory] events)" stays whole.
-    table = Table(title=Text(title), title_justify="left", title_style="bold", expand=False)
-    for column in columns:
-        if column in names:
-            table.add_column(Text(column), no_wrap=True, overflow="ellipsis", max_width=NAME_WIDTH)
-        else:
-            table.add_column(Text(column), justify="right" if column in right else "left")
-    return table
+    def kind(column: str) -> str:
+        if column in right:
+            return NUMBER
+        if column in stacks:
+            return STACK
+        return NAME if column in names else TEXT
+
+    return Section(title, [Column(c, kind(c)) for c in columns], key=key)
 
 
 def trace_facts(analysis: Any, document: dict[str, Any]) -> Any:
     source, trace = document["source"], document["trace"]
-    table = _table("Trace", "", "")
+    table = _table("Trace", "fact", "value")
     table.show_header = False
     size = f"{source['bytes']:,} bytes" + (" (gzip)" if source["compressed"] else "")
     table.add_row("file", _data(source["path"]))
@@ -229,18 +568,19 @@ def gaps_table(document: dict[str, Any]) -> Any:
         "CPU stack (innermost last)",
         right=("at", "duration"),
         names=("next GPU event",),
+        stacks=("CPU stack (innermost last)",),
+        key=2,  # a gap is told apart by its device and time
     )
     origin = document["trace"]["start_us"] or 0.0
     for gap in document["idle_gaps"]:
-        stack = gap["cpu_stack"]
-        shown = stack if len(stack) <= 4 else ["…", *stack[-3:]]
+        stack = gap["cpu_stack"]  # outermost first
         table.add_row(
             str(gap["device"]),
             "+" + _dur(gap["start_us"] - origin),
             _dur(gap["dur_us"]),
             gap["cause"],
             _data(gap["next_gpu_event"]),
-            _data(" > ".join(shown)) if stack else "–",
+            _data(STACK_SEPARATOR.join(stack)) if stack else "–",
         )
     return table
 

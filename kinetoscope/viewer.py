@@ -2,18 +2,48 @@
 
 from __future__ import annotations
 
-import os
 import sys
+from typing import TextIO
 
 CACHE_WRITE_WAIT_S = 60.0
 
 
+def terminal_problem(
+    stdin: TextIO | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None
+) -> str | None:
+    """Why the viewer cannot run here, or None. It reads keys from stdin and draws on the
+    terminal behind stdout and stderr; without one it would wait for keys that never come."""
+    streams = (
+        ("stdin", stdin or sys.stdin),
+        ("stdout", stdout or sys.stdout),
+        ("stderr", stderr or sys.stderr),
+    )
+    for name, stream in streams:
+        try:
+            is_terminal = stream is not None and stream.isatty()
+        except (AttributeError, ValueError, OSError):  # closed, or not a real stream
+            is_terminal = False
+        if not is_terminal:
+            return name
+    return None
+
+
 def run_view(path: str) -> int:
     """Run the viewer; 0 on a normal quit, 1 (with a one-line message on stderr) on failure."""
+    from kinetoscope.cli import trace_path_problem
     from kinetoscope.tui.safe_text import clean  # file names are shown, never obeyed
 
-    if not os.path.exists(path):
-        print(f"kinetoscope: no such file: {clean(path)}", file=sys.stderr)
+    problem = trace_path_problem(path)
+    if problem is not None:
+        print(f"kinetoscope: {problem}", file=sys.stderr)
+        return 1
+    not_a_terminal = terminal_problem()
+    if not_a_terminal is not None:
+        print(
+            f"kinetoscope: the viewer needs a terminal ({not_a_terminal} is not one); "
+            f"for a text report run: kinetoscope summary {clean(_quoted(path))}",
+            file=sys.stderr,
+        )
         return 1
     # Start reading before Textual is even imported: the decoding runs while the UI starts.
     from kinetoscope.tui.loader import TraceLoad
@@ -28,3 +58,10 @@ def run_view(path: str) -> int:
     if app.exit_message:
         print(f"kinetoscope: {clean(app.exit_message)}", file=sys.stderr)
     return int(app.return_code or 0)
+
+
+def _quoted(path: str) -> str:
+    """The path as a shell would need it, so the suggested command can be pasted."""
+    import shlex
+
+    return shlex.quote(path)

@@ -357,7 +357,7 @@ async def test_escape_cancels_loading(trace_path, monkeypatch):
 def test_run_view_missing_file(capsys, tmp_path):
     assert run_view(str(tmp_path / "nope.json")) == 1
     err = capsys.readouterr().err
-    assert err.strip() == f"kinetoscope: no such file: {tmp_path / 'nope.json'}"
+    assert err.strip() == f"kinetoscope: {tmp_path / 'nope.json'}: no such file"  # as summary says
 
 
 async def test_selecting_a_deep_slice_of_a_collapsed_lane_scrolls_it_into_view(write_trace):
