@@ -177,6 +177,7 @@ def kernel_model(trace, table: KernelTable, top, op_names: np.ndarray) -> TableM
         names=np.arange(len(names)),  # the filter tests the name and the category
         name_text=lambda g: (strings[names[g]], strings[groups.cat[g]]),
         default_sort=3,
+        keys=np.arange(len(names)),  # a row is its GPU group, whatever the range
     )
 
 

@@ -19,8 +19,12 @@ from kinetoscope.analysis.operators import OperatorTable, compute_operators
 from kinetoscope.analysis.ranges import operators_in_range
 from rich.text import Text
 from textual import work
+from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import Static
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import OptionList, Static
+from textual.widgets.option_list import Option
 
 from .drilldown import (
     Jump,
@@ -34,7 +38,7 @@ from .drilldown import (
 from .memory_view import operator_memory_columns
 from .safe_text import clean, shorten
 from .table import Column, DataView, TableModel, TableScreen, string_ranks
-from .timefmt import fmt_duration
+from .timefmt import fmt_duration, plural
 
 if TYPE_CHECKING:
     from .drilldown import DrilldownActions
@@ -50,7 +54,12 @@ class OperatorsScreen(TableScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("S", "toggle_shapes", "By shape", tooltip="Group by name + input shape, or not"),
         Binding("M", "toggle_range", "Range/all", tooltip="Marked range or the whole trace"),
-        Binding("C", "cycle_category", "Category", tooltip="Show one category (cpu_op, …) or all"),
+        Binding(
+            "C",
+            "pick_category",
+            "Category",
+            tooltip="Pick a category to show (cpu_op, …) or all of them",
+        ),
     ]
     TITLE_TEXT = "Operators"
     SHOW_DETAIL = True
@@ -127,8 +136,8 @@ class OperatorsScreen(TableScreen):
         self.table_data = table
         self.shape_ids = shapes
         self.shown_range = bounds
-        self.table.set_model(model, keep_state=True)
-        self._apply_category()
+        # The category's mask is made for this model (another grouping or range has other rows).
+        self.table.set_model(model, keep_state=True, scope=self._category_scope(table, model))
         self.refresh_heading()
 
     def categories(self) -> list[int]:
@@ -141,24 +150,43 @@ class OperatorsScreen(TableScreen):
         excl = {int(c): int(table.excl[cats == c].sum()) for c in np.unique(cats)}
         return sorted(excl, key=lambda c: (strings[c].lower() != "cpu_op", -excl[c], strings[c]))
 
-    def action_cycle_category(self) -> None:
-        order: list[int | None] = [None, *self.categories()]
-        position = order.index(self.category) if self.category in order else 0
-        self.category = order[(position + 1) % len(order)]
-        self._apply_category()
+    def action_pick_category(self) -> None:
+        """A list of the categories, "all" first, the one shown highlighted: Enter shows one."""
+        table = self.table_data
+        if table is None:
+            return
+        strings = self.data.trace.strings
+        cats = table.groups.cat.astype(np.int64)
+        choices: list[tuple[int | None, str]] = [(None, "all categories")]
+        for cat in self.categories():
+            mine = cats == cat
+            count = int(mine.sum())
+            label = (
+                f"{clean(strings[cat]) or '(no category)'} · {plural(count, 'operator')} · "
+                f"self {fmt_duration(int(table.excl[mine].sum()))}"
+            )
+            choices.append((cat, label))
+        self.app.push_screen(CategoryPicker(choices, self.category), self._picked)
+
+    def _picked(self, choice: tuple[int | None] | None) -> None:
+        if choice is not None:
+            self.set_category(choice[0])
+
+    def set_category(self, category: int | None) -> None:
+        """Show only the operators of one category (a string id; None: all)."""
+        self.category = category
+        table, model = self.table_data, self.table.model
+        if table is not None and model is not None:
+            self.table.set_scope(self._category_scope(table, model))
         self.refresh_heading()
 
-    def _apply_category(self) -> None:
-        table = self.table_data
-        model = self.table.model
-        if table is None or model is None:
-            return
+    def _category_scope(self, table: OperatorTable, model: TableModel) -> np.ndarray | None:
+        """The rows of `model` (made from `table`) in the category shown; None: all."""
         if self.category is None:
-            self.table.set_scope(None)
-            return
+            return None
         rows = getattr(model, "source_rows", None)
         groups = np.arange(model.n) if rows is None else rows
-        self.table.set_scope(table.groups.cat[groups] == self.category)
+        return np.asarray(table.groups.cat[groups] == self.category, dtype=bool)
 
     def describe(self, row: int) -> Text | None:
         table = self.table_data
@@ -198,6 +226,55 @@ class OperatorsScreen(TableScreen):
         group = model_row(self.table.model, group)
         shape = int(self.shape_ids[group]) if self.shape_ids is not None else None
         self.app.push_screen(OperatorDetailScreen(self.host, self.table_data, group, shape))
+
+
+class CategoryPicker(ModalScreen[tuple[int | None] | None]):
+    """The categories of the operators table, "all" first: Enter shows the highlighted one,
+    Esc leaves the table as it is. Dismisses with (category,) or None."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel"),
+        Binding("q", "cancel", "Cancel", show=False),
+        Binding("C", "cancel", "Cancel", show=False),
+    ]
+    DEFAULT_CSS = """
+    CategoryPicker { align: center middle; }
+    #category-box {
+        width: 70; max-width: 90%; height: auto; max-height: 80%;
+        border: round $primary; background: $surface;
+    }
+    #category-title { height: 1; padding: 0 1; }
+    #category-list { height: auto; max-height: 20; border: none; }
+    """
+
+    def __init__(self, choices: list[tuple[int | None, str]], current: int | None) -> None:
+        super().__init__()
+        self.choices = choices
+        self.current = current
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="category-box"):
+            yield Static(
+                Text("Show the operators of one category · Enter picks · Esc cancels", "bold"),
+                id="category-title",
+            )
+            yield OptionList(
+                *(Option(Text(label), id=str(i)) for i, (_, label) in enumerate(self.choices)),
+                id="category-list",
+            )
+
+    def on_mount(self) -> None:
+        options = self.query_one(OptionList)
+        wanted = [cat for cat, _ in self.choices]
+        options.highlighted = wanted.index(self.current) if self.current in wanted else 0
+        options.focus()
+
+    def on_option_list_option_selected(self, message: OptionList.OptionSelected) -> None:
+        message.stop()
+        self.dismiss((self.choices[message.option_index][0],))
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
 
 
 def operator_model(
@@ -254,6 +331,8 @@ def operator_model(
         names=np.arange(len(names)),  # the filter tests the name and the category
         name_text=lambda g: (strings[names[g]], strings[groups.cat[g]]),
         default_sort=self_column,
+        # A row is its (cat, name): grouping by shape or a range keeps the cursor on it.
+        keys=(groups.cat.astype(np.int64) << 32) | names,
     )
     if in_range:
         model = restrict(model, (table.count > 0) | (table.gpu_self > 0) | (table.gpu_total > 0))
@@ -277,6 +356,7 @@ def restrict(model: TableModel, keep: np.ndarray) -> TableModel:
         names=None if model.names is None else model.names[rows],
         name_text=model.name_text,
         default_sort=model.default_sort,
+        keys=None if model.keys is None else np.asarray(model.keys)[rows],
     )
     restricted.source_rows = rows  # type: ignore[attr-defined]
     return restricted

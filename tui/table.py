@@ -508,7 +508,9 @@ class DataView(ScrollView, can_focus=True):
 def check_mask(mask: np.ndarray | None, model: TableModel, what: str) -> None:
     """A row mask must be made for the model it restricts."""
     if mask is not None and (mask.dtype != bool or mask.shape != (model.n,)):
-        raise ValueError(f"{what} has shape {mask.shape} ({mask.dtype}); the model has {model.n} rows")
+        raise ValueError(
+            f"{what} has shape {mask.shape} ({mask.dtype}); the model has {model.n} rows"
+        )
 
 
 def fit_cell(text: str, width: int, right: bool) -> str:
@@ -529,7 +531,9 @@ def sort_rows(model: TableModel, column: int, descending: bool) -> np.ndarray:
         if key.dtype.kind == "f":
             key = -key
         else:
-            key = -key.astype(np.int64)
+            # ~k = -k - 1 reverses every int64 without overflow (-k turns the smallest, used
+            # for "no value", into itself and would sort it first).
+            key = ~key.astype(np.int64)
     return np.argsort(key, kind="stable")
 
 

@@ -39,3 +39,9 @@ def fmt_tick(ns: int, step: int) -> str:
     scale, unit = next((s, u) for s, u in _UNITS if magnitude >= s or s == 1.0)
     decimals = max(0, math.ceil(math.log10(scale / step) - 1e-9)) if unit != "ns" else 0
     return f"{ns / scale:.{decimals}f}{unit}"
+
+
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """`1 step`, `2 steps`, `1,234 rows`: the count with thousands separators and the word in
+    the number it needs (`many` for irregular plurals)."""
+    return f"{count:,} {word if count == 1 else (many or word + 's')}"
