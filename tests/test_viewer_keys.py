@@ -5,12 +5,14 @@ Python frames, Home/End, panning at the trace's end, keys pressed while loading,
 from __future__ import annotations
 
 import math
+import threading
 
 import pytest
+from kinetoscope.tui import loader as loader_module
 from kinetoscope.tui.app import KinetoscopeApp
 from kinetoscope.tui.memory_view import MemoryChart, MemoryScreen
 from kinetoscope.tui.render import CURSOR_COLOUR
-from kinetoscope.tui.screens import GapListScreen, TraceScreen
+from kinetoscope.tui.screens import GapListScreen, LoadingScreen, TraceScreen
 from kinetoscope.tui.timefmt import fmt_tick, tick_step
 from kinetoscope.tui.timeline import Timeline
 from rich.color import Color
@@ -140,3 +142,63 @@ async def test_the_header_follows_a_threshold_given_on_the_command_line(trace_pa
         await pilot.pause()
         assert timeline.gap_threshold == 50_000
         assert "1 GPU gap ≥ 50 µs" in str(app.screen.query_one("#title").render())
+
+
+async def test_home_and_end_go_to_the_trace_start_and_end(trace_path):
+    app = KinetoscopeApp(trace_path)
+    async with app.run_test(size=SIZE) as pilot:
+        timeline = await loaded(pilot)
+        span = timeline.data.span
+        for _ in range(4):
+            await pilot.press("w")
+        per_cell = timeline.ns_per_cell
+        await pilot.press("end")
+        assert timeline.ns_per_cell == per_cell  # the zoom stays
+        assert timeline.view_end == pytest.approx(span, abs=per_cell)
+        assert timeline.column_of(timeline.cursor_time) == timeline.cells_width - 1
+        assert timeline.cursor_time == span - 1
+        await pilot.press("home")
+        assert timeline.view_start == 0 and timeline.cursor_time == 0
+        assert timeline.ns_per_cell == per_cell
+
+
+async def test_panning_stops_at_the_trace_start_and_end(trace_path):
+    app = KinetoscopeApp(trace_path)
+    async with app.run_test(size=SIZE) as pilot:
+        timeline = await loaded(pilot)
+        span = timeline.data.span
+        for _ in range(3):
+            await pilot.press("w")
+        for _ in range(40):
+            await pilot.press("d")
+        assert timeline.view_end == pytest.approx(span)
+        assert 0 <= timeline.cursor_time <= span
+        for _ in range(40):
+            await pilot.press("a")
+        assert timeline.view_start == 0
+        # Zoomed out past the whole trace, it stays entirely on screen.
+        await pilot.press("0", "s")
+        for key in ("d", "d", "a", "a", "a"):
+            await pilot.press(key)
+            assert timeline.view_start <= 0 and timeline.view_end >= span, key
+
+
+async def test_keys_pressed_while_loading_are_answered(trace_path, monkeypatch):
+    started, release = threading.Event(), threading.Event()
+    real_load = loader_module.load
+
+    def slow_load(path, progress=None, **options):
+        started.set()
+        release.wait(10)
+        return real_load(path, progress=progress, **options)
+
+    monkeypatch.setattr(loader_module, "load", slow_load)
+    app = KinetoscopeApp(trace_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for_screen(pilot, LoadingScreen)
+        started.wait(5)
+        await pilot.press("g", "w")
+        messages = [n.message for n in app._notifications]
+        assert len(messages) == 1 and "Still loading" in messages[0]
+        release.set()
+        await loaded(pilot)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
 import os
+import time
 from typing import ClassVar
 
 import numpy as np
 from kinetoscope.parser import file_changed
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
@@ -38,6 +41,7 @@ GAP_THRESHOLDS = (
     100_000_000,
 )
 PROGRESS_INTERVAL_S = 0.25  # the loading screen's refresh: often enough, and cheap
+LOADING_NOTICE_INTERVAL_S = 3.0  # keys pressed while loading: said at most this often
 WARNINGS_SHOWN = 6  # parser warnings listed when a trace opens
 FILE_CHECK_INTERVAL_S = 2.0  # how often the trace screen checks the file is still the one shown
 GAP_LIST_LIMIT = 2000
@@ -53,6 +57,7 @@ class LoadingScreen(Screen):
         self.loader = loader
         self.path = loader.path
         self._finished = False
+        self._said_loading = -math.inf  # when keys pressed while loading were last answered
 
     def compose(self) -> ComposeResult:
         with Vertical(id="loading-box"):
@@ -72,6 +77,16 @@ class LoadingScreen(Screen):
     def action_cancel(self) -> None:
         self.loader.cancel()
         self.query_one("#loading-stats", Static).update("cancelling…")
+
+    def on_key(self, event: events.Key) -> None:
+        """Keys of the trace view pressed before it is there: say so (once a few seconds)
+        rather than drop them without a word."""
+        if event.key in self.app.active_bindings:  # Esc, q, ? and the like still work
+            return
+        now = time.monotonic()
+        if now - self._said_loading >= LOADING_NOTICE_INTERVAL_S:
+            self._said_loading = now
+            self.notify("Still loading: keys work once the trace is shown (Esc cancels)", timeout=3)
 
     def poll(self) -> None:
         """Show the load's progress; hand over to the app when it is done."""

@@ -66,6 +66,10 @@ class Timeline(ScrollView, can_focus=True):
         Binding("pagedown", "page_down", "Page down", show=False),
         Binding("f", "fit_selection", "Fit", show=False, tooltip="Zoom to fit the selected event"),
         Binding("0", "fit_all", "All", show=False, tooltip="Show the whole trace"),
+        Binding(
+            "home", "trace_edge(0)", "Trace start", show=False, tooltip="Go to the trace's start"
+        ),
+        Binding("end", "trace_edge(1)", "Trace end", show=False, tooltip="Go to the trace's end"),
         Binding("enter", "toggle_expand", "Expand/collapse lane", show=False),
         Binding(
             "right_square_bracket",
@@ -449,10 +453,11 @@ class Timeline(ScrollView, can_focus=True):
         data = self.data
         if data is None:
             return
+        # The view stays on the trace: it starts at or after the trace's start and ends at or
+        # before its end; zoomed out past the whole trace, the whole trace stays on screen.
         visible = self.cells_width * self.ns_per_cell
-        low = -0.9 * visible
-        high = data.span - 0.1 * visible
-        self.view_start = float(min(max(self.view_start, low), max(high, low)))
+        low, high = sorted((0.0, data.span - visible))
+        self.view_start = float(min(max(self.view_start, low), high))
 
     def _max_ns_per_cell(self) -> float:
         assert self.data is not None
@@ -645,6 +650,21 @@ class Timeline(ScrollView, can_focus=True):
         margin = max((end - start) * 0.1, MIN_NS_PER_CELL)
         self.set_view(start - margin, end + margin)
         self.cursor_time = start
+
+    def action_trace_edge(self, end: int) -> None:
+        """Home/End: the trace's first (or last) nanosecond under the cursor, at the view's
+        left (or right) edge, at the same zoom."""
+        data = self.data
+        if data is None:
+            return
+        self._leave_gap()
+        if end:
+            self.view_start = data.span - (self.cells_width - 1) * self.ns_per_cell
+            self.cursor_time = max(0, data.span - 1)
+        else:
+            self.view_start = 0.0
+            self.cursor_time = 0
+        self._clamp_view()
 
     def action_fit_all(self) -> None:
         data = self.data
