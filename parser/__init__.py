@@ -33,7 +33,10 @@ def load(
             if progress is not None:
                 progress(cached.source.bytes, cached.source.bytes, cached.n_events)
             return cached
+    # The file's identity before the read: a cache entry is written only if it still holds.
+    key = cache.identity(path)
     trace = read_trace(path, progress, workers)
+    trace.cache_key = key  # type: ignore[attr-defined]
     if use_cache and write_cache:
         save_cache(trace)
     return trace

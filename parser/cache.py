@@ -1,34 +1,107 @@
 """On-disk cache of a loaded Trace: plain .npy arrays, memory-mapped on reopen, never pickle.
 
 A cache entry lives in its own folder under the user's cache directory (never next to the trace),
-named by a hash of the trace's absolute path. Its manifest records the trace's path, size, mtime
-and the cache format version, plus the size and CRC-32 of every array file; an entry whose key
-does not match the trace, or whose files are missing, short or corrupt, is ignored and rebuilt.
+named by a hash of the trace's absolute path. Its manifest records the trace's key (path, size,
+mtime, and what a user cannot set: device, inode, ctime) and the cache format version, plus the
+size, CRC-32, dtype and shape of every array file, and carries a hash of itself. Nothing in an
+entry is trusted: the manifest must have its exact shape and types and match its hash, every file
+must be a regular file (opened without blocking), every .npy header must be well formed and agree
+with the manifest; an entry that fails any check is ignored (and rebuilt by whoever writes
+caches). Checks are per file: the manifest is small, and each array is checked on its own.
 Entries are written to a temporary folder and renamed into place, so a crash leaves no half entry.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import mmap
 import os
+import re
 import shutil
+import stat
 import tempfile
 import time
 import zlib
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
 
 from .model import MEMORY_COLUMNS, ROW_COLUMNS, ChunkIndex, Lane, MemoryEvents, Source, Trace
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 COLUMNS = ROW_COLUMNS
 CHUNK_COLUMNS = ("offset", "length", "first_ordinal")
+STRING_FILES = ("strings.offsets", "strings.blob")
 # Traces smaller than this load faster than the cache pays back; they are not cached.
 MIN_CACHED_BYTES = 8 << 20
+MANIFEST = "manifest.json"
+# A manifest holds the header, lanes and warnings: far less than this even for huge traces.
+MAX_MANIFEST_BYTES = 256 << 20
+MAX_NPY_HEADER = 1 << 16
+# Never block on a FIFO or a device, never follow a link planted in an entry.
+_OPEN_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+)
+_CHECK_PREFIX = b'{"check":"'
+_CHECK_INFIX = b'","body":'
+_CHECK_HEX = 32  # blake2b, 16 bytes
+_BODY_START = len(_CHECK_PREFIX) + _CHECK_HEX + len(_CHECK_INFIX)
+
+_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.]*")  # no folder, no hidden file
+_LANE_ID_TYPES = {int, str, type(None)}  # pid and tid as the parser gives them
+
+Count = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class Key(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """What a cache entry must match: the trace file as it is now."""
+
+    path: str
+    size: Count
+    mtime_ns: int
+    ctime_ns: int  # changed by every write, utime and rename; no user can set it back
+    ino: Count
+    dev: Count
+    format: int
+
+
+class FileFacts(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """One array file as written: its size and CRC-32, and the dtype and shape of its header."""
+
+    bytes: Count
+    crc32: Annotated[int, msgspec.Meta(ge=0, le=0xFFFFFFFF)]
+    dtype: str
+    shape: tuple[Count, ...]
+
+
+class Manifest(msgspec.Struct, forbid_unknown_fields=True):
+    key: Key
+    files: dict[str, FileFacts]
+    header: dict[str, Any]
+    lanes: list[Lane]
+    n_events: Count
+    by_phase: dict[str, Count]
+    by_category: dict[str, Count]
+    slice_start_min: int | None
+    slice_end_max: int | None
+    complete: bool
+    warnings: list[str]
+    stopped_at: Count | None
+    source: Source
+    has_chunks: bool
+
+
+class ExtraManifest(msgspec.Struct, forbid_unknown_fields=True):
+    key: Key
+    version: int
+    files: dict[str, FileFacts]
 
 
 def cache_root() -> Path:
@@ -40,15 +113,27 @@ def cache_root() -> Path:
     return Path(base) / "kinetoscope"
 
 
-def trace_key(path: str) -> dict[str, Any]:
+def trace_key(path: str) -> Key:
     """What a cache entry must match: the trace file as it is now."""
     st = os.stat(path)
-    return {
-        "path": os.path.abspath(path),
-        "size": st.st_size,
-        "mtime_ns": st.st_mtime_ns,
-        "format": FORMAT_VERSION,
-    }
+    return Key(
+        path=os.path.abspath(path),
+        size=st.st_size,
+        mtime_ns=st.st_mtime_ns,
+        ctime_ns=st.st_ctime_ns,
+        ino=st.st_ino,
+        dev=st.st_dev,
+        format=FORMAT_VERSION,
+    )
+
+
+def identity(path: str) -> Key | None:
+    """The key of `path` before it is read (None if it cannot be stat'ed): a cache entry is
+    written only if the file still has it afterwards."""
+    try:
+        return trace_key(path)
+    except (OSError, ValueError):
+        return None
 
 
 def entry_dir(path: str, root: Path | None = None) -> Path:
@@ -64,23 +149,100 @@ def _crc(path: Path) -> int:
     return crc
 
 
+def _fd_crc(fd: int, size: int) -> int:
+    """CRC-32 of a descriptor's first `size` bytes (read, not mapped: no pages stay resident)."""
+    crc = 0
+    offset = 0
+    while offset < size:
+        block = os.pread(fd, min(8 << 20, size - offset), offset)
+        if not block:
+            raise OSError("the file is shorter than its size")
+        crc = zlib.crc32(block, crc)
+        offset += len(block)
+    return crc
+
+
+def _open_regular(path: Path) -> tuple[int, os.stat_result]:
+    """A descriptor of `path` if it is a regular file: opened without blocking (a FIFO or a
+    device never hangs the load), a link never followed."""
+    fd = os.open(path, _OPEN_FLAGS)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{path.name}: not a regular file")
+        return fd, st
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _read_small(path: Path, limit: int) -> bytes:
+    """The whole content of a regular file of at most `limit` bytes."""
+    fd, st = _open_regular(path)
+    try:
+        if st.st_size > limit:
+            raise OSError(f"{path.name}: too big")
+        parts = []
+        remaining = st.st_size + 1  # one byte more: a file that grew is noticed
+        while remaining > 0 and (part := os.read(fd, remaining)):
+            parts.append(part)
+            remaining -= len(part)
+        data = b"".join(parts)
+        if len(data) != st.st_size:
+            raise OSError(f"{path.name}: changed while read")
+        return data
+    finally:
+        os.close(fd)
+
+
+def manifest_bytes(body: Any) -> bytes:
+    """The manifest file for `body`: `{"check":"<hash of body>","body":<body>}`, the hash over
+    the body's exact bytes, so that no edit of any field goes unnoticed."""
+    encoded = msgspec.json.encode(body)
+    check = hashlib.blake2b(encoded, digest_size=_CHECK_HEX // 2).hexdigest().encode()
+    return _CHECK_PREFIX + check + _CHECK_INFIX + encoded + b"}"
+
+
+def manifest_body(data: bytes) -> bytes | None:
+    """The body of a manifest file's bytes if its hash matches, else None."""
+    if not (data.startswith(_CHECK_PREFIX) and data.endswith(b"}")) or len(data) <= _BODY_START:
+        return None
+    if data[len(_CHECK_PREFIX) + _CHECK_HEX : _BODY_START] != _CHECK_INFIX:
+        return None
+    body = data[_BODY_START:-1]
+    check = hashlib.blake2b(body, digest_size=_CHECK_HEX // 2).hexdigest().encode()
+    return body if check == data[len(_CHECK_PREFIX) : len(_CHECK_PREFIX) + _CHECK_HEX] else None
+
+
+def _read_manifest(folder: Path, kind: type[Any]) -> Any:
+    """The folder's manifest, decoded into `kind` (strict: every field, every type), or None."""
+    body = manifest_body(_read_small(folder / MANIFEST, MAX_MANIFEST_BYTES))
+    if body is None:
+        return None
+    return msgspec.json.decode(body, type=kind)
+
+
 def _remove_abandoned(folder: Path, age_s: float = 3600) -> None:
     """Delete half-written entries that a killed process left behind (never valid anyway)."""
     now = time.time()
     for child in folder.iterdir():
         if child.name.startswith((".tmp-", ".old-")):
             try:
-                if now - child.stat().st_mtime > age_s:
+                if now - child.lstat().st_mtime > age_s:
                     shutil.rmtree(child, ignore_errors=True)
             except OSError:
                 continue
 
 
-def _key_of_loaded(trace: Trace) -> dict[str, Any] | None:
+def _key_of_loaded(trace: Trace) -> Key | None:
     """The cache key of the trace's file, or None if the file changed after it was read (the
-    model is not of it any more)."""
+    model is not of it any more): the key taken before the read (`cache_key`, set by
+    `parser.load`) must still hold, and the size and mtime the reader saw."""
     key = trace_key(trace.source.path)
-    if (key["size"], key["mtime_ns"]) != (trace.source.bytes, trace.source.mtime_ns):
+    if (key.size, key.mtime_ns) != (trace.source.bytes, trace.source.mtime_ns):
+        return None
+    before = getattr(trace, "cache_key", None)
+    if before is not None and before != key:
         return None
     return key
 
@@ -92,10 +254,12 @@ def _publish(target: Path, arrays: dict[str, np.ndarray], manifest: dict[str, An
     parent = target.parent
     work = Path(tempfile.mkdtemp(prefix=".tmp-", dir=parent))
     try:
-        manifest = {**manifest, "files": _write_arrays(work, arrays)}
-        (work / "manifest.json").write_bytes(msgspec.json.encode(manifest))
+        encoded = manifest_bytes({**manifest, "files": _write_arrays(work, arrays)})
+        if len(encoded) > MAX_MANIFEST_BYTES:
+            raise ValueError("manifest too big to be read back")
+        (work / MANIFEST).write_bytes(encoded)
         old = None
-        if target.exists():
+        if os.path.lexists(target):
             old = Path(tempfile.mkdtemp(prefix=".old-", dir=parent))
             os.rename(target, old / "entry")
         os.rename(work, target)
@@ -148,69 +312,154 @@ def save(trace: Trace, root: Path | None = None) -> Path | None:
         return None
 
 
-def _write_arrays(folder: Path, arrays: dict[str, np.ndarray]) -> dict[str, dict[str, int]]:
+def _write_arrays(folder: Path, arrays: dict[str, np.ndarray]) -> dict[str, FileFacts]:
     files = {}
     for name, array in arrays.items():
         file = folder / f"{name}.npy"
-        np.save(file, np.ascontiguousarray(array), allow_pickle=False)
-        files[name] = {"bytes": file.stat().st_size, "crc32": _crc(file)}
+        array = np.ascontiguousarray(array)
+        np.save(file, array, allow_pickle=False)
+        files[name] = FileFacts(file.stat().st_size, _crc(file), array.dtype.str, array.shape)
     return files
 
 
-def has_entry(path: str, root: Path | None = None) -> bool:
-    """Whether a cache entry with this file's key exists (its arrays are not checked here)."""
+def _npy_header(head: bytes) -> tuple[np.dtype, tuple[int, ...], int]:
+    """(dtype, shape, offset of the data) from the start of a .npy file, checked as strictly
+    as numpy writes it (any version); ValueError for anything else."""
+    if head[:6] != b"\x93NUMPY" or len(head) < 10 or head[7] != 0 or head[6] not in (1, 2, 3):
+        raise ValueError("not a .npy header")
+    major = head[6]
+    start = 10 if major == 1 else 12
+    length = int.from_bytes(head[8:start], "little")
+    if len(head) < start + length:
+        raise ValueError("the .npy header is cut short")
+    text = head[start : start + length].decode("latin1" if major < 3 else "utf-8")
+    fields = ast.literal_eval(text)
+    if not isinstance(fields, dict) or set(fields) != {"descr", "fortran_order", "shape"}:
+        raise ValueError("not a .npy header")
+    descr, fortran, shape = fields["descr"], fields["fortran_order"], fields["shape"]
+    if type(descr) is not str or type(fortran) is not bool or type(shape) is not tuple:
+        raise ValueError("not a .npy header")
+    if not all(type(n) is int and n >= 0 for n in shape):
+        raise ValueError("a .npy shape of something else than sizes")
+    return np.dtype(descr), shape, start + length
+
+
+def _map_array(folder: Path, name: str, facts: FileFacts) -> tuple[int, np.ndarray]:
+    """One array file memory-mapped read-only, and its open descriptor (the caller closes it),
+    if it is a regular file of the recorded size whose header gives the recorded 1-D integer
+    array and exactly its bytes; ValueError or OSError otherwise."""
+    if not _FILE_NAME.fullmatch(name):
+        raise ValueError(f"{name!r}: not a cache file name")
+    fd, st = _open_regular(folder / f"{name}.npy")
     try:
-        manifest = msgspec.json.decode((entry_dir(path, root) / "manifest.json").read_bytes())
-        return manifest.get("key") == trace_key(path)
-    except (OSError, ValueError, AttributeError, msgspec.DecodeError):
-        return False
+        if st.st_size != facts.bytes:
+            raise ValueError(f"{name}: not of the recorded size")
+        dtype, shape, offset = _npy_header(os.pread(fd, min(st.st_size, MAX_NPY_HEADER), 0))
+        if dtype.str != facts.dtype or shape != facts.shape or len(shape) != 1:
+            raise ValueError(f"{name}: not the array recorded")
+        if dtype.kind not in "biu" or offset + dtype.itemsize * shape[0] != st.st_size:
+            raise ValueError(f"{name}: not the array recorded")
+        if shape[0] == 0:
+            return fd, np.zeros(0, dtype=dtype)
+        # A plain read-only ndarray over the mapping (numpy's memmap subclass is slower to index).
+        mapping = mmap.mmap(fd, st.st_size, access=mmap.ACCESS_READ)
+        return fd, np.frombuffer(mapping, dtype=dtype, count=shape[0], offset=offset)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
-def _crcs_match(folder: Path, files: dict[str, Any]) -> bool:
-    """Every file's CRC-32 as recorded: two threads share the reading (zlib's CRC releases the
-    interpreter's lock), the biggest files first."""
+def _crcs_match(opened: list[tuple[int, FileFacts]]) -> bool:
+    """Every file's CRC-32 as recorded, read from the descriptors that were mapped: two threads
+    share the reading (zlib's CRC releases the interpreter's lock), the biggest files first."""
     from concurrent.futures import ThreadPoolExecutor
 
-    names = sorted(files, key=lambda name: -files[name]["bytes"])
+    ordered = sorted(opened, key=lambda item: -item[1].bytes)
     with ThreadPoolExecutor(max_workers=2) as pool:
-        crcs = list(pool.map(lambda name: _crc(folder / f"{name}.npy"), names))
-    return all(crc == files[name]["crc32"] for name, crc in zip(names, crcs))
+        crcs = list(pool.map(lambda item: _fd_crc(item[0], item[1].bytes), ordered))
+    return all(crc == facts.crc32 for crc, (_, facts) in zip(crcs, ordered))
 
 
 def _map_arrays(
-    folder: Path, files: dict[str, Any], verify: bool = True
+    folder: Path, files: dict[str, FileFacts], verify: bool = True
 ) -> dict[str, np.ndarray] | None:
-    """The arrays a manifest lists, memory-mapped; None if any is missing, short or corrupt."""
-    for name, facts in files.items():
-        if (folder / f"{name}.npy").stat().st_size != facts["bytes"]:
-            return None
-    if verify and not _crcs_match(folder, files):
-        return None
+    """The arrays a manifest lists, memory-mapped; None if any is missing, short, corrupt or not
+    what the manifest says. Each file is checked on its own (its header, and its CRC when
+    `verify`), through the descriptor it is mapped from."""
+    opened: list[tuple[int, FileFacts]] = []
     arrays = {}
-    for name in files:
-        file = folder / f"{name}.npy"
-        try:
-            # A plain ndarray view of the mapping: numpy's memmap subclass is slower to index.
-            arrays[name] = np.load(file, mmap_mode="r", allow_pickle=False).view(np.ndarray)
-        except ValueError:  # numpy cannot map an empty array
-            arrays[name] = np.load(file, allow_pickle=False)
-    return arrays
+    try:
+        for name, facts in files.items():
+            fd, arrays[name] = _map_array(folder, name, facts)
+            opened.append((fd, facts))
+        if verify and not _crcs_match(opened):
+            return None
+        return arrays
+    finally:
+        for fd, _ in opened:
+            os.close(fd)
+
+
+def _expected_files(has_chunks: bool) -> set[str]:
+    names = {*COLUMNS, *(f"memory.{c}" for c in MEMORY_COLUMNS), *STRING_FILES}
+    if has_chunks:
+        names.update(f"chunks.{c}" for c in CHUNK_COLUMNS)
+    return names
+
+
+def _entry(
+    path: str, root: Path | None, verify: bool
+) -> tuple[Key, Manifest, dict[str, np.ndarray]] | None:
+    """The entry of `path` as it is now, every file checked, or None; raises on damage too."""
+    key = trace_key(path)
+    folder = entry_dir(path, root)
+    manifest = _read_manifest(folder, Manifest)
+    if manifest is None or manifest.key != key:
+        return None
+    if set(manifest.files) != _expected_files(manifest.has_chunks):
+        return None
+    for index, lane in enumerate(manifest.lanes):
+        if lane.id != index or not {type(lane.pid), type(lane.tid)} <= _LANE_ID_TYPES:
+            return None
+    arrays = _map_arrays(folder, manifest.files, verify)
+    if arrays is None:
+        return None
+    groups = [COLUMNS, [f"memory.{c}" for c in MEMORY_COLUMNS]]
+    if manifest.has_chunks:
+        groups.append([f"chunks.{c}" for c in CHUNK_COLUMNS])
+    if any(len({len(arrays[name]) for name in group}) != 1 for group in groups):
+        return None
+    offsets, blob = arrays["strings.offsets"], arrays["strings.blob"]
+    if offsets.dtype.kind not in "iu" or blob.dtype != np.uint8 or len(offsets) == 0:
+        return None
+    if offsets[0] != 0 or offsets[-1] != len(blob) or np.any(offsets[1:] < offsets[:-1]):
+        return None
+    return key, manifest, arrays
+
+
+def has_entry(path: str, root: Path | None = None) -> bool:
+    """Whether a valid cache entry with this file's key exists (every file checked but for the
+    CRCs of the arrays, which its load reads)."""
+    try:
+        return _entry(path, root, verify=False) is not None
+    except Exception:  # noqa: BLE001 - whatever a damaged entry raises, it is not an entry
+        return False
 
 
 def save_extra(trace: Trace, name: str, version: int, arrays: dict[str, np.ndarray]) -> bool:
     """Keep arrays derived from the model (e.g. the viewer's nesting) in the trace's entry.
 
     Written only into a valid entry of this very file, in a folder of its own that is renamed
-    into place; `load_extra` checks the same key, its version and every CRC."""
+    into place; `load_extra` checks the same key, its version and every file."""
     target = entry_dir(trace.source.path)
     try:
         key = _key_of_loaded(trace)
-        manifest = msgspec.json.decode((target / "manifest.json").read_bytes())
-        if key is None or manifest.get("key") != key:
+        manifest = _read_manifest(target, Manifest)
+        if key is None or manifest is None or manifest.key != key:
             return False
         _remove_abandoned(target)
         return _publish(target / f"extra-{name}", arrays, {"key": key, "version": version})
-    except (OSError, AttributeError, msgspec.DecodeError):
+    except (OSError, ValueError, msgspec.MsgspecError):
         return False
 
 
@@ -220,57 +469,55 @@ def load_extra(
     """The arrays `save_extra` kept for this trace file as it is now, or None."""
     folder = entry_dir(trace.source.path) / f"extra-{name}"
     try:
-        extra = msgspec.json.decode((folder / "manifest.json").read_bytes())
-        if extra.get("key") != trace_key(trace.source.path) or extra.get("version") != version:
+        extra = _read_manifest(folder, ExtraManifest)
+        if extra is None or extra.key != trace_key(trace.source.path) or extra.version != version:
             return None
-        return _map_arrays(folder, extra["files"], verify)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, msgspec.DecodeError):
+        return _map_arrays(folder, extra.files, verify)
+    except Exception:  # noqa: BLE001 - whatever a damaged entry raises, it is computed again
         return None
 
 
 def load(path: str, root: Path | None = None, verify: bool = True) -> Trace | None:
     """The cached Trace for `path`, memory-mapped, or None when there is no valid entry."""
-    target = entry_dir(path, root)
     try:
-        manifest = msgspec.json.decode((target / "manifest.json").read_bytes())
-        if manifest.get("key") != trace_key(path):
-            return None
-        arrays = _map_arrays(target, manifest["files"], verify)
-        if arrays is None:
-            return None
-        offsets = np.asarray(arrays.pop("strings.offsets"))
-        blob = bytes(arrays.pop("strings.blob"))
-        strings = [
-            blob[a:b].decode("utf-8", "surrogatepass")
-            for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())
-        ]
-        memory = MemoryEvents(**{c: arrays[f"memory.{c}"] for c in MEMORY_COLUMNS})
-        chunks = None
-        if manifest["has_chunks"]:
-            chunks = ChunkIndex(**{c: arrays[f"chunks.{c}"] for c in CHUNK_COLUMNS})
-        source = Source(**manifest["source"])
-        source.path = path
-        lengths = {len(arrays[c]) for c in COLUMNS}
-        if len(lengths) != 1:
-            return None
-        trace = Trace(
-            source=source,
-            header=manifest["header"],
-            strings=strings,
-            **{c: arrays[c] for c in COLUMNS},
-            lanes=[Lane(**lane) for lane in manifest["lanes"]],
-            memory=memory,
-            n_events=manifest["n_events"],
-            by_phase=manifest["by_phase"],
-            by_category=manifest["by_category"],
-            slice_start_min=manifest["slice_start_min"],
-            slice_end_max=manifest["slice_end_max"],
-            complete=manifest["complete"],
-            warnings=list(manifest["warnings"]),
-            stopped_at=manifest["stopped_at"],
-            chunks=chunks,
-        )
-        trace.from_cache = True  # type: ignore[attr-defined]
-        return trace
-    except (OSError, ValueError, KeyError, TypeError, msgspec.DecodeError):
+        return _load(path, root, verify)
+    except Exception:  # noqa: BLE001 - whatever a damaged entry raises, the trace is parsed
         return None
+
+
+def _load(path: str, root: Path | None, verify: bool) -> Trace | None:
+    found = _entry(path, root, verify)
+    if found is None:
+        return None
+    key, manifest, arrays = found
+    offsets = arrays.pop("strings.offsets").tolist()
+    blob = bytes(arrays.pop("strings.blob"))
+    strings = [
+        blob[a:b].decode("utf-8", "surrogatepass") for a, b in zip(offsets[:-1], offsets[1:])
+    ]
+    memory = MemoryEvents(**{c: arrays[f"memory.{c}"] for c in MEMORY_COLUMNS})
+    chunks = None
+    if manifest.has_chunks:
+        chunks = ChunkIndex(**{c: arrays[f"chunks.{c}"] for c in CHUNK_COLUMNS})
+    source = manifest.source
+    source.path = path
+    trace = Trace(
+        source=source,
+        header=manifest.header,
+        strings=strings,
+        **{c: arrays[c] for c in COLUMNS},
+        lanes=manifest.lanes,
+        memory=memory,
+        n_events=manifest.n_events,
+        by_phase=manifest.by_phase,
+        by_category=manifest.by_category,
+        slice_start_min=manifest.slice_start_min,
+        slice_end_max=manifest.slice_end_max,
+        complete=manifest.complete,
+        warnings=manifest.warnings,
+        stopped_at=manifest.stopped_at,
+        chunks=chunks,
+    )
+    trace.from_cache = True  # type: ignore[attr-defined]
+    trace.cache_key = key  # type: ignore[attr-defined]
+    return trace
