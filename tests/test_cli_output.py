@@ -19,13 +19,14 @@ from kinetoscope import __version__
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_traces" / "synthetic_gpu_training.pt.trace.json.gz"
 CORPUS = ROOT.parent / "shared" / "corpus"
-# The corpus traces with the widest summaries: the longest names (C++ kernel templates, Python
-# frames) and the deepest stacks at GPU idle gaps (python_function levels).
+# Corpus traces with the widest summaries that load in seconds: the deepest CPU stacks at GPU
+# idle gaps (45 and 37 levels of python_function), a 5,123-character operator name, and the
+# Qwen trace of the issue (MI300, 31 levels). Measured with `kinetoscope summary --json`.
 WIDEST = (
-    "tracelens/sglang_decode_capture_bs_32_rank0.json.gz",
+    "tracelens/h100_facebook_timesformer-base-finetuned-k400__1016002.json.gz",
     "tracelens/h100_gaunernst_bert-small-uncased__1016001.json.gz",
+    "hta/critical_path_alexnet_trace.json.gz",
     "tracelens/mi300_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
-    "tracelens/mi300_resnet_act_checkpoint.json.gz",
 )
 TIMEOUT = 120
 
