@@ -10,15 +10,18 @@ import threading
 import pytest
 from kinetoscope.tui import loader as loader_module
 from kinetoscope.tui.app import KinetoscopeApp
+from kinetoscope.tui.details import MAX_LIST, DetailsPane, cpu_stack_for_gap
 from kinetoscope.tui.memory_view import MemoryChart, MemoryScreen
 from kinetoscope.tui.render import CURSOR_COLOUR
 from kinetoscope.tui.screens import GapListScreen, LoadingScreen, TraceScreen
+from kinetoscope.tui.sync_view import SyncScreen
 from kinetoscope.tui.timefmt import fmt_tick, tick_step
 from kinetoscope.tui.timeline import Timeline
 from rich.color import Color
 from test_memory_ops import known_trace as memory_trace
-from test_tui_app import loaded, wait_for_screen
-from test_tui_sample import sample_trace
+from test_sync import known_trace as sync_trace
+from test_tui_app import loaded, row_named, wait_for_screen
+from test_tui_sample import _x, sample_trace
 from textual.filter import Monochrome
 
 SIZE = (120, 40)
@@ -202,3 +205,89 @@ async def test_keys_pressed_while_loading_are_answered(trace_path, monkeypatch):
         assert len(messages) == 1 and "Still loading" in messages[0]
         release.set()
         await loaded(pilot)
+
+
+PYTHON_DEPTH = 20
+
+
+def deep_python_trace() -> dict:
+    """A step, 20 nested python_function frames, then aten::linear > aten::addmm > a launch of
+    one kernel; a second thread waits in one long Python frame (it tops self time)."""
+    cpu = [_x("ProfilerStep#1", "user_annotation", 0, 1000)]
+    cpu += [
+        _x(f"model.py({i}): frame{i}", "python_function", 10 + i, 900 - 2 * i)
+        for i in range(PYTHON_DEPTH)
+    ]
+    cpu += [
+        _x("aten::linear", "cpu_op", 100, 300),
+        _x("aten::addmm", "cpu_op", 110, 200),
+        _x("cudaLaunchKernel", "cuda_runtime", 120, 10, correlation=1),
+        _x("aten::relu", "cpu_op", 400, 160),  # holds the midpoint of the gap [250, 600)
+        _x("cudaLaunchKernel", "cuda_runtime", 540, 10, correlation=2),
+        _x("threading.py(359): wait", "python_function", 0, 1000, tid=101),
+    ]
+    gpu = [
+        _x("gemm_kernel", "kernel", 150, 100, pid=0, tid=7, device=0, stream=7, correlation=1),
+        _x("relu_kernel", "kernel", 600, 20, pid=0, tid=7, device=0, stream=7, correlation=2),
+    ]
+    return {"schemaVersion": 1, "traceEvents": cpu + gpu}
+
+
+async def selected_details(pilot, timeline: Timeline, row: int) -> str:
+    timeline.select(row)
+    await pilot.pause()
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+    return str(pilot.app.screen.query_one(DetailsPane).body.render())
+
+
+async def test_stacks_in_the_viewer_read_outermost_first_innermost_last(write_trace):
+    app = KinetoscopeApp(str(write_trace(deep_python_trace(), name="deep.json")))
+    async with app.run_test(size=SIZE) as pilot:
+        timeline = await loaded(pilot)
+        # The Python stack of an operator: the last twelve frames, innermost last.
+        text = await selected_details(pilot, timeline, row_named(timeline, "aten::addmm"))
+        assert "python stack (innermost last):" in text
+        hidden = PYTHON_DEPTH - MAX_LIST
+        lines = text.split("python stack (innermost last):\n")[1].splitlines()
+        assert lines[0].strip() == f"… {hidden} outer frames"
+        frames = [line.strip() for line in lines[1 : MAX_LIST + 1]]
+        assert frames == [f"model.py({i}): frame{i}" for i in range(hidden, PYTHON_DEPTH)]
+        # The CPU stack at a gap's midpoint: the launching thread, innermost last.
+        await pilot.press("home", "g")
+        gap = timeline.current_gap
+        assert gap >= 0
+        stack = cpu_stack_for_gap(timeline.data, gap)
+        assert stack[0] == "ProfilerStep#1" and stack[-1] == "aten::relu"
+        text = str(app.screen.query_one(DetailsPane).body.render())
+        lines = text.split("CPU at the gap's midpoint (innermost last):\n")[1].splitlines()
+        assert lines[0].strip() == f"… {len(stack) - MAX_LIST} outer frames"
+        assert [line.strip() for line in lines[1 : MAX_LIST + 1]] == stack[-MAX_LIST:]
+        # The status line: the innermost frames, cut at the front to fit, innermost last.
+        for size in (SIZE, (80, 24)):
+            await pilot.resize_terminal(*size)
+            await pilot.pause()
+            timeline.post_message(Timeline.Changed())
+            await pilot.pause()
+            status = app.screen.query_one("#status")
+            line = str(status.render())
+            cpu = line.split(" · CPU: ")[1].removesuffix(" · ? keys")
+            assert cpu.endswith("aten::relu"), size  # the innermost frame, whole, last
+            assert cpu == "aten::relu" or cpu.startswith("… > "), size
+            assert len(line) <= status.content_region.width
+
+
+async def test_the_sync_view_writes_the_stack_innermost_last(write_trace):
+    app = KinetoscopeApp(str(write_trace(sync_trace(), name="sync.json")))
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("b")
+        screen = await wait_for_screen(pilot, SyncScreen)
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        detail = str(screen.query_one("#sync-detail").render())
+        stack = detail.split("stack (innermost last): ")[1].split(" > ")
+        data = screen.data
+        row = int(screen.calls.rows[screen.table_calls[0]])
+        names = [data.trace.name_of(r) for r in data.ancestors(row)]  # innermost first
+        assert len(names) >= 2 and stack == names[::-1]

@@ -10,6 +10,7 @@ from typing import Any
 
 from kinetoscope.parser import file_changed, read_event
 from kinetoscope.parser.model import KIND_NOT_CPU, KIND_RUNTIME
+from rich.cells import cell_len
 from rich.text import Text
 from textual import work
 from textual.containers import VerticalScroll
@@ -38,8 +39,8 @@ def _line(text: Text, key: str, value: str, style: str = "") -> None:
 
 
 def python_stack(data: ViewData, row: int, event: dict[str, Any] | None) -> list[str]:
-    """The Python frames above `row`, innermost first: python_function ancestors, else the
-    `Call stack` arg (its frames are ';'-separated, innermost first)."""
+    """The Python frames above `row`, outermost first (innermost last, as a call stack reads):
+    python_function ancestors, else the `Call stack` arg (';'-separated, innermost first)."""
     trace = data.trace
     frames = [
         trace.name_of(ancestor)
@@ -47,11 +48,33 @@ def python_stack(data: ViewData, row: int, event: dict[str, Any] | None) -> list
         if trace.cat_of(ancestor).lower() == "python_function"
     ]
     if frames:
-        return frames
+        return frames[::-1]
     args = (event or {}).get("args")
     if isinstance(args, dict) and isinstance(args.get("Call stack"), str):
-        return [f for f in args["Call stack"].split(";") if f.strip()]
+        return [f for f in args["Call stack"].split(";") if f.strip()][::-1]
     return []
+
+
+def stack_lines(text: Text, frames: list[str]) -> None:
+    """A stack given outermost first, one frame a line, innermost last: the innermost
+    MAX_LIST frames, under a line counting the outer ones left out."""
+    if len(frames) > MAX_LIST:
+        text.append(f"  … {len(frames) - MAX_LIST} outer frames\n", "dim")
+    for frame in frames[-MAX_LIST:]:
+        text.append(f"  {shorten(frame, 120)}\n")
+
+
+def stack_tail(frames: list[str], count: int, width: int, room: int | None = None) -> str:
+    """The innermost `count` frames of a stack (outermost first) on one line, innermost last
+    and cut at the front, as the summary writes them: `… > aten::linear > aten::addmm`; each
+    frame cut to `width` cells, and fewer frames where the line must fit in `room` cells."""
+    for shown in range(min(count, len(frames)), 0, -1):
+        line = " > ".join(shorten(frame, width) for frame in frames[-shown:])
+        line = ("… > " if len(frames) > shown else "") + line
+        if room is None or cell_len(line) <= room:
+            return line
+    # Not even the innermost frame fits with the ellipsis: it alone, cut if it must be.
+    return shorten(frames[-1], max(8, min(width, room or 0)))
 
 
 def operator_above(data: ViewData, row: int) -> int:
@@ -112,11 +135,8 @@ def _nesting_facts(text: Text, data: ViewData, row: int, event: dict[str, Any] |
 
     frames = python_stack(data, row, event)
     if frames:
-        text.append("python stack (innermost first):\n", KEY_STYLE)
-        for frame in frames[:MAX_LIST]:
-            text.append(f"  {shorten(frame, 120)}\n")
-        if len(frames) > MAX_LIST:
-            text.append(f"  … {len(frames) - MAX_LIST} more\n")
+        text.append("python stack (innermost last):\n", KEY_STYLE)
+        stack_lines(text, frames)
 
 
 def describe_event(data: ViewData, row: int, event: dict[str, Any] | None, loading: bool) -> Text:
@@ -184,9 +204,8 @@ def describe_gap(data: ViewData, gap: int) -> Text:
     if not data.complete:
         text.append("CPU stack at the gap: still being computed…\n", "dim")
     if stack:
-        text.append("CPU at the gap's midpoint (innermost first):\n", KEY_STYLE)
-        for name in stack[::-1][:MAX_LIST]:
-            text.append(f"  {shorten(name, 120)}\n")
+        text.append("CPU at the gap's midpoint (innermost last):\n", KEY_STYLE)
+        stack_lines(text, stack)
     _line(text, "next GPU event", shorten(trace.name_of(next_row), 160))
     runtime = int(gaps.runtime_row[gap])
     if runtime >= 0:

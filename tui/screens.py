@@ -9,6 +9,7 @@ from typing import ClassVar
 
 import numpy as np
 from kinetoscope.parser import file_changed
+from rich.cells import cell_len
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
@@ -17,7 +18,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, ProgressBar, Static
 
-from .details import DetailsPane, cpu_stack_for_gap
+from .details import DetailsPane, cpu_stack_for_gap, stack_tail
 from .drilldown import DRILLDOWN_BINDINGS, DrilldownActions
 from .loader import TraceLoad
 from .safe_text import clean, shorten
@@ -261,9 +262,16 @@ class TraceScreen(DrilldownActions, Screen):
             length = int(data.gaps.end[gap] - data.gaps.start[gap])
             text.append(f" · GAP {fmt_duration(length)} {data.gap_cause(gap)}", "bold #e06c75")
             stack = cpu_stack_for_gap(data, gap)
-            if stack:
-                # Innermost first: what the CPU was doing survives a narrow terminal.
-                text.append(" · CPU: " + " ‹ ".join(shorten(s, 48) for s in stack[::-1][:4]))
+            if stack:  # innermost last, cut at the front so that the innermost frame shows
+                status = self.query("#status")
+                width = status.first().content_region.width if status else 120
+                room = width - text.cell_len - len(" · CPU: ")
+                tail = stack_tail(stack, 3, 48, room=room - len(" · ? keys"))
+                if cell_len(tail) + len(" · ? keys") > room:  # the stack has the room, not the hint
+                    tail = stack_tail(stack, 3, 48, room=room)
+                    text.append(" · CPU: " + tail)
+                    return text
+                text.append(" · CPU: " + tail)
         elif timeline.selected_row >= 0:
             row = timeline.selected_row
             text.append(" · ")
@@ -305,6 +313,29 @@ class TraceScreen(DrilldownActions, Screen):
         self.timeline.current_gap = -1
 
 
+def idle_by_cpu_text(data: ViewData, limit: int = 4) -> Text:
+    """All GPU idle (every gap, however short) totalled by the CPU operator running during
+    the gaps: idle spread over many short gaps shows up here, not in the list of the longest."""
+    from kinetoscope.analysis.idle import compute_idle_by_cpu
+
+    text = Text(no_wrap=True, overflow="ellipsis")
+    if not len(data.gaps):
+        return text
+    table = compute_idle_by_cpu(data.trace, data.nesting, data.links, data.gaps)
+    total = int(data.gaps.length.sum())
+    text.append("All GPU idle by what the CPU was running: ", "bold")
+    parts = []
+    for i in range(min(limit, len(table))):
+        name = shorten(data.trace.strings[int(table.name[i])], 40)
+        share = 100 * int(table.idle[i]) / max(total, 1)
+        idle, count = fmt_duration(int(table.idle[i])), int(table.gaps[i])
+        parts.append(f"{name} {idle} ({share:.0f}%, {count:,} gaps)")
+    if table.unattributed_gaps:
+        parts.append(f"no CPU slice {fmt_duration(table.unattributed_idle)}")
+    text.append(" · ".join(parts))
+    return text
+
+
 class GapListScreen(ModalScreen[int]):
     """GPU idle gaps at least as long as the threshold, longest first; Enter jumps to one."""
 
@@ -332,6 +363,7 @@ class GapListScreen(ModalScreen[int]):
                 ),
                 id="gap-title",
             )
+            yield Static(idle_by_cpu_text(self.data), id="gap-by-cpu")
             yield DataTable(id="gap-table", cursor_type="row", zebra_stripes=True)
 
     def on_mount(self) -> None:

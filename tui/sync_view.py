@@ -21,6 +21,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from .details import stack_tail
 from .drilldown import analysis_for
 from .memory_view import TimelineTarget, apply_target
 from .safe_text import shorten
@@ -161,9 +162,9 @@ class SyncScreen(Screen[TimelineTarget | None]):
                 f"{fmt_duration(int(trace.dur[record]))}"
             )
         text.append("\n")
-        chain = data.ancestors(row)  # innermost first
-        text.append("stack (innermost first): ", "bold #8b919a")
-        text.append(" ‹ ".join(shorten(trace.name_of(r), 50) for r in chain[:6]) or "-")
+        chain = [trace.name_of(r) for r in data.ancestors(row)[::-1]]  # outermost first
+        text.append("stack (innermost last): ", "bold #8b919a")
+        text.append(stack_tail(chain, 6, 50) if chain else "-")
         return text
 
     # -- the table --------------------------------------------------------------------------
