@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from kinetoscope.parser.model import KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, Trace
 
 from .intervals import Union
 from .links import Links
+from .nesting import Nesting
 
 # A gap shorter than this, with the next work already asked for, is the GPU waiting on the
 # previous kernel's tail / launch latency rather than on the host.
@@ -167,3 +169,119 @@ def compute_idle(trace: Trace, kind: np.ndarray, links: Links) -> IdleAnalysis:
     gaps = Gaps(*(c[order] for c in cols))
     all_busy = Union.of(start, start + dur)
     return IdleAnalysis(devices=devices, gaps=gaps, all_busy=all_busy)
+
+
+# -- GPU idle per CPU operator -----------------------------------------------------------------
+
+
+def innermost_at(
+    trace: Trace, nesting: Nesting, lanes: np.ndarray, times: np.ndarray
+) -> np.ndarray:
+    """Per (lane, t): the row of the innermost CPU slice of the lane with start <= t < end, -1
+    when none (the last of `Nesting.slices_at`). Vectorised: a bisection per lane asked about,
+    then a walk up the parents, one step for all queries at a time (at most the nesting depth)."""
+    lanes = np.asarray(lanes, dtype=np.int64)
+    times = np.asarray(times, dtype=np.int64)
+    pos = np.full(len(times), -1, dtype=np.int64)
+    order = nesting.order
+    for lane in np.unique(lanes).tolist():
+        lo, hi = nesting.lane_range(int(lane))
+        if hi <= lo:
+            continue
+        mine = np.flatnonzero(lanes == lane)
+        starts = trace.start[order[lo:hi]]
+        pos[mine] = lo + np.searchsorted(starts, times[mine], side="right") - 1
+        pos[mine[pos[mine] < lo]] = -1
+    # The slice that started last may have ended by t: its innermost ancestor still open is.
+    active = np.flatnonzero(pos >= 0)
+    while len(active):
+        rows = order[pos[active]]
+        ended = trace.start[rows] + trace.dur[rows] <= times[active]
+        active = active[ended]
+        pos[active] = nesting.parent_pos[pos[active]]
+        active = active[pos[active] >= 0]
+    out = np.full(len(times), -1, dtype=np.int64)
+    found = pos >= 0
+    out[found] = order[pos[found]]
+    return out
+
+
+def launch_lane(trace: Trace, links: Links) -> int:
+    """The lane whose runtime calls launched the most GPU activities, -1 when none did."""
+    launched = links.gpu_runtime[links.gpu_runtime >= 0]
+    if not len(launched):
+        return -1
+    lanes, counts = np.unique(trace.lane[launched], return_counts=True)
+    return int(lanes[int(np.argmax(counts))])
+
+
+@dataclass(frozen=True)
+class IdleByCpu:
+    """GPU idle time totalled by the CPU operator that was running during the gaps.
+
+    A gap's operator is the innermost CPU slice, on the lane of the runtime call that launched
+    the gap's next GPU event (else on the lane that launched the most GPU work), that holds the
+    gap's midpoint (as the summary's `cpu_stack`); the whole gap counts for it. Entries are
+    (cat, name) string-id pairs, most idle first (ties: more gaps, then cat and name ids);
+    gaps with no such slice are totalled apart."""
+
+    gap_row: np.ndarray  # per gap: the innermost CPU slice at its midpoint, -1 when none
+    cat: np.ndarray  # per entry: string id
+    name: np.ndarray  # per entry: string id
+    idle: np.ndarray  # per entry: Σ ns of the gaps
+    gaps: np.ndarray  # per entry: number of gaps
+    longest: np.ndarray  # per entry: the longest gap's length, ns
+    unattributed_idle: int  # Σ ns of the gaps with no CPU slice at the midpoint
+    unattributed_gaps: int
+
+    def __len__(self) -> int:
+        return len(self.idle)
+
+
+def compute_idle_by_cpu(
+    trace: Trace, nesting: Nesting, links: Links, gaps: Gaps, mask: np.ndarray | None = None
+) -> IdleByCpu:
+    """`mask` (optional, per gap) keeps only some gaps, e.g. those of one device or range."""
+    chosen = np.arange(len(gaps)) if mask is None else np.flatnonzero(mask)
+    runtime = gaps.runtime_row[chosen]
+    fallback = launch_lane(trace, links)
+    lanes = np.where(runtime >= 0, trace.lane[np.maximum(runtime, 0)].astype(np.int64), fallback)
+    start, end = gaps.start[chosen], gaps.end[chosen]
+    mid = start + (end - start) // 2
+    rows = np.full(len(chosen), -1, dtype=np.int64)
+    known = lanes >= 0
+    rows[known] = innermost_at(trace, nesting, lanes[known], mid[known])
+    gap_row = np.full(len(gaps), -1, dtype=np.int64)
+    gap_row[chosen] = rows
+    length = end - start
+    hit = rows >= 0
+    n_strings = max(len(trace.strings), 1)
+    key = trace.cat[rows[hit]].astype(np.int64) * n_strings + trace.name[rows[hit]]
+    keys, inverse = np.unique(key, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    idle = np.bincount(inverse, weights=length[hit], minlength=len(keys)).astype(np.int64)
+    count = np.bincount(inverse, minlength=len(keys)).astype(np.int64)
+    longest = np.zeros(len(keys), dtype=np.int64)
+    np.maximum.at(longest, inverse, length[hit])
+    ranked = np.lexsort((keys, -count, -idle))
+    return IdleByCpu(
+        gap_row=gap_row,
+        cat=(keys[ranked] // n_strings).astype(np.int64),
+        name=(keys[ranked] % n_strings).astype(np.int64),
+        idle=idle[ranked],
+        gaps=count[ranked],
+        longest=longest[ranked],
+        unattributed_idle=int(length[~hit].sum()),
+        unattributed_gaps=int((~hit).sum()),
+    )
+
+
+def idle_by_cpu_of(analysis: Any) -> IdleByCpu:
+    """The IdleByCpu of an `Analysis` over all gaps, computed once and kept with it."""
+    cached = analysis.__dict__.get("_idle_by_cpu")
+    if cached is None:
+        cached = compute_idle_by_cpu(
+            analysis.trace, analysis.nesting, analysis.links, analysis.idle.gaps
+        )
+        analysis.__dict__["_idle_by_cpu"] = cached
+    return cached

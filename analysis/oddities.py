@@ -9,10 +9,19 @@ first few of them, so the viewer can jump there and the reader knows why a numbe
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 import numpy as np
-from kinetoscope.parser.model import KIND_NOT_CPU, NO_VALUE, PH_COMPLETE, Trace
+from kinetoscope.parser.model import (
+    KIND_NOT_CPU,
+    KIND_OTHER,
+    NO_VALUE,
+    PH_COMPLETE,
+    PH_FLOW_END,
+    PH_FLOW_START,
+    Trace,
+)
 
 if TYPE_CHECKING:
     from .core import Analysis
@@ -23,6 +32,14 @@ EXAMPLES = 5  # rows kept as evidence per finding
 # one side of it, sets those slices apart as far from the rest.
 FAR_GAP_SHARE = 0.9
 FAR_SHARE = 0.01
+# Categories of slices that look like accelerator work the analysis does not model (they are
+# counted as CPU slices): other accelerators' runtimes and device events (MTIA `mtia_runtime`,
+# `mtia_ccp_events`; XPU, HPU, NPU, ...), and `*_runtime`/`*_driver` categories other than CUDA's.
+ACCELERATOR_CATEGORY = re.compile(
+    r".*(mtia|xpu|hpu|npu|tpu|ipu|mlu|habana|gaudi|privateuse|ccp_event|_kernel|_memcpy|"
+    r"_memset|_runtime|_driver).*",
+    re.IGNORECASE,
+)
 
 
 def overlapping_gpu_work(trace: Trace, gpu_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -140,6 +157,44 @@ def far_from_the_rest(trace: Trace) -> tuple[np.ndarray, int]:
     return empty, 0
 
 
+def unknown_accelerator_categories(trace: Trace, kind: np.ndarray) -> list[tuple[int, int]]:
+    """(category string id, slice count) of CPU-classed slices whose category looks like
+    accelerator work (ACCELERATOR_CATEGORY), most slices first."""
+    rows_cat = trace.cat[kind == KIND_OTHER]
+    if not len(rows_cat):
+        return []
+    used, counts = np.unique(rows_cat, return_counts=True)
+    found = [
+        (int(c), int(n))
+        for c, n in zip(used.tolist(), counts.tolist())
+        if ACCELERATOR_CATEGORY.fullmatch(trace.strings[c])
+    ]
+    return sorted(found, key=lambda item: (-item[1], item[0]))
+
+
+def unmatched_flows(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Flow events whose (cat, id) has no partner: (ends without a start, starts without an
+    end), as rows in file order."""
+    empty = np.zeros(0, np.int64)
+    rows = np.flatnonzero(
+        ((trace.ph == PH_FLOW_START) | (trace.ph == PH_FLOW_END)) & (trace.flow_id != NO_VALUE)
+    )
+    if not len(rows):
+        return empty, empty
+    cat, ident = trace.cat[rows], trace.flow_id[rows]
+    order = np.lexsort((ident, cat))
+    cat, ident = cat[order], ident[order]
+    new = np.ones(len(rows), dtype=bool)
+    new[1:] = (cat[1:] != cat[:-1]) | (ident[1:] != ident[:-1])
+    group = np.cumsum(new) - 1
+    is_start = trace.ph[rows[order]] == PH_FLOW_START
+    starts = np.bincount(group, weights=is_start) > 0
+    ends = np.bincount(group, weights=~is_start) > 0
+    lone_end = ~is_start & ~starts[group]
+    lone_start = is_start & ~ends[group]
+    return np.sort(rows[order][lone_end]), np.sort(rows[order][lone_start])
+
+
 def oddity_findings(analysis: Analysis) -> list[Finding]:
     """The oddities of a trace as `info` findings, for the rules table and the summary."""
     from .rules import INFO, Finding
@@ -209,5 +264,66 @@ def oddity_findings(analysis: Analysis) -> list[Finding]:
             f"{len(far)} slices lie {ms(gap)} away from all the others (first: "
             f"{name(int(far[0]))}): a clock jump, or events of another run? Fit-all (0) "
             "includes them, so the main part looks small: zoom in on it.",
+        )
+    span_start = trace.slice_start_min
+    span = 0 if span_start is None else int(trace.slice_end_max or span_start) - int(span_start)
+
+    def whole(rule: str, message: str, rows: tuple[int, ...] = ()) -> None:
+        """A finding about the whole trace: its span as the range."""
+        found.append(Finding(rule, INFO, message, int(span_start or 0), span, rows=rows))
+
+    foreign = unknown_accelerator_categories(trace, classes.kind)
+    if foreign:
+        listed = ", ".join(f"{trace.strings[c]} ({n:,})" for c, n in foreign[:4])
+        total = sum(n for _, n in foreign)
+        cats = np.array([c for c, _ in foreign], dtype=np.int64)
+        examples = np.flatnonzero(np.isin(trace.cat, cats) & (classes.kind == KIND_OTHER))
+        whole(
+            "unknown_accelerator_events",
+            f"{total:,} slices of categories kinetoscope does not understand look like "
+            f"accelerator work: {listed}. They are counted as CPU work (operators table, CPU "
+            "lanes, steps' CPU columns) and take no part in GPU busy and idle time, kernel "
+            "statistics or launch links.",
+            tuple(int(r) for r in examples[:EXAMPLES]),
+        )
+    if span_start is not None and not classes.gpu.any():
+        launches = int(classes.runtime.sum())
+        also = (
+            f" The trace has {launches:,} runtime calls whose GPU side was not recorded "
+            "(profile with ProfilerActivity.CUDA)."
+            if launches
+            else ""
+        )
+        whole(
+            "no_gpu_activity",
+            "The trace has no GPU activity (no kernel, memcpy or memset events): GPU busy and "
+            "idle time, idle gaps and kernel statistics are empty, and steps show CPU columns."
+            + also,
+        )
+    if span_start is not None and not len(analysis.steps):
+        whole(
+            "no_steps",
+            "The trace has no ProfilerStep#N slices, so there is no per-step breakdown and the "
+            "step rules judge the whole trace or nothing. Call prof.step() once per iteration "
+            "under torch.profiler.profile(schedule=...) to get them.",
+        )
+    lone_ends, lone_starts = unmatched_flows(trace)
+    if len(lone_ends) or len(lone_starts):
+        first = np.sort(np.concatenate((lone_ends[:EXAMPLES], lone_starts[:EXAMPLES])))
+        parts = []
+        if len(lone_ends):
+            parts.append(
+                f"{len(lone_ends):,} flow end{'s' if len(lone_ends) > 1 else ''} without a start"
+            )
+        if len(lone_starts):
+            parts.append(
+                f"{len(lone_starts):,} flow start{'s' if len(lone_starts) > 1 else ''} without an end"
+            )
+        whole(
+            "unmatched_flows",
+            f"The trace has {' and '.join(parts)} (same category and id). kinetoscope links runtime calls to GPU work by "
+            "correlation id, not by flows, so nothing is lost; other tools may show fewer "
+            "arrows.",
+            tuple(int(r) for r in first[:EXAMPLES]),
         )
     return found

@@ -55,6 +55,12 @@ HOST_WAIT_SHARE_OF_IDLE = 0.50
 # communication_heavy: communication kernels as a share of a step (or of the GPU window).
 COMM_WARNING = 0.20
 COMM_EXPOSED_CRITICAL = 0.20
+# collective_wait (traces without GPU activity): CPU-side collectives as a share of a step.
+COLLECTIVE_WARNING = 0.20
+COLLECTIVE_CRITICAL = 0.50
+# uninstrumented_step_time (traces without GPU activity): time on a step's thread that no
+# profiled slice covers, as a share of the step.
+UNINSTRUMENTED_WARNING = 0.30
 # memory_near_capacity: peak reserved (else allocated) memory as a share of the device's memory.
 MEMORY_WARNING = 0.90
 MEMORY_CRITICAL = 0.97
@@ -503,6 +509,85 @@ def communication_heavy(a: Analysis) -> list[Finding]:
     return [Finding("communication_heavy", WARNING, message, window[0], length)]
 
 
+def _cpu_only(a: Analysis) -> bool:
+    return len(a.steps) > 0 and not bool(a.classes.gpu.any())
+
+
+def collective_wait(a: Analysis) -> list[Finding]:
+    """On a trace without GPU activity (a CPU-only rank, e.g. gloo), the share of a step spent
+    in CPU-side collectives: mostly waiting for the other ranks."""
+    if not _cpu_only(a):
+        return []
+    from .steps import COLLECTIVE_NAME
+
+    steps, trace = a.steps, a.trace
+    share = steps.collective / np.maximum(steps.dur, 1)
+    heavy = np.flatnonzero(share >= COLLECTIVE_WARNING)
+    if len(heavy) == 0:
+        return []
+    worst = int(heavy[np.argmax(share[heavy])])
+    s, e = int(steps.start[worst]), int(steps.start[worst] + steps.dur[worst])
+    is_collective = names_matching(trace, COLLECTIVE_NAME.match)
+    inside = np.flatnonzero(
+        a.classes.cpu & is_collective[trace.name] & (trace.start < e) & (trace.end > s)
+    )
+    inside = inside[np.argsort(-trace.dur[inside], kind="stable")]
+    names = sorted({trace.name_of(int(r)) for r in inside[:50]})
+    severity = CRITICAL if share[worst] >= COLLECTIVE_CRITICAL else WARNING
+    message = (
+        f"{len(heavy)} of {len(steps)} steps spend at least {pct(COLLECTIVE_WARNING)} of their "
+        f"time in collectives (worst: {trace.name_of(int(steps.rows[worst]))}, "
+        f"{ms(steps.collective[worst])}, {pct(share[worst])}, in {', '.join(names[:3])}). "
+        "Without a GPU, time in a collective is mostly waiting for the slowest rank: compare "
+        "the ranks' traces for a straggler or uneven work, overlap communication with compute "
+        "(DDP buckets), or use fewer, larger collectives."
+    )
+    return [
+        Finding(
+            "collective_wait",
+            severity,
+            message,
+            s,
+            e - s,
+            rows=(int(steps.rows[worst]), *(int(r) for r in inside[:4])),
+        )
+    ]
+
+
+def uninstrumented_step_time(a: Analysis) -> list[Finding]:
+    """On a trace without GPU activity, steps whose thread spends much of the step in no
+    profiled slice: the time is real but the trace cannot say what it was."""
+    if not _cpu_only(a):
+        return []
+    steps, trace = a.steps, a.trace
+    share = steps.uninstrumented / np.maximum(steps.dur, 1)
+    dark = np.flatnonzero(share >= UNINSTRUMENTED_WARNING)
+    if len(dark) == 0:
+        return []
+    worst = int(dark[np.argmax(share[dark])])
+    collective = (
+        " (the collectives run on other threads meanwhile)" if (steps.collective[worst] > 0) else ""
+    )
+    message = (
+        f"{len(dark)} of {len(steps)} steps spend at least {pct(UNINSTRUMENTED_WARNING)} of "
+        f"their time on the step's thread outside every profiled operator (worst: "
+        f"{trace.name_of(int(steps.rows[worst]))}, {ms(steps.uninstrumented[worst])}, "
+        f"{pct(share[worst])}){collective}: Python code between operators, waiting on other "
+        "threads, or sleeping. Record with with_stack=True, or wrap parts of the step in "
+        "torch.profiler.record_function(...), to see where it goes."
+    )
+    return [
+        Finding(
+            "uninstrumented_step_time",
+            WARNING,
+            message,
+            int(steps.start[worst]),
+            int(steps.dur[worst]),
+            rows=(int(steps.rows[worst]),),
+        )
+    ]
+
+
 def memory_near_capacity(a: Analysis) -> list[Finding]:
     capacity: dict[int, int] = {}
     for props in device_properties(a.trace):
@@ -548,6 +633,8 @@ RULES = {
     "launch_bound": launch_bound,
     "host_wait_idle": host_wait_idle,
     "communication_heavy": communication_heavy,
+    "collective_wait": collective_wait,
+    "uninstrumented_step_time": uninstrumented_step_time,
     "memory_near_capacity": memory_near_capacity,
     "trace_oddities": oddity_findings,
 }

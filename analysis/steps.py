@@ -14,6 +14,11 @@ STEP_NAME = re.compile(r"ProfilerStep#[0-9]+")
 DATALOADER_PREFIX = "enumerate(DataLoader)"
 # Collective-communication kernels: NCCL on NVIDIA, RCCL on AMD.
 COMM_NAME = re.compile(r"nccl|rccl", re.IGNORECASE)
+# Collectives on the CPU side: backend annotations (`gloo:all_reduce`, `nccl:all_reduce`, ...),
+# c10d operators (`c10d::allreduce_`) and `record_param_comms`.
+COLLECTIVE_NAME = re.compile(
+    r"(gloo|nccl|rccl|mpi|ucc|xccl|hccl|mtia):|c10d::|record_param_comms$", re.IGNORECASE
+)
 
 
 def names_matching(trace: Trace, test) -> np.ndarray:  # type: ignore[no-untyped-def]
@@ -29,7 +34,9 @@ class Steps:
     priority: compute kernels first, then communication kernels not hidden under compute, then
     memcpy/memset not hidden under either, and the rest is idle; they add up to `dur`. The CPU
     columns are unions of CPU slices clipped to the step (they may overlap GPU time and each
-    other).
+    other). `cpu_busy` is the union of the CPU slices on the step's own thread inside it (the
+    step slice left out), `uninstrumented` the rest of the step: time on that thread that no
+    profiled operator covers.
     """
 
     rows: np.ndarray
@@ -43,6 +50,9 @@ class Steps:
     memory: np.ndarray  # memcpy / memset not overlapped by kernels
     idle: np.ndarray  # no GPU activity at all
     runtime: np.ndarray  # union of runtime calls (kernel launches, syncs...) inside the step
+    cpu_busy: np.ndarray  # union of the other CPU slices on the step's thread inside the step
+    uninstrumented: np.ndarray  # dur - cpu_busy
+    collective: np.ndarray  # union of CPU-side collectives (COLLECTIVE_NAME), any thread
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -87,6 +97,16 @@ def compute_steps(
     with_comm = clip(kernels_union)
     busy = clip(all_union)
     dur = end - start
+    # Per thread holding steps: the union of its other CPU slices, clipped to its steps.
+    cpu_busy = np.zeros(len(rows), dtype=np.int64)
+    step_lane = trace.lane[rows]
+    others = cpu.copy()
+    others[rows] = False
+    for lane in np.unique(step_lane).tolist():
+        mine = np.flatnonzero(step_lane == lane)
+        on_lane = _union(trace, others & (trace.lane == lane))
+        cpu_busy[mine] = on_lane.covered(start[mine], end[mine])
+    is_collective = names_matching(trace, COLLECTIVE_NAME.match)
     return Steps(
         rows=rows,
         start=start,
@@ -99,4 +119,7 @@ def compute_steps(
         memory=busy - with_comm,
         idle=dur - busy,
         runtime=clip(_union(trace, runtime)),
+        cpu_busy=cpu_busy,
+        uninstrumented=dur - cpu_busy,
+        collective=clip(_union(trace, cpu & is_collective[trace.name])),
     )

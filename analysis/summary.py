@@ -8,7 +8,7 @@ from kinetoscope.parser.model import Trace
 
 from .classify import Groups, ranked_groups
 from .core import Analysis, analyze
-from .idle import CAUSES
+from .idle import CAUSES, idle_by_cpu_of
 from .memory import device_properties
 from .memory_ops import memory_ops_of, memory_ops_section, peak_fields
 from .sync import step_sync_us, sync_of, sync_section
@@ -89,6 +89,34 @@ def idle_gaps_section(analysis: Analysis, limit: int = TOP_GAPS) -> list[dict[st
     return out
 
 
+def idle_by_cpu_section(analysis: Analysis, limit: int = TOP_GAPS) -> list[dict[str, Any]]:
+    """Extension: GPU idle totalled by the CPU operator running during the gaps (all gaps of
+    all devices), most first; gaps with no CPU slice at their midpoint last, `cat`/`name` null."""
+    trace = analysis.trace
+    table = idle_by_cpu_of(analysis)
+    out: list[dict[str, Any]] = [
+        {
+            "cat": trace.strings[int(table.cat[i])],
+            "name": trace.strings[int(table.name[i])],
+            "gaps": int(table.gaps[i]),
+            "idle_us": us(table.idle[i]),
+            "longest_us": us(table.longest[i]),
+        }
+        for i in range(min(limit, len(table)))
+    ]
+    if table.unattributed_gaps:
+        out.append(
+            {
+                "cat": None,
+                "name": None,
+                "gaps": table.unattributed_gaps,
+                "idle_us": us(table.unattributed_idle),
+                "longest_us": None,
+            }
+        )
+    return out
+
+
 def _group_label(trace: Trace, groups: Groups, g: int) -> tuple[str, str]:
     return trace.strings[int(groups.cat[g])], trace.strings[int(groups.name[g])]
 
@@ -146,6 +174,10 @@ def steps_section(analysis: Analysis) -> list[dict[str, Any]]:
             "gpu_busy_us": us(steps.gpu_busy[i]),
             "dataloader_us": us(steps.dataloader[i]),
             "sync_us": sync_us[i],
+            # Extensions for CPU-side time: see docs/analysis.md.
+            "cpu_busy_us": us(steps.cpu_busy[i]),
+            "uninstrumented_us": us(steps.uninstrumented[i]),
+            "collective_us": us(steps.collective[i]),
         }
         for i in range(len(steps))
     ]
@@ -182,6 +214,7 @@ def build_summary(trace: Trace) -> dict[str, Any]:
         "devices": devices_section(trace),
         "gpu": gpu_section(analysis),
         "idle_gaps": idle_gaps_section(analysis),
+        "idle_by_cpu": idle_by_cpu_section(analysis),
         "operators": operators_section(analysis),
         "kernels": kernels_section(analysis),
         "steps": steps_section(analysis),

@@ -412,6 +412,7 @@ def summary_tables(analysis: Any, document: dict[str, Any]) -> list[Any]:
         steps_table(analysis),
         gpu_table(document),
         gaps_table(document),
+        idle_by_cpu_table(document),
         operators_table(document),
         kernels_table(analysis, document),
         memory_table(document),
@@ -491,6 +492,8 @@ def steps_table(analysis: Any) -> Any:
     steps = analysis.steps
     if len(steps) == 0:
         return None
+    if not analysis.classes.gpu.any():
+        return cpu_steps_table(analysis)
     trace = analysis.trace
     table = _table(
         "Steps: where the wall time went (GPU columns add up to the step; CPU columns overlap)",
@@ -528,6 +531,35 @@ def steps_table(analysis: Any) -> Any:
             cell(steps.idle[i]),
             cell(steps.dataloader[i]),
             cell(steps.runtime[i]),
+        )
+    return table
+
+
+def cpu_steps_table(analysis: Any) -> Any:
+    """Steps of a trace without GPU activity (a CPU-only rank): CPU columns, no GPU ones."""
+    steps, trace = analysis.steps, analysis.trace
+    numbers = ("duration", "CPU ops", "uninstrumented", "collectives", "DataLoader")
+    table = _table(
+        "Steps (no GPU activity): CPU ops and uninstrumented time on the step's thread add up "
+        "to the step; collectives (any thread) and DataLoader overlap them",
+        "step",
+        *numbers,
+        right=numbers,
+        names=("step",),
+    )
+    for i in range(len(steps)):
+        dur = int(steps.dur[i])
+
+        def cell(ns: Any, dur: int = dur) -> str:
+            return f"{_dur(int(ns) / 1000)} {_pct(int(ns), dur)}"
+
+        table.add_row(
+            _data(trace.name_of(int(steps.rows[i]))),
+            _dur(dur / 1000),
+            cell(steps.cpu_busy[i]),
+            cell(steps.uninstrumented[i]),
+            cell(steps.collective[i]),
+            cell(steps.dataloader[i]),
         )
     return table
 
@@ -581,6 +613,34 @@ def gaps_table(document: dict[str, Any]) -> Any:
             gap["cause"],
             _data(gap["next_gpu_event"]),
             _data(STACK_SEPARATOR.join(stack)) if stack else "–",
+        )
+    return table
+
+
+def idle_by_cpu_table(document: dict[str, Any], limit: int = 10) -> Any:
+    """GPU idle totalled by the CPU operator running during the gaps (extension section)."""
+    entries = document.get("idle_by_cpu") or []
+    if not entries:
+        return None
+    numbers = ("gaps", "GPU idle", "longest gap")
+    table = _table(
+        "GPU idle by what the CPU was running during the gaps (innermost slice at each gap's "
+        "midpoint, all gaps)",
+        "CPU operator",
+        "category",
+        *numbers,
+        right=numbers,
+        names=("CPU operator",),
+    )
+    named = [e for e in entries if e["name"] is not None][:limit]
+    for entry in named + [e for e in entries if e["name"] is None]:
+        longest = entry["longest_us"]
+        table.add_row(
+            _data(entry["name"]) if entry["name"] is not None else "(no CPU slice there)",
+            _data(entry["cat"] or ""),
+            f"{entry['gaps']:,}",
+            _dur(entry["idle_us"]),
+            _dur(longest) if longest is not None else "–",
         )
     return table
 

@@ -60,6 +60,10 @@ def by_rule(trace):
 def free_bound_trace(n=40):
     """A step loop in which each iteration launches a 20 µs kernel, then calls hipFree for
     80 µs: the GPU is idle during every free (it waits for the host), 80 % of the window."""
+    return load(free_bound_trace_events(n))
+
+
+def free_bound_trace_events(n=40):
     events = [X("ProfilerStep#1", 0, n * 100 + 50, cat="user_annotation")]
     for i in range(n):
         t = i * 100
@@ -70,7 +74,7 @@ def free_bound_trace(n=40):
             X("aten::empty", t + 15, 85),
             R("hipFree", t + 18, 80, corr=10_000 + i),
         ]
-    return load(events)
+    return events
 
 
 def test_device_frees_are_blocking_calls_with_their_own_kind():
@@ -215,3 +219,226 @@ def test_host_sync_weighs_the_idle_a_short_sync_causes():
     assert finding.severity == "critical"
     assert "idle 2.01 ms (50% of its window)" in finding.message
     assert "from aten::item" in finding.message
+
+
+# -- 5. idle totalled by the CPU operator running during the gaps -----------------------------
+
+
+def test_idle_spread_over_short_gaps_is_totalled_by_cpu_operator():
+    """39 gaps of 80 µs, each while the host sits in hipFree: no single gap is long, the total
+    is 3.12 ms, and it belongs to hipFree."""
+    trace = free_bound_trace()
+    entries = build_summary(trace)["idle_by_cpu"]
+    assert entries[0] == {
+        "cat": "cuda_runtime",
+        "name": "hipFree",
+        "gaps": 39,
+        "idle_us": 3120.0,
+        "longest_us": 80.0,
+    }
+    assert len(entries) == 1  # every gap is attributed
+
+
+def test_idle_by_cpu_operator_agrees_with_the_gap_stacks():
+    from kinetoscope.analysis.idle import idle_by_cpu_of
+
+    events = [
+        X("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+        X("aten::linear", 10, 200),
+        R("cudaLaunchKernel", 20, 5, corr=1),
+        G("k1", 30, 50, corr=1),  # gap 80..300: midpoint 190 inside aten::linear (10..210)
+        X("python_work", 250, 200, cat="python_function"),
+        R("cudaLaunchKernel", 290, 5, corr=2),
+        G("k2", 300, 50, corr=2),  # gap 350..700: midpoint 525, nothing on the thread
+        R("cudaLaunchKernel", 690, 5, corr=3),
+        G("k3", 700, 10, corr=3),
+        G("orphan", 800, 10, corr=99),  # gap 710..800, no launch: the launching thread's slice
+    ]
+    trace = load(events)
+    analysis = analyze(trace)
+    table = idle_by_cpu_of(analysis)
+    gaps = analysis.idle.gaps
+    for i in range(len(gaps)):
+        stack = analysis.gap_cpu_stack(i)
+        if len(stack):
+            assert int(table.gap_row[i]) == int(stack[-1])
+    named = {trace.strings[int(n)]: int(v) // 1000 for n, v in zip(table.name, table.idle)}
+    # 710..800 midpoint 755: ProfilerStep#1 is the innermost slice there.
+    assert named == {"aten::linear": 220, "ProfilerStep#1": 350 + 90}
+
+
+def test_text_summary_and_gap_list_show_idle_by_cpu_operator(write_trace, capsys, monkeypatch):
+    from kinetoscope.report import run_summary
+
+    monkeypatch.setenv("COLUMNS", "200")
+    events = json.loads(json.dumps(free_bound_trace_events()))
+    path = write_trace({"schemaVersion": 1, "traceEvents": events})
+    assert run_summary(str(path)) == 0
+    out = capsys.readouterr().out
+    assert "GPU idle by what the CPU was running" in out
+    line = next(text for text in out.splitlines() if "hipFree" in text and "3.12 ms" in text)
+    assert "39" in line
+
+
+async def test_gap_list_screen_totals_idle_by_cpu_operator(write_trace):
+    import time
+
+    from kinetoscope.tui.app import KinetoscopeApp
+    from kinetoscope.tui.screens import GapListScreen, TraceScreen
+
+    path = write_trace({"schemaVersion": 1, "traceEvents": free_bound_trace_events()})
+    app = KinetoscopeApp(str(path))
+    async with app.run_test(size=(140, 30)) as pilot:
+        for kind, key in ((TraceScreen, "i"), (GapListScreen, None)):
+            deadline = time.monotonic() + 10
+            while not isinstance(pilot.app.screen, kind) and time.monotonic() < deadline:
+                await pilot.pause(0.02)
+            assert isinstance(pilot.app.screen, kind)
+            if key:
+                await pilot.pause()
+                await pilot.press(key)
+        await pilot.pause()
+        text = str(pilot.app.screen.query_one("#gap-by-cpu").render())
+        assert "All GPU idle by what the CPU was running" in text
+        assert "hipFree 3.12 ms (100%, 39 gaps)" in text
+
+
+# -- 6. CPU-only traces ----------------------------------------------------------------------
+
+
+def cpu_only_trace():
+    """A gloo rank: the step's thread runs one operator, then waits while two collectives run
+    on the communication thread."""
+    events = [
+        X("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+        X("aten::mm", 10, 100),
+        X("gloo:all_reduce", 120, 500, cat="user_annotation", tid=2),
+        X("gloo:all_reduce", 600, 200, cat="user_annotation", tid=2),
+    ]
+    return load(events)
+
+
+def test_cpu_only_steps_have_cpu_columns():
+    trace = cpu_only_trace()
+    steps = analyze(trace).steps
+    assert int(steps.cpu_busy[0]) == 100_000
+    assert int(steps.uninstrumented[0]) == 900_000
+    assert int(steps.collective[0]) == 680_000
+    (step,) = build_summary(trace)["steps"]
+    assert (step["cpu_busy_us"], step["uninstrumented_us"], step["collective_us"]) == (
+        100.0,
+        900.0,
+        680.0,
+    )
+
+
+def test_cpu_only_rules_say_collective_wait_and_uninstrumented_time():
+    found = by_rule(cpu_only_trace())
+    wait = found["collective_wait"]
+    assert wait.severity == "critical"  # 68 % of the step
+    assert "gloo:all_reduce" in wait.message and "68%" in wait.message
+    dark = found["uninstrumented_step_time"]
+    assert dark.severity == "warning" and "90%" in dark.message
+    assert "record_function" in dark.message
+    assert "no_gpu_activity" in found
+    assert "host_sync" not in found and "low_gpu_utilization" not in found
+
+
+def test_cpu_only_text_summary_shows_cpu_columns_not_gpu_idle(write_trace, capsys, monkeypatch):
+    from kinetoscope.report import run_summary
+
+    monkeypatch.setenv("COLUMNS", "200")
+    events = [
+        X("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+        X("aten::mm", 10, 100),
+        X("gloo:all_reduce", 120, 500, cat="user_annotation", tid=2),
+    ]
+    path = write_trace({"schemaVersion": 1, "traceEvents": events})
+    assert run_summary(str(path)) == 0
+    out = capsys.readouterr().out
+    steps = out[out.index("Steps") : out.index("Top operators")]
+    assert "GPU idle" not in steps and "uninstrumented" in steps
+    assert "900 µs 90%" in steps and "500 µs 50%" in steps
+
+
+def test_cpu_only_overview_steps_table_has_cpu_columns():
+    from kinetoscope.tui.overview import cpu_steps_model
+
+    trace = cpu_only_trace()
+    model = cpu_steps_model(trace, analyze(trace).steps)
+    titles = [c.title for c in model.columns]
+    assert "ops%" in titles and "uninstr." in titles and "collect." in titles
+    assert not any("GPU" in t or "idle" in t for t in titles)
+
+
+# -- 7. what the analysis does not understand, said in info findings -------------------------
+
+
+def test_accelerator_events_it_cannot_read_are_named():
+    events = [
+        X("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+        X("runFunction - job_prep", 10, 50, cat="mtia_runtime"),
+        X("dma_request", 20, 30, cat="mtia_ccp_events", pid=9, tid=1),
+        X("dma_request", 60, 30, cat="mtia_ccp_events", pid=9, tid=1),
+    ]
+    trace = load(events)
+    finding = by_rule(trace)["unknown_accelerator_events"]
+    assert finding.severity == "info"
+    assert "mtia_ccp_events (2)" in finding.message and "mtia_runtime (1)" in finding.message
+    assert "counted as CPU work" in finding.message
+    assert {trace.cat_of(r) for r in finding.rows} == {"mtia_runtime", "mtia_ccp_events"}
+
+
+def test_no_gpu_no_steps_and_unmatched_flows_are_info_findings():
+    events = [
+        R("cudaLaunchKernel", 0, 5, corr=1),
+        X("aten::mm", 10, 100),
+        {"ph": "s", "id": 1, "cat": "ac2g", "name": "ac2g", "pid": 1, "tid": 1, "ts": 0},
+        {
+            "ph": "f",
+            "id": 7,
+            "cat": "ac2g",
+            "name": "ac2g",
+            "pid": 1,
+            "tid": 1,
+            "ts": 50,
+            "bp": "e",
+        },
+    ]
+    found = by_rule(load(events))
+    assert all(
+        found[r].severity == "info" for r in ("no_gpu_activity", "no_steps", "unmatched_flows")
+    )
+    assert "1 runtime calls whose GPU side was not recorded" in found["no_gpu_activity"].message
+    assert "prof.step()" in found["no_steps"].message
+    flows = found["unmatched_flows"].message
+    assert "1 flow end without a start and 1 flow start without an end" in flows
+
+
+def test_a_complete_gpu_trace_has_none_of_those_findings():
+    events = [
+        X("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+        R("cudaLaunchKernel", 10, 5, corr=1),
+        G("gemm", 20, 900, corr=1),
+        {"ph": "s", "id": 1, "cat": "ac2g", "name": "ac2g", "pid": 1, "tid": 1, "ts": 10},
+        {
+            "ph": "f",
+            "id": 1,
+            "cat": "ac2g",
+            "name": "ac2g",
+            "pid": 0,
+            "tid": 7,
+            "ts": 20,
+            "bp": "e",
+        },
+    ]
+    found = by_rule(load(events))
+    for rule in (
+        "no_gpu_activity",
+        "no_steps",
+        "unmatched_flows",
+        "unknown_accelerator_events",
+        "collective_wait",
+        "uninstrumented_step_time",
+    ):
+        assert rule not in found, rule

@@ -86,7 +86,9 @@ class OverviewScreen(TableScreen):
     def _show(self, steps, devices: Text) -> None:
         self.steps = steps
         self.query_one("#overview-devices", Static).update(devices)
-        self.table.set_model(steps_model(self.data.trace, steps))
+        cpu_only = not self.data.idle.devices
+        model = cpu_steps_model if cpu_only else steps_model
+        self.table.set_model(model(self.data.trace, steps))
         self.refresh_heading()
 
     def choose(self, row: int) -> None:
@@ -119,7 +121,10 @@ def describe_devices(host: DrilldownActions) -> Text:
     idle = data.idle
     text = Text(no_wrap=True, overflow="ellipsis")
     if not idle.devices:
-        text.append("No GPU activity in this trace: the CPU operators (o) tell the story.")
+        text.append(
+            "No GPU activity in this trace: steps show the CPU time on the step's thread "
+            "(█ operators, █ uninstrumented) and collectives; the CPU operators (o) tell the rest."
+        )
         return text
     text.append("GPU utilisation ", "bold")
     text.append("█ busy ", BUSY_COLOUR)
@@ -199,6 +204,54 @@ def steps_model(trace, steps) -> TableModel:
             Column("busy%", lambda i: f"{100 * busy_share[i]:.0f}", key=busy_share, width=6),
             time_column("idle", steps.idle, width=9),
             time_column("comm", steps.comm, width=9),
+            Column("loader%", lambda i: f"{100 * loader_share[i]:.0f}", key=loader_share, width=8),
+        ],
+        n=n,
+        names=names,
+        name_text=trace.strings.__getitem__,
+        default_sort=0,
+    )
+
+
+CPU_OPS_COLOUR = "#2f8f4e"
+
+
+def cpu_step_bar(steps, i: int, longest: int, width: int) -> Text:
+    """A step of a trace without GPU activity: its thread's profiled and uninstrumented time."""
+    cells = max(1, round(int(steps.dur[i]) / max(longest, 1) * width))
+    parts = [(int(steps.cpu_busy[i]), CPU_OPS_COLOUR), (int(steps.uninstrumented[i]), IDLE_COLOUR)]
+    bar = share_bar(parts, cells)
+    bar.append(" " * (width - cells))
+    return bar
+
+
+def cpu_steps_model(trace, steps) -> TableModel:
+    """The steps table of a trace without GPU activity (a CPU-only rank): CPU columns only."""
+    n = len(steps)
+    longest = int(steps.dur.max()) if n else 0
+    names = trace.name[steps.rows].astype(np.int64)
+    ops_share = steps.cpu_busy / np.maximum(steps.dur, 1)
+    loader_share = steps.dataloader / np.maximum(steps.dur, 1)
+    return TableModel(
+        columns=[
+            Column(
+                "step",
+                lambda i: clean(trace.strings[names[i]]),
+                key=steps.start,
+                width=0,
+                numeric=False,
+            ),
+            time_column("wall", steps.dur, width=10),
+            Column(
+                "CPU time on the step's thread",
+                lambda i: cpu_step_bar(steps, i, longest, STEP_BAR),
+                key=steps.dur,
+                width=STEP_BAR,
+                numeric=False,
+            ),
+            Column("ops%", lambda i: f"{100 * ops_share[i]:.0f}", key=ops_share, width=6),
+            time_column("uninstr.", steps.uninstrumented, width=9),
+            time_column("collect.", steps.collective, width=9),
             Column("loader%", lambda i: f"{100 * loader_share[i]:.0f}", key=loader_share, width=8),
         ],
         n=n,
