@@ -501,11 +501,12 @@ def _load(path: str, root: Path | None, verify: bool) -> Trace | None:
         chunks = ChunkIndex(**{c: arrays[f"chunks.{c}"] for c in CHUNK_COLUMNS})
     source = manifest.source
     source.path = path
+    columns: dict[str, Any] = {c: arrays[c] for c in COLUMNS}
     trace = Trace(
         source=source,
         header=manifest.header,
         strings=strings,
-        **{c: arrays[c] for c in COLUMNS},
+        **columns,
         lanes=manifest.lanes,
         memory=memory,
         n_events=manifest.n_events,

@@ -377,6 +377,22 @@ def test_a_cache_file_that_is_not_a_regular_file_is_ignored(trace_path, fresh, e
     assert not getattr(trace, "from_cache", False)
 
 
+@pytest.mark.parametrize("kind", ["fifo", "file"])
+def test_an_entry_that_is_not_a_folder_is_ignored_and_replaced(trace_path, fresh, entry, kind):
+    import shutil
+
+    shutil.rmtree(entry)
+    if kind == "fifo":
+        os.mkfifo(entry)
+    else:
+        entry.write_bytes(b"[]")
+    trace = load_checked(trace_path, fresh)
+    with time_limit(LIMIT_S):
+        assert not cache.has_entry(str(trace_path))
+        assert cache.save(trace) == entry
+    assert getattr(cache.load(str(trace_path)), "from_cache", False)
+
+
 def test_a_fifo_view_cache_does_not_hang(trace_path, fresh, entry):
     from kinetoscope.tui import viewdata
 
