@@ -299,7 +299,7 @@ async def test_gap_list_screen_totals_idle_by_cpu_operator(write_trace):
                 await pilot.press(key)
         await pilot.pause()
         text = str(pilot.app.screen.query_one("#gap-by-cpu").render())
-        assert "All GPU idle by what the CPU was running" in text
+        assert "All idle by CPU op running: " in text
         assert "hipFree 3.12 ms (100%, 39 gaps)" in text
 
 

@@ -46,6 +46,12 @@ LOADING_NOTICE_INTERVAL_S = 3.0  # keys pressed while loading: said at most this
 WARNINGS_SHOWN = 6  # parser warnings listed when a trace opens
 FILE_CHECK_INTERVAL_S = 2.0  # how often the trace screen checks the file is still the one shown
 GAP_LIST_LIMIT = 2000
+# The details pane: usually this share of the screen, at most DETAILS_USUAL_MAX rows, more where
+# the timeline leaves rows empty; { } set it between DETAILS_MIN rows and all but TIMELINE_MIN.
+DETAILS_SHARE = 0.35
+DETAILS_USUAL_MAX = 20
+DETAILS_MIN = 3
+TIMELINE_MIN = 5
 
 
 class LoadingScreen(Screen):
@@ -158,6 +164,20 @@ class TraceScreen(DrilldownActions, Screen):
             tooltip="Memory curve per device: peak, live bytes, operators that allocate",
         ),
         Binding("b", "syncs", "Syncs", show=False, tooltip="Where the CPU blocks on the GPU"),
+        Binding(
+            "left_curly_bracket",
+            "details_size(-3)",
+            "Smaller details pane",
+            show=False,
+            tooltip="Details pane 3 rows smaller (the timeline gets them)",
+        ),
+        Binding(
+            "right_curly_bracket",
+            "details_size(3)",
+            "Bigger details pane",
+            show=False,
+            tooltip="Details pane 3 rows bigger (Tab focuses it to scroll it)",
+        ),
     ]
 
     def __init__(self, data: ViewData) -> None:
@@ -165,6 +185,7 @@ class TraceScreen(DrilldownActions, Screen):
         self.data = data
         self.changed_on_disk: str | None = None  # why the file is not the one shown any more
         self.shown_threshold = DEFAULT_GAP_THRESHOLD  # the idle-gap threshold the title counts
+        self.details_rows: int | None = None  # the details pane's height set with { }, if any
 
     def compose(self) -> ComposeResult:
         yield Static(self._title(), id="title")
@@ -234,6 +255,31 @@ class TraceScreen(DrilldownActions, Screen):
     def timeline(self) -> Timeline:
         return self.query_one(Timeline)
 
+    def fit_split(self) -> None:
+        """Size the details pane: its usual height, and the rows the timeline leaves empty
+        (the ruler and every row shown get their room first); or the height set with { }."""
+        avail = self.size.height - 3  # the header, the status line and the footer
+        if avail <= 0:
+            return
+        if self.details_rows is None:
+            usual = min(DETAILS_USUAL_MAX, max(5, round(DETAILS_SHARE * self.size.height)))
+            details = max(usual, avail - (len(self.timeline.rows) + 1))
+        else:
+            details = self.details_rows
+        details = max(DETAILS_MIN, min(details, avail - TIMELINE_MIN))
+        pane = self.query_one(DetailsPane)
+        if pane.styles.height is None or pane.styles.height.value != details:
+            pane.styles.height = details
+
+    def on_resize(self) -> None:
+        self.fit_split()
+
+    def action_details_size(self, delta: int) -> None:
+        avail = self.size.height - 3
+        current = self.query_one(DetailsPane).outer_size.height
+        self.details_rows = max(DETAILS_MIN, min(current + delta, avail - TIMELINE_MIN))
+        self.fit_split()
+
     def levels_complete(self) -> None:
         self.timeline.levels_complete()
         self.query_one(DetailsPane).levels_complete()
@@ -246,6 +292,7 @@ class TraceScreen(DrilldownActions, Screen):
 
     def on_timeline_changed(self, message: Timeline.Changed) -> None:
         self.query_one("#status", Static).update(self.status_text())
+        self.fit_split()  # rows shown may have changed (a lane expanded or collapsed)
         if self.timeline.gap_threshold != self.shown_threshold:
             self.shown_threshold = self.timeline.gap_threshold
             self.query_one("#title", Static).update(self._title())
@@ -323,10 +370,10 @@ def idle_by_cpu_text(data: ViewData, limit: int = 4) -> Text:
         return text
     table = compute_idle_by_cpu(data.trace, data.nesting, data.links, data.gaps)
     total = int(data.gaps.length.sum())
-    text.append("All GPU idle by what the CPU was running: ", "bold")
+    text.append("All idle by CPU op running: ", "bold")
     parts = []
     for i in range(min(limit, len(table))):
-        name = shorten(data.trace.strings[int(table.name[i])], 40)
+        name = shorten(data.trace.strings[int(table.name[i])], 30)
         share = 100 * int(table.idle[i]) / max(total, 1)
         idle, count = fmt_duration(int(table.idle[i])), int(table.gaps[i])
         parts.append(f"{name} {idle} ({share:.0f}%, {count:,} gaps)")
