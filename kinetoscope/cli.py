@@ -7,6 +7,7 @@ import errno
 import os
 import stat
 import sys
+from typing import Any
 
 from kinetoscope import __version__
 
@@ -22,7 +23,10 @@ class OutputError(Exception):
 
 
 def _error(message: str) -> int:
-    print(f"kinetoscope: {message}", file=sys.stderr)
+    try:
+        print(f"kinetoscope: {message}", file=sys.stderr)
+    except OSError:  # nowhere to say it: the status says it
+        pass
     return 1
 
 
@@ -59,8 +63,16 @@ def trace_path_problem(path: str) -> str | None:
     return None
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, except that help and usage that cannot be written are an error, not lost."""
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        if message:
+            (file or sys.stderr).write(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="kinetoscope",
         description="Terminal viewer and analyser for PyTorch profiler traces.",
         epilog="Exit status: 0 done (also when a reader such as `head` closes the pipe early), "
@@ -128,12 +140,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         try:
             args = build_parser().parse_args(argv)
+            if args.command is None:
+                build_parser().print_help()
+                _flush_stdout()
+                return 0
         except SystemExit as done:  # --help, --version, a usage error: flush before leaving
             _flush_stdout()
             return done.code if isinstance(done.code, int) else 2
-        if args.command is None:
-            build_parser().print_help()
-            code = 0
+        except BrokenPipeError:
+            raise
+        except OSError as exc:  # help or usage that could not be written
+            raise OutputError(output_error_message(exc)) from None
         else:
             code = int(args.handler(args) if hasattr(args, "handler") else _dispatch(args) or 0)
         _flush_stdout()

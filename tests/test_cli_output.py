@@ -172,6 +172,15 @@ def test_a_full_disk_is_one_line(options):
     )
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_help_into_a_full_disk_is_one_line():
+    # argparse drops an error writing its help; the user must hear that nothing was written.
+    with open("/dev/full", "wb") as full:
+        result = kinetoscope("summary", "--help", stdout=full)
+    assert result.returncode == 1
+    assert one_line(result.stderr).endswith("No space left on device")
+
+
 def test_help_into_a_closed_pipe_ends_quietly():
     read_end, write_end = os.pipe()
     os.close(read_end)
