@@ -339,7 +339,7 @@ def tsv(sections: list[Any]) -> str:
     return "\n".join(section.tsv() for section in sections)
 
 
-_FRAME = re.compile(r"\.py\(\d+\)|^[A-Za-z]:\\\\|^/|^\.\.?/")
+_FRAME = re.compile(r"\.py\(\d+\)|^[A-Za-z]:\\|^/|^\.\.?/")
 
 
 def fit_cell(text: str, kind: str, width: int) -> str:

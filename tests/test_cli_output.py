@@ -292,6 +292,18 @@ def test_stacks_are_cut_at_the_front():
     assert cut_stack(stack, 8) == "…::addmm"
 
 
+def test_names_are_cut_where_they_say_least():
+    from kinetoscope.report import NAME, NUMBER, fit_cell
+
+    frame = "transformers/models/qwen2/modeling_qwen2.py(150): forward"
+    assert fit_cell(frame, NAME, 32) == "…modeling_qwen2.py(150): forward"
+    kernel = "void at::native::vectorized_elementwise_kernel<4, at::native::MulFunctor<float>>"
+    assert fit_cell(kernel, NAME, 24) == "void at::native::vector…"
+    assert fit_cell("C:\\work\\train.py", NAME, 9) == "…train.py"
+    assert fit_cell("漢字漢字漢字", NAME, 7) == "漢字漢…"  # cells, not characters
+    assert fit_cell("587.036 µs", NUMBER, 4) == "587.036 µs"  # numbers are never cut
+
+
 def test_columns_env_sets_the_width_of_piped_tables():
     result = kinetoscope("summary", str(SAMPLE), env={"COLUMNS": "100"})
     assert max(len(line) for line in result.stdout.decode().splitlines()) <= 100
