@@ -291,3 +291,68 @@ async def test_the_sync_view_writes_the_stack_innermost_last(write_trace):
         row = int(screen.calls.rows[screen.table_calls[0]])
         names = [data.trace.name_of(r) for r in data.ancestors(row)]  # innermost first
         assert len(names) >= 2 and stack == names[::-1]
+
+
+def pane_heights(app) -> tuple[int, int]:
+    screen = app.screen
+    return screen.query_one(Timeline).size.height, screen.query_one(DetailsPane).outer_size.height
+
+
+async def test_the_details_pane_grows_into_the_rows_the_timeline_does_not_use(trace_path):
+    app = KinetoscopeApp(trace_path)
+    async with app.run_test(size=SIZE) as pilot:
+        timeline = await loaded(pilot)
+        await pilot.pause()
+        rows = len(timeline.rows)
+        height, details = pane_heights(app)
+        assert height == rows + 1  # the ruler and every row, no empty row below them
+        assert height + details == SIZE[1] - 3  # title, status line, footer
+        # Expanding a lane takes rows back from the details pane...
+        await pilot.press("enter")
+        await pilot.pause()
+        assert len(timeline.rows) > rows
+        assert pane_heights(app) == (len(timeline.rows) + 1, SIZE[1] - 3 - len(timeline.rows) - 1)
+        # ...but the pane keeps its usual height when the timeline has more rows than room.
+        await pilot.resize_terminal(80, 14)
+        await pilot.pause()
+        assert pane_heights(app)[1] == 5
+
+
+async def test_braces_move_the_split_between_timeline_and_details(trace_path):
+    app = KinetoscopeApp(trace_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.pause()
+        _, details = pane_heights(app)
+        await pilot.press("left_curly_bracket")
+        await pilot.pause()
+        assert pane_heights(app)[1] == details - 3
+        await pilot.press("right_curly_bracket")
+        await pilot.pause()
+        assert pane_heights(app)[1] == details
+        for _ in range(20):
+            await pilot.press("right_curly_bracket")
+        await pilot.pause()
+        timeline, details = pane_heights(app)
+        assert timeline == 5 and details == SIZE[1] - 3 - 5  # the timeline keeps 5 rows
+        for _ in range(20):
+            await pilot.press("left_curly_bracket")
+        await pilot.pause()
+        assert pane_heights(app)[1] == 3  # the pane keeps its border and two lines
+
+
+async def test_tab_moves_the_focus_to_the_details_pane_to_scroll_it(write_trace):
+    app = KinetoscopeApp(str(write_trace(deep_python_trace(), name="deep.json")))
+    async with app.run_test(size=(80, 24)) as pilot:
+        timeline = await loaded(pilot)
+        await selected_details(pilot, timeline, row_named(timeline, "aten::addmm"))
+        pane = app.screen.query_one(DetailsPane)
+        assert pane.max_scroll_y > 0
+        await pilot.press("tab")
+        assert app.focused is pane
+        await pilot.press("down", "down")
+        assert pane.scroll_y == 2
+        await pilot.press("end")
+        assert pane.scroll_y == pane.max_scroll_y
+        await pilot.press("shift+tab")
+        assert app.focused is timeline

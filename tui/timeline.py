@@ -189,6 +189,7 @@ class Timeline(ScrollView, can_focus=True):
         self.rows = self.data.display_rows(self.expanded)
         self.virtual_size = Size(self.size.width, len(self.rows) + 1)
         self._strips.clear()
+        self._schedule_changed()  # the screen gives the details pane the rows left empty
 
     def _geometry(self) -> tuple[int, int, int]:
         """(content width, label width, cells width); cached because every line needs it."""
