@@ -331,12 +331,26 @@ _MD_SPECIAL = re.compile(r"[\\`*_\[\]<>|~]")
 
 
 def markdown(sections: list[Any]) -> str:
-    return "\n".join(section.markdown() for section in sections)
+    return "\n".join(_plain(section).markdown() for section in sections)
 
 
 def tsv(sections: list[Any]) -> str:
     """One table per section: a `# title` line, the header row, the rows, a blank line."""
-    return "\n".join(section.tsv() for section in sections)
+    return "\n".join(_plain(section).tsv() for section in sections)
+
+
+def _plain(section: Any) -> Any:
+    """A section, or any other Rich renderable as a Note of its plain text."""
+    if hasattr(section, "markdown") and hasattr(section, "tsv"):
+        return section
+    import io
+
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), width=NATURAL_WIDTH, color_system=None)
+    with console.capture() as captured:
+        console.print(section)
+    return Note(" ".join(captured.get().split()))
 
 
 _FRAME = re.compile(r"\.py\(\d+\)|^[A-Za-z]:\\|^/|^\.\.?/")

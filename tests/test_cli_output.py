@@ -331,3 +331,13 @@ def test_markdown_and_tsv_hold_the_same_cells_uncut():
     assert first[0] == op["name"] and first[3] == fmt_duration(op["excl_us"] * 1000)
     for number in _key_numbers(document):
         assert number in tsv_text
+
+
+def test_plain_formats_take_any_rich_renderable():
+    # A section added as a bare Rich Text (not a Section) must not break --format md / tsv.
+    from rich.text import Text
+
+    from kinetoscope.report import markdown, tsv
+
+    assert markdown([Text("note with [x] and *y*")]) == "note with \\[x\\] and \\*y\\*\n"
+    assert tsv([Text("a\tnote")]) == "# a note\n"
