@@ -361,14 +361,42 @@ def test_cpu_only_text_summary_shows_cpu_columns_not_gpu_idle(write_trace, capsy
     assert "900 µs 90%" in steps and "500 µs 50%" in steps
 
 
-def test_cpu_only_overview_steps_table_has_cpu_columns():
-    from kinetoscope.tui.overview import cpu_steps_model
+async def test_cpu_only_overview_steps_table_has_cpu_columns(write_trace):
+    import time
 
-    trace = cpu_only_trace()
-    model = cpu_steps_model(trace, analyze(trace).steps)
-    titles = [c.title for c in model.columns]
-    assert "ops%" in titles and "uninstr." in titles and "collect." in titles
-    assert not any("GPU" in t or "idle" in t for t in titles)
+    from kinetoscope.tui.app import KinetoscopeApp
+    from kinetoscope.tui.overview import OverviewScreen
+    from kinetoscope.tui.screens import TraceScreen
+
+    events = [
+        X("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+        X("aten::mm", 10, 100),
+        X("gloo:all_reduce", 120, 500, cat="user_annotation", tid=2),
+    ]
+    path = write_trace({"schemaVersion": 1, "traceEvents": events})
+    app = KinetoscopeApp(str(path))
+
+    async def until(kind, test=lambda screen: True):
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            await pilot.pause(0.02)
+            screen = pilot.app.screen
+            if isinstance(screen, kind) and test(screen):
+                return screen
+        raise AssertionError(f"no {kind.__name__}")
+
+    async with app.run_test(size=(140, 30)) as pilot:
+        await until(TraceScreen)
+        await pilot.pause()
+        await pilot.press("v")
+        overview = await until(OverviewScreen, lambda screen: screen.steps is not None)
+        titles = [c.title for c in overview.table.model.columns]
+        assert "ops%" in titles and "uninstr." in titles and "collect." in titles
+        assert not any("GPU" in t or "idle" in t or "busy" in t for t in titles)
+        (row,) = overview.table.visible_texts()
+        assert row[titles.index("ops%")] == "10"
+        devices = str(overview.query_one("#overview-devices").render())
+        assert "No GPU activity" in devices and "uninstrumented" in devices
 
 
 # -- 7. what the analysis does not understand, said in info findings -------------------------
