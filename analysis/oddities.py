@@ -160,13 +160,11 @@ def far_from_the_rest(trace: Trace) -> tuple[np.ndarray, int]:
 def unknown_accelerator_categories(trace: Trace, kind: np.ndarray) -> list[tuple[int, int]]:
     """(category string id, slice count) of CPU-classed slices whose category looks like
     accelerator work (ACCELERATOR_CATEGORY), most slices first."""
-    rows_cat = trace.cat[kind == KIND_OTHER]
-    if not len(rows_cat):
-        return []
-    used, counts = np.unique(rows_cat, return_counts=True)
+    counts = np.bincount(trace.cat[kind == KIND_OTHER], minlength=len(trace.strings))
+    used = np.flatnonzero(counts)  # a lookup table, not a sort of every row
     found = [
-        (int(c), int(n))
-        for c, n in zip(used.tolist(), counts.tolist())
+        (int(c), int(counts[c]))
+        for c in used.tolist()
         if ACCELERATOR_CATEGORY.fullmatch(trace.strings[c])
     ]
     return sorted(found, key=lambda item: (-item[1], item[0]))
