@@ -153,14 +153,30 @@ def low_gpu_utilization(a: Analysis) -> list[Finding]:
         main_cause = max(causes, key=lambda c: causes[c])
         message = (
             f"GPU {dev.device} is busy only {pct(share)} of its {ms(length)} window; most idle "
-            f"time is {main_cause} ({ms(causes[main_cause])}). Open the idle-gap list to see "
-            "what the CPU was doing in the longest gaps, and see the host_wait, launch_bound "
-            "and dataloader_bound findings for the likely fix."
+            f"time is {main_cause} ({ms(causes[main_cause])}).{_idle_mostly_in(a, dev.device)} "
+            "Open the idle-gap list to see what the CPU was doing in the longest gaps, and see "
+            "the host_wait, launch_bound and dataloader_bound findings for the likely fix."
         )
         out.append(
             Finding("low_gpu_utilization", severity, message, window[0], length, device=dev.device)
         )
     return out
+
+
+def _idle_mostly_in(a: Analysis, device: int) -> str:
+    """` While it idled, the CPU was mostly in X (…)`: the CPU operator that ran during most of
+    the device's idle time (all its gaps, however short), or "" when none is known."""
+    from .idle import compute_idle_by_cpu
+
+    gaps = a.idle.gaps
+    table = compute_idle_by_cpu(a.trace, a.nesting, a.links, gaps, gaps.device == device)
+    if not len(table):
+        return ""
+    count = int(table.gaps[0])
+    return (
+        f" While it idled, the CPU was mostly in {a.trace.strings[int(table.name[0])]} "
+        f"({ms(table.idle[0])} in {count:,} gap{'s' if count != 1 else ''})."
+    )
 
 
 def host_sync(a: Analysis) -> list[Finding]:

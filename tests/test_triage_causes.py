@@ -239,6 +239,11 @@ def test_idle_spread_over_short_gaps_is_totalled_by_cpu_operator():
     assert len(entries) == 1  # every gap is attributed
 
 
+def test_low_gpu_utilization_names_the_cpu_operator_behind_most_idle():
+    finding = by_rule(free_bound_trace())["low_gpu_utilization"]
+    assert "the CPU was mostly in hipFree (3.12 ms in 39 gaps)" in finding.message
+
+
 def test_idle_by_cpu_operator_agrees_with_the_gap_stacks():
     from kinetoscope.analysis.idle import idle_by_cpu_of
 
