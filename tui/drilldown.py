@@ -18,7 +18,7 @@ from textual.binding import Binding, BindingType
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 from .table import Column
-from .timefmt import fmt_duration
+from .timefmt import fmt_duration, fmt_table_time
 
 if TYPE_CHECKING:
     from kinetoscope.parser.model import Trace
@@ -73,25 +73,24 @@ def range_label(data: ViewData, bounds: tuple[int, int]) -> str:
     )
 
 
-def fmt_cell_time(ns: float) -> str:
-    """A duration for a table cell: three decimals in an adaptive unit, units in one column."""
-    magnitude = abs(ns)
-    if magnitude >= 1e9:
-        return f"{ns / 1e9:,.3f} s "
-    if magnitude >= 1e6:
-        return f"{ns / 1e6:.3f} ms"
-    if magnitude >= 1e3:
-        return f"{ns / 1e3:.3f} µs"
-    return f"{ns:.0f} ns"
+fmt_cell_time = fmt_table_time  # the one duration format of the tables
 
 
-def time_column(title: str, values: np.ndarray, width: int = 11) -> Column:
-    """A column of ns durations (sorted by value, shown in adaptive units)."""
+def time_column(
+    title: str, values: np.ndarray, width: int = 10, *, optional: bool = False
+) -> Column:
+    """A column of ns durations (sorted by value, three decimals in an adaptive unit whose
+    field lines up down the column), wide enough for its title and its widest value."""
+    values = np.asarray(values)
+    widest = 10
+    if len(values) and float(np.nanmax(np.abs(values))) >= 1e13:
+        widest = len(fmt_table_time(float(np.nanmax(np.abs(values))))) + 1
     return Column(
         title,
-        lambda r: fmt_cell_time(float(values[r])),
+        lambda r: fmt_table_time(float(values[r])),
         key=values,
-        width=max(width, 10, len(title) + 1),
+        width=max(width, widest, len(title) + 1),
+        optional=optional,
     )
 
 
@@ -106,13 +105,29 @@ def instance_columns(trace: Trace, rows: np.ndarray, origin: int) -> list[Column
     ]
 
 
-def count_column(title: str, values: np.ndarray, width: int = 8) -> Column:
-    return Column(title, lambda r: f"{int(values[r]):,}", key=values, width=width)
+def count_column(title: str, values: np.ndarray, width: int = 6) -> Column:
+    """Counts with thousands separators, never cut: as wide as the largest needs."""
+    values = np.asarray(values)
+    largest = len(f"{int(values.max()):,}") if len(values) else 1
+    return Column(
+        title,
+        lambda r: f"{int(values[r]):,}",
+        key=values,
+        width=max(width, largest + 1, len(title) + 1),
+    )
 
 
-def percent_column(title: str, values: np.ndarray, whole: float, width: int = 7) -> Column:
+def percent_column(
+    title: str, values: np.ndarray, whole: float, width: int = 6, *, optional: bool = False
+) -> Column:
     share = values / whole if whole else np.zeros(len(values))
-    return Column(title, lambda r: f"{100 * share[r]:.1f}", key=share, width=width)
+    return Column(
+        title,
+        lambda r: f"{100 * share[r]:.1f}",
+        key=share,
+        width=max(width, len(title) + 1),
+        optional=optional,
+    )
 
 
 def share_bar(parts: Iterable[tuple[float, str]], width: int) -> Text:

@@ -23,8 +23,8 @@ from .drilldown import (
     range_label,
     time_column,
 )
-from .operators import model_row, restrict
-from .safe_text import clean, shorten
+from .operators import category_column, model_row, restrict
+from .safe_text import clean, fit_name
 from .table import Column, TableModel, TableScreen, string_ranks
 from .timefmt import fmt_duration
 
@@ -118,7 +118,7 @@ class KernelsScreen(TableScreen):
         if not found:
             text.append("-")
         for _cat, name, count, total in found[:3]:
-            text.append(f"{shorten(name, 40)} ×{count:,} {fmt_duration(total)}  ")
+            text.append(f"{fit_name(name, 40)} ×{count:,} {fmt_duration(total)}  ")
         if len(found) > 3:
             text.append(f"(+{len(found) - 3} more)")
         text.append(" · Enter: instances", "dim")
@@ -147,37 +147,34 @@ def kernel_model(trace, table: KernelTable, top, op_names: np.ndarray) -> TableM
         if op < 0:
             return "-"
         more = int(top.n_groups[g]) - 1
-        return clean(strings[int(op_names[op])]) + (f" +{more}" if more > 0 else "")
+        return strings[int(op_names[op])] + (f" +{more}" if more > 0 else "")
 
     return TableModel(
         columns=[
             Column(
                 "kernel",
-                lambda g: clean(strings[names[g]]) or "(no name)",
+                lambda g: strings[names[g]] or "(no name)",
                 key=string_ranks(strings, names),
                 width=0,
                 numeric=False,
+                name=True,
             ),
-            Column(
-                "cat",
-                lambda g: clean(strings[groups.cat[g]]),
-                key=string_ranks(strings, groups.cat.astype(np.int64)),
-                width=9,
-                numeric=False,
-            ),
-            count_column("count", table.count, width=7),
-            time_column("total", table.total, width=9),
-            time_column("mean", mean, width=9),
-            time_column("min", table.min, width=9),
-            time_column("max", table.max, width=9),
-            percent_column("%", table.total, float(table.total.sum()), width=5),
-            Column("launched by", launched_by, width=20, numeric=False),
+            category_column(strings, groups.cat, widest=10),
+            count_column("count", table.count),
+            time_column("total", table.total),
+            time_column("mean", mean),
+            # Narrow terminals: these give way (from the right) so that names keep room.
+            percent_column("%", table.total, float(table.total.sum()), optional=True),
+            Column("launched by", launched_by, width=22, numeric=False, name=True, optional=True),
+            time_column("min", table.min, optional=True),
+            time_column("max", table.max, optional=True),
         ],
         n=len(table),
         names=np.arange(len(names)),  # the filter tests the name and the category
         name_text=lambda g: (strings[names[g]], strings[groups.cat[g]]),
         default_sort=3,
         keys=np.arange(len(names)),  # a row is its GPU group, whatever the range
+        name_room=40,  # kernel names tell apart late: min and max give way first
     )
 
 
@@ -223,7 +220,7 @@ class KernelDetailScreen(TableScreen):
 
     def heading(self) -> Text:
         text = Text()
-        text.append(shorten(self.kernel_name, 70) or "(no name)", "bold #98c379")
+        text.append(fit_name(self.kernel_name, 70) or "(no name)", "bold #98c379")
         text.append(" · instances, longest first")
         if self.bounds is not None:
             text.append(f" · range {range_label(self.data, self.bounds)}", "bold #e5c07b")
@@ -248,7 +245,7 @@ class KernelDetailScreen(TableScreen):
         if not found:
             text.append("-")
         for _cat, name, count, total in found[:4]:
-            text.append(f"{shorten(name, 36)} ×{count:,} {fmt_duration(total)}  ")
+            text.append(f"{fit_name(name, 36)} ×{count:,} {fmt_duration(total)}  ")
         if len(found) > 4:
             text.append(f"(+{len(found) - 4} more)")
         return text
@@ -278,10 +275,11 @@ class KernelDetailScreen(TableScreen):
                 ),
                 Column(
                     "launched by",
-                    lambda i: clean(strings[launch_name[i]]) if launch[i] >= 0 else "-",
+                    lambda i: strings[launch_name[i]] if launch[i] >= 0 else "-",
                     key=string_ranks(strings, launch_name),
                     width=0,
                     numeric=False,
+                    name=True,
                 ),
             ],
             n=len(rows),

@@ -42,7 +42,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from .drilldown import analysis_for
 from .render import PLAIN
-from .safe_text import fit, shorten
+from .safe_text import fit, fit_name
 from .table import Column
 from .timefmt import fmt_duration, fmt_tick, tick_step
 from .viewdata import ViewData
@@ -490,10 +490,10 @@ class MemoryScreen(Screen[TimelineTarget | None]):
             owner = int(device.owner[device.peak])
             text.append(" in ")
             text.append(
-                shorten(trace.name_of(owner), 50) if owner >= 0 else "(no operator)", "bold"
+                fit_name(trace.name_of(owner), 50) if owner >= 0 else "(no operator)", "bold"
             )
             if device.peak_step >= 0:
-                text.append(f" · {shorten(trace.name_of(device.peak_step), 30)}")
+                text.append(f" · {fit_name(trace.name_of(device.peak_step), 30)}")
         if device.peak_reserved >= 0:
             text.append(f" · reserved ≤ {fmt_bytes(int(device.reserved[device.peak_reserved]))}")
         if not device.allocated_recorded:
@@ -519,14 +519,14 @@ class MemoryScreen(Screen[TimelineTarget | None]):
             text.append(f" · reserved {fmt_bytes(int(device.reserved[last]))}")
         step = _step_at(self.data, when)
         if step >= 0:
-            text.append(f" · {shorten(trace.name_of(step), 24)}")
+            text.append(f" · {fit_name(trace.name_of(step), 24)}")
         nbytes = int(device.bytes[last])
         what = "alloc" if nbytes > 0 else ("free" if nbytes < 0 else "event")
         text.append(f" · last {what} {fmt_bytes(abs(nbytes))}")
         owner = int(device.owner[last])
         if owner >= 0:
             text.append(" by ")
-            text.append(shorten(trace.name_of(owner), 40), "bold")
+            text.append(fit_name(trace.name_of(owner), 40), "bold")
         ago = when - int(device.ts[last])
         if ago > 0:
             text.append(f", {fmt_duration(ago)} before")
@@ -580,7 +580,7 @@ class MemoryScreen(Screen[TimelineTarget | None]):
         for g in order[:TABLE_LIMIT].tolist():
             peak = int(ops.peak_live[g])
             table.add_row(
-                Text(shorten(trace.strings[int(groups.name[g])], 44)),
+                Text(fit_name(trace.strings[int(groups.name[g])], 44)),
                 f"{int(ops.allocations[g]):,}",
                 fmt_bytes(int(ops.allocated[g])),
                 fmt_bytes(int(ops.self_net[g]), signed=True),
@@ -624,7 +624,7 @@ class MemoryScreen(Screen[TimelineTarget | None]):
             table.add_row(
                 fmt_bytes(int(device.bytes[pos])),
                 f"+{fmt_duration(when - self.data.origin)}",
-                Text(shorten(trace.name_of(owner), 60) if owner >= 0 else "(no operator)"),
+                Text(fit_name(trace.name_of(owner), 60) if owner >= 0 else "(no operator)"),
                 fmt_bytes(int(device.allocated[pos])),
             )
             self.table_rows.append((owner, when, when))

@@ -36,7 +36,7 @@ from .drilldown import (
     time_column,
 )
 from .memory_view import operator_memory_columns
-from .safe_text import clean, shorten
+from .safe_text import clean, fit_name, shorten
 from .table import Column, DataView, TableModel, TableScreen, string_ranks
 from .timefmt import fmt_duration, plural
 
@@ -60,6 +60,7 @@ class OperatorsScreen(TableScreen):
             "Category",
             tooltip="Pick a category to show (cpu_op, …) or all of them",
         ),
+        Binding("P", "toggle_python", "Python", tooltip="Hide/show python_function frames"),
     ]
     TITLE_TEXT = "Operators"
     SHOW_DETAIL = True
@@ -76,6 +77,7 @@ class OperatorsScreen(TableScreen):
         self.shape_ids: np.ndarray | None = None
         self._shaped = None  # ShapeGroups, computed on first use
         self.category: int | None = None  # string id of the category shown, None for all
+        self.hiding_python = False  # python_function rows left out (the timeline's P)
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -86,6 +88,8 @@ class OperatorsScreen(TableScreen):
         # A range marked since the table was built: show it.
         if self._wanted_range() != self.shown_range:
             self.reload()
+        elif self.data.hide_python != self.hiding_python:  # P pressed on the timeline
+            self.set_category(self.category)
 
     def _wanted_range(self) -> tuple[int, int] | None:
         return self.host.range_bounds() if self.use_range else None
@@ -97,6 +101,8 @@ class OperatorsScreen(TableScreen):
             text.append(" · computing…")
         if self.category is not None:
             text.append(f" · category {clean(self.data.trace.strings[self.category])}", "bold")
+        if self.data.hide_python:
+            text.append(" · Python frames hidden (P)", "bold")
         if self.shown_range is not None:
             text.append(f" · range {range_label(self.data, self.shown_range)}", "bold #e5c07b")
         elif self.host.range_bounds() is not None:
@@ -181,12 +187,26 @@ class OperatorsScreen(TableScreen):
         self.refresh_heading()
 
     def _category_scope(self, table: OperatorTable, model: TableModel) -> np.ndarray | None:
-        """The rows of `model` (made from `table`) in the category shown; None: all."""
-        if self.category is None:
+        """The rows of `model` (made from `table`) in the category shown, less the
+        python_function ones while Python frames are hidden (P); None: all."""
+        hide_python = self.data.hide_python
+        self.hiding_python = hide_python
+        if self.category is None and not hide_python:
             return None
         rows = getattr(model, "source_rows", None)
         groups = np.arange(model.n) if rows is None else rows
-        return np.asarray(table.groups.cat[groups] == self.category, dtype=bool)
+        cats = table.groups.cat[groups].astype(np.int64)
+        keep = np.ones(len(groups), dtype=bool) if self.category is None else cats == self.category
+        if hide_python:
+            keep &= ~self.data.python_category[cats]
+        return np.asarray(keep, dtype=bool)
+
+    def action_toggle_python(self) -> None:
+        """Hide the python_function frames here and on the timeline (its P), or show them."""
+        toggle = getattr(self.host, "toggle_python", None)
+        if toggle is not None:
+            toggle()
+        self.set_category(self.category)
 
     def describe(self, row: int) -> Text | None:
         table = self.table_data
@@ -292,18 +312,13 @@ def operator_model(
     columns = [
         Column(
             "operator",
-            lambda g: clean(strings[names[g]]) or "(no name)",
+            lambda g: strings[names[g]] or "(no name)",
             key=string_ranks(strings, names),
             width=0,
             numeric=False,
+            name=True,
         ),
-        Column(
-            "cat",
-            lambda g: clean(strings[groups.cat[g]]),
-            key=string_ranks(strings, groups.cat.astype(np.int64)),
-            width=12,
-            numeric=False,
-        ),
+        category_column(strings, groups.cat),
     ]
     if shapes is not None:
         columns.append(
@@ -319,9 +334,10 @@ def operator_model(
         count_column("count", table.count),
         time_column("total", table.incl),
         time_column("self", table.excl),
-        time_column("GPU self", table.gpu_self),
-        time_column("GPU total", table.gpu_total),
-        percent_column("self%", table.excl, whole),
+        # At 80 columns these give way (from the right) so that names keep room.
+        time_column("GPU self", table.gpu_self, optional=True),
+        time_column("GPU total", table.gpu_total, optional=True),
+        percent_column("self%", table.excl, whole, optional=True),
         *(extra or []),
     ]
     self_column = 5 if shapes is not None else 4
@@ -337,6 +353,19 @@ def operator_model(
     if in_range:
         model = restrict(model, (table.count > 0) | (table.gpu_self > 0) | (table.gpu_total > 0))
     return model
+
+
+def category_column(strings, cats: np.ndarray, widest: int = 12) -> Column:
+    """The category of a group, as wide as the longest one needs (at most `widest`)."""
+    cats = np.asarray(cats).astype(np.int64)
+    longest = max((len(strings[int(c)]) for c in np.unique(cats)), default=3)
+    return Column(
+        "cat",
+        lambda g: strings[cats[g]],
+        key=string_ranks(strings, cats),
+        width=max(4, min(widest, longest + 1)),
+        numeric=False,
+    )
 
 
 def restrict(model: TableModel, keep: np.ndarray) -> TableModel:
@@ -426,7 +455,7 @@ class OperatorDetailScreen(TableScreen):
 
     def heading(self) -> Text:
         text = Text()
-        text.append(shorten(self.op_name, 44) or "(no name)", "bold #e5c07b")
+        text.append(fit_name(self.op_name, 44) or "(no name)", "bold #e5c07b")
         if self.shape is not None:
             shape = self.trace.strings[self.shape] if self.shape >= 0 else "no shape recorded"
             text.append(f" [{shorten(shape, 30)}]")
@@ -457,7 +486,7 @@ class OperatorDetailScreen(TableScreen):
         for i, (child, t) in enumerate(top):
             name = trace.strings[int(analysis.cpu_groups.name[child])]
             text.append("  ■ ", CHILD_COLOURS[i % len(CHILD_COLOURS)])
-            text.append(f"{shorten(name, 28)} {fmt_duration(t)} ({t / inclusive:.0%})")
+            text.append(f"{fit_name(name, 28)} {fmt_duration(t)} ({t / inclusive:.0%})")
         if rest:
             text.append("  ■ ", OTHER_COLOUR)
             text.append(f"other {fmt_duration(rest)}")
@@ -472,7 +501,7 @@ class OperatorDetailScreen(TableScreen):
             )
             for g, t in zip(kernels.kernel_group[:3].tolist(), kernels.total[:3].tolist()):
                 name = trace.strings[int(analysis.gpu_groups.name[g])]
-                text.append(f" · {shorten(name, 34)} {fmt_duration(t)}")
+                text.append(f" · {fit_name(name, 34)} {fmt_duration(t)}")
         text.append("\n")
         text.append("shapes ", "bold")
         recorded = self.shapes.shape >= 0
@@ -511,7 +540,7 @@ class OperatorDetailScreen(TableScreen):
                     *instance_columns(trace, rows, data.origin),
                     time_column("self", own),
                     time_column("GPU", gpu),
-                    Column("lane", lambda i: clean(lanes[i]), width=18, numeric=False),
+                    Column("lane", lambda i: lanes[i], width=18, numeric=False, optional=True),
                     Column(
                         "input shape",
                         lambda i: clean(strings[shapes[i]]) if shapes[i] >= 0 else "-",
@@ -535,7 +564,7 @@ class OperatorDetailScreen(TableScreen):
             times = np.concatenate(([split.self_time], split.child_time))
             return TableModel(
                 columns=[
-                    Column("child", lambda i: clean(labels[i]), width=0, numeric=False),
+                    Column("child", lambda i: labels[i], width=0, numeric=False, name=True),
                     count_column("count", count),
                     time_column("time", times),
                     percent_column("% of total", times, inclusive, width=10),
@@ -551,7 +580,9 @@ class OperatorDetailScreen(TableScreen):
             mean = kernels.total / np.maximum(kernels.count, 1)
             return TableModel(
                 columns=[
-                    Column("kernel", lambda i: clean(strings[names[i]]), width=0, numeric=False),
+                    Column(
+                        "kernel", lambda i: strings[names[i]], width=0, numeric=False, name=True
+                    ),
                     count_column("count", kernels.count),
                     time_column("total", kernels.total),
                     time_column("mean", mean),

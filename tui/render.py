@@ -11,11 +11,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 
-from .safe_text import clean, fit
+from .safe_text import cells_of, fit_name
 from .viewdata import Level
 
 # How many slices per cell are compared to find the one covering most of it. Cells holding more
@@ -149,17 +148,10 @@ def cell_style(
     return style
 
 
-def _name_cells(text: str, width: int) -> list[str]:
-    """`text` fitted to `width` cells as one string per cell ('' after a double-width char)."""
-    fitted = fit(text, width)
-    if fitted.isascii():
-        return list(fitted)
-    out: list[str] = []
-    for ch in fitted:
-        out.append(ch)
-        if cell_len(ch) == 2:
-            out.append("")
-    return out[:width]
+def _name_cells(name: str, width: int) -> list[str]:
+    """An event name after a space, in its most informative form for `width` cells (see
+    safe_text.fit_name), as one string per cell (safe_text.cells_of)."""
+    return cells_of(" " + fit_name(name, width - 1), width)
 
 
 def cells_to_segments(
@@ -216,8 +208,7 @@ def cells_to_segments(
         for a, b in zip(span_starts, span_ends):
             e = int(full_ident[a])
             if e >= 0 and b - a >= 3:
-                text = " " + clean(name_of_row(int(level.rows[e])))
-                name_cells[a] = (b, _name_cells(text, b - a))
+                name_cells[a] = (b, _name_cells(name_of_row(int(level.rows[e])), b - a))
 
     segments: list[Segment] = []
     span_start = -1

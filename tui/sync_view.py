@@ -24,7 +24,7 @@ from textual.widgets import DataTable, Footer, Static
 from .details import stack_tail
 from .drilldown import analysis_for
 from .memory_view import TimelineTarget, apply_target
-from .safe_text import shorten
+from .safe_text import fit_name, shorten
 from .timefmt import fmt_duration
 from .viewdata import ViewData
 
@@ -125,7 +125,7 @@ class SyncScreen(Screen[TimelineTarget | None]):
             blocked = int(calls.step_blocked[i])
             dur = int(trace.dur[row])
             share = 100 * blocked / dur if dur else 0.0
-            text.append(f"{shorten(trace.name_of(row), 24)} ")
+            text.append(f"{fit_name(trace.name_of(row), 24)} ")
             text.append(fmt_duration(blocked), "bold" if share >= 10 else "")
             text.append(f" ({share:.0f}%)  ")
         return text
@@ -137,13 +137,13 @@ class SyncScreen(Screen[TimelineTarget | None]):
         trace = data.trace
         row = int(calls.rows[position])
         text = Text()
-        text.append(shorten(trace.name_of(row), 60), "bold #e5c07b")
+        text.append(fit_name(trace.name_of(row), 60), "bold #e5c07b")
         text.append(f" · {KIND_TEXT[int(calls.kind[position])]} · blocked ")
         text.append(fmt_duration(int(calls.dur[position])), "bold")
         text.append(f" at +{fmt_duration(int(trace.start[row]) - data.origin)}")
         step = int(calls.step[position])
         if step >= 0:
-            text.append(f" in {shorten(trace.name_of(int(calls.step_rows[step])), 24)}")
+            text.append(f" in {fit_name(trace.name_of(int(calls.step_rows[step])), 24)}")
         text.append("\n")
         cause = cause_label(trace, calls, position)
         text.append("cause: ", "bold #8b919a")
@@ -158,7 +158,7 @@ class SyncScreen(Screen[TimelineTarget | None]):
         record = int(calls.gpu_sync[position])
         if record >= 0:
             text.append(
-                f" · GPU record: {shorten(trace.name_of(record), 30)} "
+                f" · GPU record: {fit_name(trace.name_of(record), 30)} "
                 f"{fmt_duration(int(trace.dur[record]))}"
             )
         text.append("\n")
@@ -185,18 +185,16 @@ class SyncScreen(Screen[TimelineTarget | None]):
 
     def _fill_calls(self, table: DataTable, calls: SyncCalls) -> None:
         trace = self.data.trace
-        table.add_columns(
-            "#", "call", "blocked", "when", "step", "cause", "GPU idle", "call site"
-        )
+        table.add_columns("#", "call", "blocked", "when", "step", "cause", "GPU idle", "call site")
         for rank, i in enumerate(calls.worst()[:TABLE_LIMIT].tolist(), start=1):
             row = int(calls.rows[i])
             step = int(calls.step[i])
             table.add_row(
                 str(rank),
-                Text(shorten(trace.name_of(row), 26)),
+                Text(fit_name(trace.name_of(row), 26)),
                 fmt_duration(int(calls.dur[i])),
                 f"+{fmt_duration(int(trace.start[row]) - self.data.origin)}",
-                Text(shorten(trace.name_of(int(calls.step_rows[step])), 18) if step >= 0 else "-"),
+                Text(fit_name(trace.name_of(int(calls.step_rows[step])), 18) if step >= 0 else "-"),
                 Text(shorten(cause_label(trace, calls, i), 26) or "explicit"),
                 fmt_duration(int(calls.idle[i])) if calls.idle[i] > 0 else "-",
                 Text(_site_text(calls.sites[int(calls.site[i])])),
@@ -207,7 +205,7 @@ class SyncScreen(Screen[TimelineTarget | None]):
         table.add_columns("call", "cause", "count", "total", "max", "GPU idle", "call site")
         for site in self.sites[:TABLE_LIMIT]:
             table.add_row(
-                Text(shorten(site.call, 26)),
+                Text(fit_name(site.call, 26)),
                 Text(shorten(site.cause, 26) or "explicit"),
                 f"{site.count:,}",
                 fmt_duration(site.total),

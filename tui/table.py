@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
-from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -28,7 +27,7 @@ from textual.strip import Strip
 from textual.widgets import Footer, Input, Static
 
 from .render import PLAIN
-from .safe_text import clean, fit
+from .safe_text import clean, cut_end, fit_name, pad
 
 # Above this many rows, sorting runs in a worker thread.
 SORT_IN_WORKER = 200_000
@@ -70,6 +69,7 @@ class Column:
     numeric: bool = True  # right-aligned
     largest_first: bool | None = None  # the first sort's direction; None: numeric columns do
     optional: bool = False  # hidden when the flexible columns would get under MIN_FLEXIBLE
+    name: bool = False  # event names: cut where they say least (safe_text.fit_name)
 
     @property
     def descending(self) -> bool:
@@ -89,6 +89,7 @@ class TableModel:
     name_text: Callable[[int], str | tuple[str, ...]] = str
     default_sort: int = 0
     keys: np.ndarray | None = None  # int per row: what the row is, across models
+    name_room: int = MIN_FLEXIBLE  # cells the flexible columns keep before optional ones go
     _distinct: np.ndarray | None = field(default=None, repr=False)
 
     def matching(self, pattern: str) -> np.ndarray:
@@ -409,17 +410,17 @@ class DataView(ScrollView, can_focus=True):
 
     def _widths(self, total: int) -> list[int]:
         """Cells per column; 0 for an optional column hidden to leave the names enough room
-        (the rightmost optional columns go first)."""
+        (the rightmost optional columns go first; the column sorted by stays)."""
         assert self.model is not None
         columns = self.model.columns
         shown = [True] * len(columns)
-        optional = [i for i, c in enumerate(columns) if c.optional]
+        optional = [i for i, c in enumerate(columns) if c.optional and i != self.sort_column]
         flexible = [c for c in columns if not c.width]
         while True:
             visible = [c for c, keep in zip(columns, shown) if keep]
             fixed = sum(c.width for c in visible if c.width) + len(SEPARATOR) * (len(visible) - 1)
             spare = total - fixed
-            if not flexible or spare >= MIN_FLEXIBLE * len(flexible) or not optional:
+            if not flexible or spare >= self.model.name_room * len(flexible) or not optional:
                 break
             shown[optional.pop()] = False
         each = max(spare, 8 * len(flexible)) // max(len(flexible), 1)
@@ -483,7 +484,12 @@ class DataView(ScrollView, can_focus=True):
                 drawn = Segment.adjust_line_length(list(value.render(self.app.console)), w)
                 segments.extend(Segment.apply_style(drawn, style=style))
             else:
-                segments.append(Segment(fit_cell(value, w, column.numeric), style))
+                text = (
+                    pad(fit_name(value, w), w)
+                    if column.name
+                    else fit_cell(value, w, column.numeric)
+                )
+                segments.append(Segment(text, style))
             segments.append(Segment(SEPARATOR, style))
         return Strip(segments[:-1]).adjust_cell_length(width, style)
 
@@ -514,11 +520,9 @@ def check_mask(mask: np.ndarray | None, model: TableModel, what: str) -> None:
 
 
 def fit_cell(text: str, width: int, right: bool) -> str:
-    """Cleaned text in exactly `width` cells: cut with an ellipsis, or padded (right-aligned)."""
-    safe = clean(text)
-    if right and cell_len(safe) <= width:
-        return " " * (width - cell_len(safe)) + safe
-    return fit(safe, width)
+    """Cleaned text in exactly `width` cells: cut with an ellipsis, and padded (before it when
+    `right`)."""
+    return pad(cut_end(clean(text), width), width, right=right)
 
 
 def sort_rows(model: TableModel, column: int, descending: bool) -> np.ndarray:

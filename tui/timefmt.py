@@ -22,6 +22,24 @@ def fmt_duration(ns: float, digits: int = 3) -> str:
     raise AssertionError("unreachable")
 
 
+def fmt_table_time(ns: float) -> str:
+    """A duration for a table cell: three decimals, the unit in a two-cell field, so that in a
+    right-aligned column the decimal points and units line up whatever the unit
+    (`845.123 ms` above `3.393 s `). 10 cells up to 9,999 s (then one decimal)."""
+    if math.isnan(ns):
+        return "?"
+    magnitude = abs(ns)
+    if magnitude >= 1e12:
+        return f"{ns / 1e9:,.1f} s "
+    if magnitude >= 1e9:
+        return f"{ns / 1e9:.3f} s "
+    if magnitude >= 1e6:
+        return f"{ns / 1e6:.3f} ms"
+    if magnitude >= 1e3:
+        return f"{ns / 1e3:.3f} µs"
+    return f"{ns:.0f} ns"
+
+
 def tick_step(ns_per_cell: float, min_cells: int = 12) -> int:
     """A 1-2-5 step in ns so that ruler ticks are at least `min_cells` cells apart."""
     want = max(1.0, ns_per_cell * min_cells)
