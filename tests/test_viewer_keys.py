@@ -12,6 +12,7 @@ from kinetoscope.tui import loader as loader_module
 from kinetoscope.tui.app import KinetoscopeApp
 from kinetoscope.tui.details import MAX_LIST, DetailsPane, cpu_stack_for_gap
 from kinetoscope.tui.memory_view import MemoryChart, MemoryScreen
+from kinetoscope.tui.operators import OperatorsScreen
 from kinetoscope.tui.render import CURSOR_COLOUR
 from kinetoscope.tui.screens import GapListScreen, LoadingScreen, TraceScreen
 from kinetoscope.tui.sync_view import SyncScreen
@@ -356,3 +357,95 @@ async def test_tab_moves_the_focus_to_the_details_pane_to_scroll_it(write_trace)
         assert pane.scroll_y == pane.max_scroll_y
         await pilot.press("shift+tab")
         assert app.focused is timeline
+
+
+def level_names(timeline: Timeline, lane: int) -> list[list[str]]:
+    data = timeline.data
+    return [[data.trace.name_of(int(r)) for r in level.rows] for level in data.lanes[lane].levels]
+
+
+async def test_P_hides_the_python_frames_on_the_timeline_and_shows_them_again(write_trace):
+    app = KinetoscopeApp(str(write_trace(deep_python_trace(), name="deep.json")))
+    async with app.run_test(size=SIZE) as pilot:
+        timeline = await loaded(pilot)
+        data = timeline.data
+        main = data.row_lane[row_named(timeline, "ProfilerStep#1")]
+        waiting = data.row_lane[row_named(timeline, "threading.py(359): wait")]
+        shown = level_names(timeline, main)
+        assert len(shown) == 1 + PYTHON_DEPTH + 3  # step, the frames, linear/relu, addmm, launch
+        addmm = row_named(timeline, "aten::addmm")
+        timeline.select(addmm)
+        await pilot.pause()
+        rows_before = len(timeline.rows)
+        await pilot.press("P")
+        await pilot.pause()
+        assert level_names(timeline, main) == [
+            ["ProfilerStep#1"],
+            ["aten::linear", "aten::relu"],
+            ["aten::addmm", "cudaLaunchKernel"],
+            ["cudaLaunchKernel"],
+        ]
+        assert level_names(timeline, waiting) == [[]]  # only a Python frame there
+        assert not data.lanes[waiting].expandable
+        # The selection stays, on its new level; the lane shows four rows, not 24.
+        assert timeline.selected_row == addmm
+        assert timeline.rows[timeline.cursor_row].level == 2
+        assert len(timeline.rows) == rows_before - PYTHON_DEPTH
+        assert "Python frames hidden" in str(app.screen.query_one("#title").render())
+        assert "Python frames hidden" in [n.message for n in app._notifications][-1]
+        lines = "\n".join(strip.text for strip in all_lines(timeline))
+        assert "model.py" not in lines and "threading.py" not in lines
+        # The Python stack is still in the details.
+        text = await selected_details(pilot, timeline, addmm)
+        assert f"model.py({PYTHON_DEPTH - 1}): frame{PYTHON_DEPTH - 1}" in text
+        # Shown again: every level back, the selection on its own level again.
+        await pilot.press("P")
+        await pilot.pause()
+        assert level_names(timeline, main) == shown
+        assert timeline.rows[timeline.cursor_row].level == PYTHON_DEPTH + 2
+        assert "Python frames hidden" not in str(app.screen.query_one("#title").render())
+
+
+async def test_hiding_python_drops_a_selected_python_frame(write_trace):
+    app = KinetoscopeApp(str(write_trace(deep_python_trace(), name="deep.json")))
+    async with app.run_test(size=SIZE) as pilot:
+        timeline = await loaded(pilot)
+        timeline.select(row_named(timeline, "model.py(5): frame5"))
+        await pilot.pause()
+        await pilot.press("P")
+        await pilot.pause()
+        assert timeline.selected_row == -1
+        row = timeline.rows[timeline.cursor_row]
+        assert not row.is_header and row.level < len(timeline.data.lanes[row.lane].levels)
+        for key in ("right", "down", "enter", "u", "g", "end", "home"):
+            await pilot.press(key)  # every key still works on the smaller lanes
+        await pilot.press("P")
+
+
+async def test_P_hides_the_python_frames_in_the_operators_table(write_trace):
+    app = KinetoscopeApp(str(write_trace(deep_python_trace(), name="deep.json")))
+    async with app.run_test(size=SIZE) as pilot:
+        timeline = await loaded(pilot)
+        await pilot.press("o")
+        screen = await wait_for_screen(pilot, OperatorsScreen)
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        names = [row[0] for row in screen.table.visible_texts()]
+        assert names[0] == "threading.py(359): wait"  # the longest self time
+        assert len(names) == PYTHON_DEPTH + 6
+        await pilot.press("P")
+        await pilot.pause()
+        names = [row[0] for row in screen.table.visible_texts()]
+        assert names[:2] == ["aten::addmm", "aten::relu"]
+        assert sorted(names) == sorted(
+            ["ProfilerStep#1", "aten::addmm", "aten::relu", "aten::linear", "cudaLaunchKernel"]
+        )
+        assert "Python frames hidden" in str(screen.query_one("#table-title").render())
+        assert timeline.data.hide_python  # the timeline hides them too
+        # Back on the timeline, P shows them again, here too.
+        await pilot.press("escape")
+        await wait_for_screen(pilot, TraceScreen)
+        await pilot.press("P", "o")
+        screen = await wait_for_screen(pilot, OperatorsScreen)
+        await pilot.pause()
+        assert len(screen.table.visible_texts()) == PYTHON_DEPTH + 6

@@ -185,6 +185,7 @@ class TraceScreen(DrilldownActions, Screen):
         self.data = data
         self.changed_on_disk: str | None = None  # why the file is not the one shown any more
         self.shown_threshold = DEFAULT_GAP_THRESHOLD  # the idle-gap threshold the title counts
+        self.shown_hide_python = False  # the title says when Python frames are hidden
         self.details_rows: int | None = None  # the details pane's height set with { }, if any
 
     def compose(self) -> ComposeResult:
@@ -233,6 +234,8 @@ class TraceScreen(DrilldownActions, Screen):
         text = Text(no_wrap=True, overflow="ellipsis")
         text.append("kinetoscope ", "bold")
         text.append(clean(os.path.basename(trace.source.path)))
+        if self.shown_hide_python:  # early in the line: it survives a narrow terminal
+            text.append(" · Python frames hidden (P)", "bold")
         text.append(
             f" · {trace.n_events:,} events · {len(data.lanes)} lanes · "
             f"{fmt_duration(data.span)} · {self._gap_count_text()}"
@@ -274,6 +277,10 @@ class TraceScreen(DrilldownActions, Screen):
     def on_resize(self) -> None:
         self.fit_split()
 
+    def toggle_python(self) -> None:
+        """Hide or show the Python frames (the timeline's P), from a screen above this one."""
+        self.timeline.action_toggle_python()
+
     def action_details_size(self, delta: int) -> None:
         avail = self.size.height - 3
         current = self.query_one(DetailsPane).outer_size.height
@@ -293,8 +300,9 @@ class TraceScreen(DrilldownActions, Screen):
     def on_timeline_changed(self, message: Timeline.Changed) -> None:
         self.query_one("#status", Static).update(self.status_text())
         self.fit_split()  # rows shown may have changed (a lane expanded or collapsed)
-        if self.timeline.gap_threshold != self.shown_threshold:
-            self.shown_threshold = self.timeline.gap_threshold
+        shown = (self.timeline.gap_threshold, self.data.hide_python)
+        if shown != (self.shown_threshold, self.shown_hide_python):
+            self.shown_threshold, self.shown_hide_python = shown
             self.query_one("#title", Static).update(self._title())
 
     def status_text(self) -> Text:

@@ -83,6 +83,13 @@ class Timeline(ScrollView, can_focus=True):
         Binding("u", "parent", "Parent: kernel to launch to operator … to step", show=False),
         Binding("g", "next_gap", "Next gap", tooltip="Next GPU idle gap after the cursor"),
         Binding("G", "prev_gap", "Previous GPU idle gap", show=False),
+        Binding(
+            "P",
+            "toggle_python",
+            "Hide/show Python frames",
+            show=False,
+            tooltip="Hide python_function slices (operators move up), or show them again",
+        ),
     ]
 
     # View: time of the left edge and nanoseconds per cell (times are ns from the trace start).
@@ -675,6 +682,34 @@ class Timeline(ScrollView, can_focus=True):
         self.view_start = 0.0
         if not (0 <= self.cursor_time <= data.span):
             self.cursor_time = 0
+
+    def action_toggle_python(self) -> None:
+        """Leave the python_function slices out of the lanes (the operators below them move up
+        to the levels they left), or put them back; the cursor stays on its lane."""
+        data = self.data
+        if data is None or self.levels_pending():
+            return
+        current = self.rows[self.cursor_row] if 0 <= self.cursor_row < len(self.rows) else None
+        data.set_hide_python(not data.hide_python)
+        self.expanded = {lane for lane in self.expanded if data.lanes[lane].expandable}
+        self._rebuild_rows()
+        self._cells.clear()
+        selected = self.selected_row
+        if selected >= 0 and data.row_lane[selected] < 0:  # a Python frame: not drawn now
+            selected = self.selected_row = -1
+        if selected >= 0:
+            self.select(selected, move_cursor=False)
+        elif current is not None and not current.is_header:
+            level = min(current.level, len(data.lanes[current.lane].levels) - 1)
+            level = level if current.lane in self.expanded else 0
+            self.cursor_row = max(0, self._display_index(current.lane, level))
+            self._ensure_row_visible()
+        self.refresh()
+        self._schedule_changed()
+        if data.hide_python:
+            self.notify("Python frames hidden (P shows them)", timeout=3)
+        else:
+            self.notify("Python frames shown", timeout=2)
 
     def action_toggle_expand(self) -> None:
         data = self.data

@@ -184,7 +184,11 @@ class ViewData:
         self.levels_ready = threading.Event()
         self._lock = threading.Lock()
         self._nesting: Nesting | None = None
-        self.placement: Placement | None = None
+        self.placement: Placement | None = None  # every slice's place (what the cache keeps)
+        self.hide_python = False  # python_function slices left out of the lanes' levels
+        self._python_placement: Placement | None = None
+        self._python_category: np.ndarray | None = None
+        self._expandable: list[bool] = []  # each lane's flag with every slice shown
         cached = pending.result() if pending is not None else None
         self.levels_from_cache = cached is not None
         if cached is not None:
@@ -235,7 +239,40 @@ class ViewData:
         else:
             self._make_lanes(per_lane)
         self._set_row_lane(placement)
+        self._expandable = [view.expandable for view in self.lanes]
         self.levels_ready.set()
+
+    def set_hide_python(self, hide: bool) -> None:
+        """Leave the python_function slices out of the lanes' levels (the operators below them
+        move up), or put them back. Only once the levels are complete; from the UI thread."""
+        if not self.complete or hide == self.hide_python:
+            return
+        assert self.placement is not None
+        if hide and self._python_placement is None:
+            self._python_placement = self._full_placement(self.nesting, hide_python=True)
+        placement = self._python_placement if hide else self.placement
+        assert placement is not None
+        per_lane = self._per_lane(placement)
+        for index, view in enumerate(self.lanes):
+            view.levels = _level_list(per_lane.get(view.lane.id, {}))
+            view.expandable = len(view.levels) > 1 if hide else self._expandable[index]
+        self._set_row_lane(placement)
+        self.hide_python = hide
+
+    @property
+    def python_category(self) -> np.ndarray:
+        """A bool per string id: the category python_function (any case)."""
+        if self._python_category is None:
+            strings = self.trace.strings
+            self._python_category = np.array(
+                [s.lower() == "python_function" for s in strings], dtype=bool
+            )
+        return self._python_category
+
+    def python_rows(self) -> np.ndarray:
+        """A bool per trace row: a python_function slice."""
+        trace = self.trace
+        return self.python_category[trace.cat] if len(trace) else np.zeros(0, dtype=bool)
 
     # -- construction -------------------------------------------------------------------------
 
@@ -253,8 +290,9 @@ class ViewData:
             slot = np.where(blocking_rows(trace, self.classes.runtime), SLOT_SYNC, slot)
         return slot.astype(np.uint8)
 
-    def _full_placement(self, nesting: Nesting) -> Placement:
-        """Every slice's (lane, level), in drawing order."""
+    def _full_placement(self, nesting: Nesting, hide_python: bool = False) -> Placement:
+        """Every slice's (lane, level), in drawing order; with `hide_python`, every slice but
+        the python_function ones, each CPU slice as deep as its other ancestors make it."""
         trace = self.trace
         kind = self.kind
         n_lanes = len(trace.lanes)
@@ -267,7 +305,12 @@ class ViewData:
         gpu_levels = np.zeros(n_lanes + 1, dtype=np.int64)
         np.maximum.at(gpu_levels, trace.lane[gpu], gpu_depth[gpu] + 1)
         cpu = (kind == KIND_OTHER) | (kind == KIND_RUNTIME)
-        level[cpu] = nesting.depth[cpu] + gpu_levels[trace.lane[cpu]]
+        depth = nesting.depth
+        if hide_python:
+            python = self.python_rows()
+            cpu &= ~python
+            depth = depth - _ancestors_among(nesting, python)
+        level[cpu] = depth[cpu] + gpu_levels[trace.lane[cpu]]
         # Slices that are neither CPU work nor GPU activity (GPU annotations, syncs, Kineto's
         # window span) get levels of their own below the lane's other levels.
         other_rows = np.flatnonzero(kind == KIND_NOT_CPU)
@@ -510,7 +553,23 @@ def _in_thread(function: Any, *args: Any) -> Any:
 
 
 def _level_list(levels: dict[int, Level]) -> list[Level]:
-    return [levels.get(i, Level.empty()) for i in range(max(levels) + 1)]
+    return [levels.get(i, Level.empty()) for i in range(max(levels, default=0) + 1)]
+
+
+def _ancestors_among(nesting: Nesting, marked: np.ndarray) -> np.ndarray:
+    """Per trace row: how many of its CPU ancestors are `marked` (a bool per row). The nesting's
+    order is a preorder, so a slice's descendants are the positions up to its subtree's stop:
+    each marked slice adds one over that range (a difference array, summed once)."""
+    order = nesting.order
+    counts = np.zeros(len(marked), dtype=np.int64)
+    if not len(order):
+        return counts
+    positions = np.flatnonzero(marked[order])
+    steps = np.zeros(len(order) + 1, dtype=np.int64)
+    np.add.at(steps, positions + 1, 1)
+    np.add.at(steps, nesting.subtree_stop[positions], -1)
+    counts[order] = np.cumsum(steps)[:-1]
+    return counts
 
 
 def _roots(trace: Trace, mask: np.ndarray) -> np.ndarray:
