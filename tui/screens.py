@@ -368,6 +368,11 @@ class TraceScreen(DrilldownActions, Screen):
         self.timeline.current_gap = -1
 
 
+# Up to this many rows the gap list waits for the nesting (a fraction of a second) rather than
+# leaving its idle-by-operator line for later.
+IDLE_BY_CPU_WAIT_ROWS = 1_000_000
+
+
 def idle_by_cpu_text(data: ViewData, limit: int = 4) -> Text:
     """All GPU idle (every gap, however short) totalled by the CPU operator running during
     the gaps: idle spread over many short gaps shows up here, not in the list of the longest."""
@@ -376,9 +381,16 @@ def idle_by_cpu_text(data: ViewData, limit: int = 4) -> Text:
     text = Text(no_wrap=True, overflow="ellipsis")
     if not len(data.gaps):
         return text
-    table = compute_idle_by_cpu(data.trace, data.nesting, data.links, data.gaps)
-    total = int(data.gaps.length.sum())
     text.append("All idle by CPU op running: ", "bold")
+    if not data.complete and len(data.trace) > IDLE_BY_CPU_WAIT_ROWS:
+        # The nesting of a big trace is still being built: do not wait for it here.
+        text.append("known once the trace is fully loaded (press i again)", "dim")
+        return text
+    table = data.__dict__.get("_idle_by_cpu")
+    if table is None:
+        table = compute_idle_by_cpu(data.trace, data.nesting, data.links, data.gaps)
+        data.__dict__["_idle_by_cpu"] = table
+    total = int(data.gaps.length.sum())
     parts = []
     for i in range(min(limit, len(table))):
         name = shorten(data.trace.strings[int(table.name[i])], 30)
