@@ -24,6 +24,10 @@ MAX_ARG_CHARS = 240
 MAX_NAME_CHARS = 320  # a few lines of a C++ template name; longer ones are elided
 MAX_LIST = 12
 KEY_STYLE = "bold #8b919a"
+NOTHING_SELECTED = (
+    "Nothing selected: ←/→ walk events, g jumps to a GPU idle gap.\n"
+    "This pane: { } resize it, Tab focuses it to scroll it. ? lists every key."
+)
 NAME_STYLE = "bold #e5c07b"
 
 
@@ -236,7 +240,7 @@ class DetailsPane(VerticalScroll):
         self.row = -1
         self.gap = -1
         self.event: dict[str, Any] | None = None
-        self.body = Static(Text("Nothing selected. ←/→ walk events, g jumps to a GPU idle gap."))
+        self.body = Static(Text(NOTHING_SELECTED))
 
     def compose(self):
         yield self.body
@@ -246,7 +250,7 @@ class DetailsPane(VerticalScroll):
         self.gap = -1
         self.event = None
         if row < 0:
-            self.body.update(Text("Nothing selected."))
+            self.body.update(Text(NOTHING_SELECTED))
             return
         self._refresh_body(loading=True)
         self.scroll_home(animate=False)
