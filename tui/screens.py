@@ -322,9 +322,9 @@ class TraceScreen(DrilldownActions, Screen):
                 width = status.first().content_region.width if status else 120
                 room = width - text.cell_len - len(" · CPU: ")
                 tail = stack_tail(stack, 3, 48, room=room - len(" · ? keys"))
-                if cell_len(tail) + len(" · ? keys") > room:  # the stack has the room, not the hint
-                    tail = stack_tail(stack, 3, 48, room=room)
-                    text.append(" · CPU: " + tail)
+                fuller = stack_tail(stack, 3, 48, room=room)
+                if cell_len(fuller) > cell_len(tail):  # the stack has the room, not the hint
+                    text.append(" · CPU: " + fuller)
                     return text
                 text.append(" · CPU: " + tail)
         elif timeline.selected_row >= 0:
