@@ -14,7 +14,7 @@ from kinetoscope.tui.details import MAX_LIST, DetailsPane, cpu_stack_for_gap
 from kinetoscope.tui.memory_view import MemoryChart, MemoryScreen
 from kinetoscope.tui.operators import OperatorsScreen
 from kinetoscope.tui.render import CURSOR_COLOUR
-from kinetoscope.tui.screens import GapListScreen, LoadingScreen, TraceScreen
+from kinetoscope.tui.screens import GapListScreen, HelpScreen, LoadingScreen, TraceScreen
 from kinetoscope.tui.sync_view import SyncScreen
 from kinetoscope.tui.timefmt import fmt_tick, tick_step
 from kinetoscope.tui.timeline import Timeline
@@ -171,13 +171,12 @@ async def test_panning_stops_at_the_trace_start_and_end(trace_path):
     async with app.run_test(size=SIZE) as pilot:
         timeline = await loaded(pilot)
         span = timeline.data.span
-        for _ in range(3):
-            await pilot.press("w")
-        for _ in range(40):
+        await pilot.press("w")  # half the trace on screen: 4 pans reach its end
+        for _ in range(8):
             await pilot.press("d")
         assert timeline.view_end == pytest.approx(span)
         assert 0 <= timeline.cursor_time <= span
-        for _ in range(40):
+        for _ in range(8):
             await pilot.press("a")
         assert timeline.view_start == 0
         # Zoomed out past the whole trace, it stays entirely on screen.
@@ -449,3 +448,15 @@ async def test_P_hides_the_python_frames_in_the_operators_table(write_trace):
         screen = await wait_for_screen(pilot, OperatorsScreen)
         await pilot.pause()
         assert len(screen.table.visible_texts()) == PYTHON_DEPTH + 6
+
+
+async def test_help_lists_the_new_keys(trace_path):
+    app = KinetoscopeApp(trace_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("question_mark")
+        screen = await wait_for_screen(pilot, HelpScreen)
+        keys = {key: text for key, text in screen.bindings}
+        for key in ("home", "end", "P", "{", "}"):
+            assert key in keys, key
+        assert "python" in keys["P"].lower()
