@@ -173,3 +173,33 @@ def slice_order(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.nda
         rows = order[members]
         order[members] = rows[np.lexsort((rows, -end[rows], key[members]))]
     return order
+
+
+# Sums of int64 values stay exact: below this bound (with a wide margin for the float64 estimate)
+# in int64, above it in Python integers. Times lie within ±2**62 ns (the parser's TIME_LIMIT), so
+# differences of two times fit; sums over many events (an operator's total, bytes allocated) may
+# not: a hostile trace, not a real one, but a wrapped sum prints a wrong or negative number.
+SUM_LIMIT = 2.0**62
+
+
+def sums_fit(values: np.ndarray) -> bool:
+    """Does every sum of these values (each taken at most once) fit in int64?"""
+    return float(np.abs(np.asarray(values, dtype=np.float64)).sum()) < SUM_LIMIT
+
+
+def add_at(out: np.ndarray, index: np.ndarray, values: np.ndarray, fits: bool) -> np.ndarray:
+    """`np.add.at(out, index, values)` on int64 when `fits`, else on a copy of Python integers
+    (an object array, exact at any size); returns the array that holds the sums."""
+    if fits:
+        np.add.at(out, index, values)
+        return out
+    wide = out.astype(object)
+    np.add.at(wide, index, np.asarray(values).astype(object))
+    return wide
+
+
+def cumulative(values: np.ndarray, fits: bool) -> np.ndarray:
+    """[0, v0, v0 + v1, ...] in int64 when `fits`, else in Python integers."""
+    prefix = np.zeros(len(values) + 1, dtype=np.int64 if fits else object)
+    np.cumsum(values if fits else np.asarray(values).astype(object), out=prefix[1:])
+    return prefix

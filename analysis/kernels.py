@@ -8,6 +8,7 @@ import numpy as np
 from kinetoscope.parser.model import Trace
 
 from .classify import Groups
+from .intervals import add_at, sums_fit
 from .links import Links
 from .nesting import Nesting
 
@@ -36,8 +37,7 @@ def compute_kernels(trace: Trace, groups: Groups, links: Links, nesting: Nesting
     dur = trace.dur[rows]
     n = len(groups)
     count = np.bincount(group, minlength=n).astype(np.int64)
-    total = np.zeros(n, dtype=np.int64)
-    np.add.at(total, group, dur)
+    total = add_at(np.zeros(n, dtype=np.int64), group, dur, sums_fit(dur))  # exact at any size
     low = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(low, group, dur)
     high = np.zeros(n, dtype=np.int64)

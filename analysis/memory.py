@@ -18,7 +18,20 @@ def device_properties(trace: Trace) -> list[dict[str, Any]]:
     props = header.get(key)
     if not isinstance(props, list):
         return []
-    return [entry if isinstance(entry, dict) else {} for entry in props]
+    return [_typed_device(entry) if isinstance(entry, dict) else {} for entry in props]
+
+
+def _typed_device(entry: dict[str, Any]) -> dict[str, Any]:
+    """The entry without an `id`, `name` or `totalGlobalMem` of the wrong type or range (the
+    load drops those with a warning; a header from elsewhere, such as a cache, may hold them)."""
+    fine = {
+        "id": lambda v: type(v) is str or (type(v) is int and abs(v) < 1 << 63),
+        "name": lambda v: type(v) is str,
+        "totalGlobalMem": lambda v: type(v) is int and 0 <= v < 1 << 63,
+    }
+    if all(check(entry[key]) for key, check in fine.items() if key in entry):
+        return entry
+    return {k: v for k, v in entry.items() if k not in fine or fine[k](v)}
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import numpy as np
 from kinetoscope.parser.model import NO_VALUE, MemoryEvents, Trace
 
 from .classify import Groups
+from .intervals import add_at, sums_fit
 from .memory import compute_memory
 from .nesting import Nesting
 from .units import us as _us
@@ -332,24 +333,26 @@ def _operator_memory(
     group_of_pos = groups.index[nesting.order]  # int32
     outer_all = np.flatnonzero(nesting.outermost)
 
+    # Byte counts near 2**63 are valid: their sums are then taken in Python integers.
+    fits = sums_fit(nbytes)
+
     def per_group(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
         out = np.zeros(n_groups, dtype=np.int64)
         pick = mask & (owner_pos >= 0)
-        np.add.at(out, group_of_pos[owner_pos[pick]], values[pick])
-        return out
+        return add_at(out, group_of_pos[owner_pos[pick]], values[pick], fits)
 
     def inclusive(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
         # Subtrees are contiguous position ranges, and outermost instances of one group never
         # nest, so summing over them counts each event once per group.
-        prefix = np.zeros(n_pos + 1, dtype=np.int64)
+        prefix = np.zeros(n_pos + 1, dtype=np.int64 if fits else object)
         pick = mask & (owner_pos >= 0)
-        np.add.at(prefix[1:], owner_pos[pick], values[pick])
+        picked = values[pick] if fits else values[pick].astype(object)
+        np.add.at(prefix[1:], owner_pos[pick], picked)
         np.cumsum(prefix, out=prefix)  # in place: one position-sized array, not three
         below = prefix[nesting.subtree_stop[outer_all]] - prefix[outer_all]
         del prefix
         out = np.zeros(n_groups, dtype=np.int64)
-        np.add.at(out, group_of_pos[outer_all], below)
-        return out
+        return add_at(out, group_of_pos[outer_all], below, fits)
 
     is_alloc = nbytes > 0
     is_free = nbytes < 0
@@ -517,7 +520,7 @@ def peak_fields(trace: Trace, nesting: Nesting, dev: DeviceMemory | None) -> dic
         "peak_step": trace.name_of(dev.peak_step) if dev.peak_step >= 0 else None,
         "unfreed_allocations": int(len(never)) if dev.allocations.addresses_known else None,
         "unfreed_bytes": (
-            int(dev.bytes[dev.allocations.event[never]].sum())
+            sum(dev.bytes[dev.allocations.event[never]].tolist())  # exact, even near 2**63
             if dev.allocations.addresses_known
             else None
         ),

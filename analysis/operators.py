@@ -8,6 +8,7 @@ import numpy as np
 from kinetoscope.parser.model import Trace
 
 from .classify import Groups
+from .intervals import add_at, cumulative, sums_fit
 from .links import Links
 from .nesting import Nesting
 
@@ -27,13 +28,16 @@ class OperatorTable:
         return len(self.count)
 
 
-def gpu_launched_per_position(nesting: Nesting, links: Links, trace: Trace) -> np.ndarray:
-    """Σ dur of the GPU activities linked to each CPU slice (by position in the nesting order)."""
+def gpu_launched_per_position(
+    nesting: Nesting, links: Links, trace: Trace, fits: bool = True
+) -> np.ndarray:
+    """Σ dur of the GPU activities linked to each CPU slice (by position in the nesting order).
+
+    int64, or Python integers unless `fits` (see intervals.sums_fit)."""
     launched = np.zeros(len(nesting.order), dtype=np.int64)
     linked = links.gpu_runtime >= 0
     runtime_pos = nesting.position[links.gpu_runtime[linked]]
-    np.add.at(launched, runtime_pos, trace.dur[links.gpu_rows[linked]])
-    return launched
+    return add_at(launched, runtime_pos, trace.dur[links.gpu_rows[linked]], fits)
 
 
 def compute_operators(
@@ -45,28 +49,33 @@ def compute_operators(
     group = groups.index[order]  # int32
     n_groups = len(groups)
 
+    # Every sum below adds each event's duration at most once: when all durations together fit
+    # in int64 (any real trace), so does each sum; otherwise they are summed as Python ints.
+    fits = sums_fit(trace.dur)
     count = np.bincount(group, minlength=n_groups).astype(np.int64)
-    excl = np.zeros(n_groups, dtype=np.int64)
-    np.add.at(excl, group, nesting.self_time)
-    incl = np.zeros(n_groups, dtype=np.int64)
+    excl = add_at(np.zeros(n_groups, dtype=np.int64), group, nesting.self_time, fits)
     outer_pos = np.flatnonzero(nesting.outermost)
-    np.add.at(incl, group[outer_pos], trace.dur[order[outer_pos]])
+    incl = add_at(
+        np.zeros(n_groups, dtype=np.int64), group[outer_pos], trace.dur[order[outer_pos]], fits
+    )
 
-    launched = gpu_launched_per_position(nesting, links, trace)
+    launched = gpu_launched_per_position(nesting, links, trace, fits)
     # gpu_self: the runtime call's parent is an instance of the group.
-    gpu_self = np.zeros(n_groups, dtype=np.int64)
     with_parent = np.flatnonzero(nesting.parent_pos >= 0)
-    np.add.at(gpu_self, group[nesting.parent_pos[with_parent]], launched[with_parent])
+    gpu_self = add_at(
+        np.zeros(n_groups, dtype=np.int64),
+        group[nesting.parent_pos[with_parent]],
+        launched[with_parent],
+        fits,
+    )
     del with_parent
     # gpu_total: strict descendants of outermost instances. Subtrees are contiguous ranges of
     # positions, and outermost instances of one group never nest, so each launch counts once.
-    prefix = np.zeros(len(launched) + 1, dtype=np.int64)
-    np.cumsum(launched, out=prefix[1:])
+    prefix = cumulative(launched, fits)
     del launched
     below = prefix[nesting.subtree_stop[outer_pos]] - prefix[outer_pos + 1]
     del prefix
-    gpu_total = np.zeros(n_groups, dtype=np.int64)
-    np.add.at(gpu_total, group[outer_pos], below)
+    gpu_total = add_at(np.zeros(n_groups, dtype=np.int64), group[outer_pos], below, fits)
     return OperatorTable(
         groups=groups, count=count, incl=incl, excl=excl, gpu_self=gpu_self, gpu_total=gpu_total
     )

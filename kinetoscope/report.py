@@ -36,17 +36,26 @@ def run_summary(
         trace = load(path, write_cache=False)
         release_workers()  # the analysis needs the memory more than an idle worker server
         release_heap()  # and the heap the decoding freed goes back to the system
+        events = trace.n_events
     except TraceError as exc:
         from kinetoscope.tui.safe_text import clean  # the message holds the file's name
 
         print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
         return 1
-    if as_json or output == "json":
-        emit(summary_json(build_summary(trace)) + "\n")
-        return 0
-    from kinetoscope.analysis import analyze
+    try:
+        if as_json or output == "json":
+            emit(summary_json(build_summary(trace)) + "\n")
+            return 0
+        from kinetoscope.analysis import analyze
 
-    sections = summary_tables(analyze(trace), build_summary(trace))
+        sections = summary_tables(analyze(trace), build_summary(trace))
+    except MemoryError:
+        from kinetoscope.parser.model import out_of_memory_message
+        from kinetoscope.tui.safe_text import clean
+
+        del trace  # what the analysis held is freed as the exception unwinds; now the model
+        print(f"kinetoscope: {clean(out_of_memory_message(path, events))}", file=sys.stderr)
+        return 1
     if output == "md":
         emit(markdown(sections))
     elif output == "tsv":

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from .convert import MEMORY_FIELDS, STRING_FLOW_BASE, RunColumns, convert_run
-from .events import Event
+from .events import Event, clean_header
 from .model import (
     KIND_KERNEL,
     KIND_MEMCPY,
@@ -67,6 +67,19 @@ def no_hugepage_advice() -> None:
         setter(False)
 
 
+NOTES = {
+    "out_of_range": "{} numbers beyond float range (such as 1e400) read as missing values",
+    "odd_shapes": "{} input shapes hold a number out of range, NaN, Infinity or null: no shape",
+    "far_times": "{} events have a time more than 2^62 ns (146 years) from 0: not placed",
+    "long_durations": "{} events end more than 2^62 ns (146 years) from 0: cut there",
+}
+
+
+def note_warnings(notes: dict[str, int]) -> list[str]:
+    """The load's warnings for the values it made missing or cut."""
+    return [NOTES[key].format(count) for key, count in notes.items() if count]
+
+
 def lane_key(value: Any) -> Any:
     """pid/tid as a dict key that keeps int 1 and str "1" apart."""
     return (type(value) is str, value)
@@ -98,6 +111,7 @@ class TraceBuilder:
         self.slice_start_min: int | None = None
         self.slice_end_max: int | None = None
         self.negative_durations = 0
+        self.notes: dict[str, int] = {}
         self.chunk_offset: list[int] = []
         self.chunk_length: list[int] = []
         self.chunk_first: list[int] = []
@@ -117,9 +131,11 @@ class TraceBuilder:
             self.lanes.append(Lane(id=lid, pid=pid, tid=tid))
         return lid
 
-    def add_events(self, events: list[Event], offset: int, length: int) -> None:
+    def add_events(
+        self, events: list[Event], offset: int, length: int, out_of_range: int = 0
+    ) -> None:
         """Convert and merge one run of decoded events found at [offset, offset + length)."""
-        self.add_run(convert_run(events), offset, length)
+        self.add_run(convert_run(events, out_of_range), offset, length)
 
     def add_run(self, run: RunColumns, offset: int, length: int) -> None:
         base = self.n_events
@@ -170,6 +186,8 @@ class TraceBuilder:
             if self.slice_end_max is None or run.slice_end_max > self.slice_end_max:
                 self.slice_end_max = run.slice_end_max
         self.negative_durations += run.negative_durations
+        for key, count in run.notes.items():
+            self.notes[key] = self.notes.get(key, 0) + count
 
     def _reserve(self, rows: int, run_bytes: int) -> None:
         """Make room for `rows` more rows."""
@@ -268,4 +286,6 @@ class TraceBuilder:
             trace.warnings.append(
                 f"{self.negative_durations} events have a negative duration (counted as 0)"
             )
+        trace.warnings.extend(clean_header(header))
+        trace.warnings.extend(note_warnings(self.notes))
         return trace

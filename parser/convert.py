@@ -26,6 +26,9 @@ STRING_FLOW_BASE = 1 << 62
 EXACT_FLOAT_US = 9.0e12
 # |µs| below this: x * 1000 ns fits in int64.
 MAX_US = 9.2e15
+# Times (start and end, ns) lie within ±TIME_LIMIT (about 146 years around 1970), so that the
+# difference of any two fits in int64: gaps, windows and spans never overflow.
+TIME_LIMIT = 1 << 62
 MEMORY_FIELDS = ("addr", "bytes", "total_allocated", "total_reserved", "device_type", "device_id")
 GPU_KINDS = (KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET)
 _EMPTY_I64 = np.zeros(0, np.int64)
@@ -59,6 +62,10 @@ class RunColumns:
     negative_durations: int
     memory: dict[str, list[int]] = field(default_factory=dict)  # lane is a local lane index
     metadata: list[tuple[str, Any, Any, Any]] = field(default_factory=list)
+    # Counts of values made missing or cut, for the load's warnings: "far_times" (a ts beyond
+    # ±TIME_LIMIT), "long_durations" (an end beyond it), "odd_shapes", "out_of_range" (numbers
+    # beyond float range, such as 1e400, read as missing).
+    notes: dict[str, int] = field(default_factory=dict)
 
 
 def _ns_column(values: list, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -130,8 +137,10 @@ def _int64_or_none(value: Any) -> int:
     return value if type(value) is int and INT64_MIN < value <= INT64_MAX else NO_VALUE
 
 
-def convert_run(events: list[Event]) -> RunColumns:
+def convert_run(events: list[Event], out_of_range: int = 0) -> RunColumns:
     """Convert the decoded events of one run (every element, in file order).
+
+    `out_of_range`: numbers beyond float range that decoding turned into missing values.
 
     Every pass over the events is one attribute fetch in a comprehension or a C-level `map`;
     per-event Python work is left to the rare cases (memory events, odd value types).
@@ -171,6 +180,10 @@ def convert_run(events: list[Event]) -> RunColumns:
         }
 
     starts, valid = _ns_column([e.ts for e in events], n)
+    far = valid & ((starts > TIME_LIMIT) | (starts <= -TIME_LIMIT))
+    far_times = int(np.count_nonzero(far))
+    if far_times:
+        valid &= ~far
     is_meta = codes == ord("M")
     rows = valid & ~is_meta
     metadata: list[tuple[str, Any, Any, Any]] = []
@@ -223,9 +236,10 @@ def convert_run(events: list[Event]) -> RunColumns:
     durs, dur_valid = _ns_column([e.dur or 0 for e in sub], m)
     negative = int(np.count_nonzero(durs < 0))
     dur = np.where(dur_valid & (durs > 0), durs, 0)
-    overflow = start > INT64_MAX - dur
-    if overflow.any():
-        dur[overflow] = INT64_MAX - start[overflow]
+    beyond = dur > TIME_LIMIT - start
+    long_durations = int(np.count_nonzero(beyond))
+    if long_durations:
+        dur[beyond] = TIME_LIMIT - start[beyond]
     row_cat = cat_all[index]
     args_list = [e.args for e in sub]
     if None in args_list:
@@ -234,11 +248,12 @@ def convert_run(events: list[Event]) -> RunColumns:
     corr = _int_only([a.correlation for a in args_list])
     ext = _int_only([a.external_id for a in args_list])
     stream = _int_only([a.stream for a in args_list])
-    shape = _shape_ids([a.input_dims for a in args_list], intern)
+    shape, odd_shapes = _shape_ids([a.input_dims for a in args_list], intern)
     old_dims = [a.input_dims_old for a in args_list]
     if old_dims.count(None) != m:  # traces before 2021 say "Input dims"
-        older = _shape_ids(old_dims, intern)
+        older, odd_older = _shape_ids(old_dims, intern)
         shape = np.where(shape >= 0, shape, older)
+        odd_shapes += odd_older
 
     kinds = np.array([category_kind(s) for s in strings], dtype=np.int8)
     row_x = ph_codes == ord("X")
@@ -298,6 +313,16 @@ def convert_run(events: list[Event]) -> RunColumns:
         negative_durations=negative,
         memory=memory,
         metadata=metadata,
+        notes={
+            key: count
+            for key, count in (
+                ("far_times", far_times),
+                ("long_durations", long_durations),
+                ("odd_shapes", odd_shapes),
+                ("out_of_range", out_of_range),
+            )
+            if count
+        },
     )
 
 
@@ -380,27 +405,46 @@ def _int_only(values: list) -> np.ndarray:
 _NOT_PLAIN_DIMS = bytes(range(256)).translate(None, b"0123456789[], \t\r\n")
 
 
-def _shape_ids(values: list, intern: Any) -> np.ndarray:
-    """String ids of the shapes' texts, -1 where there is none.
+ODD_SHAPE = -2
+
+
+def _shape_ids(values: list, intern: Any) -> tuple[np.ndarray, int]:
+    """String ids of the shapes' texts, -1 where there is none; and how many were odd.
 
     Decoded as Raw JSON, the few distinct shapes of a run are turned into text once each."""
     out = np.full(len(values), -1, dtype=np.int32)
     present = [j for j, value in enumerate(values) if value is not None]
     if not present:
-        return out
+        return out, 0
+    odd = 0
     if set(map(type, (values[j] for j in present))) == {msgspec.Raw}:
         raws = [bytes(values[j]) for j in present]
         ids = {}
         for raw in dict.fromkeys(raws):
-            text = _dims_text(raw)
+            try:
+                text = _dims_text(raw)
+            except OddShape:
+                ids[raw] = ODD_SHAPE
+                continue
             ids[raw] = intern(text) if text is not None else -1
         out[present] = np.fromiter(map(ids.__getitem__, raws), dtype=np.int32, count=len(raws))
-        return out
+        odd = int(np.count_nonzero(out == ODD_SHAPE))
+        if odd:
+            out[out == ODD_SHAPE] = -1
+        return out, odd
     for j in present:
-        text = _dims_text(values[j])
+        try:
+            text = _dims_text(values[j])
+        except OddShape:
+            odd += 1
+            continue
         if text is not None:
             out[j] = intern(text)
-    return out
+    return out, odd
+
+
+class OddShape(ValueError):
+    """An `Input Dims` value holding a number out of float range, NaN, Infinity or null."""
 
 
 def _dims_text(dims: Any) -> str | None:
@@ -408,20 +452,39 @@ def _dims_text(dims: Any) -> str | None:
     msgspec.Raw); lone surrogates in strings survive. None for a missing or null value.
 
     Raw JSON of lists of non-negative integers (nearly every shape) only loses its whitespace;
-    anything else is decoded and encoded compactly."""
+    anything else is decoded and encoded compactly. A shape holding a number that is not one
+    (`1e400`, NaN, Infinity, or null, which stands for them once repaired) raises OddShape:
+    it is no shape at all."""
     if type(dims) is msgspec.Raw or type(dims) is bytes:
         raw = bytes(dims)
         if raw == b"null":
             return None
         if len(raw.translate(None, _NOT_PLAIN_DIMS)) == len(raw):
             return raw.translate(None, b" \t\r\n").decode("ascii")
-        dims = msgspec.json.decode(raw)
+        try:
+            dims = msgspec.json.decode(raw)
+        except msgspec.DecodeError:  # "Number out of range"
+            raise OddShape from None
     if dims is None:
         return None
+    if not _plain_values(dims):
+        raise OddShape
     try:
         return msgspec.json.encode(dims).decode()
     except UnicodeEncodeError:
         return json.dumps(dims, ensure_ascii=False, separators=(",", ":"))
+
+
+def _plain_values(value: Any) -> bool:
+    """No null, NaN or Infinity anywhere in a decoded shape."""
+    kind = type(value)
+    if kind is list:
+        return all(map(_plain_values, value))
+    if kind is float:
+        return math.isfinite(value)
+    if kind is dict:
+        return all(map(_plain_values, value.values()))
+    return value is not None
 
 
 def _device(e: Event) -> int:

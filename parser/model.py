@@ -48,6 +48,30 @@ MEMORY_COLUMNS = (
     "device_id",
 )
 
+# Bytes of one row in the model: the columns above (ph and flow_bp 1, name, cat, lane and shape
+# 4, the other eight 8). The summary's analyses add their own per-event arrays (nesting order,
+# parents, self times, links, ...): the whole `summary` peaks at about SUMMARY_BYTES_PER_EVENT
+# (BENCHMARKS.md: 587 MB for 2.9 M events, interpreter included).
+MODEL_BYTES_PER_EVENT = 82
+SUMMARY_BYTES_PER_EVENT = 200
+
+
+def out_of_memory_message(path: str, events: int) -> str:
+    """One line for a load or an analysis that ran out of memory, with what it needs."""
+
+    def size(n: float) -> str:
+        return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+    if events <= 0:
+        return f"{path}: out of memory while loading (free memory, or raise the limit: ulimit -v)"
+    return (
+        f"{path}: out of memory: about {events:,} events need about "
+        f"{size(events * MODEL_BYTES_PER_EVENT)} for the model ({MODEL_BYTES_PER_EVENT} bytes "
+        f"per event) and {size(events * SUMMARY_BYTES_PER_EVENT)} for a summary; free memory, "
+        "or raise the limit (ulimit -v)"
+    )
+
+
 # Lowercased categories with a meaning in the spec.
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
 MEMCPY_CATEGORIES = frozenset({"gpu_memcpy", "memcpy"})

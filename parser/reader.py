@@ -26,18 +26,32 @@ from .convert import RunColumns, convert_run
 from .events import (
     ANY_DECODER,
     EVENTS_DECODER,
+    Repair,
+    decode_events,
     event_from_object,
     is_truncated,
     lenient_loads,
     trailing_at,
 )
-from .model import Source, Trace
-from .source import READ_BLOCK, SourceState, TraceError, iter_blocks, open_source
+from .model import Source, Trace, out_of_memory_message
+from .source import (
+    READ_BLOCK,
+    FileChanged,
+    FileIdentity,
+    SourceState,
+    TraceError,
+    is_regular_file,
+    iter_blocks,
+    open_identical,
+    open_source,
+    same_file,
+)
 
 RUN_BYTES = 4 << 20  # target size of one decoded run of events
 _CUT = re.compile(rb"\}\s*,")
 _NEXT_EVENT = re.compile(rb"\}\s*,\s*\{")
 _WS = b" \t\r\n"
+_NOT_WS = re.compile(rb"[^ \t\r\n]")  # finds the end of a run of whitespace at C speed
 _SCALAR = re.compile(rb'"(?:[^"\\]|\\.)*"|[^\s,:{}\[\]"]+', re.DOTALL)
 MAX_CUT_TRIES = 8
 
@@ -81,13 +95,16 @@ class _Buffer:
         self.eof = False
 
     def skip_ws(self) -> int | None:
-        """Skip whitespace; return the next byte (without consuming it), or None at the end."""
+        """Skip whitespace; return the next byte (without consuming it), or None at the end.
+
+        Whitespace is dropped block by block as it is skipped, so gigabytes of it cost time at
+        memory speed and no memory."""
         while True:
             data, pos = self.data, self.pos
             n = len(data)
-            while pos < n and data[pos] in _WS:
-                pos += 1
-            self.pos = pos
+            if pos < n and data[pos] not in _WS:
+                return data[pos]
+            pos = self.pos = next_non_ws(data, pos)
             if pos < n:
                 return data[pos]
             if not self.fill(1):
@@ -96,6 +113,35 @@ class _Buffer:
     @property
     def offset(self) -> int:
         return self.base + self.pos
+
+
+WS_PROBE = 4096
+WS_SCAN = 1 << 16  # small steps: their temporaries stay in the CPU's cache
+
+
+def next_non_ws(data: bytes, pos: int) -> int:
+    """Index of the first byte at or after `pos` that is not JSON whitespace (len(data): none).
+
+    A few bytes of whitespace (indentation) are found by a regular expression; a long run
+    (a whitespace bomb) in vectorised steps, at about a gigabyte per second."""
+    end = len(data)
+    found = _NOT_WS.search(data, pos, min(end, pos + WS_PROBE))
+    if found is not None:
+        return found.start()
+    pos = min(end, pos + WS_PROBE)
+    while pos < end:
+        count = min(end - pos, WS_SCAN)
+        scan = np.frombuffer(data, np.uint8, count, pos)
+        # Bytes above the space are never whitespace; below it only tab, newline, return are.
+        stop = int((scan > 32).argmax()) if scan.max() > 32 else count
+        low = scan[:stop]
+        blank = (low == 32) | (low == 10) | (low == 13) | (low == 9)
+        if not blank.all():
+            return pos + int((~blank).argmax())
+        if stop < count:
+            return pos + stop
+        pos += count
+    return end
 
 
 class _Stop(Exception):
@@ -120,6 +166,8 @@ def default_workers() -> int:
 
 def workers_for(state: SourceState, workers: int | None) -> int:
     """How many decoding processes to use for this file (1: decode in this process)."""
+    if state.stream:
+        return 1  # a pipe is read once, in order, by this process
     if workers is not None:
         return workers
     threshold = PARALLEL_MIN_GZIP if state.compressed else PARALLEL_MIN_PLAIN
@@ -146,8 +194,14 @@ def prepare_workers(path: str) -> None:
     for them have no usable file descriptors.
     """
     try:
-        if workers_for(open_source(path), None) <= 1:
-            return
+        if not is_regular_file(path):
+            return  # a pipe is read in one process; opening it here would take its first bytes
+        state = open_source(path)
+        try:
+            if workers_for(state, None) <= 1:
+                return
+        finally:
+            state.close()
         from . import cache
 
         if cache.has_entry(path):
@@ -191,12 +245,33 @@ def release_workers() -> None:
 
 
 def read_trace(path: str, progress: Progress | None = None, workers: int | None = None) -> Trace:
+    seen = [0, 0, 0]  # the last progress: bytes done, bytes in all, events
+
+    def track(done: int, total: int, events: int) -> None:
+        seen[:] = done, total, events
+        if progress is not None:
+            progress(done, total, events)
+
     with gc_paused():
-        return _read_trace(path, progress, workers)
+        try:
+            return _read_trace(path, track, workers)
+        except MemoryError:
+            # One line that says what the load needs, estimated from the events read so far.
+            done, total, events = seen
+            estimate = events * max(total, done) // done if done else 0
+            raise TraceError(out_of_memory_message(path, estimate)) from None
 
 
 def _read_trace(path: str, progress: Progress | None, workers: int | None) -> Trace:
+    # Opened once: every byte of the load, the workers' included, comes from this open file.
     state = open_source(path)
+    try:
+        return _read_source(state, progress, workers)
+    finally:
+        state.close()
+
+
+def _read_source(state: SourceState, progress: Progress | None, workers: int | None) -> Trace:
     workers = workers_for(state, workers)
     if workers <= 1:
         return _read(state, iter_blocks(state), progress)
@@ -218,8 +293,8 @@ def _read_trace(path: str, progress: Progress | None, workers: int | None) -> Tr
             trace.workers = workers
             return trace
     except BrokenProcessPool:
-        # A worker died: read again in this process alone.
-        state = open_source(path)
+        # A worker died: read again (the same open file) in this process alone.
+        state.restart()
         return _read(state, iter_blocks(state), progress)
 
 
@@ -314,10 +389,22 @@ def _read(
     elif state.truncated_stream and complete:
         complete = False
         warnings.append("the gzip stream ends early (no end marker)")
+    if state.modified():
+        # Written to while it was read: what was read may mix the old and the new contents.
+        raise TraceError(
+            f"{state.path}: the file changed while it was being read (is it still being "
+            "written?); load it again when it is complete"
+        )
+    if state.replaced():
+        warnings.append(
+            "the file was replaced on disk while it loaded: this is the file as it was "
+            "when the load began"
+        )
+    size = state.bytes_read if state.stream else state.size
     if progress is not None:
-        progress(state.size, state.size, builder.n_events)
+        progress(size, size, builder.n_events)
     source = Source(
-        path=state.path, bytes=state.size, compressed=state.compressed, mtime_ns=state.mtime_ns
+        path=state.path, bytes=size, compressed=state.compressed, mtime_ns=state.mtime_ns
     )
     trace = builder.finish(source, header)
     trace.complete = complete
@@ -353,8 +440,10 @@ class _Reader:
         self.events_started = False
         self.last_good = 0  # uncompressed offset just after the last complete event
         self.dropped = 0
+        self.stray_bytes = 0  # bytes skipped to get past brackets out of place
         self.pool: Any = None
         self.workers = 1
+        self._nothing_to_repair = -1  # offset of a run that failed to decode and had no defects
 
     # -- the top-level object ----------------------------------------------------------------
 
@@ -449,6 +538,8 @@ class _Reader:
                 raise _Stop(self._cut_off_message())
             if c == ord("]"):
                 buf.pos += 1
+                if self._stray_bracket():
+                    continue
                 self.last_good = buf.offset
                 return
             if c == ord(","):  # stray separator (e.g. a trailing comma before `]`)
@@ -458,6 +549,29 @@ class _Reader:
             if self._decode_run():
                 return
             self._report()
+
+    def _stray_bracket(self) -> bool:
+        """Is the `]` just read a bracket out of place, not the end of the events array?
+
+        It is when an event follows it (`]{` or `],{`), which the JSON after the array's end
+        never holds. Then it is skipped (with a warning) and the events go on; else the read
+        position is left after the `]` (or after the `,` that follows it, where that is no
+        longer in the buffer)."""
+        buf = self.buf
+        at = buf.offset - 1
+        c = buf.skip_ws()
+        comma = None
+        if c == ord(","):
+            comma = buf.offset
+            buf.pos += 1
+            c = buf.skip_ws()
+        if c == ord("{"):
+            self.dropped += 1
+            self._warn_stray(at, 1, "a stray `]`")
+            return True
+        if comma is not None and comma >= buf.base:
+            buf.pos = comma - buf.base  # the `,` belongs to what follows the array
+        return False
 
     def _read_events_parallel(self) -> None:
         """Hand runs to worker processes and merge their columns in file order.
@@ -524,44 +638,48 @@ class _Reader:
         run, hands over to the serial path from that run's start (reading from there).
         """
         buf = self.buf
-        path, size = self.state.path, self.state.size
+        state = self.state
+        identity = state.identity
+        if identity is None or state.fd is None:
+            return
+        size = state.size
         position = buf.offset
         pending: deque[tuple[Any, int, int]] = deque()
         limit = 2 * self.workers + 1
         failed_at: int | None = None
-        with open(path, "rb") as handle:
-            while position + RUN_BYTES < size:
-                window_start = position + RUN_BYTES - CUT_WINDOW
-                handle.seek(window_start)
-                window = handle.read(CUT_WINDOW)
-                matches = list(_NEXT_EVENT.finditer(window))
-                if not matches:
-                    break
-                cut = window_start + matches[-1].start()
-                length = cut + 1 - position
-                pending.append(
-                    (self.pool.submit(decode_file_run, path, position, length), position, length)
-                )
-                position = window_start + matches[-1].end() - 1
-                while pending and (len(pending) >= limit or pending[0][0].done()):
-                    failed_at = self._merge_oldest_by_offset(pending)
-                    if failed_at is not None:
-                        break
+        while position + RUN_BYTES < size:
+            window_start = position + RUN_BYTES - CUT_WINDOW
+            window = os.pread(state.fd, CUT_WINDOW, window_start)
+            matches = list(_NEXT_EVENT.finditer(window))
+            if not matches:
+                break
+            cut = window_start + matches[-1].start()
+            length = cut + 1 - position
+            pending.append(
+                (self.pool.submit(decode_file_run, identity, position, length), position, length)
+            )
+            position = window_start + matches[-1].end() - 1
+            while pending and (len(pending) >= limit or pending[0][0].done()):
+                failed_at = self._merge_oldest_by_offset(pending)
                 if failed_at is not None:
                     break
-            while pending and failed_at is None:
-                failed_at = self._merge_oldest_by_offset(pending)
+            if failed_at is not None:
+                break
+        while pending and failed_at is None:
+            failed_at = self._merge_oldest_by_offset(pending)
         resume = failed_at if failed_at is not None else position
         for later in pending:
             later[0].cancel()
         if resume != buf.offset:
-            buf.restart_at(resume, _plain_blocks_from(path, resume, self.state))
+            buf.restart_at(resume, _plain_blocks_from(state, resume))
 
     def _merge_oldest_by_offset(self, pending: deque) -> int | None:
         """Merge the oldest run; on failure return its offset (where the serial path resumes)."""
         future, offset, length = pending.popleft()
         run = future.result()
-        if run is None:
+        if run is None or isinstance(run, str):
+            # Undecodable, or (FILE_CHANGED) the worker did not find the file as it was opened:
+            # this process reads on from its own open file, and says at the end what changed.
             return offset
         self.builder.add_run(run, offset, length)
         self.last_good = offset + length
@@ -605,6 +723,8 @@ class _Reader:
         end = len(data)
         cuts = self._cut_candidates(data, pos, end)
         if not cuts and not buf.eof:
+            if self._before_blank_tail(pos, end):
+                return False
             buf.fill((end - pos) * 2)  # one event larger than a run: read more
             return False
         tried = 0
@@ -621,6 +741,20 @@ class _Reader:
             if outcome is not None:
                 return outcome
         return self._salvage(pos, end)
+
+    def _before_blank_tail(self, pos: int, end: int) -> bool:
+        """Events followed by a long run of whitespace that fills the rest of the buffer: decode
+        them now, so that the whitespace is skipped block by block, not held in memory until
+        the next separator (memory stays bounded by the events, not by the bytes between them).
+        False (nothing done) when the buffer does not end so, or what precedes is not events."""
+        data = self.buf.data
+        if end - pos <= WS_PROBE or data[end - WS_PROBE : end].strip(_WS):
+            return False
+        last = pos + len(data[pos:end].rstrip(_WS))
+        if last == pos:
+            self.buf.pos = end
+            return True
+        return self._try_run(pos, last) is not None
 
     def _cut_candidates(self, data: bytes, pos: int, end: int) -> list[int]:
         """Positions of `}` followed by `,`, latest first (the closing brace's index)."""
@@ -650,7 +784,8 @@ class _Reader:
         except msgspec.DecodeError as exc:
             at = trailing_at(exc)
             if at is None:
-                return None
+                # A cut inside a string (truncated), or defects of old Kineto traces: repair.
+                return None if is_truncated(exc) else self._repaired_run(pos, stop, last)
             # The events array closed inside the run: cut at its closing bracket.
             close = at - 1
             while close > 0 and text[close] in _WS:
@@ -680,8 +815,7 @@ class _Reader:
         buf = self.buf
         data = buf.data
         n = len(data)
-        while at < n and data[at] in _WS:
-            at += 1
+        at = next_non_ws(data, at)
         if at < n and data[at] == ord(","):
             at += 1
         buf.pos = at
@@ -695,7 +829,7 @@ class _Reader:
         try:
             objects = ANY_DECODER.decode(text)
         except msgspec.DecodeError:
-            return None
+            return self._repaired_run(pos, stop, last)
         if last:
             stop = data.rfind(b"]", pos, stop)
             closed_at = stop
@@ -706,9 +840,44 @@ class _Reader:
             self._step_over_separator(stop)
         return False
 
-    def _accept(self, events: list, pos: int, stop: int) -> None:
+    def _repaired_run(self, pos: int, stop: int, last: bool) -> bool | None:
+        """A run with defects of old Kineto traces (NaN, raw control characters, 1e400, ...):
+        repaired and decoded in one go (`decode_events`), at about the cost of a clean run.
+        None when it does not decode even so (the caller tries another cut, then salvages)."""
+        data = self.buf.data
+        if self.buf.base + pos == self._nothing_to_repair:
+            return None  # a shorter cut of a run that had nothing to repair has nothing either
+        repair = Repair()
+        text = b"[" + data[pos:stop] + (b"" if last else b"]")
+        events, closed_early = decode_events(text, repair)
+        if events is None and repair.tried and not repair.changed:
+            self._nothing_to_repair = self.buf.base + pos
+        if events is None and (closed_early or last):
+            # The events array ends inside the run: decode up to its closing bracket.
+            _starts, _ends, closed = split_elements(data[pos:stop], 0)
+            if closed is None or data[pos + closed] != ord("]"):
+                return None
+            closing = pos + closed
+            events, _closed = decode_events(b"[" + data[pos:closing] + b"]", repair)
+            if events is None:
+                return None
+            self._accept(events, pos, closing, repair.out_of_range)
+            self.buf.pos = closing  # read_events sees the bracket and returns
+            return False
+        if events is None:
+            return None
+        if last:
+            closing = data.rfind(b"]", pos, stop)
+            self._accept(events, pos, closing, repair.out_of_range)
+            self.buf.pos = closing
+            return False
+        self._accept(events, pos, stop, repair.out_of_range)
+        self._step_over_separator(stop)
+        return False
+
+    def _accept(self, events: list, pos: int, stop: int, out_of_range: int = 0) -> None:
         buf = self.buf
-        self.builder.add_events(events, buf.base + pos, stop - pos)
+        self.builder.add_events(events, buf.base + pos, stop - pos, out_of_range)
         self.last_good = buf.base + stop
 
     def _salvage(self, pos: int, end: int) -> bool:
@@ -717,7 +886,15 @@ class _Reader:
         data = buf.data
         at_eof = buf.eof
         starts, ends, closed = split_elements(data[pos:end], 0, include_tail=at_eof)
-        if not starts and closed is None and not at_eof:
+        resync = resync_point(data[pos:end])
+        if resync is not None and closed is not None and closed < resync[0]:
+            resync = None  # a stray closing bracket comes first
+        if resync is not None:
+            # An event whose brackets do not close: it ends where the next event starts.
+            end = pos + resync[0]
+            starts, ends, closed = split_elements(data[pos:end], 0, include_tail=True)
+            at_eof = False
+        if not starts and closed is None and not at_eof and resync is None:
             buf.fill((end - pos) * 2)  # no whole event yet: read more
             return False
         for index, (start, stop) in enumerate(zip(starts, ends)):
@@ -728,6 +905,13 @@ class _Reader:
                 if at_eof and closed is None and index == len(starts) - 1:
                     break  # the event the file stopped in
                 self.dropped += 1
+                if resync is not None and index == len(starts) - 1:
+                    self._warn_stray(
+                        buf.base + pos + start,
+                        end - pos - start,
+                        "an event with a bracket out of place",
+                    )
+                    continue
                 self._warn_dropped(buf.base + pos + start)
                 continue
             self.builder.add_events([event_from_object(obj)], buf.base + pos + start, stop - start)
@@ -736,14 +920,28 @@ class _Reader:
             if data[pos + closed] != ord("]"):
                 # A stray `}` where the array's `]` would be: step over it, or this loops.
                 self.dropped += 1
-                self._warn_dropped(buf.base + pos + closed)
+                self._warn_stray(buf.base + pos + closed, 1, "a stray `}`")
                 closed += 1
             buf.pos = pos + closed
+            return False
+        if resync is not None:
+            buf.pos = pos + resync[1]
             return False
         if at_eof:
             raise _Stop(self._cut_off_message())
         self._step_over_separator(pos + ends[-1])
         return False
+
+    def _warn_stray(self, offset: int, length: int, what: str) -> None:
+        """A bracket out of place (counted in `dropped`): what was skipped, and where."""
+        self.stray_bytes += length
+        if self.dropped <= 5:
+            self.warnings.append(
+                f"skipped {length} byte{'s' if length != 1 else ''} at byte {offset} "
+                f"({what}); reading went on at the next event"
+            )
+        elif self.dropped == 6:
+            self.warnings.append("skipped more malformed events (only the first 5 are listed)")
 
     def _warn_dropped(self, offset: int) -> None:
         if self.dropped <= 5:
@@ -755,25 +953,58 @@ class _Reader:
 CUT_WINDOW = 1 << 16
 
 
-def _plain_blocks_from(path: str, offset: int, state: SourceState) -> Iterator[bytes]:
-    with open(path, "rb") as handle:
-        handle.seek(offset)
-        while block := handle.read(READ_BLOCK):
-            state.bytes_read = max(state.bytes_read, handle.tell())
-            yield block
+def _plain_blocks_from(state: SourceState, offset: int) -> Iterator[bytes]:
+    """The plain file's bytes from `offset` on, read from the load's open file."""
+    assert state.fd is not None
+    while block := os.pread(state.fd, READ_BLOCK, offset):
+        offset += len(block)
+        state.bytes_read = max(state.bytes_read, offset)
+        yield block
 
 
-def decode_file_run(path: str, offset: int, length: int) -> RunColumns | None:
-    """Worker side: read one run of whole events from a plain file, decode and convert it."""
-    # Read straight between the brackets that make it a JSON array: no copy to add them.
-    array = bytearray(length + 2)
-    array[0], array[-1] = ord("["), ord("]")
-    with open(path, "rb") as handle:
-        handle.seek(offset)
-        got = handle.readinto(memoryview(array)[1:-1])
+FILE_CHANGED = "file changed"  # a worker's answer when the file is not the one the load opened
+
+
+def decode_file_run(identity: FileIdentity, offset: int, length: int) -> RunColumns | str | None:
+    """Worker side: read one run of whole events from a plain file, decode and convert it.
+
+    The file is the loading process's open file (see `open_identical`), checked again after
+    the read: FILE_CHANGED if it is not that file, as it was when the load opened it."""
+    try:
+        fd = open_identical(identity)
+    except FileChanged:
+        return FILE_CHANGED
+    except OSError:
+        return None  # the serial path reads this run from the load's own open file
+    try:
+        # Read straight between the brackets that make it a JSON array: no copy to add them.
+        array = bytearray(length + 2)
+        array[0], array[-1] = ord("["), ord("]")
+        got = _read_into(fd, memoryview(array)[1:-1], offset)
+        unchanged = same_file(fd, identity)
+    finally:
+        os.close(fd)
+    if not unchanged:
+        return FILE_CHANGED
     if got != length:
-        return None  # the file changed under us: let the serial path decide
+        return None
     return decode_array(array)
+
+
+def _read_into(fd: int, view: memoryview, offset: int) -> int:
+    """Fill `view` from the file at `offset`; the number of bytes read (fewer at its end)."""
+    got = 0
+    while got < len(view):
+        if hasattr(os, "preadv"):
+            step = os.preadv(fd, [view[got:]], offset + got)
+        else:
+            piece = os.pread(fd, len(view) - got, offset + got)
+            view[got : got + len(piece)] = piece
+            step = len(piece)
+        if step <= 0:
+            break
+        got += step
+    return got
 
 
 class _SharedBlocks:
@@ -857,16 +1088,11 @@ def decode_array(text: bytes | bytearray | memoryview) -> RunColumns | None:
 
 
 def _decode_array(text: bytes | bytearray | memoryview) -> RunColumns | None:
-    try:
-        events = EVENTS_DECODER.decode(text)
-    except msgspec.ValidationError:
-        try:
-            events = [event_from_object(o) for o in ANY_DECODER.decode(text)]
-        except msgspec.DecodeError:
-            return None
-    except msgspec.DecodeError:
+    repair = Repair()
+    events, _closed_early = decode_events(text, repair)
+    if events is None:
         return None
-    return convert_run(events)
+    return convert_run(events, repair.out_of_range)
 
 
 def split_elements(
@@ -878,29 +1104,10 @@ def split_elements(
     array's closing bracket when it is in `view`. Vectorised with numpy; used where the decoder
     cannot cut a region itself (malformed or cut-off data), so it favours exactness over speed.
     """
-    raw = np.frombuffer(view, dtype=np.uint8)
-    n = len(raw)
+    n = len(view)
     if n == 0:
         return [], [], None
-    quote = np.flatnonzero(raw == ord('"'))
-    if len(quote):
-        # A quote is escaped when an odd number of backslashes precede it.
-        escaped = np.zeros(len(quote), dtype=bool)
-        backslash = raw == ord("\\")
-        if backslash.any():
-            for i, q in enumerate(quote.tolist()):
-                k = q - 1
-                while k >= 0 and backslash[k]:
-                    k -= 1
-                escaped[i] = (q - 1 - k) % 2 == 1
-        quote = quote[~escaped]
-    toggles = np.zeros(n + 1, dtype=np.int8)
-    toggles[quote] = 1
-    in_string = (np.cumsum(toggles[:n]) % 2).astype(bool)
-    # A quote that opens a string is inside it; the closing one is counted outside: fine for braces.
-    opens = ((raw == ord("{")) | (raw == ord("["))) & ~in_string
-    closes = ((raw == ord("}")) | (raw == ord("]"))) & ~in_string
-    depth = np.cumsum(opens.astype(np.int32) - closes.astype(np.int32)) + base_depth
+    raw, in_string, closes, depth = _structure(view, base_depth)
     starts: list[int] = []
     ends: list[int] = []
     if top_level_value:
@@ -929,3 +1136,53 @@ def split_elements(
         starts.append(a + 1 + lead)
         ends.append(a + 1 + lead + len(stripped))
     return starts, ends, closed
+
+
+# Where an event starts: `{` and one of the keys events hold (Kineto writes "ph" first).
+_EVENT_START = re.compile(rb',\s*(\{)\s*"(?:ph|name|cat|pid|tid|ts|dur|args|id|s|tts|bp)"\s*:')
+
+
+def resync_point(view: bytes) -> tuple[int, int] | None:
+    """Where the events go on after a bracket out of place inside one event, or None.
+
+    `view` starts at an event. Between events, a `,` is at depth 0 of the array; at depth 1 it
+    is inside an event, where a key must follow it, never a `{`. So an event start (`,{"ph":`)
+    found at depth 1 means that an opening bracket in the event before it was never closed:
+    a structural scan would take the rest of the file for that event. Returns the indexes of
+    that `,` (the damaged event ends before it) and of the `{` (the next event's start)."""
+    candidates = [(m.start(), m.start(1)) for m in _EVENT_START.finditer(view)]
+    if not candidates:
+        return None
+    _raw, in_string, _closes, depth = _structure(view, 0)
+    commas = np.array([comma for comma, _brace in candidates], dtype=np.int64)
+    deeper = np.flatnonzero((depth[commas] == 1) & ~in_string[commas])
+    if not len(deeper):
+        return None
+    return candidates[int(deeper[0])]
+
+
+def _structure(view: bytes, base_depth: int) -> tuple[np.ndarray, ...]:
+    """The bytes, which of them are inside strings, which close a bracket, and the depth of
+    nesting after each (string- and escape-aware, vectorised)."""
+    raw = np.frombuffer(view, dtype=np.uint8)
+    n = len(raw)
+    quote = np.flatnonzero(raw == ord('"'))
+    if len(quote):
+        # A quote is escaped when an odd number of backslashes precede it.
+        escaped = np.zeros(len(quote), dtype=bool)
+        backslash = raw == ord("\\")
+        if backslash.any():
+            for i, q in enumerate(quote.tolist()):
+                k = q - 1
+                while k >= 0 and backslash[k]:
+                    k -= 1
+                escaped[i] = (q - 1 - k) % 2 == 1
+        quote = quote[~escaped]
+    toggles = np.zeros(n + 1, dtype=np.int8)
+    toggles[quote] = 1
+    in_string = (np.cumsum(toggles[:n]) % 2).astype(bool)
+    # A quote that opens a string is inside it; the closing one is counted outside: fine for braces.
+    opens = ((raw == ord("{")) | (raw == ord("["))) & ~in_string
+    closes = ((raw == ord("}")) | (raw == ord("]"))) & ~in_string
+    depth = np.cumsum(opens.astype(np.int32) - closes.astype(np.int32)) + base_depth
+    return raw, in_string, closes, depth

@@ -153,7 +153,12 @@ def test_odd_scalars_in_the_header_do_not_lose_the_events():
     assert trace.complete and trace.n_events == 1 and len(trace) == 1
     assert trace.header["displayTimeUnit"] == "ms\ufffd\ufffd\ufffd"
     assert trace.header["traceName"] == 'x"\ufffd'
-    assert trace.warnings == []
+    # NaN and -Infinity are no values of those keys: dropped, each with a warning.
+    assert "distributedInfo" not in trace.header and "baseTimeNanoseconds" not in trace.header
+    assert trace.warnings == [
+        "ignored the header value distributedInfo (not a finite number)",
+        "ignored the header value baseTimeNanoseconds (not a finite number)",
+    ]
     check_analysis(trace)
 
 

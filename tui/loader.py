@@ -84,6 +84,7 @@ class TraceLoad:
         # Imported here, by this thread: the analysis modules load while the workers decode.
         from . import viewdata
 
+        trace = None
         try:
             # The model cache is written after the first frame, not before it.
             trace = load(self.path, progress=self._progress, write_cache=False)
@@ -99,6 +100,13 @@ class TraceLoad:
             return
         except OSError as error:
             self._fail(f"{self.path}: {error.strerror or error}")
+            return
+        except MemoryError:  # laying out the view (a load's own says so as a TraceError)
+            from kinetoscope.parser.model import out_of_memory_message
+
+            events = trace.n_events if trace is not None else 0
+            trace = None  # frees the model before anything else is made
+            self._fail(out_of_memory_message(self.path, events))
             return
         except Exception as error:  # a trace we cannot handle still gets the error screen
             self._fail(f"{self.path}: could not be shown ({type(error).__name__}: {error})")
