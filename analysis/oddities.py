@@ -106,7 +106,9 @@ def duplicate_correlations(trace: Trace, runtime: np.ndarray) -> np.ndarray:
 def before_window(trace: Trace, kind: np.ndarray) -> np.ndarray:
     """Slices that start before the profiler's own window span (category `Trace`) begins."""
     is_trace = np.fromiter(
-        (s.lower() == "trace" for s in trace.strings), dtype=bool, count=len(trace.strings)
+        (len(s) == 5 and s.lower() == "trace" for s in trace.strings),
+        dtype=bool,
+        count=len(trace.strings),
     )
     window_rows = np.flatnonzero((kind == KIND_NOT_CPU) & is_trace[trace.cat])
     if not len(window_rows):

@@ -9,6 +9,7 @@ import numpy as np
 from kinetoscope.parser.model import KIND_KERNEL, Trace
 
 from .intervals import Union
+from .names import SCAN_LIMIT
 
 STEP_NAME = re.compile(r"ProfilerStep#[0-9]+")
 DATALOADER_PREFIX = "enumerate(DataLoader)"
@@ -22,8 +23,13 @@ COLLECTIVE_NAME = re.compile(
 
 
 def names_matching(trace: Trace, test) -> np.ndarray:  # type: ignore[no-untyped-def]
-    """Boolean per string id: does the string pass `test`."""
-    return np.fromiter((bool(test(s)) for s in trace.strings), dtype=bool, count=len(trace.strings))
+    """Boolean per string id: does the string pass `test` (on its first SCAN_LIMIT characters:
+    a name of megabytes costs what a long one does)."""
+    return np.fromiter(
+        (bool(test(s if len(s) <= SCAN_LIMIT else s[:SCAN_LIMIT])) for s in trace.strings),
+        dtype=bool,
+        count=len(trace.strings),
+    )
 
 
 @dataclass(frozen=True)

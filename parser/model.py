@@ -90,7 +90,7 @@ KIND_NOT_CPU = 5  # gpu_user_annotation, cuda_sync, trace: neither GPU activity 
 
 def category_kind(cat: str) -> int:
     """Classify a category string as the spec does (case-insensitive)."""
-    low = cat.lower()
+    low = cat[:64].lower()  # longer strings are no known category (and may be megabytes)
     if low == "kernel":
         return KIND_KERNEL
     if low in MEMCPY_CATEGORIES:

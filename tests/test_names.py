@@ -341,3 +341,112 @@ def test_tables_give_names_the_spare_width(write_trace, size):
     # Numbers (after the name and category columns) are never cut.
     numbers = op_widths[0] + op_widths[1] + 2
     assert not any("…" in line[numbers:] for line in op_lines), op_lines
+
+
+def _one_event_trace(event: dict) -> dict:
+    base = {"ph": "X", "cat": "cpu_op", "pid": 1, "tid": 1, "dur": 50}
+    events = [{**base, "name": f"aten::op{i}", "ts": 100 * i} for i in range(20)]
+    events.append({**base, **event, "ts": 5})
+    return {"traceEvents": events}
+
+
+async def _key_times(path, name: str, keys: tuple[str, ...]) -> tuple[list[float], str]:
+    """Select the event called `name` and wait for its args to be read back and shown, then
+    press `keys`: the seconds the selection and each key took to be answered (the screen
+    redrawn), and the details pane's text."""
+    from kinetoscope.tui.app import KinetoscopeApp
+    from kinetoscope.tui.details import DetailsPane
+    from kinetoscope.tui.screens import TraceScreen
+
+    app = KinetoscopeApp(str(path))
+    async with app.run_test(size=(120, 40)) as pilot:
+        while not isinstance(app.screen, TraceScreen):
+            await pilot.pause(0.05)
+        await pilot.pause()
+        screen = app.screen
+        trace = screen.data.trace
+        row = next(r for r in range(len(trace)) if trace.name_of(r).startswith(name[:50]))
+        start = time.perf_counter()
+        screen.timeline.select(row)
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        times = [time.perf_counter() - start]
+        for key in keys:
+            start = time.perf_counter()
+            await pilot.press(key)
+            await pilot.pause()
+            times.append(time.perf_counter() - start)
+        details = screen.query_one(DetailsPane)
+        return times, str(details.body.render())
+
+
+def _baseline_key_time(write_trace) -> float:
+    import asyncio
+
+    path = write_trace(_one_event_trace({"name": "plain", "args": {"a": 1}}), name="plain.json")
+    times, _ = asyncio.run(_key_times(path, "plain", ("w", "s", "w", "s")))
+    return sorted(times[1:])[len(times[1:]) // 2]
+
+
+def _answered_in_time(times: list[float], baseline: float) -> None:
+    """Selecting the event (its args read back from the file) takes well under a second;
+    a key is answered within 100 ms of what it takes with an ordinary event (the median: the
+    machine running the tests may be busy with other work now and then)."""
+    assert times[0] < 1.0, times
+    keys = sorted(times[1:])
+    assert keys[len(keys) // 2] < baseline + 0.1, (times, baseline)
+    assert keys[-1] < baseline + 0.5, (times, baseline)
+
+
+@pytest.mark.slow
+def test_an_event_with_300000_args_keeps_the_keys_answered(write_trace):
+    """The details pane shows the first args and a count of the rest: a key is answered as
+    fast as with an ordinary event (within 100 ms more than Pilot's own round trip)."""
+    import asyncio
+
+    args = {f"key{i}": i for i in range(300_000)}
+    args["nested"] = {"list": list(range(100_000))}
+    path = write_trace(_one_event_trace({"name": "many_args", "args": args}))
+    baseline = _baseline_key_time(write_trace)
+    times, details = asyncio.run(_key_times(path, "many_args", ("w", "s", "w", "s")))
+    assert "more args" in details and "299,801 more args" in details, details[-300:]
+    assert len(details) < 100_000
+    _answered_in_time(times, baseline)
+
+
+@pytest.mark.slow
+def test_a_50_mb_name_keeps_the_keys_answered(write_trace):
+    import asyncio
+
+    name = "中" * (50_000_000 // 3)
+    path = write_trace(_one_event_trace({"name": name, "dur": 2000}))
+    baseline = _baseline_key_time(write_trace)
+    times, details = asyncio.run(_key_times(path, name, ("w", "s", "w", "s", "right")))
+    assert "more characters" in details or "…" in details
+    assert len(details) < 100_000
+    _answered_in_time(times, baseline)
+
+
+@pytest.mark.slow
+def test_a_50_mb_name_costs_the_summary_little(write_trace):
+    """The summary's analysis and tables of a trace with one 50 MB name take about what they
+    take without it (name tests look at a name's start only; the tables cut names first)."""
+    from kinetoscope.analysis.summary import build_summary
+    from kinetoscope.parser import loads
+    from kinetoscope.report import summary_tables
+
+    def analysis_seconds(name: str) -> tuple[float, dict]:
+        import json
+
+        from kinetoscope.analysis import analyze
+
+        trace = loads(json.dumps(_one_event_trace({"name": name, "dur": 2000})).encode())
+        start = time.perf_counter()
+        document = build_summary(trace)
+        summary_tables(analyze(trace), document)
+        return time.perf_counter() - start, document
+
+    plain, _ = analysis_seconds("plain")
+    huge, document = analysis_seconds("中" * (50_000_000 // 3))
+    assert document["operators"], document
+    assert huge < plain + 0.5, (huge, plain)

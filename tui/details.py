@@ -16,13 +16,14 @@ from textual import work
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from .safe_text import clean, shorten
+from .safe_text import bounded_args, clean, shorten
 from .timefmt import fmt_duration
 from .viewdata import GPU_KINDS, ViewData
 
 MAX_ARG_CHARS = 240
 MAX_NAME_CHARS = 320  # a few lines of a C++ template name; longer ones are elided
 MAX_LIST = 12
+MAX_ARGS = 200  # args shown; the rest are counted
 KEY_STYLE = "bold #8b919a"
 NOTHING_SELECTED = (
     "Nothing selected: ←/→ walk events, g jumps to a GPU idle gap.\n"
@@ -176,12 +177,13 @@ def describe_event(data: ViewData, row: int, event: dict[str, Any] | None, loadi
             text.append(" (none)\n")
         else:
             text.append("\n")
-            for key, value in args.items():
-                if key == "Call stack":
-                    continue
-                rendered = value if isinstance(value, str) else _compact(value)
-                text.append(f"  {shorten(str(key), 40)}: ", KEY_STYLE)
+            # Only what can be shown is looked at (an event may hold 300,000 args).
+            shown, more = bounded_args(args, MAX_ARGS, MAX_ARG_CHARS, skip=("Call stack",))
+            for key, rendered in shown:
+                text.append(f"  {shorten(key, 40)}: ", KEY_STYLE)
                 text.append(shorten(rendered, MAX_ARG_CHARS) + "\n")
+            if more:
+                text.append(f"  … {more:,} more args\n", "dim")
     return text
 
 

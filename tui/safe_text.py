@@ -204,3 +204,74 @@ def cells_of(text: str, width: int) -> list[str]:
         if size == 2:
             out.append("")
     return out[:width]
+
+
+class _Full(Exception):
+    """The text being written reached its limit."""
+
+
+def bounded_json(value: object, limit: int) -> str:
+    """`value` as compact JSON, written only up to about `limit` characters (then `…`): a list
+    of millions of numbers costs what its first few do."""
+    parts: list[str] = []
+    size = 0
+
+    def put(text: str) -> None:
+        nonlocal size
+        parts.append(text)
+        size += len(text)
+        if size > limit:
+            raise _Full
+
+    def write(item: object) -> None:
+        if isinstance(item, dict):
+            put("{")
+            for i, (key, inner) in enumerate(item.items()):
+                put(("," if i else "") + _json_scalar(str(key), limit) + ":")
+                write(inner)
+            put("}")
+        elif isinstance(item, (list, tuple)):
+            put("[")
+            for i, inner in enumerate(item):
+                if i:
+                    put(",")
+                write(inner)
+            put("]")
+        else:
+            put(_json_scalar(item, limit))
+
+    try:
+        write(value)
+    except _Full:
+        return "".join(parts)[:limit] + ELLIPSIS
+    return "".join(parts)
+
+
+def _json_scalar(item: object, limit: int) -> str:
+    import json
+
+    if isinstance(item, str) and len(item) > limit:
+        item = item[:limit]  # cut before it is escaped: the whole would never show
+    try:
+        return json.dumps(item, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return repr(item)[:limit]
+
+
+def bounded_args(
+    args: dict, max_items: int, max_chars: int, skip: tuple[str, ...] = ()
+) -> tuple[list[tuple[str, str]], int]:
+    """The first `max_items` args of an event as (key, value text), each value at most about
+    `max_chars` characters (strings as they are, other values as compact JSON), and how many
+    args were left out. Only what is shown is ever looked at."""
+    shown: list[tuple[str, str]] = []
+    left = len(args) - sum(1 for key in skip if key in args)
+    for key, value in args.items():
+        if key in skip:
+            continue
+        if len(shown) == max_items:
+            break
+        left -= 1
+        text = value[: max_chars + 1] if isinstance(value, str) else bounded_json(value, max_chars)
+        shown.append((str(key)[: max_chars + 1], text))
+    return shown, left
