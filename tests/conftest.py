@@ -47,15 +47,17 @@ def pytest_generate_tests(metafunc):
 
 @pytest.fixture(autouse=True)
 def no_color(request, monkeypatch):
-    """NO_COLOR=1 for the NO_COLOR run of an `also_no_color` test. Textual reads it when an App
-    is created (and then draws every frame through its monochrome filter), so setting it before
-    the test body makes the app built there honour it. Snapshots are pinned in colour: they run
-    without it whatever the environment says."""
-    if getattr(request, "param", False):
+    """NO_COLOR=1 for the NO_COLOR run of an `also_no_color` test, and not for its colour run.
+    Textual reads it when an App is created (and then draws every frame through its monochrome
+    filter), so setting it before the test body makes the app built there honour it. Snapshots
+    are pinned in colour: they run without it whatever the environment says; other tests run
+    as the environment says (`NO_COLOR=1 pytest` runs them all without colour)."""
+    param = getattr(request, "param", None)
+    if param:
         monkeypatch.setenv("NO_COLOR", "1")
-    elif "snap_compare" in request.fixturenames:
+    elif param is not None or "snap_compare" in request.fixturenames:
         monkeypatch.delenv("NO_COLOR", raising=False)
-    return getattr(request, "param", False)
+    return bool(param)
 
 
 @pytest.fixture
