@@ -18,6 +18,7 @@ from kinetoscope.tui.screens import GapListScreen, HelpScreen, LoadingScreen, Tr
 from kinetoscope.tui.sync_view import SyncScreen
 from kinetoscope.tui.timefmt import fmt_tick, tick_step
 from kinetoscope.tui.timeline import Timeline
+from kinetoscope.tui.viewdata import ViewData
 from rich.color import Color
 from test_memory_ops import known_trace as memory_trace
 from test_sync import known_trace as sync_trace
@@ -460,3 +461,33 @@ async def test_help_lists_the_new_keys(trace_path):
         for key in ("home", "end", "P", "{", "}"):
             assert key in keys, key
         assert "python" in keys["P"].lower()
+
+
+@pytest.mark.deferred_levels
+async def test_P_waits_for_the_nesting_then_hides_the_python_frames(write_trace, monkeypatch):
+    release = threading.Event()
+    original = ViewData.complete_levels
+
+    def held(self):
+        if threading.current_thread() is not threading.main_thread():
+            release.wait(20)
+        original(self)
+
+    monkeypatch.setattr(ViewData, "complete_levels", held)
+    app = KinetoscopeApp(str(write_trace(deep_python_trace(), name="deep.json")))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for_screen(pilot, TraceScreen)
+        timeline = app.screen.query_one(Timeline)
+        data = timeline.data
+        assert not data.complete
+        await pilot.press("P")
+        assert not data.hide_python
+        assert "Still nesting" in [n.message for n in app._notifications][-1]
+        release.set()
+        for _ in range(500):
+            if data.complete:
+                break
+            await pilot.pause(0.02)
+        await pilot.pause(0.1)
+        await pilot.press("P")
+        assert data.hide_python
