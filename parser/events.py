@@ -249,8 +249,10 @@ def decode_events(text: bytes, repair: Repair | None = None) -> tuple[list[Event
             error = exc
         if trailing_at(error) is not None:
             return None, True
-        if is_truncated(error):
-            return None, False  # a cut inside a string, or a lone surrogate: not for a repair
+        if is_truncated(error) or "surrogate" in str(error):
+            # A cut inside a string, or a lone surrogate (`"\\ud800"`), which msgspec cannot
+            # hold in a str: the run is decoded by Python's json module as a whole.
+            return _decode_with_surrogates(text), False
         out_of_range = "out of range" in str(error)
         if repaired and (numbers or not out_of_range):
             return None, False
@@ -263,6 +265,30 @@ def decode_events(text: bytes, repair: Repair | None = None) -> tuple[list[Event
         if fixed is None:
             return None, False
         text, repaired, numbers = fixed, True, out_of_range
+
+
+_SURROGATE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+
+
+def may_hold_surrogates(data: bytes, start: int, stop: int) -> bool:
+    """Does data[start:stop] spell a surrogate escape (lone or paired)?"""
+    return _SURROGATE.search(data, start, stop) is not None
+
+
+def _decode_with_surrogates(text: Any) -> list[Event] | None:
+    """The events of a run holding lone surrogate escapes, as `lenient_loads` reads them, in
+    one call for the whole run; None for any other run."""
+    if not isinstance(text, bytes):
+        text = bytes(text)
+    if _SURROGATE.search(text) is None:
+        return None
+    try:
+        objects = lenient_loads(text)
+    except ValueError:
+        return None
+    if not isinstance(objects, list):
+        return None
+    return [event_from_object(o) for o in objects]
 
 
 def _number(value: Any) -> int | float | None:

@@ -31,6 +31,7 @@ from .events import (
     event_from_object,
     is_truncated,
     lenient_loads,
+    may_hold_surrogates,
     trailing_at,
 )
 from .model import Source, Trace, out_of_memory_message
@@ -389,6 +390,8 @@ def _read(
     elif state.truncated_stream and complete:
         complete = False
         warnings.append("the gzip stream ends early (no end marker)")
+    if reader.dropped > 5:
+        warnings.append(f"skipped {reader.dropped} malformed events or stray brackets in all")
     if state.modified():
         # Written to while it was read: what was read may mix the old and the new contents.
         raise TraceError(
@@ -784,8 +787,11 @@ class _Reader:
         except msgspec.DecodeError as exc:
             at = trailing_at(exc)
             if at is None:
-                # A cut inside a string (truncated), or defects of old Kineto traces: repair.
-                return None if is_truncated(exc) else self._repaired_run(pos, stop, last)
+                # Defects of old Kineto traces: repair. (Truncated: a cut inside a string,
+                # or lone surrogates, which only the repair's json path reads.)
+                if is_truncated(exc) and not may_hold_surrogates(data, pos, stop):
+                    return None
+                return self._repaired_run(pos, stop, last)
             # The events array closed inside the run: cut at its closing bracket.
             close = at - 1
             while close > 0 and text[close] in _WS:

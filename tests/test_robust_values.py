@@ -17,7 +17,7 @@ import pytest
 from fuzz.harness import check_analysis, check_report
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kinetoscope.parser import NO_VALUE, loads, reader
+from kinetoscope.parser import NO_VALUE, builder, loads, reader
 from kinetoscope.parser.builder import COLUMNS, DTYPES
 from kinetoscope.parser.events import repair_json
 from kinetoscope.parser.model import MEMORY_COLUMNS, MODEL_BYTES_PER_EVENT, ROW_COLUMNS
@@ -324,6 +324,26 @@ def test_running_out_of_memory_is_one_line_not_a_traceback(tmp_path):
     assert "bytes per event" in lines[0] and "events need" in lines[0]
 
 
+@pytest.mark.parametrize("where", ["load", "view"])
+def test_the_viewer_says_out_of_memory_in_one_line(where, write_trace, monkeypatch):
+    pytest.importorskip("textual")
+    from kinetoscope.tui import loader, viewdata
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError
+
+    if where == "load":
+        monkeypatch.setattr(builder, "convert_run", no_memory)  # where the rows are made
+    else:
+        monkeypatch.setattr(viewdata, "build_view_data", no_memory)
+    path = write_trace(f"[{_op('a', 1)}, {_op('b', 2)}]")
+    load = loader.TraceLoad(str(path))
+    assert load.done.wait(60)
+    assert load.data is None and load.error is not None
+    assert "out of memory" in load.error and "\n" not in load.error
+    assert "could not be shown" not in load.error
+
+
 # -- 5. damaged runs are repaired whole, as the salvage would read them -----------------------
 
 DEFECTS = [
@@ -342,6 +362,8 @@ DEFECTS = [
     (b'"name": "', b'"name": "caf\xc3\xa9 \xed\xa0\x80'),
     (b'"extra": 0', b'"extra": "a\\"NaN, \\\\"'),  # escaped quotes around a NaN in a string
     (b'"name": "', b'"name": "N/A NaN Infinity'),  # the words inside a string stay
+    (b'"name": "', b'"name": "lone \\ud800 '),  # which msgspec cannot hold in a str
+    (b'"extra": 0', b'"extra": "\\udcff", "ts2": NaN'),
 ]
 
 
