@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import threading
 
+import numpy as np
 import pytest
 from kinetoscope.tui import loader as loader_module
 from kinetoscope.tui.app import KinetoscopeApp
@@ -97,16 +98,19 @@ async def test_cursor_and_peak_marks_on_the_memory_ruler_never_hide_a_tick_label
         screen = await wait_for_screen(pilot, MemoryScreen)
         chart = screen.query_one(MemoryChart)
         peak = int(chart.device.ts[chart.device.peak]) - chart.data.origin
-        step = tick_step(chart.ns_per_cell)
+        widest = chart.data.span / chart.cells_width
         marks_on_labels = 0
-        # Slide the view a cell at a time over one tick step: the peak's mark and the cursor
-        # (kept on the peak's next cell) pass over every character of a label.
-        for shift in range(int(step / chart.ns_per_cell) + 2):
-            chart.view_start = peak - 20 * chart.ns_per_cell - shift * chart.ns_per_cell
+        # Zoom by small steps: the peak's mark and the cursor (kept on the peak's next cell)
+        # fall on every character of a label at one scale or another.
+        for per_cell in np.linspace(widest / 8, widest, 200):
+            chart.ns_per_cell = float(per_cell)
+            chart.view_start = peak - 40 * chart.ns_per_cell
             chart.cursor_time = peak + int(chart.ns_per_cell)
+            if not chart.view_start <= peak < chart.view_end:
+                continue
             ruler = chart.render_line(0).text[chart.label_width + 1 :]
             for label in ruler_labels(chart):
-                assert label in ruler, (shift, label)
+                assert label in ruler, (per_cell, label)
             column = chart.column_of(peak)
             marks_on_labels += "◆" not in ruler[column : column + 1]
         assert marks_on_labels  # the peak did fall on a label
