@@ -8,7 +8,7 @@ from typing import ClassVar
 from textual.app import App
 from textual.binding import Binding, BindingType
 
-from .drilldown import ScreenActions, drilldown_key_help
+from .drilldown import ScreenActions, key_help_for
 from .loader import TraceLoad
 from .screens import ErrorScreen, HelpScreen, LoadingScreen, TraceScreen
 from .timeline import Timeline
@@ -108,18 +108,7 @@ class KinetoscopeApp(App[int]):
         self.push_screen(HelpScreen(self.key_help()))
 
     def key_help(self) -> list[tuple[str, str]]:
-        """(keys, description) for every binding of the timeline, the trace screen and the app."""
-        groups: dict[str, tuple[list[str], str]] = {}
-        sources = (Timeline.BINDINGS, TraceScreen.BINDINGS, self.BINDINGS)
-        for bindings in sources:
-            for binding in bindings:
-                if not isinstance(binding, Binding):
-                    continue
-                for key in binding.key.split(","):
-                    shown = self.get_key_display(Binding(key.strip(), binding.action))
-                    text = binding.tooltip or binding.description
-                    keys, _ = groups.setdefault(binding.action, ([], text))
-                    if shown not in keys:
-                        keys.append(shown)
-        rows = [(" ".join(keys), description) for keys, description in groups.values()]
-        return rows + drilldown_key_help(self)
+        """(keys, description) of every screen, a heading row each: the screen `?` was pressed
+        on first (its keys may mean something else elsewhere, as `[` and `]` do), then the
+        keys of the app."""
+        return key_help_for(self, self.screen)

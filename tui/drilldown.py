@@ -432,6 +432,83 @@ def drilldown_key_help(app: Any) -> list[tuple[str, str]]:
     return rows
 
 
+def viewer_help_sections() -> list[tuple[str, type, list[BindingType]]]:
+    """(title, screen class, bindings) of every screen of the viewer: the timeline, the
+    drill-down tables, the memory view and the sync view."""
+    from .findings import FindingsScreen
+    from .kernels import KernelDetailScreen, KernelsScreen
+    from .memory_view import MemoryChart, MemoryScreen
+    from .operators import OperatorDetailScreen, OperatorsScreen
+    from .overview import OverviewScreen
+    from .screens import TraceScreen
+    from .search import SearchScreen
+    from .sync_view import SyncScreen
+    from .table import TableScreen
+    from .timeline import Timeline
+
+    rows_keys: list[BindingType] = [
+        Binding("up,down,pageup,pagedown", "table_move", "Move in the table below"),
+        Binding("tab", "focus_next", "Between the curve and the table"),
+    ]
+    memory = [
+        *MemoryChart.BINDINGS,
+        *MemoryScreen.BINDINGS,
+        *rows_keys,
+        Binding("enter", "table_choose", "(in the table) Go to that operator on the timeline"),
+    ]
+    sync = [
+        *SyncScreen.BINDINGS,
+        Binding("up,down,pageup,pagedown,home,end", "table_move", "Move in the table"),
+        Binding(
+            "enter", "table_choose", "Show the call on the timeline, and the GPU idle after it"
+        ),
+    ]
+    by_title = {title: bindings for title, bindings in drilldown_help_sections()}
+    classes = {
+        "Operators (o)": OperatorsScreen,
+        "Operator details": OperatorDetailScreen,
+        "Kernels (k)": KernelsScreen,
+        "Kernel details": KernelDetailScreen,
+        "Findings (t)": FindingsScreen,
+        "Overview (v)": OverviewScreen,
+        "Search (/)": SearchScreen,
+        "Any table": TableScreen,
+    }
+    return [
+        ("Timeline", TraceScreen, [*Timeline.BINDINGS, *TraceScreen.BINDINGS]),
+        *((title, classes[title], bindings) for title, bindings in by_title.items()),
+        ("Memory (p)", MemoryScreen, memory),
+        ("Sync (b)", SyncScreen, sync),
+    ]
+
+
+def key_help_for(app: Any, front: Any) -> list[tuple[str, str]]:
+    """Help rows, a heading row per screen: the keys of the screen `?` was pressed on first
+    (marked "this screen"), then the app's own, then every other screen's."""
+    sections = viewer_help_sections()
+    # The most specific section for the screen in front (a table screen also has "Any table").
+    mine = [i for i, (_, kind, _) in enumerate(sections) if type(front) is kind]
+    if not mine:
+        mine = [i for i, (_, kind, _) in enumerate(sections) if isinstance(front, kind)]
+    order = [*mine[:1], *(i for i in range(len(sections)) if i not in mine[:1])]
+    rows: list[tuple[str, str]] = []
+    taken: set[str] = set()
+    if mine:
+        title, _, bindings = sections[mine[0]]
+        rows.append((f"── {title} · this screen", ""))
+        rows.extend(binding_rows(app, bindings))
+        # The app's keys below leave out those this screen gives another meaning (q: back).
+        taken = {k.strip() for b in bindings if isinstance(b, Binding) for k in b.key.split(",")}
+    rows.append(("── Everywhere", ""))
+    own = [b for b in app.BINDINGS if isinstance(b, Binding) and b.key not in taken]
+    rows.extend(binding_rows(app, own))
+    for index in order[1:] if mine else order:
+        title, _, bindings = sections[index]
+        rows.append((f"── {title}", ""))
+        rows.extend(binding_rows(app, bindings))
+    return rows
+
+
 class ScreenActions(Provider):
     """Command palette: every described binding of the screen in front, by its description."""
 

@@ -203,11 +203,33 @@ class MemoryChart(Widget, can_focus=True):
         self.ns_per_cell = max(span / self.cells_width, MIN_NS_PER_CELL)
         self.view_start = (start + end) / 2 - self.cells_width * self.ns_per_cell / 2
 
+    # The view stays on the trace: it starts at 0 when the whole trace fits, and never shows
+    # time before the trace's start or after its end (the curve has nothing there).
+
+    def _span(self) -> float:
+        return float(max(self.data.span, 1))
+
+    def validate_ns_per_cell(self, value: float) -> float:
+        largest = max(MIN_NS_PER_CELL, self._span() / self.cells_width)
+        return min(max(value, MIN_NS_PER_CELL), largest)
+
+    def validate_view_start(self, value: float) -> float:
+        room = self._span() - self.cells_width * self.ns_per_cell
+        return float(min(max(value, 0.0), max(room, 0.0)))
+
+    def validate_cursor_time(self, value: int) -> int:
+        return int(min(max(value, 0), self.data.span))
+
     def watch_view_start(self) -> None:
         self.refresh()
 
     def watch_ns_per_cell(self) -> None:
+        self.view_start = self.view_start  # clamped again for the new scale
         self.refresh()
+
+    def on_resize(self) -> None:
+        self.ns_per_cell = self.ns_per_cell
+        self.view_start = self.view_start
 
     def watch_cursor_time(self, when: int) -> None:
         self.refresh()
@@ -365,9 +387,9 @@ class MemoryChart(Widget, can_focus=True):
         self.view_start = anchor - column * self.ns_per_cell
 
     def action_pan(self, direction: int) -> None:
-        shift = direction * self.cells_width * self.ns_per_cell * PAN_FRACTION
-        self.view_start += shift
-        self.cursor_time = int(self.cursor_time + shift)
+        before = self.view_start
+        self.view_start += direction * self.cells_width * self.ns_per_cell * PAN_FRACTION
+        self.cursor_time = int(self.cursor_time + self.view_start - before)
 
     def action_fit_all(self) -> None:
         self.ns_per_cell = max(MIN_NS_PER_CELL, self.data.span / max(self.cells_width - 1, 1))

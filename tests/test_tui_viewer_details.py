@@ -1,0 +1,149 @@
+"""Viewer details (issue 13): the memory view's axis never runs before the trace, `?` describes
+the keys of the screen it is pressed on (memory, sync), table durations use one format, and
+counts agree with their nouns."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kinetoscope.tui.app import KinetoscopeApp
+from kinetoscope.tui.memory_view import MemoryChart, MemoryScreen
+from kinetoscope.tui.screens import HelpScreen, TraceScreen
+from kinetoscope.tui.sync_view import SyncScreen
+from kinetoscope.tui.timeline import Timeline
+
+SIZE = (100, 30)
+
+
+async def settle(pilot, kind, timeout: float = 15.0):
+    deadline = time.monotonic() + timeout
+    while not isinstance(pilot.app.screen, kind):
+        assert time.monotonic() < deadline, f"{kind.__name__} never came: {pilot.app.screen!r}"
+        await pilot.pause(0.02)
+    await pilot.pause()
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+    return pilot.app.screen
+
+
+def cpu_memory_trace(seconds: float = 3.0, n: int = 30) -> dict:
+    """CPU operators and CPU-only [memory] events over a few seconds (no GPU at all)."""
+    events = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}}]
+    step = int(seconds * 1e6 / n)
+    for i in range(n):
+        ts = i * step
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::empty",
+                "pid": 1,
+                "tid": 1,
+                "ts": ts,
+                "dur": step // 2,
+            }
+        )
+        events.append(
+            {
+                "ph": "i",
+                "s": "t",
+                "cat": "cpu_instant_event",
+                "name": "[memory]",
+                "pid": 1,
+                "tid": 1,
+                "ts": ts + 10,
+                "args": {
+                    "Device Type": 0,
+                    "Device Id": -1,
+                    "Addr": 1000 + i,
+                    "Bytes": 4096 * (i + 1),
+                    "Total Allocated": 4096 * (i + 1),
+                    "Total Reserved": 0,
+                },
+            }
+        )
+    return {"traceEvents": events}
+
+
+async def test_memory_axis_starts_at_the_trace_start_when_zoomed_out(write_trace):
+    path = write_trace(cpu_memory_trace())
+    app = KinetoscopeApp(str(path))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await settle(pilot, TraceScreen)
+        timeline = screen.query_one(Timeline)
+        for _ in range(6):
+            await pilot.press("s")  # zoomed out past the trace: the timeline centres it
+        await pilot.pause()
+        memory = None
+        for key in ("p", "s", "s", "a", "a", "a", "0", "left", "d", "d", "d", "d"):
+            if memory is None:
+                await pilot.press(key)
+                memory = await settle(pilot, MemoryScreen)
+            else:
+                await pilot.press(key)
+                await pilot.pause()
+            chart = memory.query_one(MemoryChart)
+            ruler = chart.render_line(0).text.split("│", 1)[1]
+            assert chart.view_start >= 0, (key, chart.view_start)
+            assert "-" not in ruler, (key, ruler)
+            assert chart.view_start < timeline.data.span, key
+
+
+def first_section(rows: list[tuple[str, str]]) -> tuple[str, dict[str, str]]:
+    """The heading and (keys -> text) of the first section of the help."""
+    assert rows[0][0].startswith("── ")
+    keys: dict[str, str] = {}
+    for key, text in rows[1:]:
+        if key.startswith("── "):
+            break
+        keys[key] = str(text)
+    return rows[0][0], keys
+
+
+@pytest.fixture
+def sync_path(write_trace):
+    from test_sync import known_trace
+
+    return str(write_trace(known_trace(), name="sync.json"))
+
+
+async def test_help_describes_the_memory_screen_keys_there(write_trace):
+    app = KinetoscopeApp(str(write_trace(cpu_memory_trace())))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, TraceScreen)
+        await pilot.press("question_mark")
+        help_screen = await settle(pilot, HelpScreen)
+        heading, keys = first_section(help_screen.bindings)
+        assert heading == "── Timeline · this screen"
+        assert "Follow flow" in keys["]"] and "Memory" in keys["p"]
+        await pilot.press("escape")
+        await pilot.press("p")
+        await settle(pilot, MemoryScreen)
+        await pilot.press("question_mark")
+        help_screen = await settle(pilot, HelpScreen)
+        heading, keys = first_section(help_screen.bindings)
+        assert heading == "── Memory (p) · this screen"
+        assert keys["["] == "Previous memory event" and keys["]"] == "Next memory event"
+        assert "peak" in keys["p"] and "Device" in keys["c"] or "device" in keys["c"]
+        assert "never-freed" in keys["v"] and "Zoom in" in keys["w +"]
+        assert not any("flow" in text.lower() for text in keys.values())
+        # The app's own keys come next; every other screen's after, under its heading.
+        headings = [key for key, _ in help_screen.bindings if key.startswith("── ")]
+        assert headings[1] == "── Everywhere" and "── Timeline" in headings
+        assert "── Sync (b)" in headings
+
+
+async def test_help_describes_the_sync_screen_keys_there(sync_path):
+    app = KinetoscopeApp(sync_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, TraceScreen)
+        await pilot.press("b")
+        await settle(pilot, SyncScreen)
+        await pilot.press("question_mark")
+        help_screen = await settle(pilot, HelpScreen)
+        heading, keys = first_section(help_screen.bindings)
+        assert heading == "── Sync (b) · this screen"
+        assert "call site" in keys["v"] and "Back" in keys["esc q"]
+        assert "q" not in dict(help_screen.bindings[: len(keys) + 4])  # q is Back here, not Quit
+        assert any("timeline" in text for text in keys.values())
