@@ -198,13 +198,16 @@ class TraceBuilder:
         if not self.columns and self.expected_bytes and rows and run_bytes > 0:
             # Rows per byte of this run, over the whole file, with a wide margin: runs differ
             # (the first often holds larger events), and unwritten capacity costs no memory.
-            estimate = int(rows / run_bytes * self.expected_bytes * 2.5) + 4096
+            rows_in_file = rows / run_bytes * self.expected_bytes
             # No row takes less than 16 bytes of JSON.
-            estimate = min(estimate, self.expected_bytes // 16 + 4096)
+            most = self.expected_bytes // 16 + 4096
+            estimates = [min(int(rows_in_file * f) + 4096, most) for f in (2.5, 1.1)]
         else:
-            estimate = capacity + capacity // 2
-        # An estimate too large to map even unwritten falls back to what is needed.
-        for capacity in (max(need, estimate, 4096), need):
+            estimates = [capacity + capacity // 2, capacity + capacity // 8]
+        # An estimate too large to map even unwritten (a capped address space: ulimit -v) falls
+        # back to a tighter one, then to what is needed.
+        tries = dict.fromkeys([*(max(need, e, 4096) for e in estimates), need])
+        for capacity in tries:
             try:
                 for column in COLUMNS:
                     array = np.empty(capacity, dtype=DTYPES.get(column, np.int64))
