@@ -106,7 +106,7 @@ async def test_memory_view_table_devices_and_never_freed(memory_path):
         assert table.row_count == 1
         assert [str(c) for c in table.get_row_at(0)][:3] == [
             fmt_bytes(2000),
-            "+90 µs",
+            "+90.000 µs",  # table durations: three decimals (tui/timefmt.fmt_table_time)
             "ProfilerStep#1",
         ]
 
@@ -153,9 +153,10 @@ async def test_sync_view_lists_worst_first_and_jumps(sync_path):
         table = screen.query_one(DataTable)
         assert table.row_count == 6
         rows = [[str(c) for c in table.get_row_at(i)] for i in range(6)]
-        assert [r[2] for r in rows] == ["170 µs", "75 µs", "70 µs", "50 µs", "40 µs", "2 µs"]
+        blocked = ["170.000 µs", "75.000 µs", "70.000 µs", "50.000 µs", "40.000 µs", "2.000 µs"]
+        assert [r[2] for r in rows] == blocked
         # GPU idle the call caused: 5 µs while it ran, 322 µs after it returned.
-        assert rows[0][5] == "aten::item" and rows[0][6] == "327 µs"
+        assert rows[0][5] == "aten::item" and rows[0][6] == "327.000 µs"
         assert rows[3][5] == "explicit" and rows[4][5] == "print(tensor)"
         assert "train.py(10): step" in rows[0][7]
         detail = text_of(screen, "#sync-detail")
@@ -170,7 +171,7 @@ async def test_sync_view_lists_worst_first_and_jumps(sync_path):
             "cudaStreamSynchronize",
             "aten::item",
             "2",
-            "240 µs",
+            "240.000 µs",
         ]
         await pilot.press("v", "enter")
         trace_screen = await settle(pilot, TraceScreen)

@@ -147,3 +147,53 @@ async def test_help_describes_the_sync_screen_keys_there(sync_path):
         assert "call site" in keys["v"] and "Back" in keys["esc q"]
         assert "q" not in dict(help_screen.bindings[: len(keys) + 4])  # q is Back here, not Quit
         assert any("timeline" in text for text in keys.values())
+
+
+def test_table_durations_have_fixed_decimals_and_aligned_units():
+    from kinetoscope.tui.timefmt import fmt_table_time, plural
+
+    cells = [fmt_table_time(v) for v in (3_393_000_000, 845_123_000, 3_391_350_000, 12_000, 7)]
+    assert cells == ["3.393 s ", "845.123 ms", "3.391 s ", "12.000 µs", "7 ns"]
+    # Right-aligned in a column, the units (and the decimal points of the same width) line up.
+    assert {len(c) - c.index(" ") for c in cells[:4]} == {3}
+    assert fmt_table_time(4_000_000_000_000) == "4,000.0 s "
+    assert plural(1, "step") == "1 step" and plural(2, "step") == "2 steps"
+    assert plural(1_000, "row") == "1,000 rows" and plural(0, "call") == "0 calls"
+
+
+async def test_one_of_a_kind_is_singular(write_trace):
+    from kinetoscope.tui.operators import OperatorsScreen
+    from kinetoscope.tui.overview import OverviewScreen
+
+    events = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 100,
+        },
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 50},
+    ]
+    app = KinetoscopeApp(str(write_trace({"traceEvents": events})))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(pilot, TraceScreen)
+        header = str(app.screen._title())
+        assert "2 events" in header and "1 lane " in header
+        await pilot.press("o")
+        screen = await settle(pilot, OperatorsScreen)
+        await pilot.press("slash")
+        for key in "aten":
+            await pilot.press(key)
+        await pilot.press("enter")
+        await pilot.pause()
+        title = str(screen.query_one("#table-title").render())
+        assert "1 of 2 rows" in title, title
+        detail = str(screen.query_one("#table-detail").render())
+        assert "1 call ·" in detail, detail
+        await pilot.press("escape", "escape", "v")
+        overview = await settle(pilot, OverviewScreen)
+        title = str(overview.query_one("#table-title").render())
+        assert "1 step" in title and "1 steps" not in title and "· 1 row" in title, title

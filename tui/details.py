@@ -183,7 +183,7 @@ def describe_event(data: ViewData, row: int, event: dict[str, Any] | None, loadi
                 text.append(f"  {shorten(key, 40)}: ", KEY_STYLE)
                 text.append(shorten(rendered, MAX_ARG_CHARS) + "\n")
             if more:
-                text.append(f"  … {more:,} more args\n", "dim")
+                text.append(f"  … {more:,} more {'arg' if more == 1 else 'args'}\n", "dim")
     return text
 
 

@@ -44,7 +44,7 @@ from .drilldown import analysis_for
 from .render import PLAIN
 from .safe_text import fit, fit_name
 from .table import Column
-from .timefmt import fmt_duration, fmt_tick, tick_step
+from .timefmt import fmt_duration, fmt_tick, tick_step, time_cell
 from .viewdata import ViewData
 
 ZOOM_FACTOR = 2.0
@@ -603,12 +603,17 @@ class MemoryScreen(Screen[TimelineTarget | None]):
             peak = int(ops.peak_live[g])
             table.add_row(
                 Text(fit_name(trace.strings[int(groups.name[g])], 44)),
-                f"{int(ops.allocations[g]):,}",
-                fmt_bytes(int(ops.allocated[g])),
-                fmt_bytes(int(ops.self_net[g]), signed=True),
-                fmt_bytes(int(ops.incl_net[g]), signed=True),
-                fmt_bytes(peak) if peak != NO_VALUE else "-",
-                fmt_bytes(int(ops.unfreed_bytes[g])) if ops.unfreed[g] else "",
+                *(
+                    Text(cell, justify="right")
+                    for cell in (
+                        f"{int(ops.allocations[g]):,}",
+                        fmt_bytes(int(ops.allocated[g])),
+                        fmt_bytes(int(ops.self_net[g]), signed=True),
+                        fmt_bytes(int(ops.incl_net[g]), signed=True),
+                        fmt_bytes(peak) if peak != NO_VALUE else "-",
+                        fmt_bytes(int(ops.unfreed_bytes[g])) if ops.unfreed[g] else "",
+                    )
+                ),
             )
             row = int(ops.peak_row[g])
             start = int(trace.start[row]) if row >= 0 else -1
@@ -644,10 +649,10 @@ class MemoryScreen(Screen[TimelineTarget | None]):
             owner = int(device.owner[pos])
             when = int(device.ts[pos])
             table.add_row(
-                fmt_bytes(int(device.bytes[pos])),
-                f"+{fmt_duration(when - self.data.origin)}",
+                Text(fmt_bytes(int(device.bytes[pos])), justify="right"),
+                time_cell(when - self.data.origin, "+"),
                 Text(fit_name(trace.name_of(owner), 60) if owner >= 0 else "(no operator)"),
-                fmt_bytes(int(device.allocated[pos])),
+                Text(fmt_bytes(int(device.allocated[pos])), justify="right"),
             )
             self.table_rows.append((owner, when, when))
 

@@ -221,7 +221,7 @@ class OperatorsScreen(TableScreen):
             text.append(f" · shape {clean(trace.strings[int(self.shape_ids[group])])}")
         text.append("\n")
         text.append(
-            f"{int(table.count[group]):,} calls · total {fmt_duration(int(table.incl[group]))} · "
+            f"{plural(int(table.count[group]), 'call')} · total {fmt_duration(int(table.incl[group]))} · "
             f"self {fmt_duration(int(table.excl[group]))} · GPU self "
             f"{fmt_duration(int(table.gpu_self[group]))} · GPU total "
             f"{fmt_duration(int(table.gpu_total[group]))}"

@@ -18,7 +18,7 @@ from textual.widgets import Footer, Static
 from .drilldown import Jump, MarkedRange, range_label, share_bar, time_column
 from .safe_text import clean
 from .table import Column, DataView, TableModel, TableScreen
-from .timefmt import fmt_duration
+from .timefmt import fmt_duration, plural
 
 if TYPE_CHECKING:
     from .drilldown import DrilldownActions
@@ -71,7 +71,7 @@ class OverviewScreen(TableScreen):
         text.append(f" · {clean(os.path.basename(data.trace.source.path))}")
         text.append(f" · {fmt_duration(data.span)}")
         if self.steps is not None:
-            text.append(f" · {len(self.steps)} steps")
+            text.append(f" · {plural(len(self.steps), 'step')}")
         else:
             text.append(" · computing…")
         return text

@@ -79,7 +79,7 @@ def clean(text: str) -> str:
             for ch in out
         )
     if more > 0:
-        out += f"{ELLIPSIS} ({more:,} more characters)"
+        out += f"{ELLIPSIS} ({more:,} more {'character' if more == 1 else 'characters'})"
     return out
 
 

@@ -22,7 +22,7 @@ from .details import DetailsPane, cpu_stack_for_gap, stack_tail
 from .drilldown import DRILLDOWN_BINDINGS, DrilldownActions
 from .loader import TraceLoad
 from .safe_text import clean, shorten
-from .timefmt import fmt_duration
+from .timefmt import fmt_duration, plural, time_cell
 from .timeline import DEFAULT_GAP_THRESHOLD, Timeline
 from .viewdata import ViewData
 
@@ -119,7 +119,7 @@ class LoadingScreen(Screen):
         self.query_one("#loading-stats", Static).update(
             Text(
                 f"{done / mb:,.1f} / {max(total, 1) / mb:,.1f} MB · "
-                f"{events:,} events · {loader.rate / mb:,.1f} MB/s"
+                f"{plural(events, 'event')} · {loader.rate / mb:,.1f} MB/s"
             )
         )
         if loader.phase != "reading":
@@ -237,7 +237,7 @@ class TraceScreen(DrilldownActions, Screen):
         if self.shown_hide_python:  # early in the line: it survives a narrow terminal
             text.append(" · Python frames hidden (P)", "bold")
         text.append(
-            f" · {trace.n_events:,} events · {len(data.lanes)} lanes · "
+            f" · {plural(trace.n_events, 'event')} · {plural(len(data.lanes), 'lane')} · "
             f"{fmt_duration(data.span)} · {self._gap_count_text()}"
         )
         if not trace.complete:
@@ -396,7 +396,7 @@ def idle_by_cpu_text(data: ViewData, limit: int = 4) -> Text:
         name = shorten(data.trace.strings[int(table.name[i])], 30)
         share = 100 * int(table.idle[i]) / max(total, 1)
         idle, count = fmt_duration(int(table.idle[i])), int(table.gaps[i])
-        parts.append(f"{name} {idle} ({share:.0f}%, {count:,} gaps)")
+        parts.append(f"{name} {idle} ({share:.0f}%, {plural(count, 'gap')})")
     if table.unattributed_gaps:
         parts.append(f"no CPU slice {fmt_duration(table.unattributed_idle)}")
     text.append(" · ".join(parts))
@@ -442,8 +442,8 @@ class GapListScreen(ModalScreen[int]):
             table.add_row(
                 str(rank),
                 str(int(gaps.device[gap])),
-                "+" + fmt_duration(int(gaps.start[gap]) - data.origin),
-                fmt_duration(int(gaps.end[gap] - gaps.start[gap])),
+                time_cell(int(gaps.start[gap]) - data.origin, "+"),
+                time_cell(int(gaps.end[gap] - gaps.start[gap])),
                 data.gap_cause(gap),
                 Text(shorten(data.trace.name_of(int(gaps.next_row[gap])), 60)),
                 key=str(gap),

@@ -25,7 +25,7 @@ from .details import stack_tail
 from .drilldown import analysis_for
 from .memory_view import TimelineTarget, apply_target
 from .safe_text import fit_name, shorten
-from .timefmt import fmt_duration
+from .timefmt import fmt_duration, plural, time_cell
 from .viewdata import ViewData
 
 TABLE_LIMIT = 2000
@@ -99,9 +99,11 @@ class SyncScreen(Screen[TimelineTarget | None]):
             return text
         total = int(calls.dur.sum())
         worst = int(calls.dur.max())
-        text.append(f" · {len(calls):,} blocking calls · ")
+        text.append(f" · {plural(len(calls), 'blocking call')} · ")
         text.append(fmt_duration(total), "bold #e06c75")
-        text.append(f" blocked · worst {fmt_duration(worst)} · {len(self.sites):,} call sites")
+        text.append(
+            f" blocked · worst {fmt_duration(worst)} · {plural(len(self.sites), 'call site')}"
+        )
         linked = int((calls.gpu_sync >= 0).sum())
         if linked:
             text.append(f" · {linked:,} with a GPU-side cuda_sync record")
@@ -115,7 +117,9 @@ class SyncScreen(Screen[TimelineTarget | None]):
         if not len(calls):
             text = Text(NO_SYNCS)
             if len(calls.unlinked_gpu_syncs):
-                text.append(f" {len(calls.unlinked_gpu_syncs):,} GPU-side cuda_sync records.")
+                text.append(
+                    f" {plural(len(calls.unlinked_gpu_syncs), 'GPU-side cuda_sync record')}."
+                )
             return text
         trace = self.data.trace
         if not len(calls.step_rows):
@@ -192,11 +196,11 @@ class SyncScreen(Screen[TimelineTarget | None]):
             table.add_row(
                 str(rank),
                 Text(fit_name(trace.name_of(row), 26)),
-                fmt_duration(int(calls.dur[i])),
-                f"+{fmt_duration(int(trace.start[row]) - self.data.origin)}",
+                time_cell(int(calls.dur[i])),
+                time_cell(int(trace.start[row]) - self.data.origin, "+"),
                 Text(fit_name(trace.name_of(int(calls.step_rows[step])), 18) if step >= 0 else "-"),
                 Text(shorten(cause_label(trace, calls, i), 26) or "explicit"),
-                fmt_duration(int(calls.idle[i])) if calls.idle[i] > 0 else "-",
+                time_cell(int(calls.idle[i])) if calls.idle[i] > 0 else Text("-", justify="right"),
                 Text(_site_text(calls.sites[int(calls.site[i])])),
             )
             self.table_calls.append(i)
@@ -207,10 +211,10 @@ class SyncScreen(Screen[TimelineTarget | None]):
             table.add_row(
                 Text(fit_name(site.call, 26)),
                 Text(shorten(site.cause, 26) or "explicit"),
-                f"{site.count:,}",
-                fmt_duration(site.total),
-                fmt_duration(site.max),
-                fmt_duration(site.idle),
+                Text(f"{site.count:,}", justify="right"),
+                time_cell(site.total),
+                time_cell(site.max),
+                time_cell(site.idle),
                 Text(_site_text(site.site)),
             )
             self.table_calls.append(site.worst)

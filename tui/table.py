@@ -28,6 +28,7 @@ from textual.widgets import Footer, Input, Static
 
 from .render import PLAIN
 from .safe_text import clean, cut_end, fit_name, pad
+from .timefmt import plural
 
 # Above this many rows, sorting runs in a worker thread.
 SORT_IN_WORKER = 200_000
@@ -608,7 +609,12 @@ class TableScreen(Screen):
             model = table.model
             shown = table.row_count
             text.append(
-                f" · {shown:,}" + (f" of {model.n:,}" if shown != model.n else "") + " rows"
+                " · "
+                + (
+                    f"{shown:,} of {plural(model.n, 'row')}"
+                    if shown != model.n
+                    else plural(shown, "row")
+                )
             )
             column = model.columns[table.sort_column].title
             text.append(f" · by {column} {'↓' if table.sort_descending else '↑'}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from rich.text import Text
+
 _UNITS = ((1e9, "s"), (1e6, "ms"), (1e3, "µs"), (1.0, "ns"))
 
 
@@ -63,3 +65,8 @@ def plural(count: int, word: str, many: str | None = None) -> str:
     """`1 step`, `2 steps`, `1,234 rows`: the count with thousands separators and the word in
     the number it needs (`many` for irregular plurals)."""
     return f"{count:,} {word if count == 1 else (many or word + 's')}"
+
+
+def time_cell(ns: float, prefix: str = "") -> Text:
+    """A duration for a cell of a Textual DataTable: fmt_table_time, right-aligned."""
+    return Text(prefix + fmt_table_time(ns), justify="right")
