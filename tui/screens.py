@@ -21,7 +21,7 @@ from textual.widgets import DataTable, Footer, ProgressBar, Static
 from .details import DetailsPane, cpu_stack_for_gap, stack_tail
 from .drilldown import DRILLDOWN_BINDINGS, DrilldownActions
 from .loader import TraceLoad
-from .safe_text import clean, shorten
+from .safe_text import clean, fit_name, shorten
 from .timefmt import fmt_duration, plural, time_cell
 from .timeline import DEFAULT_GAP_THRESHOLD, Timeline
 from .viewdata import ViewData
@@ -445,7 +445,7 @@ class GapListScreen(ModalScreen[int]):
                 time_cell(int(gaps.start[gap]) - data.origin, "+"),
                 time_cell(int(gaps.end[gap] - gaps.start[gap])),
                 data.gap_cause(gap),
-                Text(shorten(data.trace.name_of(int(gaps.next_row[gap])), 60)),
+                Text(fit_name(data.trace.name_of(int(gaps.next_row[gap])), 40)),
                 key=str(gap),
             )
         table.focus()
