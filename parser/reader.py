@@ -32,6 +32,7 @@ from .events import (
     is_truncated,
     lenient_loads,
     may_hold_surrogates,
+    string_quotes,
     trailing_at,
 )
 from .model import Source, Trace, out_of_memory_message
@@ -1172,18 +1173,7 @@ def _structure(view: bytes, base_depth: int) -> tuple[np.ndarray, ...]:
     nesting after each (string- and escape-aware, vectorised)."""
     raw = np.frombuffer(view, dtype=np.uint8)
     n = len(raw)
-    quote = np.flatnonzero(raw == ord('"'))
-    if len(quote):
-        # A quote is escaped when an odd number of backslashes precede it.
-        escaped = np.zeros(len(quote), dtype=bool)
-        backslash = raw == ord("\\")
-        if backslash.any():
-            for i, q in enumerate(quote.tolist()):
-                k = q - 1
-                while k >= 0 and backslash[k]:
-                    k -= 1
-                escaped[i] = (q - 1 - k) % 2 == 1
-        quote = quote[~escaped]
+    quote = string_quotes(bytes(view))  # those not escaped, found vectorised
     toggles = np.zeros(n + 1, dtype=np.int8)
     toggles[quote] = 1
     in_string = (np.cumsum(toggles[:n]) % 2).astype(bool)

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kinetoscope.parser import NO_VALUE, builder, loads, reader
 from kinetoscope.parser.builder import COLUMNS, DTYPES
-from kinetoscope.parser.events import repair_json
+from kinetoscope.parser.events import repair_json, string_quotes
 from kinetoscope.parser.model import MEMORY_COLUMNS, MODEL_BYTES_PER_EVENT, ROW_COLUMNS
 
 
@@ -490,3 +490,21 @@ def test_repair_leaves_words_inside_strings_and_fixes_those_outside():
         {"name": 'NaN N/A "Infinity', "a": None, "b": None, "c": "N/A", "d": "x\ty"}
     ]
     assert repair_json(b'[{"a": 1}]') is None
+
+
+def test_string_quotes_are_the_unescaped_ones():
+    def reference(text: bytes) -> list[int]:
+        out = []
+        for i, byte in enumerate(text):
+            if byte == ord('"'):
+                k = i - 1
+                while k >= 0 and text[k] == ord("\\"):
+                    k -= 1
+                if (i - 1 - k) % 2 == 0:
+                    out.append(i)
+        return out
+
+    rng = random.Random(7)
+    for _ in range(2000):
+        text = bytes(rng.choice(b'"\\ab') for _ in range(rng.randint(0, 40)))
+        assert string_quotes(text).tolist() == reference(text), text
