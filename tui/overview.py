@@ -188,10 +188,11 @@ def steps_model(trace, steps) -> TableModel:
         columns=[
             Column(
                 "step",
-                lambda i: clean(trace.strings[names[i]]),
+                lambda i: trace.strings[names[i]],
                 key=steps.start,
                 width=0,
                 numeric=False,
+                name=True,
             ),
             time_column("wall", steps.dur, width=10),
             Column(
@@ -236,10 +237,11 @@ def cpu_steps_model(trace, steps) -> TableModel:
         columns=[
             Column(
                 "step",
-                lambda i: clean(trace.strings[names[i]]),
+                lambda i: trace.strings[names[i]],
                 key=steps.start,
                 width=0,
                 numeric=False,
+                name=True,
             ),
             time_column("wall", steps.dur, width=10),
             Column(
