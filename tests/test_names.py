@@ -450,3 +450,23 @@ def test_a_50_mb_name_costs_the_summary_little(write_trace):
     huge, document = analysis_seconds("中" * (50_000_000 // 3))
     assert document["operators"], document
     assert huge < plain + 0.5, (huge, plain)
+
+
+def test_filtering_a_table_by_name_ignores_how_long_one_name_is():
+    import numpy as np
+    from kinetoscope.tui.table import Column, TableModel
+
+    names = ["aten::mm", "x" * 50_000_000 + "tail", "aten::add"]
+    model = TableModel(
+        columns=[Column("name", names.__getitem__, width=0, numeric=False, name=True)],
+        n=3,
+        names=np.arange(3),
+        name_text=names.__getitem__,
+    )
+    start = time.perf_counter()
+    for pattern in ("aten", "ATEN::M", "re:^x+", "re:add$", "nothing"):
+        model.matching(pattern)
+    elapsed = time.perf_counter() - start
+    assert model.matching("aten").tolist() == [True, False, True]
+    assert model.matching("re:^x+").tolist() == [False, True, False]
+    assert elapsed < 0.05, elapsed

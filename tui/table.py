@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
+from kinetoscope.analysis.names import SCAN_LIMIT
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -43,7 +44,8 @@ SEPARATOR = " "
 
 
 def name_matcher(pattern: str) -> Callable[[str], bool]:
-    """A case-insensitive test of names: substring, or a regular expression after `re:`.
+    """A case-insensitive test of names: substring, or a regular expression after `re:`. It
+    looks at a name's first SCAN_LIMIT characters (a name of megabytes costs no more).
 
     Raises ValueError with a readable message for a bad regular expression."""
     if pattern.startswith("re:"):
@@ -51,9 +53,9 @@ def name_matcher(pattern: str) -> Callable[[str], bool]:
             regex = re.compile(pattern[3:], re.IGNORECASE)
         except re.error as error:
             raise ValueError(f"bad regular expression: {error}") from None
-        return lambda text: regex.search(text) is not None
+        return lambda text: regex.search(text[:SCAN_LIMIT]) is not None
     needle = pattern.lower()
-    return lambda text: needle in text.lower()
+    return lambda text: needle in text[:SCAN_LIMIT].lower()
 
 
 MIN_FLEXIBLE = 28  # cells a name column should keep before optional columns are hidden
