@@ -433,6 +433,7 @@ def test_a_50_mb_name_costs_the_summary_little(write_trace):
     take without it (name tests look at a name's start only; the tables cut names first)."""
     from kinetoscope.analysis.summary import build_summary
     from kinetoscope.parser import loads
+
     from kinetoscope.report import summary_tables
 
     def analysis_seconds(name: str) -> tuple[float, dict]:
