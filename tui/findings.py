@@ -12,7 +12,7 @@ from textual.binding import BindingType
 from textual.widgets import Static
 
 from .drilldown import Jump
-from .safe_text import clean
+from .safe_text import clean, fit_name
 from .table import Column, TableModel, TableScreen
 from .timefmt import fmt_duration
 
@@ -129,7 +129,7 @@ def describe_finding(data, finding) -> Text:
         f"+{fmt_duration(int(finding.start) - data.origin)} for {fmt_duration(int(finding.dur))}"
     )
     if finding.rows:
-        names = ", ".join(clean(data.trace.name_of(int(r)))[:40] for r in finding.rows[:3])
+        names = ", ".join(fit_name(data.trace.name_of(int(r)), 40) for r in finding.rows[:3])
         text.append(f" · {names}")
     text.append(" · Enter shows it on the timeline", "dim")
     return text
