@@ -204,6 +204,8 @@ class DataView(ScrollView, can_focus=True):
         """
         check_mask(scope, model, "scope")
         previous_key = self._current_key() if keep_state else None
+        if keep_state and previous_key is None:
+            previous_key = self._select_key  # still waiting for a sort in a worker
         first = self.model is None
         self.model = model
         if first or not keep_state or self.sort_column >= len(model.columns):
