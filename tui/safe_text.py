@@ -192,15 +192,19 @@ def cells_of(text: str, width: int) -> list[str]:
     if fitted.isascii():
         return list(fitted)
     out: list[str] = []
+    leading = ""  # zero-width characters before any other: they go with the first cell
     for char in fitted:
         size = get_character_cell_size(char)
-        if size == 0 and out:
-            if out[-1] == "" and len(out) >= 2:
+        if size == 0:
+            if not out:
+                leading += char
+            elif out[-1] == "" and len(out) >= 2:
                 out[-2] += char
             else:
                 out[-1] += char
             continue
-        out.append(char)
+        out.append(leading + char)
+        leading = ""
         if size == 2:
             out.append("")
     return out[:width]
