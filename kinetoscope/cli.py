@@ -30,9 +30,10 @@ def _error(message: str) -> int:
     return 1
 
 
-def trace_path_problem(path: str) -> str | None:
+def trace_path_problem(path: str, streams: bool = False) -> str | None:
     """Why `path` cannot be opened as a trace file, as the one line both `summary` and the
-    viewer print (after `kinetoscope: `), or None. Nothing is opened: a named pipe would block."""
+    viewer print (after `kinetoscope: `), or None. Nothing is opened: a named pipe would block.
+    With `streams` (summary), a pipe or a device (`/dev/stdin`, `<(...)`) is read as a stream."""
     from kinetoscope.tui.safe_text import clean  # a file name is data, never obeyed
 
     shown = clean(path)
@@ -47,7 +48,8 @@ def trace_path_problem(path: str) -> str | None:
         return f"{shown}: cannot read ({clean(reason)})"
     if stat.S_ISDIR(info.st_mode):
         return f"{shown}: is a directory, not a trace file"
-    if not stat.S_ISREG(info.st_mode):
+    readable_stream = stat.S_ISFIFO(info.st_mode) or stat.S_ISCHR(info.st_mode)
+    if not stat.S_ISREG(info.st_mode) and not (streams and readable_stream):
         kind = (
             "a named pipe"
             if stat.S_ISFIFO(info.st_mode)

@@ -26,7 +26,8 @@ def run_summary(
     from kinetoscope.parser.builder import release_heap
     from kinetoscope.parser.reader import release_workers
 
-    problem = trace_path_problem(path)  # the viewer checks the same way: the same one line
+    # The viewer checks the same way (the same one line), but summary also reads a stream.
+    problem = trace_path_problem(path, streams=True)
     if problem is not None:
         print(f"kinetoscope: {problem}", file=sys.stderr)
         return 1

@@ -944,8 +944,8 @@ class _Reader:
         self.stray_bytes += length
         if self.dropped <= 5:
             self.warnings.append(
-                f"skipped {length} byte{'s' if length != 1 else ''} at byte {offset} "
-                f"({what}); reading went on at the next event"
+                f"skipped {length} byte{'s' if length != 1 else ''} of malformed data at byte "
+                f"{offset} ({what}); reading went on at the next event"
             )
         elif self.dropped == 6:
             self.warnings.append("skipped more malformed events (only the first 5 are listed)")

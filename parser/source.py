@@ -1,11 +1,23 @@
-"""Byte sources: a trace file read in bounded blocks, gunzipped when it starts with the gzip magic."""
+"""Byte sources: a trace file read in bounded blocks, gunzipped when it starts with the gzip magic.
+
+The file is opened once, and every byte of the load comes from that one open file: a file
+replaced on disk while it loads (`mv new.json trace.json`) is not mixed into it. Decoding workers
+open the same file again through the loading process's descriptor where the system allows it,
+else by its path, and check that it is the same file (device, inode, size, mtime) before and
+after they read.
+
+Named pipes, `/dev/stdin` and `<(...)` are read as streams: in one pass, in one process, with
+nothing read twice (the bytes sniffed for the gzip magic are handed on, not lost).
+"""
 
 from __future__ import annotations
 
 import os
+import stat
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 GZIP_MAGIC = b"\x1f\x8b"
 READ_BLOCK = 4 << 20  # compressed bytes read from disk at a time
@@ -14,6 +26,23 @@ MAX_OUTPUT = 16 << 20  # uncompressed bytes produced per decompress call
 
 class TraceError(Exception):
     """A trace that cannot be loaded at all; the message is one line for the user."""
+
+
+class FileIdentity(NamedTuple):
+    """What a worker process needs to read the loading process's open file, and to check that
+    what it opened is that file, unchanged."""
+
+    path: str
+    pid: int  # the loading process
+    fd: int  # its descriptor of the file
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+
+
+class FileChanged(Exception):
+    """The file is not (or no longer) the one the load opened."""
 
 
 @dataclass
@@ -27,54 +56,298 @@ class SourceState:
     truncated_stream: bool = False  # the gzip stream ended before its end marker
     stream_error: str | None = None  # a corrupt gzip stream: what zlib said
     mtime_ns: int | None = None  # the file's mtime when it was opened
+    fd: int | None = None  # the open file every byte is read from (None: opened by path)
+    stream: bool = False  # a pipe or device: read once, in order; its size is unknown
+    dev: int | None = None
+    ino: int | None = None
+    ctime_ns: int | None = None
+    head: bytes = field(default=b"", repr=False)  # a stream's first bytes, read to sniff it
 
     @property
     def expected_bytes(self) -> int:
         """About how many uncompressed bytes the file holds (to size the model's columns).
 
         A gzip file's last four bytes give the uncompressed size modulo 4 GiB, for the last
-        member; where that is implausible, JSON's usual ratio of ten is assumed."""
+        member; where that is implausible, JSON's usual ratio of ten is assumed. A stream's
+        size is unknown (0): the columns grow as it is read."""
+        if self.stream:
+            return 0
         if not self.compressed:
             return self.size
+        tail = b""
         try:
-            with open(self.path, "rb") as handle:
-                handle.seek(max(0, self.size - 4))
-                tail = handle.read(4)
+            if self.fd is not None:
+                tail = os.pread(self.fd, 4, max(0, self.size - 4))
+            else:
+                with open(self.path, "rb") as handle:
+                    handle.seek(max(0, self.size - 4))
+                    tail = handle.read(4)
         except OSError:
-            tail = b""
+            pass
         stated = int.from_bytes(tail, "little") if len(tail) == 4 else 0
         return stated if stated >= self.size else 10 * self.size
 
+    @property
+    def identity(self) -> FileIdentity | None:
+        """The open file, for a worker to read (None: a stream, or not opened here)."""
+        if self.fd is None or self.stream or self.dev is None or self.mtime_ns is None:
+            return None
+        return FileIdentity(
+            self.path, os.getpid(), self.fd, self.dev, self.ino or 0, self.size, self.mtime_ns
+        )
+
+    def restart(self) -> None:
+        """Read again from the start of the same open file (a regular file only)."""
+        self.bytes_read = 0
+        self.truncated_stream = False
+        self.stream_error = None
+
+    def modified(self) -> bool:
+        """Was the open file itself written since it was opened (its size or mtime moved)?"""
+        if self.fd is None or self.stream:
+            return False
+        try:
+            now = os.fstat(self.fd)
+        except OSError:
+            return True
+        return (now.st_size, now.st_mtime_ns) != (self.size, self.mtime_ns)
+
+    def replaced(self) -> bool:
+        """Does the path name another file now (renamed over, deleted) than the one opened?"""
+        if self.fd is None or self.stream:
+            return False
+        try:
+            now = os.stat(self.path)
+        except OSError:
+            return True
+        return (now.st_dev, now.st_ino) != (self.dev, self.ino)
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
 
 def open_source(path: str) -> SourceState:
-    """Check that `path` is a readable file and sniff the gzip magic bytes."""
+    """Open `path` (once, for the whole load) and sniff the gzip magic bytes.
+
+    A regular file is read by position; anything else (a pipe, `/dev/stdin`, `<(...)`) as a
+    stream. Opening never blocks: a named pipe that no one writes to reads as empty, and a
+    terminal is refused."""
+    fd = None
     try:
-        if os.path.isdir(path):
+        # O_NONBLOCK: opening a named pipe would otherwise wait for a writer, forever.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | os.O_CLOEXEC)
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
             raise TraceError(f"{path}: is a directory, not a trace file")
-        stat = os.stat(path)
-        size = stat.st_size
-        with open(path, "rb") as handle:
-            head = handle.read(2)
+        regular = stat.S_ISREG(info.st_mode)
+        if not regular and os.isatty(fd):
+            raise TraceError(f"{path}: is a terminal, not a trace file")
+        if regular:
+            head = os.pread(fd, 2, 0)
+        elif stat.S_ISFIFO(info.st_mode):
+            head = _pipe_head(fd, 2)
+        else:
+            _set_blocking(fd)
+            head = _read_head(fd, 2)
     except FileNotFoundError:
+        _close(fd)
         raise TraceError(f"{path}: no such file") from None
     except PermissionError:
+        _close(fd)
         raise TraceError(f"{path}: permission denied") from None
+    except TraceError:
+        _close(fd)
+        raise
     except OSError as exc:
+        _close(fd)
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if not regular and not head:
+        _close(fd)
+        raise TraceError(
+            f"{path}: nothing to read ({_kind(info.st_mode)} that is empty or that no one writes to)"
+        )
     return SourceState(
-        path=path, size=size, compressed=head == GZIP_MAGIC, mtime_ns=stat.st_mtime_ns
+        path=path,
+        size=info.st_size if regular else 0,
+        compressed=head == GZIP_MAGIC,
+        mtime_ns=info.st_mtime_ns,
+        fd=fd,
+        stream=not regular,
+        dev=info.st_dev,
+        ino=info.st_ino,
+        ctime_ns=info.st_ctime_ns,
+        head=b"" if regular else head,
     )
 
 
-def iter_blocks(state: SourceState) -> Iterator[bytes]:
-    """Yield the uncompressed bytes of the file in blocks, updating `state` as it reads."""
-    with open(state.path, "rb") as handle:
-        if not state.compressed:
-            while block := handle.read(READ_BLOCK):
-                state.bytes_read += len(block)
-                yield block
-            return
-        yield from ahead(gunzip_blocks(handle, state))
+def is_regular_file(path: str) -> bool:
+    """Is `path` a regular file (found without opening it: opening a named pipe can block)?"""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def _close(fd: int | None) -> None:
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _set_blocking(fd: int) -> None:
+    """Reads wait for a writer's data (opened without blocking only so that `open` returns)."""
+    try:
+        os.set_blocking(fd, True)
+    except (OSError, AttributeError):
+        pass
+
+
+WRITER_WAIT_S = 2.0  # how long a named pipe that no one writes to is waited on
+
+
+def _pipe_head(fd: int, count: int) -> bytes:
+    """The first bytes of a pipe opened without blocking; the descriptor blocks afterwards.
+
+    A pipe with a writer and no data yet is waited on as long as it takes (a slow producer).
+    A pipe without a writer (a named pipe whose writer has not opened it yet, or that no one
+    will write to) is waited on for WRITER_WAIT_S at most: never forever."""
+    import select
+    import time
+
+    deadline = time.monotonic() + WRITER_WAIT_S
+    head = b""
+    writer = False
+    while True:
+        try:
+            head = os.read(fd, count)
+        except BlockingIOError:  # a writer is there, its data is not yet
+            writer = True
+            break
+        remaining = deadline - time.monotonic()
+        if head or remaining <= 0:
+            break
+        # No writer now: wait for one to come and write (or close), for a while.
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        poller.poll(max(1, int(remaining * 1000)))
+        time.sleep(0.01)  # a pipe whose writer left says so at once: do not spin
+    _set_blocking(fd)
+    if writer or 0 < len(head) < count:
+        head += _read_head(fd, count - len(head))
+    return head
+
+
+def _read_head(fd: int, count: int) -> bytes:
+    """The first `count` bytes of a stream (fewer at its end); a pipe may hand them one by one."""
+    head = b""
+    while len(head) < count:
+        piece = os.read(fd, count - len(head))
+        if not piece:
+            break
+        head += piece
+    return head
+
+
+class _FileReader:
+    """`read(n)` over the open file: by position for a regular file (the descriptor's own
+    offset is never used, so nothing else that reads it interferes), in order for a stream,
+    whose sniffed first bytes come first."""
+
+    def __init__(self, state: SourceState, offset: int = 0) -> None:
+        assert state.fd is not None
+        self.fd = state.fd
+        self.stream = state.stream
+        self.offset = offset
+        self.pending = state.head if state.stream else b""
+
+    def read(self, count: int) -> bytes:
+        if self.stream:
+            pending, self.pending = self.pending, b""
+            if len(pending) >= count:
+                self.pending = pending[count:]
+                return pending[:count]
+            more = os.read(self.fd, count - len(pending))
+            return pending + more
+        block = os.pread(self.fd, count, self.offset)
+        self.offset += len(block)
+        return block
+
+
+def iter_blocks(state: SourceState, offset: int = 0) -> Iterator[bytes]:
+    """Yield the uncompressed bytes of the file in blocks, updating `state` as it reads.
+
+    With `offset` (a plain regular file only), start there."""
+    if state.fd is None:  # a state made without opening (reading an event back)
+        with open(state.path, "rb") as handle:
+            handle.seek(offset)
+            yield from _blocks(handle, state)
+        return
+    yield from _blocks(_FileReader(state, offset), state)
+
+
+def _blocks(handle, state: SourceState) -> Iterator[bytes]:
+    if not state.compressed:
+        while block := handle.read(READ_BLOCK):
+            state.bytes_read += len(block)
+            yield block
+        return
+    yield from ahead(gunzip_blocks(handle, state))
+
+
+def open_identical(identity: FileIdentity) -> int:
+    """Worker side: open the loading process's file again, and check it is that file, unchanged.
+
+    Through /proc/PID/fd/N (Linux) this is the very file the loading process opened, even if
+    its path names another file by now; elsewhere the path is opened and must be that file.
+    Raises FileChanged when it is not (or not as it was), OSError when it cannot be opened."""
+    fd = None
+    for candidate in (f"/proc/{identity.pid}/fd/{identity.fd}", identity.path):
+        try:
+            fd = os.open(candidate, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | os.O_CLOEXEC)
+        except OSError:
+            continue
+        if same_file(fd, identity):
+            return fd
+        os.close(fd)
+        if candidate == identity.path:
+            raise FileChanged(identity.path)
+    if fd is None:
+        raise OSError(f"{identity.path}: cannot be opened again")
+    raise FileChanged(identity.path)
+
+
+def same_file(fd: int, identity: FileIdentity) -> bool:
+    """Is `fd` the identified file, with the size and mtime it had when the load opened it?"""
+    try:
+        now = os.fstat(fd)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns) == (
+        identity.dev,
+        identity.ino,
+        identity.size,
+        identity.mtime_ns,
+    )
 
 
 def ahead(blocks: Iterator[bytes], depth: int = 3) -> Iterator[bytes]:
