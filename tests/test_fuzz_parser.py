@@ -237,7 +237,17 @@ def test_worker_processes_and_one_process_agree_on_damaged_traces(data):
         assert (serial.n_events, serial.complete) == (parallel.n_events, parallel.complete)
         assert np.array_equal(serial.start, parallel.start)
         assert np.array_equal(serial.ordinal, parallel.ordinal)
-        assert serial.strings == parallel.strings
+        # The string table's order is an accident of which path interned a string first (the
+        # one process salvages a damaged run event by event, a worker converts it whole): the
+        # strings each row names must agree, not their ids.
+        for column in ("name", "cat"):
+            assert [serial.strings[i] for i in getattr(serial, column)] == [
+                parallel.strings[i] for i in getattr(parallel, column)
+            ], column
+        assert [serial.strings[i] if i >= 0 else None for i in serial.shape] == [
+            parallel.strings[i] if i >= 0 else None for i in parallel.shape
+        ]
+        assert set(serial.strings) == set(parallel.strings)
         check_trace(parallel)
 
 
