@@ -193,7 +193,9 @@ def test_findings_in_the_summary_are_json_with_evidence():
     events = [X("ProfilerStep#1", 0, 1000), X("enumerate(DataLoader)#It", 0, 500)]
     summary = build_summary(loads(json.dumps({"traceEvents": events}).encode()))
     # Without GPU activity the CPU-only findings come too (no_gpu_activity, uninstrumented time).
-    (finding,) = [f for f in summary["findings"] if f["severity"] != "info" and "DataLoader" in f["message"]]
+    (finding,) = [
+        f for f in summary["findings"] if f["severity"] != "info" and "DataLoader" in f["message"]
+    ]
     assert finding["rule"] == "dataloader_bound"
     assert finding["severity"] in ("info", "warning", "critical")
     assert finding["evidence"]["start_us"] == 0.0 and finding["evidence"]["dur_us"] == 1000.0

@@ -464,8 +464,7 @@ def test_numpy_huge_page_advice_is_off_unless_asked_for(setting):
     if setting is not None:
         env["NUMPY_MADVISE_HUGEPAGE"] = setting
     code = (
-        "import numpy as np, kinetoscope.parser\n"
-        "print(np._core.multiarray._get_madvise_hugepage())"
+        "import numpy as np, kinetoscope.parser\nprint(np._core.multiarray._get_madvise_hugepage())"
     )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.stdout.strip() == ("True" if setting == "1" else "False"), out.stderr
