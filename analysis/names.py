@@ -28,6 +28,7 @@ SCAN_LIMIT = 4096
 END, FRONT, MIDDLE = "end", "front", "middle"  # which part of a name is cut when it must be
 
 _SIGNATURE = re.compile(r"^(?:(?:static|__global__|void|int|float)\s+)*[\w:~]+\s?[<(]")
+_LABEL_LIMIT = 48  # the longest `: label` end kept when a `prefix: label` name is cut
 _NUMBERED = re.compile(r"(#\d+|[_ ]\d+|\(\d+\))$")
 _IDENT = re.compile(r"(?<!\w)[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*")
 
@@ -191,6 +192,10 @@ def name_forms(name: str) -> NameForms:
         return NameForms((text, text[start:]) if start > 0 else (text,), FRONT)
     if "/" in text and " " not in text:
         return NameForms((text,), FRONT)
+    label = text.rfind(": ")
+    if 0 < label and len(text) - label <= _LABEL_LIMIT:
+        # `autograd::engine::evaluate_function: AddmmBackward0`: rows differ after the colon.
+        return NameForms((text,), MIDDLE, suffix=text[label:])
     numbered = _NUMBERED.search(text)
     if numbered is not None and numbered.start() > 0:
         return NameForms((text,), MIDDLE, suffix=numbered.group())

@@ -86,6 +86,12 @@ def test_short_frame():
         ("ProfilerStep#1234", 12, "Profil…#1234"),
         ("/data/checkpoints/run7/model.safetensors", 24, "…/run7/model.safetensors"),
         ("aten::scaled_dot_product_attention", 16, "aten::scaled_do…"),
+        (
+            "autograd::engine::evaluate_function: AddmmBackward0",
+            34,
+            "autograd::engine:…: AddmmBackward0",
+        ),
+        ("Torch-Compiled Region: 0/1", 12, "Torch-…: 0/1"),
     ],
 )
 def test_fit_name_keeps_the_informative_part(name: str, width: int, shown: str):
