@@ -12,6 +12,9 @@ from typing import Any
 
 import msgspec
 
+# Rich-only helpers (no Textual): the viewer's cutting, measured in the same cells.
+from kinetoscope.tui.safe_text import cut_end, cut_front
+
 NATURAL_WIDTH = 10_000  # "no width": every table at its natural width (standard output a pipe)
 
 
@@ -379,38 +382,6 @@ def fit_cell(text: str, kind: str, width: int) -> str:
     return cut_end(text, width)
 
 
-def cut_end(text: str, width: int) -> str:
-    """`text` in at most `width` cells, its end replaced by `…` when cut."""
-    from rich.cells import cell_len, get_character_cell_size
-
-    if cell_len(text) <= width:
-        return text
-    kept, used = [], 0
-    for char in text:
-        size = get_character_cell_size(char)
-        if used + size > width - 1:
-            break
-        kept.append(char)
-        used += size
-    return "".join(kept) + "…"
-
-
-def cut_front(text: str, width: int) -> str:
-    """`text` in at most `width` cells, its start replaced by `…` when cut."""
-    from rich.cells import cell_len, get_character_cell_size
-
-    if cell_len(text) <= width:
-        return text
-    kept, used = [], 0
-    for char in reversed(text):
-        size = get_character_cell_size(char)
-        if used + size > width - 1:
-            break
-        kept.append(char)
-        used += size
-    return "…" + "".join(reversed(kept))
-
-
 def cut_stack(text: str, width: int) -> str:
     """Frames joined by ` > ` in at most `width` cells: the outermost frames give way first
     (`… > aten::linear > aten::addmm`); where not even the innermost fits so, the text is cut
@@ -540,23 +511,17 @@ def steps_table(analysis: Any) -> Any:
         ),
         names=("step",),
     )
+    parts = (steps.compute, steps.comm, steps.memory, steps.idle, steps.dataloader, steps.runtime)
+    _add_step_rows(table, trace, steps, parts)
+    return table
+
+
+def _add_step_rows(table: Any, trace: Any, steps: Any, parts: tuple[Any, ...]) -> None:
+    """A row a step: its name, its duration, then each of `parts` (ns) with its share."""
     for i in range(len(steps)):
         dur = int(steps.dur[i])
-
-        def cell(ns: Any, dur: int = dur) -> str:
-            return f"{_dur(int(ns) / 1000)} {_pct(int(ns), dur)}"
-
-        table.add_row(
-            _data(trace.name_of(int(steps.rows[i]))),
-            _dur(dur / 1000),
-            cell(steps.compute[i]),
-            cell(steps.comm[i]),
-            cell(steps.memory[i]),
-            cell(steps.idle[i]),
-            cell(steps.dataloader[i]),
-            cell(steps.runtime[i]),
-        )
-    return table
+        shares = (f"{_dur(int(part[i]) / 1000)} {_pct(int(part[i]), dur)}" for part in parts)
+        table.add_row(_data(trace.name_of(int(steps.rows[i]))), _dur(dur / 1000), *shares)
 
 
 def cpu_steps_table(analysis: Any) -> Any:
@@ -571,20 +536,8 @@ def cpu_steps_table(analysis: Any) -> Any:
         right=numbers,
         names=("step",),
     )
-    for i in range(len(steps)):
-        dur = int(steps.dur[i])
-
-        def cell(ns: Any, dur: int = dur) -> str:
-            return f"{_dur(int(ns) / 1000)} {_pct(int(ns), dur)}"
-
-        table.add_row(
-            _data(trace.name_of(int(steps.rows[i]))),
-            _dur(dur / 1000),
-            cell(steps.cpu_busy[i]),
-            cell(steps.uninstrumented[i]),
-            cell(steps.collective[i]),
-            cell(steps.dataloader[i]),
-        )
+    parts = (steps.cpu_busy, steps.uninstrumented, steps.collective, steps.dataloader)
+    _add_step_rows(table, trace, steps, parts)
     return table
 
 

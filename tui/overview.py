@@ -166,52 +166,13 @@ def _device_line(text: Text, data, device: int, window: int, busy: int, by_cause
 
 def step_bar(steps, i: int, longest: int, width: int) -> Text:
     """The step's wall time as a bar scaled to the longest step, split by GPU activity."""
-    cells = max(1, round(int(steps.dur[i]) / max(longest, 1) * width))
     parts = [
         (int(steps.compute[i]), COMPUTE_COLOUR),
         (int(steps.comm[i]), COMM_COLOUR),
         (int(steps.memory[i]), MEMORY_COLOUR),
         (int(steps.idle[i]), IDLE_COLOUR),
     ]
-    bar = share_bar(parts, cells)
-    bar.append(" " * (width - cells))
-    return bar
-
-
-def steps_model(trace, steps) -> TableModel:
-    n = len(steps)
-    longest = int(steps.dur.max()) if n else 0
-    names = trace.name[steps.rows].astype(np.int64)
-    busy_share = steps.gpu_busy / np.maximum(steps.dur, 1)
-    loader_share = steps.dataloader / np.maximum(steps.dur, 1)
-    return TableModel(
-        columns=[
-            Column(
-                "step",
-                lambda i: trace.strings[names[i]],
-                key=steps.start,
-                width=0,
-                numeric=False,
-                name=True,
-            ),
-            time_column("wall", steps.dur, width=10),
-            Column(
-                "GPU time by kind",
-                lambda i: step_bar(steps, i, longest, STEP_BAR),
-                key=steps.dur,
-                width=STEP_BAR,
-                numeric=False,
-            ),
-            Column("busy%", lambda i: f"{100 * busy_share[i]:.0f}", key=busy_share, width=6),
-            time_column("idle", steps.idle, width=9),
-            time_column("comm", steps.comm, width=9),
-            Column("loader%", lambda i: f"{100 * loader_share[i]:.0f}", key=loader_share, width=8),
-        ],
-        n=n,
-        names=names,
-        name_text=trace.strings.__getitem__,
-        default_sort=0,
-    )
+    return _scaled_bar(parts, int(steps.dur[i]), longest, width)
 
 
 CPU_OPS_COLOUR = "#2f8f4e"
@@ -219,19 +180,54 @@ CPU_OPS_COLOUR = "#2f8f4e"
 
 def cpu_step_bar(steps, i: int, longest: int, width: int) -> Text:
     """A step of a trace without GPU activity: its thread's profiled and uninstrumented time."""
-    cells = max(1, round(int(steps.dur[i]) / max(longest, 1) * width))
     parts = [(int(steps.cpu_busy[i]), CPU_OPS_COLOUR), (int(steps.uninstrumented[i]), IDLE_COLOUR)]
+    return _scaled_bar(parts, int(steps.dur[i]), longest, width)
+
+
+def _scaled_bar(parts: list[tuple[int, str]], dur: int, longest: int, width: int) -> Text:
+    """`parts` as a bar `dur / longest` of `width` cells, padded to `width`."""
+    cells = max(1, round(dur / max(longest, 1) * width))
     bar = share_bar(parts, cells)
     bar.append(" " * (width - cells))
     return bar
 
 
+def steps_model(trace, steps) -> TableModel:
+    busy_share = steps.gpu_busy / np.maximum(steps.dur, 1)
+    return _steps_model(
+        trace,
+        steps,
+        "GPU time by kind",
+        step_bar,
+        [
+            Column("busy%", lambda i: f"{100 * busy_share[i]:.0f}", key=busy_share, width=6),
+            time_column("idle", steps.idle, width=9),
+            time_column("comm", steps.comm, width=9),
+        ],
+    )
+
+
 def cpu_steps_model(trace, steps) -> TableModel:
     """The steps table of a trace without GPU activity (a CPU-only rank): CPU columns only."""
+    ops_share = steps.cpu_busy / np.maximum(steps.dur, 1)
+    return _steps_model(
+        trace,
+        steps,
+        "CPU time on the step's thread",
+        cpu_step_bar,
+        [
+            Column("ops%", lambda i: f"{100 * ops_share[i]:.0f}", key=ops_share, width=6),
+            time_column("uninstr.", steps.uninstrumented, width=9),
+            time_column("collect.", steps.collective, width=9),
+        ],
+    )
+
+
+def _steps_model(trace, steps, bar_title: str, bar, middle: list[Column]) -> TableModel:
+    """Step name, wall time, a bar of what filled the step, `middle`, then the loader share."""
     n = len(steps)
     longest = int(steps.dur.max()) if n else 0
     names = trace.name[steps.rows].astype(np.int64)
-    ops_share = steps.cpu_busy / np.maximum(steps.dur, 1)
     loader_share = steps.dataloader / np.maximum(steps.dur, 1)
     return TableModel(
         columns=[
@@ -245,15 +241,13 @@ def cpu_steps_model(trace, steps) -> TableModel:
             ),
             time_column("wall", steps.dur, width=10),
             Column(
-                "CPU time on the step's thread",
-                lambda i: cpu_step_bar(steps, i, longest, STEP_BAR),
+                bar_title,
+                lambda i: bar(steps, i, longest, STEP_BAR),
                 key=steps.dur,
                 width=STEP_BAR,
                 numeric=False,
             ),
-            Column("ops%", lambda i: f"{100 * ops_share[i]:.0f}", key=ops_share, width=6),
-            time_column("uninstr.", steps.uninstrumented, width=9),
-            time_column("collect.", steps.collective, width=9),
+            *middle,
             Column("loader%", lambda i: f"{100 * loader_share[i]:.0f}", key=loader_share, width=8),
         ],
         n=n,
