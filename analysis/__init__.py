@@ -1,5 +1,9 @@
-"""Trace -> plain results: nesting, operators, kernels, GPU idle gaps, steps, memory, rules."""
+"""Trace -> plain results: nesting, operators, kernels, GPU idle gaps, steps, memory, rules.
 
-from .core import Analysis, analyze
+`TraceSession` (session.py) owns one trace's derived results; everything else here is a pure
+function from a Trace (and other results) to a result.
+"""
 
-__all__ = ["Analysis", "analyze"]
+from .session import AnalysisFailed, TraceSession
+
+__all__ = ["AnalysisFailed", "TraceSession"]

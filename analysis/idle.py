@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from kinetoscope.parser.model import KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, Trace
@@ -274,14 +273,3 @@ def compute_idle_by_cpu(
         unattributed_idle=int(length[~hit].sum()),
         unattributed_gaps=int((~hit).sum()),
     )
-
-
-def idle_by_cpu_of(analysis: Any) -> IdleByCpu:
-    """The IdleByCpu of an `Analysis` over all gaps, computed once and kept with it."""
-    cached = analysis.__dict__.get("_idle_by_cpu")
-    if cached is None:
-        cached = compute_idle_by_cpu(
-            analysis.trace, analysis.nesting, analysis.links, analysis.idle.gaps
-        )
-        analysis.__dict__["_idle_by_cpu"] = cached
-    return cached

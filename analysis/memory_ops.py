@@ -474,22 +474,6 @@ def compute_memory_ops(
     return MemoryOps(devices=devices, groups=groups)
 
 
-def memory_ops_of(analysis: Any) -> MemoryOps:
-    """The MemoryOps of an `Analysis`, computed once and kept with it."""
-    cached = analysis.__dict__.get("_memory_ops")
-    if cached is None:
-        from .steps import step_rows
-
-        cached = compute_memory_ops(
-            analysis.trace,
-            analysis.nesting,
-            analysis.cpu_groups,
-            step_rows(analysis.trace, analysis.classes.cpu),
-        )
-        analysis.__dict__["_memory_ops"] = cached
-    return cached
-
-
 # -- the summary's extra keys ------------------------------------------------------------------
 
 TOP_MEMORY_OPS = 50

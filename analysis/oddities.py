@@ -24,8 +24,8 @@ from kinetoscope.parser.model import (
 )
 
 if TYPE_CHECKING:
-    from .core import Analysis
     from .rules import Finding
+    from .session import TraceSession
 
 EXAMPLES = 5  # rows kept as evidence per finding
 # A gap in time this large a share of the trace's span, with at most FAR_SHARE of the slices on
@@ -68,7 +68,7 @@ def overlapping_gpu_work(trace: Trace, gpu_rows: np.ndarray) -> tuple[np.ndarray
     return np.concatenate(found), np.concatenate(under)
 
 
-def slices_outliving_parent(trace: Trace, analysis: Analysis) -> tuple[np.ndarray, np.ndarray]:
+def slices_outliving_parent(trace: Trace, analysis: TraceSession) -> tuple[np.ndarray, np.ndarray]:
     """CPU slices that start inside a slice on their lane and end after it.
 
     The spec's nesting makes such a slice the sibling of the one it started in, and siblings
@@ -195,7 +195,7 @@ def unmatched_flows(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return np.sort(rows[order][lone_end]), np.sort(rows[order][lone_start])
 
 
-def oddity_findings(analysis: Analysis) -> list[Finding]:
+def oddity_findings(analysis: TraceSession) -> list[Finding]:
     """The oddities of a trace as `info` findings, for the rules table and the summary."""
     from .rules import INFO, Finding
 

@@ -21,7 +21,7 @@ from .steps import COMM_NAME, names_matching
 from .units import us
 
 if TYPE_CHECKING:
-    from .core import Analysis
+    from .session import TraceSession
 
 INFO, WARNING, CRITICAL = "info", "warning", "critical"
 
@@ -108,7 +108,7 @@ def pct(share: float) -> str:
     return f"{100 * share:.0f}%"
 
 
-def dataloader_bound(a: Analysis) -> list[Finding]:
+def dataloader_bound(a: TraceSession) -> list[Finding]:
     steps = a.steps
     if len(steps) == 0:
         return []
@@ -138,7 +138,7 @@ def dataloader_bound(a: Analysis) -> list[Finding]:
     ]
 
 
-def low_gpu_utilization(a: Analysis) -> list[Finding]:
+def low_gpu_utilization(a: TraceSession) -> list[Finding]:
     out = []
     for dev in a.idle.devices:
         window = dev.window
@@ -163,7 +163,7 @@ def low_gpu_utilization(a: Analysis) -> list[Finding]:
     return out
 
 
-def _idle_mostly_in(a: Analysis, device: int) -> str:
+def _idle_mostly_in(a: TraceSession, device: int) -> str:
     """` While it idled, the CPU was mostly in X (…)`: the CPU operator that ran during most of
     the device's idle time (all its gaps, however short), or "" when none is known."""
     from .idle import compute_idle_by_cpu
@@ -179,16 +179,16 @@ def _idle_mostly_in(a: Analysis, device: int) -> str:
     )
 
 
-def host_sync(a: Analysis) -> list[Finding]:
+def host_sync(a: TraceSession) -> list[Finding]:
     """Host-blocking waits, as the sync analysis finds them (so the finding and the sync view
     agree), weighed by the GPU idle time they caused (idle while a call ran, and after it
     returned until the GPU got work again or the next blocking call began), not by the host
     time they took: a long synchronize while the GPU stays busy costs nothing.
     `cudaStreamWaitEvent` is left out since it makes a GPU stream wait, not the host."""
-    from .sync import FREE, PAGEABLE, STREAM_WAIT, device_idle, group_sites, sync_of
+    from .sync import FREE, PAGEABLE, STREAM_WAIT, device_idle, group_sites
 
     trace = a.trace
-    calls = sync_of(a)
+    calls = a.sync
     blocking = np.flatnonzero(calls.kind != STREAM_WAIT)
     if len(blocking) == 0 or trace.slice_start_min is None or trace.slice_end_max is None:
         return []
@@ -275,11 +275,11 @@ def host_sync(a: Analysis) -> list[Finding]:
     ]
 
 
-def pageable_memcpy(a: Analysis) -> list[Finding]:
+def pageable_memcpy(a: TraceSession) -> list[Finding]:
     """Copies between the GPU and pageable host memory: they block the host even when issued
     as cudaMemcpyAsync (`non_blocking=True`), since the runtime stages them through a pinned
     bounce buffer."""
-    from .sync import PAGEABLE_COPY, sync_of
+    from .sync import PAGEABLE_COPY
 
     trace = a.trace
     links = a.links
@@ -295,7 +295,7 @@ def pageable_memcpy(a: Analysis) -> list[Finding]:
     launched_by = links.gpu_runtime[copies]
     calls_rows = np.unique(launched_by[launched_by >= 0])
     host = Union.of(trace.start[calls_rows], trace.start[calls_rows] + trace.dur[calls_rows])
-    calls = sync_of(a)
+    calls = a.sync
     mine = np.isin(calls.rows, calls_rows)
     idle = int(calls.idle[mine].sum())
     names = sorted({trace.name_of(int(r)) for r in calls_rows})
@@ -328,7 +328,7 @@ def pageable_memcpy(a: Analysis) -> list[Finding]:
     ]
 
 
-def launch_bound(a: Analysis) -> list[Finding]:
+def launch_bound(a: TraceSession) -> list[Finding]:
     out = []
     trace = a.trace
     gaps = a.idle.gaps
@@ -378,7 +378,7 @@ def launch_bound(a: Analysis) -> list[Finding]:
     return out
 
 
-def _launch_bound_steps(a: Analysis, kernel_rows: np.ndarray, small_gap: np.ndarray) -> list:
+def _launch_bound_steps(a: TraceSession, kernel_rows: np.ndarray, small_gap: np.ndarray) -> list:
     """launch_bound judged step by step, for a stretch that the whole window dilutes: in a
     step, at least LAUNCH_STEP_MIN_SHORT_KERNELS kernels of a device, half of its kernels
     there, are short, and small waits cover a share of the step."""
@@ -434,7 +434,7 @@ def _launch_bound_steps(a: Analysis, kernel_rows: np.ndarray, small_gap: np.ndar
     ]
 
 
-def host_wait_idle(a: Analysis) -> list[Finding]:
+def host_wait_idle(a: TraceSession) -> list[Finding]:
     out = []
     gaps = a.idle.gaps
     trace = a.trace
@@ -475,7 +475,7 @@ def host_wait_idle(a: Analysis) -> list[Finding]:
     return out
 
 
-def communication_heavy(a: Analysis) -> list[Finding]:
+def communication_heavy(a: TraceSession) -> list[Finding]:
     steps = a.steps
     trace = a.trace
     if len(steps):
@@ -525,11 +525,11 @@ def communication_heavy(a: Analysis) -> list[Finding]:
     return [Finding("communication_heavy", WARNING, message, window[0], length)]
 
 
-def _cpu_only(a: Analysis) -> bool:
+def _cpu_only(a: TraceSession) -> bool:
     return len(a.steps) > 0 and not bool(a.classes.gpu.any())
 
 
-def collective_wait(a: Analysis) -> list[Finding]:
+def collective_wait(a: TraceSession) -> list[Finding]:
     """On a trace without GPU activity (a CPU-only rank, e.g. gloo), the share of a step spent
     in CPU-side collectives: mostly waiting for the other ranks."""
     if not _cpu_only(a):
@@ -570,7 +570,7 @@ def collective_wait(a: Analysis) -> list[Finding]:
     ]
 
 
-def uninstrumented_step_time(a: Analysis) -> list[Finding]:
+def uninstrumented_step_time(a: TraceSession) -> list[Finding]:
     """On a trace without GPU activity, steps whose thread spends much of the step in no
     profiled slice: the time is real but the trace cannot say what it was."""
     if not _cpu_only(a):
@@ -604,7 +604,7 @@ def uninstrumented_step_time(a: Analysis) -> list[Finding]:
     ]
 
 
-def memory_near_capacity(a: Analysis) -> list[Finding]:
+def memory_near_capacity(a: TraceSession) -> list[Finding]:
     capacity: dict[int, int] = {}
     for props in device_properties(a.trace):
         dev, total = props.get("id"), props.get("totalGlobalMem")
@@ -657,7 +657,7 @@ RULES = {
 SEVERITY_ORDER = {CRITICAL: 0, WARNING: 1, INFO: 2}
 
 
-def run_rules(a: Analysis) -> list[Finding]:
+def run_rules(a: TraceSession) -> list[Finding]:
     """Every rule's findings, most severe first (then in rule order)."""
     found: list[Finding] = []
     for rule in RULES.values():

@@ -7,11 +7,11 @@ from typing import Any
 from kinetoscope.parser.model import Trace
 
 from .classify import Groups, ranked_groups
-from .core import Analysis, analyze
-from .idle import CAUSES, idle_by_cpu_of
+from .idle import CAUSES
 from .memory import device_properties
-from .memory_ops import memory_ops_of, memory_ops_section, peak_fields
-from .sync import step_sync_us, sync_of, sync_section
+from .memory_ops import memory_ops_section, peak_fields
+from .session import TraceSession
+from .sync import step_sync_us, sync_section
 from .units import us  # noqa: F401 (used here and by importers)
 
 SUMMARY_VERSION = 1
@@ -50,7 +50,7 @@ def devices_section(trace: Trace) -> list[dict[str, Any]]:
     ]
 
 
-def gpu_section(analysis: Analysis) -> list[dict[str, Any]]:
+def gpu_section(analysis: TraceSession) -> list[dict[str, Any]]:
     out = []
     for dev in analysis.idle.devices:
         window = dev.window
@@ -70,7 +70,7 @@ def gpu_section(analysis: Analysis) -> list[dict[str, Any]]:
     return out
 
 
-def idle_gaps_section(analysis: Analysis, limit: int = TOP_GAPS) -> list[dict[str, Any]]:
+def idle_gaps_section(analysis: TraceSession, limit: int = TOP_GAPS) -> list[dict[str, Any]]:
     trace = analysis.trace
     gaps = analysis.idle.gaps
     out = []
@@ -89,11 +89,11 @@ def idle_gaps_section(analysis: Analysis, limit: int = TOP_GAPS) -> list[dict[st
     return out
 
 
-def idle_by_cpu_section(analysis: Analysis, limit: int = TOP_GAPS) -> list[dict[str, Any]]:
+def idle_by_cpu_section(analysis: TraceSession, limit: int = TOP_GAPS) -> list[dict[str, Any]]:
     """Extension: GPU idle totalled by the CPU operator running during the gaps (all gaps of
     all devices), most first; gaps with no CPU slice at their midpoint last, `cat`/`name` null."""
     trace = analysis.trace
-    table = idle_by_cpu_of(analysis)
+    table = analysis.idle_by_cpu
     out: list[dict[str, Any]] = [
         {
             "cat": trace.strings[int(table.cat[i])],
@@ -121,7 +121,7 @@ def _group_label(trace: Trace, groups: Groups, g: int) -> tuple[str, str]:
     return trace.strings[int(groups.cat[g])], trace.strings[int(groups.name[g])]
 
 
-def operators_section(analysis: Analysis, limit: int = TOP_GROUPS) -> list[dict[str, Any]]:
+def operators_section(analysis: TraceSession, limit: int = TOP_GROUPS) -> list[dict[str, Any]]:
     trace = analysis.trace
     table = analysis.operators
     out = []
@@ -141,7 +141,7 @@ def operators_section(analysis: Analysis, limit: int = TOP_GROUPS) -> list[dict[
     return out
 
 
-def kernels_section(analysis: Analysis, limit: int = TOP_GROUPS) -> list[dict[str, Any]]:
+def kernels_section(analysis: TraceSession, limit: int = TOP_GROUPS) -> list[dict[str, Any]]:
     trace = analysis.trace
     table = analysis.kernels
     out = []
@@ -162,10 +162,10 @@ def kernels_section(analysis: Analysis, limit: int = TOP_GROUPS) -> list[dict[st
     return out
 
 
-def steps_section(analysis: Analysis) -> list[dict[str, Any]]:
+def steps_section(analysis: TraceSession) -> list[dict[str, Any]]:
     trace = analysis.trace
     steps = analysis.steps
-    sync_us = step_sync_us(sync_of(analysis))  # extension: host time blocked on the GPU
+    sync_us = step_sync_us(analysis.sync)  # extension: host time blocked on the GPU
     return [
         {
             "name": trace.name_of(int(steps.rows[i])),
@@ -183,8 +183,8 @@ def steps_section(analysis: Analysis) -> list[dict[str, Any]]:
     ]
 
 
-def memory_section(analysis: Analysis) -> list[dict[str, Any]]:
-    ops = memory_ops_of(analysis)
+def memory_section(analysis: TraceSession) -> list[dict[str, Any]]:
+    ops = analysis.memory_ops
     return [
         {
             "device_type": group.device_type,
@@ -200,13 +200,15 @@ def memory_section(analysis: Analysis) -> list[dict[str, Any]]:
     ]
 
 
-def findings_section(analysis: Analysis) -> list[dict[str, Any]]:
+def findings_section(analysis: TraceSession) -> list[dict[str, Any]]:
     return [finding.to_json(analysis.trace) for finding in analysis.findings]
 
 
-def build_summary(trace: Trace) -> dict[str, Any]:
-    """The whole document of the spec."""
-    analysis = analyze(trace)
+def build_summary(of: Trace | TraceSession) -> dict[str, Any]:
+    """The whole document of the spec, for a trace or for an open session on one (whose
+    results are then shared with the caller's other views)."""
+    analysis = of if isinstance(of, TraceSession) else TraceSession(of)
+    trace = analysis.trace
     return {
         "kinetoscope_summary": SUMMARY_VERSION,
         "source": source_section(trace),
@@ -219,7 +221,7 @@ def build_summary(trace: Trace) -> dict[str, Any]:
         "kernels": kernels_section(analysis),
         "steps": steps_section(analysis),
         "memory": memory_section(analysis),
-        "memory_ops": memory_ops_section(trace, memory_ops_of(analysis)),
-        "sync": sync_section(trace, sync_of(analysis)),
+        "memory_ops": memory_ops_section(trace, analysis.memory_ops),
+        "sync": sync_section(trace, analysis.sync),
         "findings": findings_section(analysis),
     }

@@ -414,17 +414,6 @@ def group_sites(trace: Trace, calls: SyncCalls) -> list[SyncSite]:
     return out
 
 
-def sync_of(analysis: Any) -> SyncCalls:
-    """The SyncCalls of an `Analysis`, computed once and kept with it."""
-    cached = analysis.__dict__.get("_sync_calls")
-    if cached is None:
-        cached = compute_sync(
-            analysis.trace, analysis.classes, analysis.nesting, analysis.links, analysis.idle.gaps
-        )
-        analysis.__dict__["_sync_calls"] = cached
-    return cached
-
-
 # -- the summary's extra keys ------------------------------------------------------------------
 
 TOP_SITES = 20

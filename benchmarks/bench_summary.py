@@ -27,7 +27,7 @@ PARTS = (
 
 
 def main() -> None:
-    from kinetoscope.analysis.core import Analysis
+    from kinetoscope.analysis.session import TraceSession
     from kinetoscope.analysis.summary import build_summary
     from kinetoscope.parser import load
 
@@ -42,7 +42,7 @@ def main() -> None:
     best = {part: float("inf") for part in PARTS}
     best_summary = float("inf")
     for _ in range(args.runs):
-        analysis = Analysis(trace)
+        analysis = TraceSession(trace)
         for part in PARTS:
             started = time.perf_counter()
             getattr(analysis, part)

@@ -50,9 +50,10 @@ def run_summary(
         if as_json or output == "json":
             emit(summary_json(build_summary(trace)) + "\n")
             return 0
-        from kinetoscope.analysis import analyze
+        from kinetoscope.analysis import TraceSession
 
-        sections = summary_tables(analyze(trace), build_summary(trace))
+        session = TraceSession(trace)
+        sections = summary_tables(session, build_summary(session))
     except MemoryError:
         from kinetoscope.parser.model import out_of_memory_message
         from kinetoscope.tui.safe_text import clean

@@ -36,7 +36,7 @@ def load(
     # The file's identity before the read: a cache entry is written only if it still holds.
     key = cache.identity(path)
     trace = read_trace(path, progress, workers)
-    trace.cache_key = key  # type: ignore[attr-defined]
+    trace.cache_key = key
     if use_cache and write_cache:
         save_cache(trace)
     return trace
@@ -44,7 +44,7 @@ def load(
 
 def save_cache(trace: Trace) -> bool:
     """Cache a freshly parsed, complete, big trace for the next open; True if an entry was written."""
-    if getattr(trace, "from_cache", False) or not trace.complete:
+    if trace.from_cache or not trace.complete:
         return False
     if trace.source.bytes < cache.MIN_CACHED_BYTES:
         return False

@@ -241,7 +241,7 @@ def _key_of_loaded(trace: Trace) -> Key | None:
     key = trace_key(trace.source.path)
     if (key.size, key.mtime_ns) != (trace.source.bytes, trace.source.mtime_ns):
         return None
-    before = getattr(trace, "cache_key", None)
+    before = trace.cache_key
     if before is not None and before != key:
         return None
     return key
@@ -519,6 +519,6 @@ def _load(path: str, root: Path | None, verify: bool) -> Trace | None:
         stopped_at=manifest.stopped_at,
         chunks=chunks,
     )
-    trace.from_cache = True  # type: ignore[attr-defined]
-    trace.cache_key = key  # type: ignore[attr-defined]
+    trace.from_cache = True
+    trace.cache_key = key
     return trace

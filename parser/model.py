@@ -203,6 +203,8 @@ class Trace:
     stopped_at: int | None = None  # uncompressed byte offset where reading stopped early
     chunks: ChunkIndex | None = None  # where to find each event again, for args on demand
     workers: int = 1  # decoding processes the load used (1: this process alone)
+    from_cache: bool = False  # read back from the model cache, not decoded from the file
+    cache_key: Any = None  # the file's parser.cache.Key when it was read (None: not from a file)
 
     def __len__(self) -> int:
         return len(self.start)

@@ -7,7 +7,7 @@ so a wrong reading of the contract in either shows up here, not only a disagreem
 import json
 
 import numpy as np
-from kinetoscope.analysis import analyze
+from kinetoscope.analysis import TraceSession
 from kinetoscope.analysis.summary import build_summary
 from kinetoscope.parser import loads
 from spec_reference import contract_view, summarize
@@ -175,7 +175,7 @@ def test_correlation_must_be_a_json_integer_on_both_sides():
 
 def nest(events):
     trace = loads(json.dumps({"traceEvents": events}).encode())
-    nesting = analyze(trace).nesting
+    nesting = TraceSession(trace).nesting
     parents = {}
     for row in range(len(trace)):
         parent = int(nesting.parent[row])
@@ -566,8 +566,8 @@ def test_numpy_results_are_consistent_for_the_viewer():
         K("k", 6, 2, corr=1),
     ]
     trace = loads(json.dumps({"traceEvents": events}).encode())
-    a = analyze(trace)
-    assert analyze(trace) is a
+    a = TraceSession(trace)
+    assert a.links is a.links, "computed once, then kept"
     launch = 2
     assert a.runtime_of(3) == launch
     assert a.gpu_of(launch).tolist() == [3]

@@ -6,7 +6,7 @@ import json
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kinetoscope.analysis import analyze
+from kinetoscope.analysis import TraceSession
 from kinetoscope.analysis.intervals import (
     Union,
     nesting_depth,
@@ -54,7 +54,7 @@ def gap_trace():
         K("e", 0, 5, device=1),
         K("f", 50, 5, device=1),
     ]
-    return analyze(load_events(events))
+    return TraceSession(load_events(events))
 
 
 def test_next_and_previous_gap_by_time_device_and_length():
@@ -96,7 +96,7 @@ def test_instance_drill_down_with_input_shapes():
         K("gemm", 30, 40, corr=3),
     ]
     trace = load_events(events)
-    a = analyze(trace)
+    a = TraceSession(trace)
     linear = a.instance(0)
     assert linear.self_time == 40_000
     assert [trace.name_of(r) for r in linear.children] == ["aten::mm", "aten::add"]
@@ -126,7 +126,7 @@ def test_kernel_launchers_pick_the_operator_with_most_gpu_time():
         K("k", 120, 9, corr=3),
         K("lonely", 200, 1),
     ]
-    a = analyze(load_events(events))
+    a = TraceSession(load_events(events))
     assert top_launcher(a, "kernel", "k") == "big"
     assert top_launcher(a, "kernel", "lonely") is None
 
@@ -145,7 +145,7 @@ def test_memory_curve_is_time_ordered_and_skips_events_without_ts():
             event["ts"] = ts
         return event
 
-    a = analyze(load_events([mem(30, 5), mem(10, 7), mem(None, 99), mem(20, 3)]))
+    a = TraceSession(load_events([mem(30, 5), mem(10, 7), mem(None, 99), mem(20, 3)]))
     (group,) = a.memory
     assert group.peak_allocated == 99
     ts, alloc, reserved = group.curve(a.trace.memory)
@@ -171,7 +171,7 @@ def test_per_step_breakdown_parts():
         },  # 5 µs under nccl, 10 exposed
         X("cudaLaunchKernel", 90, 5, cat="cuda_runtime"),
     ]
-    steps = analyze(load_events(events)).steps
+    steps = TraceSession(load_events(events)).steps
     assert steps.compute.tolist() == [40_000]
     assert steps.comm.tolist() == [20_000]
     assert steps.comm_total.tolist() == [30_000]

@@ -7,7 +7,7 @@ import json
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kinetoscope.analysis import analyze
+from kinetoscope.analysis import TraceSession
 from kinetoscope.analysis.drilldown import (
     child_split,
     group_by_shape,
@@ -79,7 +79,7 @@ def names(trace, groups, ids):
 
 def test_drilldown_of_one_operator_by_hand():
     trace = small_trace()
-    a = analyze(trace)
+    a = TraceSession(trace)
     linear = group_of(a, "aten::linear")
     rows = instances_of(trace, a.cpu_groups, linear)
     assert trace.dur[rows].tolist() == [100_000, 60_000, 10_000]
@@ -107,7 +107,7 @@ def test_drilldown_of_one_operator_by_hand():
 
 def test_runtime_groups_own_launches_count_in_their_kernels():
     trace = small_trace()
-    a = analyze(trace)
+    a = TraceSession(trace)
     launch = group_of(a, "cudaLaunchKernel")
     launched = kernels_launched(trace, a.nesting, a.links, a.cpu_groups, a.gpu_groups, launch)
     assert launched.count.sum() == 3
@@ -116,7 +116,7 @@ def test_runtime_groups_own_launches_count_in_their_kernels():
 
 def test_kernel_launchers_pick_the_operator_with_most_time():
     trace = small_trace()
-    a = analyze(trace)
+    a = TraceSession(trace)
     k = a.kernels
     top = kernel_launchers(k.launcher_row, a.links.gpu_rows, trace, a.gpu_groups, a.cpu_groups)
     by_name = {
@@ -131,7 +131,7 @@ def test_kernel_launchers_pick_the_operator_with_most_time():
 
 def test_group_by_shape_splits_groups_and_keeps_totals():
     trace = small_trace()
-    a = analyze(trace)
+    a = TraceSession(trace)
     shaped = group_by_shape(trace, a.classes.cpu, a.cpu_groups)
     table = compute_operators(trace, shaped.nesting, shaped.groups, a.links)
     linear = [
@@ -148,7 +148,7 @@ def test_group_by_shape_splits_groups_and_keeps_totals():
 
 def test_range_clips_operators_kernels_and_idle():
     trace = small_trace()
-    a = analyze(trace)
+    a = TraceSession(trace)
     t0, t1 = 50_000, 220_000  # mid first linear .. inside the second mm
     ops = operators_in_range(trace, a.nesting, a.cpu_groups, a.links, t0, t1)
     linear, mm = group_of(a, "aten::linear"), group_of(a, "aten::mm")
@@ -184,7 +184,7 @@ def test_whole_range_equals_whole_trace_and_parts_add_up(events, x, y):
     trace = loads(json.dumps({"traceEvents": events}).encode())
     if trace.slice_start_min is None:
         return
-    a = analyze(trace)
+    a = TraceSession(trace)
     lo, hi = trace.slice_start_min, trace.slice_end_max
     whole = operators_in_range(trace, a.nesting, a.cpu_groups, a.links, lo, hi)
     ops = a.operators

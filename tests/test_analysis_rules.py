@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from kinetoscope.analysis import analyze, rules
+from kinetoscope.analysis import TraceSession, rules
 from kinetoscope.analysis.summary import build_summary
 from kinetoscope.parser import loads
 
@@ -33,7 +33,7 @@ def K(name, ts, dur, corr=None, device=0):
 
 def findings(events, **header):
     trace = loads(json.dumps({"traceEvents": events, **header}).encode())
-    return {f.rule: f for f in analyze(trace).findings}, trace
+    return {f.rule: f for f in TraceSession(trace).findings}, trace
 
 
 def busy_gpu(start, end):

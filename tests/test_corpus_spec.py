@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 from conftest import corpus_params
-from kinetoscope.analysis import analyze
+from kinetoscope.analysis import TraceSession
 from kinetoscope.analysis.summary import build_summary
 from kinetoscope.parser import load
 from spec_reference import contract_view, reference_summary
@@ -55,7 +55,7 @@ def test_summary_matches_reference_and_invariants(path):
 
 
 def check_invariants(trace, summary):
-    a = analyze(trace)
+    a = TraceSession(trace)
 
     # Operators: gpu_self <= gpu_total for every group (a launch's parent instance lies under
     # the outermost instance of its group). excl <= incl holds unless partly overlapping

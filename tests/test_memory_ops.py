@@ -7,7 +7,7 @@ import random
 
 import numpy as np
 import pytest
-from kinetoscope.analysis import analyze
+from kinetoscope.analysis import TraceSession
 from kinetoscope.analysis.classify import classify, group_rows
 from kinetoscope.analysis.memory_ops import (
     FREED,
@@ -16,7 +16,6 @@ from kinetoscope.analysis.memory_ops import (
     REUSED,
     device_label,
     innermost_slices,
-    memory_ops_of,
     range_max,
 )
 from kinetoscope.analysis.nesting import compute_nesting
@@ -88,8 +87,8 @@ def load_dict(document: dict):
 @pytest.fixture(scope="module")
 def known():
     trace = load_dict(known_trace())
-    analysis = analyze(trace)
-    ops = memory_ops_of(analysis)
+    analysis = TraceSession(trace)
+    ops = analysis.memory_ops
     return trace, analysis, ops
 
 
@@ -264,7 +263,7 @@ def test_old_traces_without_totals_or_addresses():
         del event["args"]["Addr"]
         del event["cat"]
         events.append(event)
-    ops = memory_ops_of(analyze(load_dict({"traceEvents": events})))
+    ops = TraceSession(load_dict({"traceEvents": events})).memory_ops
     dev = ops.devices[0]
     assert not dev.allocated_recorded
     assert dev.allocated.tolist() == [100, 150, 50]
@@ -278,7 +277,7 @@ def test_old_traces_without_totals_or_addresses():
 def test_partial_totals_continue_from_the_last_recorded_value():
     events = [x("op", 0, 100)]
     events += [mem(10, 100, None, A), mem(20, 50, 1050, B), mem(30, 10, None, C)]
-    dev = memory_ops_of(analyze(load_dict({"traceEvents": events}))).devices[0]
+    dev = TraceSession(load_dict({"traceEvents": events})).memory_ops.devices[0]
     assert dev.allocated.tolist() == [1000, 1050, 1060]
 
 
@@ -290,7 +289,7 @@ def test_reused_address_and_frees_of_earlier_memory():
         mem(30, -200, 100, A),
         mem(40, -50, 50, B),  # B was allocated before the trace
     ]
-    allocations = memory_ops_of(analyze(load_dict({"traceEvents": events}))).devices[0].allocations
+    allocations = TraceSession(load_dict({"traceEvents": events})).memory_ops.devices[0].allocations
     assert allocations.state.tolist() == [REUSED, FREED]
     assert allocations.lifetime.tolist() == [-1, 10_000]
     assert allocations.frees_without_allocation == 1
@@ -298,7 +297,7 @@ def test_reused_address_and_frees_of_earlier_memory():
 
 def test_same_timestamp_keeps_file_order():
     events = [x("op", 0, 100), mem(10, 100, 100, A), mem(10, -100, 0, A)]
-    dev = memory_ops_of(analyze(load_dict({"traceEvents": events}))).devices[0]
+    dev = TraceSession(load_dict({"traceEvents": events})).memory_ops.devices[0]
     assert dev.allocated.tolist() == [100, 0]
     assert dev.allocations.state.tolist() == [FREED]
     assert dev.allocations.lifetime.tolist() == [0]
@@ -306,7 +305,7 @@ def test_same_timestamp_keeps_file_order():
 
 def test_trace_without_memory_events():
     trace = load_dict({"traceEvents": [x("op", 0, 10)]})
-    ops = memory_ops_of(analyze(trace))
+    ops = TraceSession(trace).memory_ops
     assert not ops and ops.primary is None
     summary = build_summary(trace)
     assert summary["memory"] == [] and summary["memory_ops"] == []
@@ -365,7 +364,7 @@ def test_innermost_slice_is_the_last_container_in_nesting_order(seed):
 
 def test_memory_events_without_any_cpu_slice():
     trace = load_dict({"traceEvents": [mem(10, 100, 100, A), mem(20, -100, 0, A)]})
-    dev = memory_ops_of(analyze(trace)).devices[0]
+    dev = TraceSession(trace).memory_ops.devices[0]
     assert dev.owner.tolist() == [-1, -1]
     assert dev.allocations.state.tolist() == [FREED]
     assert build_summary(trace)["memory"][0]["peak_operator"] is None
@@ -375,7 +374,7 @@ def test_events_on_an_int_tid_belong_to_operators_on_the_same_tid_as_a_string():
     """Old traces write operator tids as strings and `[memory]` tids as ints."""
     op = x("aten::empty", 0, 100, tid="5")
     event = mem(10, 64, 64, A, tid=5)
-    dev = memory_ops_of(analyze(load_dict({"traceEvents": [op, event]}))).devices[0]
+    dev = TraceSession(load_dict({"traceEvents": [op, event]})).memory_ops.devices[0]
     assert dev.owner.tolist() == [0]
 
 

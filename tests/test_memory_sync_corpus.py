@@ -8,9 +8,9 @@ import time
 import numpy as np
 import pytest
 from conftest import CORPUS, corpus_params
-from kinetoscope.analysis import analyze
-from kinetoscope.analysis.memory_ops import FREED, memory_ops_of
-from kinetoscope.analysis.sync import group_sites, sync_of
+from kinetoscope.analysis import TraceSession
+from kinetoscope.analysis.memory_ops import FREED
+from kinetoscope.analysis.sync import group_sites
 from kinetoscope.parser import load
 from kinetoscope.parser.model import NO_VALUE
 from kinetoscope.tui.app import KinetoscopeApp
@@ -26,8 +26,8 @@ pytestmark = pytest.mark.corpus
 @pytest.mark.parametrize("path", corpus_params())
 def test_memory_and_sync_invariants(path):
     trace = load(str(path))
-    analysis = analyze(trace)
-    ops = memory_ops_of(analysis)
+    analysis = TraceSession(trace)
+    ops = analysis.memory_ops
     for dev in ops.devices:
         if not len(dev):
             continue
@@ -50,7 +50,7 @@ def test_memory_and_sync_invariants(path):
         assert (allocations.free[freed] > allocations.event[freed]).all()
         assert (allocations.lifetime[~freed] == -1).all()
 
-    calls = sync_of(analysis)
+    calls = analysis.sync
     assert analysis.classes.runtime[calls.rows].all()
     assert (calls.idle_after >= 0).all()
     if len(calls.step_rows):
@@ -80,7 +80,7 @@ async def settle(pilot, kind, timeout: float = 60.0):
 @pytest.mark.parametrize("path", [BERT, OWLV2], ids=["bert-small", "owlv2"])
 async def test_memory_view_finds_the_peak_and_its_operator(path):
     trace = load(str(path))
-    dev = memory_ops_of(analyze(trace)).primary
+    dev = TraceSession(trace).memory_ops.primary
     owner = trace.name_of(int(dev.owner[dev.peak]))
     app = KinetoscopeApp(str(path))
     async with app.run_test(size=(120, 40)) as pilot:

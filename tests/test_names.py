@@ -445,12 +445,12 @@ def test_a_50_mb_name_costs_the_summary_little(write_trace):
     def analysis_seconds(name: str) -> tuple[float, dict]:
         import json
 
-        from kinetoscope.analysis import analyze
+        from kinetoscope.analysis import TraceSession
 
         trace = loads(json.dumps(_one_event_trace({"name": name, "dur": 2000})).encode())
         start = time.perf_counter()
         document = build_summary(trace)
-        summary_tables(analyze(trace), document)
+        summary_tables(TraceSession(trace), document)
         return time.perf_counter() - start, document
 
     plain, _ = analysis_seconds("plain")

@@ -114,12 +114,12 @@ def test_parallel_load_recovers_from_a_bad_cut(tmp_path, compress):
 def test_cache_roundtrip_and_invalidation(big_trace, tmp_path, monkeypatch):
     monkeypatch.setenv("KINETOSCOPE_CACHE_DIR", str(tmp_path / "cache"))
     cold = load(str(big_trace))
-    assert not getattr(cold, "from_cache", False)
+    assert not cold.from_cache
     entry = cache.entry_dir(str(big_trace))
     assert (entry / "manifest.json").exists()
     assert not any(p.name.startswith(".tmp-") for p in entry.parent.iterdir())
     warm = load(str(big_trace))
-    assert getattr(warm, "from_cache", False)
+    assert warm.from_cache
     assert_same(cold, warm)
 
     # A damaged array file is detected and the trace parsed again (and re-cached).
@@ -128,7 +128,7 @@ def test_cache_roundtrip_and_invalidation(big_trace, tmp_path, monkeypatch):
     data[-1] ^= 0xFF
     victim.write_bytes(bytes(data))
     again = load(str(big_trace))
-    assert not getattr(again, "from_cache", False)
+    assert not again.from_cache
     assert_same(cold, again)
     assert getattr(load(str(big_trace)), "from_cache", False)
 

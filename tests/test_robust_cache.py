@@ -150,7 +150,7 @@ def test_a_manifest_of_the_wrong_shape_is_ignored(trace_path, fresh, entry, cont
     assert cache.load(str(trace_path)) is None
     assert not cache.has_entry(str(trace_path))
     trace = load_checked(trace_path, fresh)
-    assert not getattr(trace, "from_cache", False)
+    assert not trace.from_cache
 
 
 WRONG_VALUES = [None, [], {}, "x", -1, 1 << 70, 1.5, True, [[]], {"files": []}]
@@ -318,7 +318,7 @@ def test_a_rewrite_in_place_with_the_same_size_and_mtime_is_not_served_stale(tra
     os.utime(trace_path, ns=times)  # touch -r, rsync -t
     assert trace_path.stat().st_size == size
     trace = load(str(trace_path), write_cache=False)
-    assert not getattr(trace, "from_cache", False)
+    assert not trace.from_cache
     assert "aten::opX" in trace.strings and "aten::op1" not in trace.strings
 
 
@@ -329,7 +329,7 @@ def test_a_file_replaced_with_the_same_size_and_mtime_is_not_served_stale(trace_
     os.utime(other, ns=times)
     os.replace(other, trace_path)  # rsync -t, mv: a new inode with the old size and mtime
     trace = load(str(trace_path), write_cache=False)
-    assert not getattr(trace, "from_cache", False)
+    assert not trace.from_cache
     assert "aten::opX" in trace.strings
 
 
@@ -357,7 +357,7 @@ def _fifo(path: Path) -> None:
 def test_a_fifo_in_the_cache_does_not_hang(trace_path, fresh, entry, name):
     _fifo(entry / name)
     trace = load_checked(trace_path, fresh)
-    assert not getattr(trace, "from_cache", False)
+    assert not trace.from_cache
     with time_limit(LIMIT_S):
         assert not cache.has_entry(str(trace_path))
 
@@ -374,7 +374,7 @@ def test_a_cache_file_that_is_not_a_regular_file_is_ignored(trace_path, fresh, e
         os.mkfifo(entry.parent / "fifo")
         target.symlink_to(entry.parent / "fifo")
     trace = load_checked(trace_path, fresh)
-    assert not getattr(trace, "from_cache", False)
+    assert not trace.from_cache
 
 
 @pytest.mark.parametrize("kind", ["fifo", "file"])

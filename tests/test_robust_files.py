@@ -121,7 +121,7 @@ def test_read_only_trace_folder_loads_views_and_caches_elsewhere(big_trace, tmp_
 
             build_summary(again)
         assert seen == []
-        assert getattr(again, "from_cache", False), "the cache went somewhere else and works"
+        assert again.from_cache, "the cache went somewhere else and works"
         assert sorted(p.name for p in folder.iterdir()) == ["big.json"]
     finally:
         folder.chmod(0o755)
@@ -163,7 +163,7 @@ def test_a_file_that_changed_after_loading_is_not_cached_as_it(big_trace):
     big_trace.write_text(json.dumps({"traceEvents": _events(61000, tag="new")}, indent=1))
     assert not save_cache(old)
     fresh = load(str(big_trace))
-    assert not getattr(fresh, "from_cache", False)
+    assert not fresh.from_cache
     assert fresh.n_events == 61000 and fresh.name_of(0) == "new0"
 
 

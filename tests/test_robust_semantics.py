@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 from fuzz.harness import check_analysis, check_report, check_trace, check_view
-from kinetoscope.analysis import analyze
+from kinetoscope.analysis import TraceSession
 from kinetoscope.parser import loads
 from spec_reference import contract_view, summarize
 
@@ -50,7 +50,7 @@ def everything(events, **header):
 
 
 def rules_of(trace):
-    return {f.rule: f for f in analyze(trace).findings}
+    return {f.rule: f for f in TraceSession(trace).findings}
 
 
 def test_overlapping_kernels_on_one_stream_are_counted_merged_and_flagged():
@@ -86,7 +86,7 @@ def test_kernels_back_to_back_are_not_flagged():
 def test_child_that_outlives_its_parent_becomes_a_sibling_and_is_flagged():
     events = [X("parent", 0, 10), X("child", 2, 3), X("outliver", 5, 20), X("inner", 6, 1)]
     trace, summary = everything(events)
-    nesting = analyze(trace).nesting
+    nesting = TraceSession(trace).nesting
     row = {trace.name_of(r): r for r in range(len(trace))}
     assert nesting.parent[row["outliver"]] == -1  # a sibling of "parent", not its child
     assert nesting.parent[row["child"]] == row["parent"]
@@ -172,15 +172,15 @@ def test_unmatched_flows_are_harmless():
     trace, summary = everything(events)
     assert summary["trace"]["by_phase"] == {"X": 2, "s": 1, "f": 1, "t": 1}
     kernel = int(np.flatnonzero(trace.name == trace.string_id("k"))[0])
-    assert analyze(trace).runtime_of(kernel) == 0  # linked by correlation, flows or not
+    assert TraceSession(trace).runtime_of(kernel) == 0  # linked by correlation, flows or not
 
 
 def test_duplicate_correlation_ids_link_the_first_call_and_are_flagged():
     events = [R(0, 7, "first"), R(3, 7, "second"), K("k", 10, 5, corr=7)]
     trace, summary = everything(events)
     row = {trace.name_of(r): r for r in range(len(trace))}
-    assert analyze(trace).runtime_of(row["k"]) == row["first"]
-    assert len(analyze(trace).gpu_of(row["second"])) == 0
+    assert TraceSession(trace).runtime_of(row["k"]) == row["first"]
+    assert len(TraceSession(trace).gpu_of(row["second"])) == 0
     finding = rules_of(trace)["duplicate_correlation"]
     assert [trace.name_of(r) for r in finding.rows] == ["second"]
     (gap,) = summary["idle_gaps"] or [None]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from kinetoscope.analysis import analyze
+from kinetoscope.analysis import TraceSession
 from kinetoscope.analysis.summary import build_summary
 from kinetoscope.analysis.sync import (
     DEVICE_SYNC,
@@ -17,7 +17,6 @@ from kinetoscope.analysis.sync import (
     blocking_kind_of_name,
     cause_label,
     group_sites,
-    sync_of,
 )
 from kinetoscope.parser import loads
 
@@ -110,7 +109,7 @@ def known_trace() -> dict:
 @pytest.fixture(scope="module")
 def known():
     trace = loads(json.dumps(known_trace()).encode())
-    return trace, sync_of(analyze(trace))
+    return trace, TraceSession(trace).sync
 
 
 def names(trace, rows):
@@ -165,7 +164,7 @@ def test_gpu_idle_gap_after_each_call(known):
     ]
     assert calls.gap[4] == -1  # nothing ran on the GPU after the last memcpy: no gap
     first_gap = int(calls.gap[0])
-    assert int(analyze(trace).idle.gaps.start[first_gap]) == 185_000
+    assert int(TraceSession(trace).idle.gaps.start[first_gap]) == 185_000
 
 
 def test_gpu_side_sync_records_are_linked_by_correlation(known):
@@ -242,7 +241,7 @@ def test_python_builtin_addresses_do_not_split_sites():
             rt("cudaStreamSynchronize", base + 3, 20, i + 1),
         ]
     trace = loads(json.dumps({"traceEvents": events}).encode())
-    sites = group_sites(trace, sync_of(analyze(trace)))
+    sites = group_sites(trace, TraceSession(trace).sync)
     assert len(sites) == 1 and sites[0].count == 2
     assert sites[0].site == (
         "model.py(3): f",
@@ -258,7 +257,7 @@ def test_torch_frames_give_way_to_the_users_frame():
         rt("cudaDeviceSynchronize", 2, 80, 1),
     ]
     trace = loads(json.dumps({"traceEvents": events}).encode())
-    sites = group_sites(trace, sync_of(analyze(trace)))
+    sites = group_sites(trace, TraceSession(trace).sync)
     assert sites[0].site == ("user.py(5): main", "torch/cuda/__init__.py(975): synchronize")
 
 
@@ -295,7 +294,7 @@ def test_blocking_names(name, kind):
 
 def test_trace_without_syncs():
     trace = loads(json.dumps({"traceEvents": [rt("cudaLaunchKernel", 0, 5, 1)]}).encode())
-    calls = sync_of(analyze(trace))
+    calls = TraceSession(trace).sync
     assert len(calls) == 0 and len(calls.step_rows) == 0
     assert build_summary(trace)["sync"] == []
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 
-from kinetoscope.analysis import analyze
+from kinetoscope.analysis import TraceSession
 from kinetoscope.analysis.summary import build_summary
-from kinetoscope.analysis.sync import KINDS, sync_of
+from kinetoscope.analysis.sync import KINDS
 from kinetoscope.parser import loads
 
 PID, TID = 1, 1
@@ -51,7 +51,7 @@ def kinds(calls):
 
 
 def by_rule(trace):
-    return {f.rule: f for f in analyze(trace).findings}
+    return {f.rule: f for f in TraceSession(trace).findings}
 
 
 # -- 1. frees and allocations that synchronise the device -------------------------------------
@@ -79,7 +79,7 @@ def free_bound_trace_events(n=40):
 
 def test_device_frees_are_blocking_calls_with_their_own_kind():
     trace = free_bound_trace()
-    calls = sync_of(analyze(trace))
+    calls = TraceSession(trace).sync
     assert len(calls) == 40
     assert set(kinds(calls)) == {"free"}
     # The GPU went idle at 25 µs into each iteration and stays idle until the next kernel at
@@ -110,7 +110,7 @@ def test_an_allocation_counts_only_when_the_gpu_went_idle_during_it():
         G("next_kernel", 910, 100, corr=4),
     ]
     trace = load(events)
-    calls = sync_of(analyze(trace))
+    calls = TraceSession(trace).sync
     assert [int(trace.start[r]) // 1000 for r in calls.rows] == [490]
     assert kinds(calls) == ["malloc"]
     assert int(calls.idle[0]) == (910 - 505) * 1000
@@ -140,7 +140,7 @@ def pageable_trace():
 
 def test_async_copies_of_pageable_memory_are_blocking_calls():
     trace = pageable_trace()
-    calls = sync_of(analyze(trace))
+    calls = TraceSession(trace).sync
     assert kinds(calls) == ["pageable_memcpy"] * 3
     assert [int(trace.dur[r]) // 1000 for r in calls.rows] == [380] * 3
 
@@ -174,7 +174,7 @@ def test_gpu_idle_goes_to_the_call_running_while_the_gpu_idled():
         G("kernel_b", 5070, 50, corr=4),  # until 5070
     ]
     trace = load(events)
-    calls = sync_of(analyze(trace))
+    calls = TraceSession(trace).sync
     assert [trace.name_of(int(r)) for r in calls.rows] == [
         "hipMemcpyWithStream",
         "hipStreamWaitEvent",
@@ -198,7 +198,7 @@ def test_host_sync_does_not_fire_when_the_gpu_stayed_busy():
     events += [G("gemm", 20 + i * 100, 100, corr=i + 1) for i in range(150)]
     events.append(R("cudaDeviceSynchronize", 1500, 14_000, corr=999))
     trace = load(events)
-    calls = sync_of(analyze(trace))
+    calls = TraceSession(trace).sync
     assert len(calls) == 1 and int(calls.dur[0]) == 14_000_000
     assert "host_sync" not in by_rule(trace)
 
@@ -245,7 +245,6 @@ def test_low_gpu_utilization_names_the_cpu_operator_behind_most_idle():
 
 
 def test_idle_by_cpu_operator_agrees_with_the_gap_stacks():
-    from kinetoscope.analysis.idle import idle_by_cpu_of
 
     events = [
         X("ProfilerStep#1", 0, 1000, cat="user_annotation"),
@@ -260,8 +259,8 @@ def test_idle_by_cpu_operator_agrees_with_the_gap_stacks():
         G("orphan", 800, 10, corr=99),  # gap 710..800, no launch: the launching thread's slice
     ]
     trace = load(events)
-    analysis = analyze(trace)
-    table = idle_by_cpu_of(analysis)
+    analysis = TraceSession(trace)
+    table = analysis.idle_by_cpu
     gaps = analysis.idle.gaps
     for i in range(len(gaps)):
         stack = analysis.gap_cpu_stack(i)
@@ -325,7 +324,7 @@ def cpu_only_trace():
 
 def test_cpu_only_steps_have_cpu_columns():
     trace = cpu_only_trace()
-    steps = analyze(trace).steps
+    steps = TraceSession(trace).steps
     assert int(steps.cpu_busy[0]) == 100_000
     assert int(steps.uninstrumented[0]) == 900_000
     assert int(steps.collective[0]) == 680_000

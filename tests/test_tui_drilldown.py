@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kinetoscope.analysis import analyze
+from kinetoscope.analysis import TraceSession
 from kinetoscope.analysis.drilldown import instances_of, kernels_launched
 from kinetoscope.analysis.ranges import operators_in_range
 from kinetoscope.tui.app import KinetoscopeApp
@@ -78,7 +78,7 @@ async def test_operator_table_drill_down_instance_to_timeline():
     app = KinetoscopeApp(str(SAMPLE))
     async with app.run_test(size=SIZE) as pilot:
         trace_screen = await settle(pilot, TraceScreen)
-        analysis = analyze(trace_screen.data.trace)
+        analysis = TraceSession(trace_screen.data.trace)
         trace = analysis.trace
         ops = analysis.operators
 
@@ -163,7 +163,7 @@ async def test_sorting_by_keys():
     app = KinetoscopeApp(str(SAMPLE))
     async with app.run_test(size=SIZE) as pilot:
         trace_screen = await settle(pilot, TraceScreen)
-        ops = analyze(trace_screen.data.trace).operators
+        ops = TraceSession(trace_screen.data.trace).operators
         screen = await press(pilot, "o", until=OperatorsScreen)
         table = screen.table
         count = column_index(screen, "count")
@@ -182,7 +182,7 @@ async def test_sorting_by_keys():
         await pilot.pause()
         shown = shown_rows(screen)
         assert {r[cat] for r in shown} == {"cpu_op"}
-        cpu_op = analyze(trace_screen.data.trace).trace.string_id("cpu_op")
+        cpu_op = TraceSession(trace_screen.data.trace).trace.string_id("cpu_op")
         assert len(shown) == int((ops.groups.cat == cpu_op).sum())
         await press(pilot, "C", "home", "enter")
         await pilot.pause()
@@ -194,7 +194,7 @@ async def test_kernels_table_instances_and_jump():
     app = KinetoscopeApp(str(SAMPLE))
     async with app.run_test(size=SIZE) as pilot:
         trace_screen = await settle(pilot, TraceScreen)
-        analysis = analyze(trace_screen.data.trace)
+        analysis = TraceSession(trace_screen.data.trace)
         trace, kernels = analysis.trace, analysis.kernels
         screen = await press(pilot, "k", until=KernelsScreen)
         rows = shown_rows(screen)
@@ -224,7 +224,7 @@ async def test_findings_enter_shows_the_evidence():
     app = KinetoscopeApp(str(SAMPLE))
     async with app.run_test(size=SIZE) as pilot:
         trace_screen = await settle(pilot, TraceScreen)
-        findings = analyze(trace_screen.data.trace).findings
+        findings = TraceSession(trace_screen.data.trace).findings
         assert findings, "the sample trace is built to trigger rules"
         screen = await press(pilot, "t", until=FindingsScreen)
         rows = shown_rows(screen)
@@ -305,7 +305,7 @@ async def test_marked_range_restricts_the_tables():
     async with app.run_test(size=SIZE) as pilot:
         screen = await settle(pilot, TraceScreen)
         data = screen.data
-        analysis = analyze(data.trace)
+        analysis = TraceSession(data.trace)
         timeline = screen.timeline
         timeline.cursor_time = 2_000_000
         await press(pilot, "m")
@@ -347,7 +347,7 @@ async def test_overview_steps_and_marking_a_step():
     app = KinetoscopeApp(str(SAMPLE))
     async with app.run_test(size=SIZE) as pilot:
         screen = await settle(pilot, TraceScreen)
-        steps = analyze(screen.data.trace).steps
+        steps = TraceSession(screen.data.trace).steps
         overview = await press(pilot, "v", until=OverviewScreen)
         rows = shown_rows(overview)
         assert [r[0] for r in rows] == [screen.data.trace.name_of(int(r)) for r in steps.rows]

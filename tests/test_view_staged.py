@@ -112,7 +112,7 @@ def test_view_cache_of_another_file_state_is_ignored(monkeypatch, tmp_path):
     os.utime(path, (later, later))
     try:
         reopened = load(path, write_cache=False)
-        assert not getattr(reopened, "from_cache", False)
+        assert not reopened.from_cache
         assert cache.load_extra(trace, "view", 1) is None
     finally:
         os.utime(path, None)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from kinetoscope.analysis.core import Analysis, analyze
+from kinetoscope.analysis.session import TraceSession
 from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.command import DiscoveryHit, Hit, Hits, Provider
@@ -27,16 +27,9 @@ if TYPE_CHECKING:
     from .viewdata import ViewData
 
 
-def analysis_for(data: ViewData) -> Analysis:
-    """The trace's Analysis, reusing what the timeline already computed (same definitions:
-    the row classes, the nesting by (cat, name) group, the links and the idle gaps)."""
-    analysis = analyze(data.trace)
-    cache = analysis.__dict__  # functools.cached_property keeps its values here
-    cache.setdefault("classes", data.classes)
-    cache.setdefault("nesting", data.nesting)
-    cache.setdefault("links", data.links)
-    cache.setdefault("idle", data.idle)
-    return analysis
+def analysis_for(data: ViewData) -> TraceSession:
+    """The session the timeline is laid out over: the drill-down screens share its results."""
+    return data.session
 
 
 @dataclass(frozen=True)
@@ -195,7 +188,7 @@ class DrilldownActions:
     # -- state ----------------------------------------------------------------------------------
 
     @property
-    def analysis(self) -> Analysis:
+    def analysis(self) -> TraceSession:
         return analysis_for(self.data)
 
     @property

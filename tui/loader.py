@@ -127,7 +127,7 @@ class TraceLoad:
         self.levels_done.set()
         if self.on_levels is not None:
             self.on_levels(data)
-        if save_cache(trace) or getattr(trace, "from_cache", False):
+        if save_cache(trace) or trace.from_cache:
             if not data.levels_from_cache:
                 viewdata.save_view_cache(data)
 

@@ -13,7 +13,6 @@ from typing import ClassVar
 
 import numpy as np
 from kinetoscope.analysis.classify import Groups
-from kinetoscope.analysis.core import Analysis
 from kinetoscope.analysis.memory_ops import (
     FREED,
     HOW_TO_RECORD,
@@ -23,8 +22,8 @@ from kinetoscope.analysis.memory_ops import (
     cpu_lanes_for,
     group_columns,
     innermost_slices,
-    memory_ops_of,
 )
+from kinetoscope.analysis.session import TraceSession
 from kinetoscope.parser.model import NO_VALUE
 from rich.segment import Segment
 from rich.style import Style
@@ -85,15 +84,15 @@ class TimelineTarget:
 
 
 def memory_ops_for(data: ViewData) -> MemoryOps:
-    """The trace's MemoryOps, from the Analysis the drill-down screens share (computed once)."""
-    return memory_ops_of(analysis_for(data))
+    """The trace's MemoryOps, from the TraceSession the drill-down screens share (computed once)."""
+    return analysis_for(data).memory_ops
 
 
-def operator_memory_columns(analysis: Analysis, groups: Groups) -> list[Column]:
+def operator_memory_columns(analysis: TraceSession, groups: Groups) -> list[Column]:
     """Memory columns for an operator table whose rows are `groups` (matched by (cat, name)):
     bytes the group allocated itself, and the largest live memory while an instance ran, on
     the main device. Empty when the trace has no memory events."""
-    ops = memory_ops_of(analysis)
+    ops = analysis.memory_ops
     device = ops.primary
     if device is None or not len(device):
         return []

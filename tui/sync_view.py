@@ -12,7 +12,6 @@ from kinetoscope.analysis.sync import (
     cause_label,
     group_sites,
     short_frame,
-    sync_of,
 )
 from rich.text import Text
 from textual import work
@@ -36,8 +35,8 @@ NO_SYNCS = (
 
 
 def sync_calls_for(data: ViewData) -> SyncCalls:
-    """The trace's blocking calls, from the Analysis the drill-down screens share."""
-    return sync_of(analysis_for(data))
+    """The trace's blocking calls, from the TraceSession the drill-down screens share."""
+    return analysis_for(data).sync
 
 
 def _site_text(site: tuple[str, ...], width: int = 70) -> str:

@@ -9,11 +9,10 @@ from dataclasses import fields as dataclass_fields
 from typing import Any
 
 import numpy as np
-from kinetoscope.analysis.classify import classify, group_rows
-from kinetoscope.analysis.idle import CAUSES, compute_idle
+from kinetoscope.analysis.idle import CAUSES
 from kinetoscope.analysis.intervals import slice_order
-from kinetoscope.analysis.links import compute_links
 from kinetoscope.analysis.nesting import Nesting, compute_nesting
+from kinetoscope.analysis.session import TraceSession
 from kinetoscope.analysis.sync import blocking_rows
 from kinetoscope.parser import cache as model_cache
 from kinetoscope.parser.model import (
@@ -161,19 +160,20 @@ class ViewData:
     finished nesting and placement, and then nothing is deferred.
     """
 
-    def __init__(self, trace: Trace, *, defer_levels: bool = False) -> None:
-        self.trace = trace
+    def __init__(self, session: TraceSession | Trace, *, defer_levels: bool = False) -> None:
+        if not isinstance(session, TraceSession):
+            session = TraceSession(session)
+        self.session = session
+        trace = self.trace = session.trace
         # A cached view is checked (its CRCs read) while the rest is computed.
-        pending = (
-            _in_thread(load_view_cache, trace) if getattr(trace, "from_cache", False) else None
-        )
-        self.classes = classify(trace)
+        pending = _in_thread(load_view_cache, trace) if trace.from_cache else None
+        self.classes = session.classes
         self.kind = self.classes.kind
         self.origin = int(trace.slice_start_min) if trace.slice_start_min is not None else 0
         end = trace.slice_end_max if trace.slice_end_max is not None else self.origin
         self.span = max(1, int(end) - self.origin)
-        self.links = compute_links(trace, self.classes.gpu, self.classes.runtime)
-        self.idle = compute_idle(trace, self.kind, self.links)
+        self.links = session.links
+        self.idle = session.idle
         self.gaps = self.idle.gaps
         self.slot = self._slots()
         self.lanes: list[LaneView] = []
@@ -183,7 +183,6 @@ class ViewData:
         self.row_lane = self.row_level = self.row_entry = np.zeros(0, dtype=np.int32)
         self.levels_ready = threading.Event()
         self._lock = threading.Lock()
-        self._nesting: Nesting | None = None
         self.placement: Placement | None = None  # every slice's place (what the cache keeps)
         self.hide_python = False  # python_function slices left out of the lanes' levels
         self._python_placement: Placement | None = None
@@ -206,11 +205,8 @@ class ViewData:
 
     @property
     def nesting(self) -> Nesting:
-        """The CPU nesting; waits for (or does) `complete_levels` if it is not there yet."""
-        if self._nesting is None:
-            self.complete_levels()
-        assert self._nesting is not None
-        return self._nesting
+        """The session's CPU nesting; computes it, or waits for it, if it is not there yet."""
+        return self.session.nesting
 
     @property
     def complete(self) -> bool:
@@ -223,15 +219,12 @@ class ViewData:
         with self._lock:
             if self.levels_ready.is_set():
                 return
-            trace = self.trace
-            nesting = compute_nesting(
-                trace, self.classes.cpu, group_rows(trace, self.classes.cpu).index
-            )
+            nesting = self.session.nesting
             self._install(nesting, self._full_placement(nesting))
 
     def _install(self, nesting: Nesting, placement: Placement) -> None:
         per_lane = self._per_lane(placement)
-        self._nesting = nesting
+        self.session.provide_nesting(nesting)
         self.placement = placement
         if self.lanes:
             for view in self.lanes:
@@ -610,10 +603,10 @@ def _device_names(header: dict[str, Any]) -> dict[int, str]:
     return names
 
 
-def build_view_data(trace: Trace, *, defer_levels: bool = False) -> ViewData:
+def build_view_data(session: TraceSession | Trace, *, defer_levels: bool = False) -> ViewData:
     """Everything the timeline needs, computed once (call it off the UI thread). With
     `defer_levels`, call `complete_levels()` later, off the UI thread too."""
-    data = ViewData(trace, defer_levels=defer_levels)
+    data = ViewData(session, defer_levels=defer_levels)
     data.finish_labels()
     return data
 
@@ -625,9 +618,10 @@ _NESTING_FIELDS = tuple(f.name for f in dataclass_fields(Nesting))
 
 def save_view_cache(data: ViewData) -> bool:
     """Keep the finished nesting and placement with the trace's model cache entry."""
-    if not data.complete or data.placement is None or data._nesting is None:
+    if not data.complete or data.placement is None or not data.session.nesting_ready:
         return False
-    arrays = {f"nesting.{name}": getattr(data._nesting, name) for name in _NESTING_FIELDS}
+    nesting = data.session.nesting
+    arrays = {f"nesting.{name}": getattr(nesting, name) for name in _NESTING_FIELDS}
     arrays["placement.rows"] = data.placement.rows
     arrays["placement.key"] = data.placement.key
     arrays["placement.stride"] = np.array([data.placement.stride], dtype=np.int64)
@@ -635,7 +629,7 @@ def save_view_cache(data: ViewData) -> bool:
 
 
 def load_view_cache(trace: Trace) -> tuple[Nesting, Placement] | None:
-    if not getattr(trace, "from_cache", False):
+    if not trace.from_cache:
         return None
     arrays = model_cache.load_extra(trace, VIEW_CACHE, VIEW_CACHE_VERSION)
     if arrays is None:

@@ -344,7 +344,7 @@ def check_trace(trace: Trace) -> None:
 
 def check_analysis(trace: Trace) -> dict:
     """Build the summary document and check the contract's invariants; returns the document."""
-    from kinetoscope.analysis.core import analyze
+    from kinetoscope.analysis.session import TraceSession
     from kinetoscope.analysis.summary import build_summary
 
     from kinetoscope.report import summary_json
@@ -360,7 +360,7 @@ def check_analysis(trace: Trace) -> dict:
     assert reparsed["kinetoscope_summary"] == 1
     assert reparsed["trace"]["events"] == trace.n_events
 
-    analysis = analyze(trace)
+    analysis = TraceSession(trace)
     for device in analysis.idle.devices:
         window = device.window
         if window is None:
@@ -399,7 +399,7 @@ def check_report(trace: Trace, width: int = 80) -> str:
     character may reach the terminal, and no line may be wider than the terminal."""
     import io
 
-    from kinetoscope.analysis.core import analyze
+    from kinetoscope.analysis.session import TraceSession
     from kinetoscope.analysis.summary import build_summary
     from rich.console import Console
 
@@ -407,7 +407,7 @@ def check_report(trace: Trace, width: int = 80) -> str:
 
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, width=width, color_system="truecolor")
-    for renderable in summary_tables(analyze(trace), build_summary(trace)):
+    for renderable in summary_tables(TraceSession(trace), build_summary(trace)):
         console.print(renderable)
     plain = SGR.sub("", out.getvalue())
     bad = [ch for ch in plain if (ord(ch) < 32 and ch != "\n") or 0x7F <= ord(ch) < 0xA0]

@@ -1,0 +1,245 @@
+"""`TraceSession`: one opened trace and everything derived from it, each computed once.
+
+Every view, the summary and every feature that holds several traces (ranks, a diff) goes
+through a session: it is the single owner of the trace's derived data. No other object keeps
+a copy or stores results on the trace.
+
+Thread-safety rule (tested in tests/test_session.py):
+- Any thread may ask for any result at any time.
+- Each result is computed at most once, by the first thread that asks, under a lock of its
+  own; a thread asking for a result that is being computed waits for it. Results that depend
+  on each other take their locks in dependency order (there are no cycles), so two threads can
+  never wait on each other.
+- A result is never changed once made; callers must not change the arrays they are given.
+- A computation that raises is remembered: every later ask raises `AnalysisFailed` naming the
+  result and the original error, so a failure is reported where it is needed, never retried in
+  a loop and never half-stored.
+
+The nesting is staged on purpose: the timeline's first frame needs only each lane's top level,
+which `view layout` code finds with one sort, while nesting every slice takes longer on big
+traces. `nesting_ready` says whether the nesting exists yet (without computing it);
+`nesting` computes it or waits for it; `provide_nesting` installs one that was read from the
+view cache instead of computed. Whatever asks for the nesting gets the same object.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+
+import numpy as np
+from kinetoscope.parser.model import Trace
+
+from .classify import Groups, RowClasses, classify, group_rows
+from .idle import IdleAnalysis, IdleByCpu, compute_idle, compute_idle_by_cpu
+from .kernels import KernelTable, compute_kernels, main_launchers
+from .links import Links, compute_links
+from .memory import MemoryGroup, compute_memory
+from .nesting import Nesting, compute_nesting
+from .operators import OperatorInstance, OperatorTable, compute_operators, operator_instance
+from .steps import Steps, compute_steps, step_rows
+
+if TYPE_CHECKING:
+    from .memory_ops import MemoryOps
+    from .rules import Finding
+    from .sync import SyncCalls
+
+T = TypeVar("T")
+
+
+class AnalysisFailed(Exception):
+    """A derived result could not be computed; `name` says which, `__cause__` why."""
+
+    def __init__(self, name: str, error: BaseException) -> None:
+        super().__init__(f"{name.replace('_', ' ')}: {type(error).__name__}: {error}")
+        self.name = name
+        self.error = error
+
+
+class _Failure:
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+class derived(Generic[T]):
+    """A session attribute computed once on first use, under its own lock (see the module's
+    thread-safety rule). Results live in the session's `_results`, never in `__dict__`."""
+
+    def __init__(self, make: Callable[[Any], T]) -> None:
+        self.make = make
+        self.name = make.__name__
+        self.__doc__ = make.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, session: None, owner: type) -> derived[T]: ...
+    @overload
+    def __get__(self, session: TraceSession, owner: type) -> T: ...
+    def __get__(self, session: TraceSession | None, owner: type) -> Any:
+        if session is None:
+            return self
+        return session._result(self.name, lambda: self.make(session))
+
+
+class TraceSession:
+    """One opened trace and its derived results (see the module docstring for the rules)."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self._results: dict[str, Any] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()  # only around `_locks` itself
+
+    # -- the machinery ----------------------------------------------------------------------
+
+    def _lock_for(self, name: str) -> threading.Lock:
+        with self._guard:
+            lock = self._locks.get(name)
+            if lock is None:
+                lock = self._locks[name] = threading.Lock()
+            return lock
+
+    def _result(self, name: str, make: Callable[[], T]) -> T:
+        value = self._results.get(name, _MISSING)
+        if value is _MISSING:
+            with self._lock_for(name):
+                value = self._results.get(name, _MISSING)
+                if value is _MISSING:
+                    try:
+                        value = make()
+                    except Exception as error:  # remembered: later asks say the same
+                        value = _Failure(error)
+                    self._results[name] = value
+        if isinstance(value, _Failure):
+            raise AnalysisFailed(name, value.error) from value.error
+        return value
+
+    def has(self, name: str) -> bool:
+        """Whether the result `name` is computed (successfully) already; never computes it."""
+        value = self._results.get(name, _MISSING)
+        return value is not _MISSING and not isinstance(value, _Failure)
+
+    def failure(self, name: str) -> BaseException | None:
+        """The error that computing `name` raised, if it was tried and failed."""
+        value = self._results.get(name)
+        return value.error if isinstance(value, _Failure) else None
+
+    # -- staged nesting ---------------------------------------------------------------------
+
+    @property
+    def nesting_ready(self) -> bool:
+        """The CPU nesting exists (computed or provided); asking for it will not wait."""
+        return self.has("nesting")
+
+    def provide_nesting(self, nesting: Nesting) -> Nesting:
+        """Install a nesting read from the view cache, unless one is there already; returns the
+        session's nesting (the one given, or the one that was there)."""
+        return self._result("nesting", lambda: nesting)
+
+    # -- derived results --------------------------------------------------------------------
+
+    @derived
+    def classes(self) -> RowClasses:
+        return classify(self.trace)
+
+    @derived
+    def cpu_groups(self) -> Groups:
+        return group_rows(self.trace, self.classes.cpu)
+
+    @derived
+    def gpu_groups(self) -> Groups:
+        return group_rows(self.trace, self.classes.gpu)
+
+    @derived
+    def nesting(self) -> Nesting:
+        """Every CPU slice's parent and depth: the slow stage (see `nesting_ready`)."""
+        return compute_nesting(self.trace, self.classes.cpu, self.cpu_groups.index)
+
+    @derived
+    def links(self) -> Links:
+        return compute_links(self.trace, self.classes.gpu, self.classes.runtime)
+
+    @derived
+    def operators(self) -> OperatorTable:
+        return compute_operators(self.trace, self.nesting, self.cpu_groups, self.links)
+
+    @derived
+    def kernels(self) -> KernelTable:
+        return compute_kernels(self.trace, self.gpu_groups, self.links, self.nesting)
+
+    @derived
+    def kernel_launchers(self) -> np.ndarray:
+        """Per kernel group: the operator group that launched most of its GPU time, or -1."""
+        return main_launchers(self.trace, self.kernels, self.links, self.cpu_groups)
+
+    @derived
+    def idle(self) -> IdleAnalysis:
+        return compute_idle(self.trace, self.classes.kind, self.links)
+
+    @derived
+    def idle_by_cpu(self) -> IdleByCpu:
+        """What the CPU was doing during each idle gap, over all gaps."""
+        return compute_idle_by_cpu(self.trace, self.nesting, self.links, self.idle.gaps)
+
+    @derived
+    def steps(self) -> Steps:
+        c = self.classes
+        return compute_steps(self.trace, c.cpu, c.gpu, c.kind, c.runtime)
+
+    @derived
+    def memory(self) -> list[MemoryGroup]:
+        return compute_memory(self.trace.memory)
+
+    @derived
+    def memory_ops(self) -> MemoryOps:
+        """Allocations and frees attributed to operators."""
+        from .memory_ops import compute_memory_ops
+
+        return compute_memory_ops(
+            self.trace, self.nesting, self.cpu_groups, step_rows(self.trace, self.classes.cpu)
+        )
+
+    @derived
+    def sync(self) -> SyncCalls:
+        """The host calls that block on the GPU."""
+        from .sync import compute_sync
+
+        return compute_sync(self.trace, self.classes, self.nesting, self.links, self.idle.gaps)
+
+    @derived
+    def findings(self) -> list[Finding]:
+        from .rules import run_rules
+
+        return run_rules(self)
+
+    # -- queries for the viewer -------------------------------------------------------------
+
+    def runtime_of(self, gpu_row: int) -> int:
+        """The runtime call that launched a GPU activity, or -1."""
+        return self.links.runtime_of(gpu_row)
+
+    def gpu_of(self, runtime_row: int) -> np.ndarray:
+        """The GPU activities a runtime call launched."""
+        return self.links.gpu_of(runtime_row)
+
+    def instance(self, row: int) -> OperatorInstance:
+        """Self time, children, launched GPU work and input shapes of one CPU slice."""
+        return operator_instance(self.trace, self.nesting, self.links, row)
+
+    def gap_cpu_stack(self, gap: int) -> np.ndarray:
+        """Rows of the CPU slices on the launching call's lane that contain the gap's midpoint,
+        outermost first; empty when the gap's next GPU event has no linked runtime call."""
+        gaps = self.idle.gaps
+        runtime = int(gaps.runtime_row[gap])
+        if runtime < 0:
+            return np.zeros(0, np.int64)
+        lane = int(self.trace.lane[runtime])
+        return self.nesting.slices_at(self.trace, lane, gaps.midpoint(gap))
+
+
+_MISSING: Any = object()
