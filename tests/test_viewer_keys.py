@@ -9,15 +9,15 @@ import threading
 
 import numpy as np
 import pytest
+from kinetoscope.analysis.units import fmt_tick, tick_step
 from kinetoscope.tui import loader as loader_module
 from kinetoscope.tui.app import KinetoscopeApp
 from kinetoscope.tui.details import MAX_LIST, DetailsPane, cpu_stack_for_gap
 from kinetoscope.tui.memory_view import MemoryChart, MemoryScreen
 from kinetoscope.tui.operators import OperatorsScreen
-from kinetoscope.tui.render import CURSOR_COLOUR
 from kinetoscope.tui.screens import GapListScreen, HelpScreen, LoadingScreen, TraceScreen
 from kinetoscope.tui.sync_view import SyncScreen
-from kinetoscope.tui.timefmt import fmt_tick, tick_step
+from kinetoscope.tui.theme import palette_of
 from kinetoscope.tui.timeline import Timeline
 from kinetoscope.tui.viewdata import ViewData
 from rich.color import Color
@@ -72,7 +72,8 @@ async def test_the_cursor_mark_on_the_ruler_never_hides_a_tick_label(trace_path)
                 timeline.label_width + 1 + column + offset,
                 timeline.label_width + 2 + column + offset,
             )
-            assert [s.style.bgcolor for s in at_cursor] == [Color.parse(CURSOR_COLOUR)]
+            cursor = palette_of(app)["cursor"]
+            assert [s.style.bgcolor for s in at_cursor] == [Color.parse(cursor)]
         timeline.cursor_time = timeline.time_at_column(column + len(label) + 1)  # a blank cell
         assert "▼" in timeline.render_line(0).text
 
@@ -478,7 +479,7 @@ async def test_P_waits_for_the_nesting_then_hides_the_python_frames(write_trace,
         original(self)
 
     monkeypatch.setattr(ViewData, "complete_levels", held)
-    app = KinetoscopeApp(str(write_trace(deep_python_trace(), name="deep.json")))
+    app = KinetoscopeApp(str(write_trace(deep_python_trace(), name="deep.json")), staged=True)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for_screen(pilot, TraceScreen)
         timeline = app.screen.query_one(Timeline)

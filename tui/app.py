@@ -2,21 +2,72 @@
 
 from __future__ import annotations
 
-import time
 from typing import ClassVar
 
 from textual.app import App
 from textual.binding import Binding, BindingType
+from textual.message import Message
 
-from .drilldown import ScreenActions, key_help_for
-from .loader import TraceLoad
+from .loader import (
+    BackgroundFailure,
+    Cancelled,
+    Complete,
+    Failed,
+    Progress,
+    Ready,
+    Report,
+    TraceLoad,
+)
+from .palette import ScreenActions, key_help_for
 from .screens import ErrorScreen, HelpScreen, LoadingScreen, TraceScreen
+from .theme import variables_for
 from .timeline import Timeline
 from .viewdata import ViewData
 
 
+class TraceReady(Message):
+    """The loader's view can be shown (its deeper levels may follow: `LevelsComplete`)."""
+
+    def __init__(self, data: ViewData) -> None:
+        super().__init__()
+        self.data = data
+
+
+class LevelsComplete(Message):
+    """Every slice of `data` is placed now."""
+
+    def __init__(self, data: ViewData) -> None:
+        super().__init__()
+        self.data = data
+
+
+class LoadFailed(Message):
+    """The trace cannot be shown; `reason` is one line."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__()
+        self.reason = reason
+
+
+class LoadCancelled(Message):
+    """The load stopped, as the user asked."""
+
+
+class BackgroundFailed(Message):
+    """Work after the view was shown failed (`reason`, one line); the view stays."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__()
+        self.reason = reason
+
+
 class KinetoscopeApp(App[int]):
-    """`KinetoscopeApp(path)` views one trace file. `exit_message` holds the reason it failed."""
+    """`KinetoscopeApp(path)` views one trace file. `exit_message` holds the reason it failed.
+
+    `staged=True` shows each lane's top level first and the rest once it is placed, as the
+    `kinetoscope` command does; the default shows the whole view at once, which is what a test
+    that steps through the keys wants. A caller may pass the `loader` it started itself
+    (before importing Textual), with its own staging."""
 
     CSS_PATH = "kinetoscope.tcss"
     TITLE = "kinetoscope"
@@ -30,74 +81,97 @@ class KinetoscopeApp(App[int]):
         self,
         path: str,
         *,
+        staged: bool = False,
         gap_threshold_ns: int | None = None,
         loader: TraceLoad | None = None,
     ) -> None:
         super().__init__()
         # Started before the app takes over the standard streams (decoding workers need them),
         # and as early as possible: a caller may pass one it started before importing Textual.
-        self.loader = loader if loader is not None else TraceLoad(path)
+        self.loader = loader if loader is not None else TraceLoad(path, staged=staged)
         self.path = path
         self.gap_threshold_ns = gap_threshold_ns
         self.exit_message: str | None = None
         self.data: ViewData | None = None
         self.first_frame_time: float | None = None  # wall clock, when the first frame was drawn
+        self._loading: LoadingScreen | None = None
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        """The viewer's named colours (`$ks-*`, see theme.py) in the current theme."""
+        return variables_for(self.current_theme)
+
+    def _theme_changed(self, _theme: object) -> None:
+        """A new theme (ctrl+p, TEXTUAL_THEME): every screen and widget that draws with the
+        palette drops what it drew and draws again."""
+        for screen in self.screen_stack:
+            for node in (screen, *screen.query("*")):
+                recolour = getattr(node, "recolour", None)
+                if callable(recolour):
+                    recolour()
 
     def on_mount(self) -> None:
-        self.theme = "textual-dark"
-        self.push_screen(LoadingScreen(self.loader))
+        # The theme is textual-dark unless TEXTUAL_THEME names another; ctrl+p changes it.
+        self.theme_changed_signal.subscribe(self, self._theme_changed)
+        self._loading = LoadingScreen(self.path)
+        self.push_screen(self._loading)
+        self.loader.subscribe(self._from_loader)
 
-    def show_trace(self, data: ViewData) -> None:
-        self.data = data
-        screen = TraceScreen(data)
-        self.switch_screen(screen)
-        loader = self.loader
-        loader.on_levels = lambda done: self.from_loader(self.levels_complete, done)
-        loader.on_failure = lambda message: self.from_loader(self._notify_failure, message)
-        if loader.levels_done.is_set():  # finished before the callback was in place
-            self.call_later(self.levels_complete, data)
+    def _from_loader(self, report: Report) -> None:
+        """The loader's sink (called from its thread, or from this one replaying): each report
+        becomes a message; progress goes to the loading screen, the rest to the app."""
+        if isinstance(report, Progress):
+            if self._loading is not None:
+                self._loading.post_message(LoadingScreen.Progress(report))
+        elif isinstance(report, Ready):
+            self.post_message(TraceReady(report.data))
+        elif isinstance(report, Complete):
+            self.post_message(LevelsComplete(report.data))
+        elif isinstance(report, Failed):
+            self.post_message(LoadFailed(report.message))
+        elif isinstance(report, Cancelled):
+            self.post_message(LoadCancelled())
+        elif isinstance(report, BackgroundFailure):
+            self.post_message(BackgroundFailed(report.message))
+
+    def on_trace_ready(self, message: TraceReady) -> None:
+        self.data = message.data
+        self.switch_screen(TraceScreen(message.data))
         if self.gap_threshold_ns is not None:
             self.call_after_refresh(self._apply_threshold)
 
-    def from_loader(self, callback, *args) -> None:
-        """Run `callback` on the UI thread, from the loader's thread; nothing once the app is
-        closing (the loader may finish its work after the user quit)."""
-        if not self.is_running or self._exit:
-            return
-        try:
-            self.call_from_thread(callback, *args)
-        except RuntimeError:  # the event loop closed in between
-            pass
+    def on_levels_complete(self, message: LevelsComplete) -> None:
+        """Every slice is placed now (the first frame may have shown the top levels only)."""
+        for screen in self.screen_stack:
+            if isinstance(screen, TraceScreen) and screen.data is message.data:
+                screen.levels_complete()
 
-    def _notify_failure(self, message: str) -> None:
-        self.notify(message, severity="error", markup=False)
+    def on_load_failed(self, message: LoadFailed) -> None:
+        self.exit_message = message.reason
+        self.switch_screen(ErrorScreen(message.reason))
 
-    def first_frame_drawn(self) -> None:
+    def on_load_cancelled(self, message: LoadCancelled) -> None:
+        self.exit_message = "loading cancelled"
+        self.exit(return_code=1)
+
+    def on_background_failed(self, message: BackgroundFailed) -> None:
+        self.notify(message.reason, severity="error", markup=False, timeout=15)
+
+    def on_loading_screen_cancel_requested(self, message: LoadingScreen.CancelRequested) -> None:
+        self.loader.cancel()
+
+    def on_timeline_first_frame_drawn(self, message: Timeline.FirstFrameDrawn) -> None:
         """The timeline drew its first full frame: the loader's later work may start."""
         if self.first_frame_time is None:
-            self.first_frame_time = time.time()
-        self.loader.first_frame.set()
-
-    def levels_complete(self, data: ViewData) -> None:
-        """Every slice is placed now (the first frame showed the top levels only)."""
-        for screen in self.screen_stack:
-            if isinstance(screen, TraceScreen) and screen.data is data:
-                screen.levels_complete()
+            self.first_frame_time = message.when
+        self.loader.first_frame_drawn()
 
     def _apply_threshold(self) -> None:
         if self.gap_threshold_ns is not None:
             self.screen.query_one(Timeline).gap_threshold = self.gap_threshold_ns
 
-    def show_error(self, message: str) -> None:
-        self.exit_message = message
-        self.switch_screen(ErrorScreen(message))
-
     def on_unmount(self) -> None:
+        self.loader.unsubscribe()
         self.loader.cancel()
-
-    def cancel_load(self) -> None:
-        self.exit_message = "loading cancelled"
-        self.exit(return_code=1)
 
     def action_quit_error(self) -> None:
         self.exit(return_code=1)

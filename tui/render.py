@@ -15,6 +15,7 @@ from rich.segment import Segment
 from rich.style import Style
 
 from .safe_text import cells_of, fit_name
+from .theme import DEFAULT, Palette
 from .viewdata import Level
 
 # How many slices per cell are compared to find the one covering most of it. Cells holding more
@@ -30,26 +31,6 @@ SHADE_DARK = 4
 SHADE_FULL = 5
 SHADE_CHARS = ("", "▏", "░", "▒", "▓", " ")
 
-# Category colours (background of full cells, foreground of shaded ones), readable with light
-# text on top; the order follows viewdata's SLOT_* constants.
-SLOT_COLOURS = (
-    "#5c6370",  # other
-    "#2f8f4e",  # kernel
-    "#b5892b",  # memcpy
-    "#b0652a",  # memset
-    "#7d56b3",  # runtime
-    "#3868a8",  # operator
-    "#1f8a8a",  # annotation
-    "#566275",  # python
-    "#2b6f6f",  # gpu annotation
-    "#b8434b",  # communication kernel
-    "#d63d8f",  # blocking sync (stands out from the purple of ordinary runtime calls)
-)
-TEXT_COLOUR = "#f0f0f0"
-SELECTED_BG = "#f2f2f2"
-SELECTED_FG = "#101010"
-CURSOR_COLOUR = "#e5c07b"
-GAP_BG = "#4a2326"
 # The style of padding and blank lines. Every segment drawn gets a Style, never None: with
 # NO_COLOR set, Textual's monochrome filter reads the colours of each segment's style.
 PLAIN = Style()
@@ -127,22 +108,31 @@ def shades(cells: CellRow) -> np.ndarray:
     return shade
 
 
-@lru_cache(maxsize=512)
+@lru_cache(maxsize=1024)
 def cell_style(
-    slot: int, shade: int, selected: bool, cursor: bool, gap: bool, current_row: bool
+    palette: Palette,
+    slot: int,
+    shade: int,
+    selected: bool,
+    cursor: bool,
+    gap: bool,
+    current_row: bool,
 ) -> Style:
-    """The style of a run of cells; cached because there are few combinations."""
+    """The style of a run of cells in `palette`'s colours (slices take the slot colours: the
+    background of full cells, the foreground of shaded ones); cached because there are few
+    combinations."""
+    row_bg = palette["current-row"] if current_row else None
     if shade == SHADE_EMPTY:
-        bg = GAP_BG if gap else ("#262a30" if current_row else None)
-        colour = CURSOR_COLOUR if cursor else None
+        bg = palette["gap"] if gap else row_bg
+        colour = palette["cursor"] if cursor else None
         return Style(color=colour, bgcolor=bg)
-    colour = SLOT_COLOURS[slot % len(SLOT_COLOURS)]
+    colour = palette.slots[slot % len(palette.slots)]
     if selected:
-        style = Style(color=SELECTED_FG, bgcolor=SELECTED_BG, bold=True)
+        style = Style(color=palette["selected-text"], bgcolor=palette["selected"], bold=True)
     elif shade == SHADE_FULL:
-        style = Style(color=TEXT_COLOUR, bgcolor=colour)
+        style = Style(color=palette["slot-text"], bgcolor=colour)
     else:
-        style = Style(color=colour, bgcolor="#262a30" if current_row else None)
+        style = Style(color=colour, bgcolor=row_bg)
     if cursor:
         style += Style(reverse=True)
     return style
@@ -163,8 +153,10 @@ def cells_to_segments(
     cursor_col: int = -1,
     gap_cols: tuple[int, int] | None = None,
     current_row: bool = False,
+    palette: Palette = DEFAULT,
 ) -> list[Segment]:
-    """Segments for one lane row. `name_of_row(row) -> str` gives an event's (raw) name."""
+    """Segments for one lane row, in `palette`'s colours. `name_of_row(row) -> str` gives an
+    event's (raw) name."""
     width = len(cells.entry)
     entry = cells.entry
     shade = shades(cells)
@@ -217,7 +209,13 @@ def cells_to_segments(
     for a, b in zip(starts, ends):
         sh = int(shade[a])
         style = cell_style(
-            int(slot[a]), sh, bool(selected[a]), bool(cursor[a]), bool(gap[a]), current_row
+            palette,
+            int(slot[a]),
+            sh,
+            bool(selected[a]),
+            bool(cursor[a]),
+            bool(gap[a]),
+            current_row,
         )
         if a in name_cells:
             span_end, span_text = name_cells[a]

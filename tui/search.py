@@ -8,7 +8,6 @@ from typing import ClassVar
 
 import numpy as np
 from rich.segment import Segment
-from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -19,9 +18,8 @@ from textual.widgets import Input, Static
 
 from .render import CellRow
 from .table import name_matcher
+from .theme import DEFAULT, Palette
 from .viewdata import Level, ViewData
-
-HIGHLIGHT = Style(color="#101010", bgcolor="#d7a0ff", bold=True)
 
 
 @dataclass
@@ -76,6 +74,7 @@ def highlight_segments(
     names: np.ndarray,
     name_mask: np.ndarray,
     keep_entry: int = -1,
+    palette: Palette = DEFAULT,
 ) -> list[Segment]:
     """Restyle the cells of one lane row whose drawn event matches (all but `keep_entry`, the
     selected one, which keeps its own style)."""
@@ -95,7 +94,8 @@ def highlight_segments(
     out: list[Segment] = []
     for piece, first in zip(pieces, bounds[:-1]):
         if hit[first]:
-            out.extend(Segment.apply_style(list(piece), post_style=HIGHLIGHT))
+            highlight = palette.style("ink", "match", bold=True)
+            out.extend(Segment.apply_style(list(piece), post_style=highlight))
         else:
             out.extend(piece)
     return out

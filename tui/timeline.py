@@ -4,11 +4,12 @@ Textual's Line API so that a frame only touches the rows and time range on scree
 from __future__ import annotations
 
 import math
+import time
 from typing import ClassVar
 
 import numpy as np
+from kinetoscope.analysis.units import fmt_duration, fmt_tick, tick_step
 from rich.segment import Segment
-from rich.style import Style
 from textual import events
 from textual.binding import Binding, BindingType
 from textual.cache import LRUCache
@@ -19,8 +20,6 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from .render import (
-    CURSOR_COLOUR,
-    GAP_BG,
     PLAIN,
     CellRow,
     cells_to_segments,
@@ -28,7 +27,7 @@ from .render import (
 )
 from .safe_text import fit
 from .search import highlight_segments
-from .timefmt import fmt_duration, fmt_tick, tick_step
+from .theme import palette_of
 from .viewdata import SLOT_KERNEL, DisplayRow, Level, ViewData
 
 MIN_NS_PER_CELL = 1.0
@@ -36,14 +35,6 @@ ZOOM_FACTOR = 2.0
 PAN_FRACTION = 0.25
 DEFAULT_GAP_THRESHOLD = 10_000  # ns: g, G, i and the header's count skip shorter idle gaps
 
-LABEL_STYLE = Style(color="#c8ccd4")
-LABEL_CURRENT = Style(color="#101010", bgcolor="#e5c07b", bold=True)
-HEADER_CPU = Style(color="#61afef", bold=True)
-HEADER_GPU = Style(color="#98c379", bold=True)
-RULER_STYLE = Style(color="#8b919a")
-RULER_CURSOR = Style(color=CURSOR_COLOUR, bold=True)
-RULER_CURSOR_ON_LABEL = Style(color="#101010", bgcolor=CURSOR_COLOUR, bold=True)
-SEPARATOR = Style(color="#4b5263")
 
 
 class Timeline(ScrollView, can_focus=True):
@@ -118,6 +109,13 @@ class Timeline(ScrollView, can_focus=True):
 
     class Changed(Message):
         """View, cursor or row changed; the status line redraws."""
+
+    class FirstFrameDrawn(Message):
+        """The first fitted frame is drawn, to its last line; `when` is the wall clock then."""
+
+        def __init__(self, when: float) -> None:
+            super().__init__()
+            self.when = when
 
     def __init__(self, data: ViewData | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -281,6 +279,11 @@ class Timeline(ScrollView, can_focus=True):
 
     # -- drawing ------------------------------------------------------------------------------
 
+    def recolour(self) -> None:
+        """The theme changed (the app calls this): drop the drawn strips and draw again."""
+        self._strips.clear()
+        self.refresh()
+
     def render_line(self, y: int) -> Strip:
         width = self.content_width
         if self.data is None:
@@ -288,9 +291,7 @@ class Timeline(ScrollView, can_focus=True):
         if not self._first_frame_drawn and y >= self.size.height - 1 and not self._needs_fit:
             # The last line of the first fitted frame: say so (the loader's next work waits).
             self._first_frame_drawn = True
-            report = getattr(self.app, "first_frame_drawn", None)
-            if report is not None:
-                report()
+            self.post_message(self.FirstFrameDrawn(time.time()))
         if y == 0:
             return self._ruler_strip(width)
         index = int(self.scroll_offset.y) + y - 1
@@ -327,7 +328,9 @@ class Timeline(ScrollView, can_focus=True):
                     if col + i < cells_w:
                         chars[col + i] = ch
             tick += step
-        segments = [Segment(fit(per_cell, label_w), RULER_STYLE), Segment("│", SEPARATOR)]
+        palette = palette_of(self)
+        ruler, separator = palette.style("muted"), palette.style("rule")
+        segments = [Segment(fit(per_cell, label_w), ruler), Segment("│", separator)]
         cursor_col = self.column_of(self.cursor_time)
         gap_cols = self._gap_columns(None)
         mark = self.marked_range
@@ -338,15 +341,18 @@ class Timeline(ScrollView, can_focus=True):
                 max(self.column_of(mark[1]), self.column_of(mark[0])) + 1,
             )
         for col in range(cells_w):
-            style = RULER_STYLE
+            style = ruler
             char = chars[col]
             if col == cursor_col:
                 # Over a tick label the cursor shows as a highlighted digit, never hiding it.
-                style, char = (RULER_CURSOR, "▼") if char == " " else (RULER_CURSOR_ON_LABEL, char)
+                if char == " ":
+                    style, char = palette.style("cursor", bold=True), "▼"
+                else:
+                    style = palette.style("ink", "cursor", bold=True)
             elif gap_cols and gap_cols[0] <= col < gap_cols[1]:
-                style = RULER_STYLE + Style(bgcolor=GAP_BG)
+                style = palette.style("muted", "gap")
             elif mark_cols and mark_cols[0] <= col < mark_cols[1]:
-                style = RULER_STYLE + Style(color="#101010", bgcolor=CURSOR_COLOUR)
+                style = palette.style("ink", "marked")
             segments.append(Segment(char, style))
         return Strip(segments, label_w + 1 + cells_w).simplify().adjust_cell_length(width, PLAIN)
 
@@ -368,6 +374,7 @@ class Timeline(ScrollView, can_focus=True):
             data.level_of_row(selected) if selected >= 0 else (-1, -1, -1)
         )
         on_row = (sel_lane, sel_level) == (row.lane, row.level) and not row.is_header
+        palette = palette_of(self)
         key = (
             row,
             self._view_key(),
@@ -379,6 +386,7 @@ class Timeline(ScrollView, can_focus=True):
             index in self.expanded,
             self.label_width,
             width,
+            palette,
         )
         cached = self._strips.get(key)
         if cached is not None:
@@ -389,7 +397,7 @@ class Timeline(ScrollView, can_focus=True):
             device = data.lanes[group.lanes[0]].device if group.is_gpu else None
             level = self._device_levels.get(device) if device is not None else None
             if level is None:
-                body = [Segment("─" * self.cells_width, SEPARATOR)]
+                body = [Segment("─" * self.cells_width, palette.style("rule"))]
             else:
                 cells = self._cells_for(("device", device) + self._view_key(), level)
                 body = cells_to_segments(
@@ -399,6 +407,7 @@ class Timeline(ScrollView, can_focus=True):
                     cursor_col=cursor_col,
                     gap_cols=self._gap_columns(row),
                     current_row=False,
+                    palette=palette,
                 )
         else:
             level = data.lanes[row.lane].levels[row.level]
@@ -414,12 +423,14 @@ class Timeline(ScrollView, can_focus=True):
                 cursor_col=cursor_col,
                 gap_cols=self._gap_columns(row),
                 current_row=current,
+                palette=palette,
             )
             if self._highlight is not None:
                 body = highlight_segments(
-                    body, cells, level, data.trace.name, self._highlight, entry
+                    body, cells, level, data.trace.name, self._highlight, entry, palette
                 )
-        strip = Strip(label + [Segment("│", SEPARATOR)] + body).adjust_cell_length(width, PLAIN)
+        separator = Segment("│", palette.style("rule"))
+        strip = Strip(label + [separator] + body).adjust_cell_length(width, PLAIN)
         self._strips[key] = strip
         return strip
 
@@ -443,7 +454,7 @@ class Timeline(ScrollView, can_focus=True):
         width = self.label_width
         if row.is_header:
             group = data.groups[row.group]
-            style = HEADER_GPU if group.is_gpu else HEADER_CPU
+            style = palette_of(self).style("gpu" if group.is_gpu else "cpu", bold=True)
             return [Segment(fit(group.label, width), style)]
         lane = data.lanes[row.lane]
         deep = lane.expandable
@@ -452,7 +463,8 @@ class Timeline(ScrollView, can_focus=True):
             text = f" {marker}{lane.short_label}"
         else:
             text = f"   └{row.level}"
-        style = LABEL_CURRENT if current else LABEL_STYLE
+        palette = palette_of(self)
+        style = palette.style("ink", "cursor", bold=True) if current else palette.style("label")
         return [Segment(fit(text, width), style)]
 
     # -- navigation helpers -----------------------------------------------------------------------
