@@ -9,6 +9,20 @@ import sys
 import textwrap
 from pathlib import Path
 
+from kinetoscope.capture.ranks import (
+    DEFAULT_RANK_TIMEOUT,
+    RankEnv,
+    check_launcher_available,
+    default_run_dir,
+    launch_ranks,
+    new_run_dir,
+    open_folder_viewer,
+    prepare_run_dir,
+    rank_trace_name,
+    report_job,
+    wait_for_ranks,
+    write_marker,
+)
 from kinetoscope.capture.runner import CODE, MODULE, SCRIPT, Program
 from kinetoscope.capture.session import (
     STEPS_RUN,
@@ -33,8 +47,14 @@ step every SECONDS of wall time), or --whole-run.
 
 {textwrap.fill(OVERHEAD_NOTE, 96)}
 
+Distributed jobs: started by torchrun (`torchrun --nproc-per-node 4 -m kinetoscope capture
+train.py`), each rank writes rankR.pt.trace.json.gz into one run folder (-o names it; by default
+NAME_YYYYmmdd-HHMMSS, from the launcher's start) and rank 0 reports on the folder once every rank
+has finished. `--nproc N` starts N local ranks through torch's own launcher itself.
+
 Examples:
   kinetoscope capture train.py --lr 0.1
+  kinetoscope capture --nproc 4 train_ddp.py
   kinetoscope capture --wait 10 --active 5 -o run.pt.trace.json.gz train.py
   kinetoscope capture --steps-from function:train_step -m mypkg.train
   kinetoscope capture --whole-run -c "import torch; torch.randn(512, 512) @ torch.randn(512, 512)"
@@ -83,6 +103,22 @@ def add_capture_commands(sub: argparse._SubParsersAction) -> None:
         help="record the whole run instead of a window of steps (large traces for long runs)",
     )
     _add_detail_options(capture)
+    ranks = capture.add_argument_group("distributed jobs (one trace per rank, in one run folder)")
+    ranks.add_argument(
+        "--nproc",
+        type=int,
+        metavar="N",
+        help="start N local ranks through torch's launcher (python -m torch.distributed.run "
+        "--standalone) and capture each; the program chooses its backend (gloo, nccl)",
+    )
+    ranks.add_argument(
+        "--rank-timeout",
+        type=float,
+        default=DEFAULT_RANK_TIMEOUT,
+        metavar="SECONDS",
+        help="under torchrun: how long rank 0 waits for the other ranks to finish before "
+        f"reporting on the folder (default {DEFAULT_RANK_TIMEOUT:g})",
+    )
     # Everything from the script (or from -m/-c's value) on belongs to the program.
     capture.__class__ = _CaptureParser
     capture.set_defaults(program=[])
@@ -220,17 +256,130 @@ def handle_capture(args: argparse.Namespace) -> int:
     try:
         program = _program_from_args(args)
         options = _options_from_args(args)
+        env = RankEnv.from_environ()
+        if args.nproc is not None:
+            if env is not None:
+                raise CaptureError(
+                    "--nproc starts ranks itself; this is already a rank of a job (RANK is set)"
+                )
+            return _launch_ranks(args, program)
+        if env is not None:
+            return _capture_rank(args, program, options, env)
         output = Path(args.output) if args.output else None
         outcome, result = capture_program(program, options, output=output, force=args.force)
     except CaptureError as exc:
-        message = str(exc)
-        print(
-            message if message.startswith("kinetoscope:") else f"kinetoscope: {message}",
-            file=sys.stderr,
-        )
+        _say_error(exc)
         return 1
     finish(result, view=not args.no_view)
     return outcome.exit_code
+
+
+def _say_error(exc: Exception) -> None:
+    message = str(exc)
+    print(
+        message if message.startswith("kinetoscope:") else f"kinetoscope: {message}",
+        file=sys.stderr,
+    )
+
+
+def _to_stderr(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+def _quiet(text: str) -> None:
+    pass
+
+
+def _capture_rank(
+    args: argparse.Namespace, program: Program, options: CaptureOptions, env: RankEnv
+) -> int:
+    """One rank of a distributed job (torchrun set RANK/WORLD_SIZE): its own file in the run
+    folder; rank 0 then waits for the others and reports on the folder."""
+    from kinetoscope.capture.run import capture_program
+
+    run_dir = Path(args.output) if args.output else default_run_dir(program.label, env)
+    prepare_run_dir(run_dir)
+    output = run_dir / rank_trace_name(env.rank, env.restart)
+    lead = env.rank == 0
+    if lead and not env.launched_by_kinetoscope:
+        _to_stderr(
+            f"kinetoscope: each of the {env.world_size} ranks writes its trace ({output.name}, "
+            f"...) into {run_dir}"
+        )
+    outcome, result = capture_program(
+        program, options, output=output, force=args.force, announce=_to_stderr if lead else _quiet
+    )
+    write_marker(run_dir, env, result, outcome.exit_code)
+    if result.path is None:
+        _to_stderr(f"kinetoscope: {env.describe()}: no trace written: {result.reason}")
+    if not lead or env.launched_by_kinetoscope:
+        return outcome.exit_code
+    job = wait_for_ranks(
+        run_dir, env.world_size, env.token, timeout=args.rank_timeout, announce=_to_stderr
+    )
+    report_job(job, _to_stderr)
+    _view_folder(run_dir, view=not args.no_view and bool(job.written))
+    return outcome.exit_code
+
+
+def _launch_ranks(args: argparse.Namespace, program: Program) -> int:
+    """`capture --nproc N`: N local ranks through torch's launcher, then the folder's report."""
+    if args.nproc < 1:
+        raise CaptureError(f"--nproc needs 1 or more ranks, got {args.nproc}")
+    check_launcher_available()
+    run_dir = Path(args.output) if args.output else new_run_dir(program.label)
+    prepare_run_dir(run_dir)
+    if not args.force:
+        taken = [
+            name
+            for rank in range(args.nproc)
+            if (run_dir / (name := rank_trace_name(rank))).exists()
+        ]
+        if taken:
+            raise CaptureError(f"{run_dir / taken[0]} exists; pass --force to overwrite it")
+    _to_stderr(
+        f"kinetoscope: starting {args.nproc} ranks (python -m torch.distributed.run); each "
+        f"writes rankR.pt.trace.json.gz into {run_dir}"
+    )
+    code, job = launch_ranks(
+        args.nproc,
+        _rank_capture_args(args, program, run_dir),
+        run_dir,
+        announce=_to_stderr,
+        timeout=1.0,  # the launcher has ended: every rank has too
+    )
+    report_job(job, _to_stderr)
+    _view_folder(run_dir, view=not args.no_view and bool(job.written))
+    return code
+
+
+def _rank_capture_args(args: argparse.Namespace, program: Program, run_dir: Path) -> list[str]:
+    """The `kinetoscope capture` arguments each rank started by --nproc runs with."""
+    rank_args = [
+        "--wait",
+        str(args.wait),
+        "--warmup",
+        str(args.warmup),
+        "--active",
+        str(args.active),
+        "--steps-from",
+        args.steps_from,
+    ]
+    for flag in ("whole_run", "record_shapes", "profile_memory", "with_stack", "no_cuda", "force"):
+        if getattr(args, flag):
+            rank_args.append("--" + flag.replace("_", "-"))
+    rank_args += ["--no-view", "-o", str(run_dir)]
+    if program.kind == MODULE:
+        return [*rank_args, "-m", program.target, *program.args]
+    if program.kind == CODE:
+        return [*rank_args, "-c", program.target, *program.args]
+    return [*rank_args, "--", program.target, *program.args]
+
+
+def _view_folder(run_dir: Path, *, view: bool) -> None:
+    """Open the viewer on the run folder when asked, on a terminal, and when it reads folders."""
+    if view and sys.stdout.isatty() and sys.stdin.isatty() and open_folder_viewer(run_dir):
+        _to_stderr(f"view it again with: kinetoscope {run_dir}")
 
 
 def handle_demo(args: argparse.Namespace) -> int:
@@ -241,11 +390,7 @@ def handle_demo(args: argparse.Namespace) -> int:
         output = Path(args.output) if args.output else None
         outcome, result = capture_demo(output=output, force=args.force, cpu_only=args.cpu)
     except CaptureError as exc:
-        message = str(exc)
-        print(
-            message if message.startswith("kinetoscope:") else f"kinetoscope: {message}",
-            file=sys.stderr,
-        )
+        _say_error(exc)
         return 1
     finish(result, view=not args.no_view)
     return outcome.exit_code

@@ -21,14 +21,18 @@ def capture_program(
     *,
     output: Path | None = None,
     force: bool = False,
+    announce: Callable[[str], None] | None = None,
 ) -> tuple[Outcome, CaptureResult]:
-    """Run `program` in this process under the profiler; the trace is written even on Ctrl-C."""
+    """Run `program` in this process under the profiler; the trace is written even on Ctrl-C.
+
+    `announce` receives kinetoscope's own progress lines (default: printed to stderr)."""
     return _capture(
         lambda: run_program(program),
         options,
         output=output or default_output_path(program.label),
         force=force,
         what=program.describe(),
+        announce=announce,
     )
 
 
@@ -51,13 +55,14 @@ def _capture(
     output: Path,
     force: bool,
     what: str,
+    announce: Callable[[str], None] | None = None,
 ) -> tuple[Outcome, CaptureResult]:
-    session = CaptureSession(output, options, force=force)
+    say = announce or _to_stderr
+    session = CaptureSession(output, options, force=force, announce=say)
     session.start()
-    print(
+    say(
         f"kinetoscope: profiling {what or 'the program'}; recording {options.window_text()} "
-        f"into {output}",
-        file=sys.stderr,
+        f"into {output}"
     )
     try:
         outcome = run()
@@ -66,3 +71,7 @@ def _capture(
         # recorded is still written.
         result = session.stop()
     return outcome, result
+
+
+def _to_stderr(text: str) -> None:
+    print(text, file=sys.stderr)
