@@ -12,6 +12,8 @@ from typing import Any
 
 import msgspec
 
+from kinetoscope.analysis.units import fmt_bytes, fmt_percent, fmt_table_time
+
 # Rich-only helpers (no Textual): the viewer's cutting, measured in the same cells.
 from kinetoscope.tui.safe_text import cut_end, cut_front
 
@@ -26,8 +28,6 @@ def run_summary(
     from kinetoscope.analysis.summary import build_summary
     from kinetoscope.cli import trace_path_problem
     from kinetoscope.parser import TraceError, load
-    from kinetoscope.parser.builder import release_heap
-    from kinetoscope.parser.reader import release_workers
 
     # The viewer checks the same way (the same one line), but summary also reads a stream.
     problem = trace_path_problem(path, streams=True)
@@ -37,9 +37,9 @@ def run_summary(
     try:
         # A cached model is used when the viewer left one, but summary writes none: scripts and
         # CI call it on traces nobody will reopen, and the write would add seconds to a big one.
-        trace = load(path, write_cache=False)
-        release_workers()  # the analysis needs the memory more than an idle worker server
-        release_heap()  # and the heap the decoding freed goes back to the system
+        # `release`: the analysis needs the memory more than an idle worker server and the
+        # heap the decoding freed.
+        trace = load(path, write_cache=False, release=True)
         events = trace.n_events
     except TraceError as exc:
         from kinetoscope.tui.safe_text import clean  # the message holds the file's name
@@ -428,13 +428,16 @@ def _data(text: Any) -> Any:
 
 
 def _dur(us: float | None) -> str:
-    from kinetoscope.tui.timefmt import fmt_duration
+    """A duration (µs, as in the document) for a table cell: three decimals, zeros kept."""
+    return "–" if us is None else fmt_table_time(us * 1000, align_units=False)
 
-    return "–" if us is None else fmt_duration(us * 1000)
+
+def _bytes(value: int | None, signed: bool = False) -> str:
+    return "–" if value is None else fmt_bytes(value, signed=signed)
 
 
 def _pct(part: float, whole: float) -> str:
-    return "–" if whole <= 0 else f"{100 * part / whole:.0f}%"
+    return "–" if whole <= 0 else fmt_percent(part / whole)
 
 
 def _table(
@@ -475,7 +478,7 @@ def trace_facts(analysis: Any, document: dict[str, Any]) -> Any:
     table.add_row("schema", _data(trace["schema_version"]))
     for device in document["devices"]:
         memory = device["total_memory_bytes"]
-        mem = f", {memory / 2**30:.1f} GiB" if isinstance(memory, int) else ""
+        mem = f", {fmt_bytes(memory)}" if isinstance(memory, int) else ""
         table.add_row(_data(f"device {device['id']}"), _data(f"{device['name']}{mem}"))
     if not trace["complete"]:
         table.add_row("incomplete", "the file ended before the JSON did")
@@ -690,9 +693,6 @@ def memory_table(document: dict[str, Any]) -> Any:
         right=("peak allocated", "peak reserved", "of device memory"),
     )
 
-    def size(value: int | None) -> str:
-        return "–" if value is None else f"{value / 2**20:,.1f} MiB"
-
     for group in document["memory"]:
         total = capacity.get(group["device_id"]) if group["device_type"] == 1 else None
         peak = group["peak_reserved_bytes"] or group["peak_allocated_bytes"]
@@ -700,8 +700,8 @@ def memory_table(document: dict[str, Any]) -> Any:
         table.add_row(
             _data(group["device_type"]),
             _data(group["device_id"]),
-            size(group["peak_allocated_bytes"]),
-            size(group["peak_reserved_bytes"]),
+            _bytes(group["peak_allocated_bytes"]),
+            _bytes(group["peak_reserved_bytes"]),
             share,
         )
     return table

@@ -1,19 +1,27 @@
-"""Bytes -> Trace: streaming msgspec parser of torch.profiler (Kineto) Chrome-trace JSON."""
+"""Bytes -> Trace: streaming msgspec parser of torch.profiler (Kineto) Chrome-trace JSON.
+
+This module is the parser's way in: `load`, `loads`, `save_cache`, and `prepare_workers` for a
+program that must start the decoding workers before a terminal UI takes the standard streams.
+Framing and salvage are in reader.py; the worker processes (parallel.py) are started from
+`load` alone.
+"""
 
 from . import cache
 from .access import file_changed, read_event
-from .builder import no_hugepage_advice
+from .builder import no_hugepage_advice, release_heap
 from .model import NO_VALUE, Lane, MemoryEvents, Source, Trace
-from .reader import read_bytes, read_trace
+from .parallel import prepare_workers, read_trace, release_workers
+from .reader import Progress, read_bytes
 from .source import TraceError
 
 
 def load(
     path: str,
-    progress=None,
+    progress: Progress | None = None,
     use_cache: bool = True,
     workers: int | None = None,
     write_cache: bool = True,
+    release: bool = False,
 ) -> Trace:
     """Load a trace file (.json or gzip, by magic bytes). Raises TraceError with a one-line message.
 
@@ -21,9 +29,22 @@ def load(
     raised from it cancels the load and propagates. With `use_cache`, a valid cache entry of the
     model is memory-mapped instead of parsing, and (with `write_cache`) a big trace parsed in full
     is cached; a caller that wants its result sooner passes False and calls `save_cache` later.
-    `workers` processes decode runs in parallel (default: one per CPU, for big files only).
+    `workers` processes decode runs in parallel (default: one per CPU, for big files only); a
+    program with a terminal UI calls `prepare_workers(path)` before the UI starts. `release`, for
+    a process that loads nothing more: afterwards, stop the workers' server and give the heap
+    the decoding freed back to the system (the analysis needs that memory more).
     """
-    path = str(path)
+    try:
+        return _load(str(path), progress, use_cache, workers, write_cache)
+    finally:
+        if release:
+            release_workers()
+            release_heap()
+
+
+def _load(
+    path: str, progress: Progress | None, use_cache: bool, workers: int | None, write_cache: bool
+) -> Trace:
     if use_cache:
         try:
             cached = cache.load(path)
@@ -66,7 +87,9 @@ __all__ = [
     "file_changed",
     "load",
     "loads",
+    "prepare_workers",
     "read_event",
+    "save_cache",
 ]
 
 no_hugepage_advice()  # before any big array is made

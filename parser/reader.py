@@ -1,19 +1,21 @@
-"""Streaming framing: find `traceEvents`, cut the byte stream into runs of whole events, decode them.
+"""Framing and salvage: find `traceEvents`, cut the byte stream into runs of whole events, decode
+them, and read what can be read of damaged or cut-off data.
 
 A run is cut after a `}` that is followed by a `,` (a cheap guess); the decoder itself confirms the
 guess, because a run decodes as a JSON array exactly when the cut fell between two events. A guess
 that lands inside a string or inside nested args fails to decode and an earlier one is tried.
 Regions that still fail (malformed or cut-off data) are split exactly by a structural scan and each
 event is decoded on its own, so nothing that can be read is lost.
+
+This module decodes in the calling process. Decoding runs in worker processes is
+`parallel.py`'s job: it hands the `Reader` a `RunsAhead` that decodes the bulk of the events
+array before the serial loop here reads the rest.
 """
 
 from __future__ import annotations
 
 import gc
-import os
 import re
-import sys
-from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -22,7 +24,7 @@ import msgspec
 import numpy as np
 
 from .builder import TraceBuilder
-from .convert import RunColumns, convert_run
+from .convert import RunColumns
 from .events import (
     ANY_DECODER,
     EVENTS_DECODER,
@@ -35,32 +37,23 @@ from .events import (
     string_quotes,
     trailing_at,
 )
-from .model import Source, Trace, out_of_memory_message
-from .source import (
-    READ_BLOCK,
-    FileChanged,
-    FileIdentity,
-    SourceState,
-    TraceError,
-    is_regular_file,
-    iter_blocks,
-    open_identical,
-    open_source,
-    same_file,
-)
+from .model import Source, Trace
+from .source import SourceState, TraceError
 
 RUN_BYTES = 4 << 20  # target size of one decoded run of events
 _CUT = re.compile(rb"\}\s*,")
-_NEXT_EVENT = re.compile(rb"\}\s*,\s*\{")
 _WS = b" \t\r\n"
 _NOT_WS = re.compile(rb"[^ \t\r\n]")  # finds the end of a run of whitespace at C speed
 _SCALAR = re.compile(rb'"(?:[^"\\]|\\.)*"|[^\s,:{}\[\]"]+', re.DOTALL)
 MAX_CUT_TRIES = 8
 
 Progress = Callable[[int, int, int], None]
+# Decodes runs ahead of the serial loop (in worker processes), leaving the reader's position
+# where the serial loop goes on.
+RunsAhead = Callable[["Reader"], None]
 
 
-class _Buffer:
+class Buffer:
     """A sliding window over the uncompressed stream: `data[pos:]` is unread, `base` its offset."""
 
     def __init__(self, blocks: Iterator[bytes]):
@@ -95,6 +88,13 @@ class _Buffer:
         self.base = offset
         self.pos = 0
         self.eof = False
+
+    def put_back(self, offset: int, data: bytes) -> None:
+        """Make `data`, which starts at `offset` of the stream, the next bytes read (before
+        the unread ones)."""
+        self.data = data + self.data[self.pos :]
+        self.base = offset
+        self.pos = 0
 
     def skip_ws(self) -> int | None:
         """Skip whitespace; return the next byte (without consuming it), or None at the end.
@@ -150,72 +150,6 @@ class _Stop(Exception):
     """The stream ended (or broke) before the JSON did."""
 
 
-# Below these sizes worker processes cost more to start than they save.
-PARALLEL_MIN_PLAIN = 48 << 20
-PARALLEL_MIN_GZIP = 6 << 20
-
-
-def default_workers() -> int:
-    """KINETOSCOPE_WORKERS, else the number of CPUs this process may use."""
-    explicit = os.environ.get("KINETOSCOPE_WORKERS")
-    if explicit and explicit.isdigit():
-        return max(1, int(explicit))
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
-def workers_for(state: SourceState, workers: int | None) -> int:
-    """How many decoding processes to use for this file (1: decode in this process)."""
-    if state.stream:
-        return 1  # a pipe is read once, in order, by this process
-    if workers is not None:
-        return workers
-    threshold = PARALLEL_MIN_GZIP if state.compressed else PARALLEL_MIN_PLAIN
-    explicit = os.environ.get("KINETOSCOPE_PARALLEL_MIN_BYTES", "")
-    if explicit.isdigit():  # for tests and benchmarks
-        threshold = int(explicit)
-    return default_workers() if state.size >= threshold else 1
-
-
-def _worker_context() -> Any:
-    import multiprocessing
-
-    # forkserver, not fork: the viewer loads from a thread, and forking a threaded process is unsafe.
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["kinetoscope.parser.reader"])
-    return context
-
-
-def prepare_workers(path: str) -> None:
-    """Start the worker processes' server now, if loading `path` will use workers.
-
-    Call it before a terminal UI takes over stdin/stdout/stderr: the server and multiprocessing's
-    resource tracker are started with the process's standard streams, and a UI's replacements
-    for them have no usable file descriptors.
-    """
-    try:
-        if not is_regular_file(path):
-            return  # a pipe is read in one process; opening it here would take its first bytes
-        state = open_source(path)
-        try:
-            if workers_for(state, None) <= 1:
-                return
-        finally:
-            state.close()
-        from . import cache
-
-        if cache.has_entry(path):
-            return  # it will be read from the model cache, not decoded
-        from multiprocessing import forkserver
-
-        _worker_context()
-        forkserver.ensure_running()
-    except (TraceError, OSError, ValueError):
-        pass  # the load itself will report the problem, or read in one process
-
-
 @contextmanager
 def gc_paused() -> Iterator[None]:
     """Pause Python's cyclic garbage collector while decoding.
@@ -232,94 +166,6 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def release_workers() -> None:
-    """Stop the worker server and multiprocessing's resource tracker, if they run (about 50 MB
-    between them); a later parallel load starts them again. For processes done loading."""
-    from multiprocessing import forkserver, resource_tracker
-
-    for helper in (forkserver._forkserver, resource_tracker._resource_tracker):
-        stop = getattr(helper, "_stop", None)
-        if stop is not None:
-            try:
-                stop()
-            except (OSError, ValueError, AttributeError):
-                pass
-
-
-def read_trace(path: str, progress: Progress | None = None, workers: int | None = None) -> Trace:
-    seen = [0, 0, 0]  # the last progress: bytes done, bytes in all, events
-
-    def track(done: int, total: int, events: int) -> None:
-        seen[:] = done, total, events
-        if progress is not None:
-            progress(done, total, events)
-
-    with gc_paused():
-        try:
-            return _read_trace(path, track, workers)
-        except MemoryError:
-            # One line that says what the load needs, estimated from the events read so far.
-            done, total, events = seen
-            estimate = events * max(total, done) // done if done else 0
-            raise TraceError(out_of_memory_message(path, estimate)) from None
-
-
-def _read_trace(path: str, progress: Progress | None, workers: int | None) -> Trace:
-    # Opened once: every byte of the load, the workers' included, comes from this open file.
-    state = open_source(path)
-    try:
-        return _read_source(state, progress, workers)
-    finally:
-        state.close()
-
-
-def _read_source(state: SourceState, progress: Progress | None, workers: int | None) -> Trace:
-    workers = workers_for(state, workers)
-    if workers <= 1:
-        return _read(state, iter_blocks(state), progress)
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
-
-    pool = None
-    try:
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=_worker_context())
-        _start_workers(pool, workers)
-    except (BrokenProcessPool, OSError, ValueError):
-        # Workers cannot start here (no usable standard streams, no /dev/shm, ...).
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
-        return _read(state, iter_blocks(state), progress)
-    try:
-        with pool:
-            trace = _read(state, iter_blocks(state), progress, pool, workers)
-            trace.workers = workers
-            return trace
-    except BrokenProcessPool:
-        # A worker died: read again (the same open file) in this process alone.
-        state.restart()
-        return _read(state, iter_blocks(state), progress)
-
-
-def _start_workers(pool: Any, workers: int) -> None:
-    """Start every worker now, so that none re-imports a `__main__` it cannot find.
-
-    A new worker imports the parent's main script by its path; a program read from stdin has
-    no such file, and its workers would die with a traceback on the terminal. While the workers
-    start, such a main module's `__file__` is hidden (workers never need the main module).
-    """
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    hide = main is not None and path is not None and not os.path.isfile(path)
-    if hide:
-        del main.__file__
-    try:
-        for future in [pool.submit(int) for _ in range(workers)]:
-            future.result()
-    finally:
-        if hide:
-            main.__file__ = path
-
-
 def read_bytes(data: bytes, path: str = "<memory>") -> Trace:
     import io
 
@@ -328,29 +174,29 @@ def read_bytes(data: bytes, path: str = "<memory>") -> Trace:
     state = SourceState(path=path, size=len(data), compressed=data[:2] == GZIP_MAGIC)
     if state.compressed:
         # Streamed as a file is, so a damaged or cut-off gzip keeps what did decompress.
-        return _read(state, gunzip_blocks(io.BytesIO(data), state), None)
+        return read_source(state, gunzip_blocks(io.BytesIO(data), state), None)
 
     def blocks() -> Iterator[bytes]:
         for start in range(0, len(data), RUN_BYTES):
             state.bytes_read = min(len(data), start + RUN_BYTES)
             yield data[start : start + RUN_BYTES]
 
-    return _read(state, blocks(), None)
+    return read_source(state, blocks(), None)
 
 
-def _read(
+def read_source(
     state: SourceState,
     blocks: Iterator[bytes],
     progress: Progress | None,
-    pool: Any = None,
-    workers: int = 1,
+    ahead: RunsAhead | None = None,
 ) -> Trace:
-    buf = _Buffer(blocks)
+    """Read the trace whose uncompressed bytes `blocks` yields (`state` says what they come
+    from). Raises TraceError when nothing of a trace can be read; reads what it can of the rest."""
+    buf = Buffer(blocks)
     builder = TraceBuilder(expected_bytes=state.expected_bytes)
     header: dict[str, Any] = {}
     warnings: list[str] = []
-    reader = _Reader(buf, builder, state, progress, warnings)
-    reader.pool, reader.workers = pool, workers
+    reader = Reader(buf, builder, state, progress, warnings, ahead)
     first = buf.skip_ws()
     if first is None:
         if state.stream_error:
@@ -427,14 +273,18 @@ def _not_json_message(path: str, head: bytes) -> str:
     return f"{path}: not a trace (not JSON: starts with {head[:12]!r})"
 
 
-class _Reader:
+class Reader:
+    """Reads one trace's JSON from a `Buffer` into a `TraceBuilder`: the header keys, then the
+    events array run by run, with other cuts tried, defects repaired and the rest salvaged."""
+
     def __init__(
         self,
-        buf: _Buffer,
+        buf: Buffer,
         builder: TraceBuilder,
         state: SourceState,
         progress: Progress | None,
         warnings: list[str],
+        ahead: RunsAhead | None = None,
     ):
         self.buf = buf
         self.builder = builder
@@ -445,8 +295,7 @@ class _Reader:
         self.last_good = 0  # uncompressed offset just after the last complete event
         self.dropped = 0
         self.stray_bytes = 0  # bytes skipped to get past brackets out of place
-        self.pool: Any = None
-        self.workers = 1
+        self.ahead = ahead  # decodes runs in worker processes before the serial loop
         self._nothing_to_repair = -1  # offset of a run that failed to decode and had no defects
 
     # -- the top-level object ----------------------------------------------------------------
@@ -531,11 +380,8 @@ class _Reader:
         buf = self.buf
         self.events_started = True
         self.last_good = buf.offset
-        if self.pool is not None:
-            if self.state.compressed:
-                self._read_events_parallel()
-            else:
-                self._read_events_parallel_by_offset()
+        if self.ahead is not None:
+            self.ahead(self)
         while True:
             c = buf.skip_ws()
             if c is None:
@@ -552,7 +398,7 @@ class _Reader:
             buf.fill(RUN_BYTES)
             if self._decode_run():
                 return
-            self._report()
+            self.report()
 
     def _stray_bracket(self) -> bool:
         """Is the `]` just read a bracket out of place, not the end of the events array?
@@ -577,148 +423,22 @@ class _Reader:
             buf.pos = comma - buf.base  # the `,` belongs to what follows the array
         return False
 
-    def _read_events_parallel(self) -> None:
-        """Hand runs to worker processes and merge their columns in file order.
-
-        The main process only frames: it cuts after a `}` followed by `,` and `{`, and the worker's
-        decoder confirms the cut. A run that fails (a cut inside a string, malformed data, or the
-        end of the array) rewinds the stream to that run's start, and the serial path, which
-        retries cuts and salvages, carries on from there. The last run is always serial.
-
-        Runs travel in shared memory blocks (one copy, then the worker decodes in place), not
-        through the pool's pipe, where every run was copied four times and the transfers, one
-        after another, left the workers waiting. Without shared memory they take the pipe.
-        """
-        buf = self.buf
-        pending: deque[tuple[Any, int, memoryview, bytes, Any]] = deque()
-        limit = 2 * self.workers + 1
-        blocks = _SharedBlocks(limit + 1, RUN_BYTES + 2)
-        try:
-            while True:
-                c = buf.skip_ws()
-                if c is None or c == ord("]"):
-                    break
-                if c == ord(","):
-                    buf.pos += 1
-                    continue
-                buf.fill(RUN_BYTES)
-                data, pos = buf.data, buf.pos
-                if buf.eof and len(data) - pos < RUN_BYTES:
-                    break
-                # Cut near RUN_BYTES from here (the buffer may hold several runs' worth): tasks
-                # of even size keep the workers equally busy and their memory small.
-                end = min(len(data), pos + RUN_BYTES)
-                matches = list(_NEXT_EVENT.finditer(data, max(pos, end - CUT_WINDOW), end))
-                if not matches:
-                    break
-                cut = matches[-1].start()
-                next_event = matches[-1].end() - 1
-                segment = memoryview(data)[pos : cut + 1]
-                block = blocks.take()
-                if block is not None:
-                    length = blocks.fill(block, segment)
-                    future = self.pool.submit(decode_shared, block.name, length)
-                else:  # as a JSON array, made in one copy, through the pipe
-                    future = self.pool.submit(decode_array, b"".join((b"[", segment, b"]")))
-                separator = data[cut + 1 : next_event]
-                pending.append((future, buf.base + pos, segment, separator, block))
-                buf.pos = next_event
-                while pending and (len(pending) >= limit or pending[0][0].done()):
-                    if not self._merge_oldest(pending, blocks):
-                        return
-            while pending:
-                if not self._merge_oldest(pending, blocks):
-                    return
-        finally:
-            for entry in pending:
-                entry[0].cancel()
-            blocks.close()
-
-    def _read_events_parallel_by_offset(self) -> None:
-        """Plain files: workers read their own runs from the file, by offset and length.
-
-        The main process reads only a small window at the end of each run to find the cut, so
-        it is nearly idle and the workers do all of the decoding. A run that fails, or the last
-        run, hands over to the serial path from that run's start (reading from there).
-        """
-        buf = self.buf
-        state = self.state
-        identity = state.identity
-        if identity is None or state.fd is None:
-            return
-        size = state.size
-        position = buf.offset
-        pending: deque[tuple[Any, int, int]] = deque()
-        limit = 2 * self.workers + 1
-        failed_at: int | None = None
-        while position + RUN_BYTES < size:
-            window_start = position + RUN_BYTES - CUT_WINDOW
-            window = os.pread(state.fd, CUT_WINDOW, window_start)
-            matches = list(_NEXT_EVENT.finditer(window))
-            if not matches:
-                break
-            cut = window_start + matches[-1].start()
-            length = cut + 1 - position
-            pending.append(
-                (self.pool.submit(decode_file_run, identity, position, length), position, length)
-            )
-            position = window_start + matches[-1].end() - 1
-            while pending and (len(pending) >= limit or pending[0][0].done()):
-                failed_at = self._merge_oldest_by_offset(pending)
-                if failed_at is not None:
-                    break
-            if failed_at is not None:
-                break
-        while pending and failed_at is None:
-            failed_at = self._merge_oldest_by_offset(pending)
-        resume = failed_at if failed_at is not None else position
-        for later in pending:
-            later[0].cancel()
-        if resume != buf.offset:
-            buf.restart_at(resume, _plain_blocks_from(state, resume))
-
-    def _merge_oldest_by_offset(self, pending: deque) -> int | None:
-        """Merge the oldest run; on failure return its offset (where the serial path resumes)."""
-        future, offset, length = pending.popleft()
-        run = future.result()
-        if run is None or isinstance(run, str):
-            # Undecodable, or (FILE_CHANGED) the worker did not find the file as it was opened:
-            # this process reads on from its own open file, and says at the end what changed.
-            return offset
-        self.builder.add_run(run, offset, length)
-        self.last_good = offset + length
-        self.state.bytes_read = max(self.state.bytes_read, offset + length)
-        self._report()
-        return None
-
-    def _merge_oldest(self, pending: deque, blocks: _SharedBlocks) -> bool:
-        future, offset, segment, separator, block = pending.popleft()
-        run = future.result()
-        blocks.give_back(block)
-        if run is None:
-            for later in pending:
-                later[0].cancel()  # their blocks are released when the loop ends
-            buf = self.buf
-            rest = b"".join(bytes(s) + sep for _f, _o, s, sep, _b in pending)
-            buf.data = bytes(segment) + separator + rest + buf.data[buf.pos :]
-            buf.base = offset
-            buf.pos = 0
-            pending.clear()
-            return False
-        self.builder.add_run(run, offset, len(segment))
-        self.last_good = offset + len(segment)
-        self._report()
-        return True
-
     def _cut_off_message(self) -> str:
         return (
             f"the file ends at byte {self.buf.base + len(self.buf.data)} before the JSON does; "
             f"loaded every complete event up to byte {self.last_good}"
         )
 
-    def _report(self) -> None:
+    def report(self) -> None:
+        """Tell the progress callback how far the read is."""
         if self.progress is not None:
             self.progress(self.state.bytes_read, self.state.size, self.builder.n_events)
+
+    def accept_run(self, run: RunColumns, offset: int, length: int) -> None:
+        """Merge a run decoded elsewhere (a worker) that held [offset, offset + length)."""
+        self.builder.add_run(run, offset, length)
+        self.last_good = offset + length
+        self.report()
 
     def _decode_run(self) -> bool:
         """Decode one run from the read position. True when the events array closed in it."""
@@ -955,151 +675,6 @@ class _Reader:
             self.warnings.append(f"skipped a malformed event at byte {offset}")
         elif self.dropped == 6:
             self.warnings.append("skipped more malformed events (only the first 5 are listed)")
-
-
-CUT_WINDOW = 1 << 16
-
-
-def _plain_blocks_from(state: SourceState, offset: int) -> Iterator[bytes]:
-    """The plain file's bytes from `offset` on, read from the load's open file."""
-    assert state.fd is not None
-    while block := os.pread(state.fd, READ_BLOCK, offset):
-        offset += len(block)
-        state.bytes_read = max(state.bytes_read, offset)
-        yield block
-
-
-FILE_CHANGED = "file changed"  # a worker's answer when the file is not the one the load opened
-
-
-def decode_file_run(identity: FileIdentity, offset: int, length: int) -> RunColumns | str | None:
-    """Worker side: read one run of whole events from a plain file, decode and convert it.
-
-    The file is the loading process's open file (see `open_identical`), checked again after
-    the read: FILE_CHANGED if it is not that file, as it was when the load opened it."""
-    try:
-        fd = open_identical(identity)
-    except FileChanged:
-        return FILE_CHANGED
-    except OSError:
-        return None  # the serial path reads this run from the load's own open file
-    try:
-        # Read straight between the brackets that make it a JSON array: no copy to add them.
-        array = bytearray(length + 2)
-        array[0], array[-1] = ord("["), ord("]")
-        got = _read_into(fd, memoryview(array)[1:-1], offset)
-        unchanged = same_file(fd, identity)
-    finally:
-        os.close(fd)
-    if not unchanged:
-        return FILE_CHANGED
-    if got != length:
-        return None
-    return decode_array(array)
-
-
-def _read_into(fd: int, view: memoryview, offset: int) -> int:
-    """Fill `view` from the file at `offset`; the number of bytes read (fewer at its end)."""
-    got = 0
-    while got < len(view):
-        if hasattr(os, "preadv"):
-            step = os.preadv(fd, [view[got:]], offset + got)
-        else:
-            piece = os.pread(fd, len(view) - got, offset + got)
-            view[got : got + len(piece)] = piece
-            step = len(piece)
-        if step <= 0:
-            break
-        got += step
-    return got
-
-
-class _SharedBlocks:
-    """A few shared memory blocks, each holding one run as a JSON array for a worker.
-
-    A block is reused once its run is merged (the worker is done with it then). If shared
-    memory cannot be had (no /dev/shm, no space), `take` returns None and runs take the pipe.
-    """
-
-    def __init__(self, count: int, size: int) -> None:
-        self.size = size
-        self.free: list[Any] = []
-        self.all: list[Any] = []
-        try:
-            from multiprocessing import shared_memory
-
-            for _ in range(count):
-                block = shared_memory.SharedMemory(create=True, size=size)
-                self.all.append(block)
-                self.free.append(block)
-        except (OSError, ValueError, ImportError):
-            self.close()
-
-    def take(self) -> Any:
-        return self.free.pop() if self.free else None
-
-    def fill(self, block: Any, segment: memoryview) -> int:
-        length = len(segment) + 2
-        if length > self.size:
-            raise ValueError("run larger than a shared block")
-        view = block.buf
-        view[0] = ord("[")
-        view[1 : length - 1] = segment
-        view[length - 1] = ord("]")
-        return length
-
-    def give_back(self, block: Any) -> None:
-        if block is not None and block in self.all and block not in self.free:
-            self.free.append(block)
-
-    def close(self) -> None:
-        for block in self.all:
-            try:
-                block.close()
-                block.unlink()
-            except (OSError, BufferError):
-                pass
-        self.all, self.free = [], []
-
-
-_ATTACHED: dict[str, Any] = {}
-
-
-def decode_shared(name: str, length: int) -> RunColumns | None:
-    """Worker side: decode the run a shared memory block holds (attached once per block)."""
-    block = _ATTACHED.get(name)
-    if block is None:
-        from multiprocessing import shared_memory
-
-        # The main process owns the block and unlinks it. (Workers share its resource
-        # tracker, so the registration attaching makes here is the main process's own.)
-        block = shared_memory.SharedMemory(name=name)
-        _ATTACHED[name] = block
-        if len(_ATTACHED) > 64:  # blocks of finished loads: let them go
-            for old in list(_ATTACHED)[:-16]:
-                try:
-                    _ATTACHED.pop(old).close()
-                except BufferError:
-                    pass
-    view = block.buf[:length]
-    try:
-        return decode_array(view)
-    finally:
-        view.release()
-
-
-def decode_array(text: bytes | bytearray | memoryview) -> RunColumns | None:
-    """Worker side: decode and convert a run given as a JSON array; None if it is not one."""
-    with gc_paused():
-        return _decode_array(text)
-
-
-def _decode_array(text: bytes | bytearray | memoryview) -> RunColumns | None:
-    repair = Repair()
-    events, _closed_early = decode_events(text, repair)
-    if events is None:
-        return None
-    return convert_run(events, repair.out_of_range)
 
 
 def split_elements(

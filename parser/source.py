@@ -2,9 +2,9 @@
 
 The file is opened once, and every byte of the load comes from that one open file: a file
 replaced on disk while it loads (`mv new.json trace.json`) is not mixed into it. Decoding workers
-open the same file again through the loading process's descriptor where the system allows it,
-else by its path, and check that it is the same file (device, inode, size, mtime) before and
-after they read.
+(parallel.py) open the same file again through the loading process's descriptor where the system
+allows it, else by its path, and check that it is the same file (device, inode, size, mtime)
+before and after they read.
 
 Named pipes, `/dev/stdin` and `<(...)` are read as streams: in one pass, in one process, with
 nothing read twice (the bytes sniffed for the gzip magic are handed on, not lost).
@@ -17,7 +17,6 @@ import stat
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 GZIP_MAGIC = b"\x1f\x8b"
 READ_BLOCK = 4 << 20  # compressed bytes read from disk at a time
@@ -26,23 +25,6 @@ MAX_OUTPUT = 16 << 20  # uncompressed bytes produced per decompress call
 
 class TraceError(Exception):
     """A trace that cannot be loaded at all; the message is one line for the user."""
-
-
-class FileIdentity(NamedTuple):
-    """What a worker process needs to read the loading process's open file, and to check that
-    what it opened is that file, unchanged."""
-
-    path: str
-    pid: int  # the loading process
-    fd: int  # its descriptor of the file
-    dev: int
-    ino: int
-    size: int
-    mtime_ns: int
-
-
-class FileChanged(Exception):
-    """The file is not (or no longer) the one the load opened."""
 
 
 @dataclass
@@ -86,15 +68,6 @@ class SourceState:
             pass
         stated = int.from_bytes(tail, "little") if len(tail) == 4 else 0
         return stated if stated >= self.size else 10 * self.size
-
-    @property
-    def identity(self) -> FileIdentity | None:
-        """The open file, for a worker to read (None: a stream, or not opened here)."""
-        if self.fd is None or self.stream or self.dev is None or self.mtime_ns is None:
-            return None
-        return FileIdentity(
-            self.path, os.getpid(), self.fd, self.dev, self.ino or 0, self.size, self.mtime_ns
-        )
 
     def restart(self) -> None:
         """Read again from the start of the same open file (a regular file only)."""
@@ -312,42 +285,6 @@ def _blocks(handle, state: SourceState) -> Iterator[bytes]:
             yield block
         return
     yield from ahead(gunzip_blocks(handle, state))
-
-
-def open_identical(identity: FileIdentity) -> int:
-    """Worker side: open the loading process's file again, and check it is that file, unchanged.
-
-    Through /proc/PID/fd/N (Linux) this is the very file the loading process opened, even if
-    its path names another file by now; elsewhere the path is opened and must be that file.
-    Raises FileChanged when it is not (or not as it was), OSError when it cannot be opened."""
-    fd = None
-    for candidate in (f"/proc/{identity.pid}/fd/{identity.fd}", identity.path):
-        try:
-            fd = os.open(candidate, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | os.O_CLOEXEC)
-        except OSError:
-            continue
-        if same_file(fd, identity):
-            return fd
-        os.close(fd)
-        if candidate == identity.path:
-            raise FileChanged(identity.path)
-    if fd is None:
-        raise OSError(f"{identity.path}: cannot be opened again")
-    raise FileChanged(identity.path)
-
-
-def same_file(fd: int, identity: FileIdentity) -> bool:
-    """Is `fd` the identified file, with the size and mtime it had when the load opened it?"""
-    try:
-        now = os.fstat(fd)
-    except OSError:
-        return False
-    return (now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns) == (
-        identity.dev,
-        identity.ino,
-        identity.size,
-        identity.mtime_ns,
-    )
 
 
 def ahead(blocks: Iterator[bytes], depth: int = 3) -> Iterator[bytes]:

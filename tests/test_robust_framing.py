@@ -17,14 +17,15 @@ import pytest
 from kinetoscope.parser import TraceError, loads
 from kinetoscope.parser import reader as reader_module
 from kinetoscope.parser import source as source_module
-from kinetoscope.parser.reader import (
+from kinetoscope.parser.parallel import (
     FILE_CHANGED,
+    FileIdentity,
     decode_file_run,
-    next_non_ws,
+    identity_of,
     read_trace,
-    resync_point,
 )
-from kinetoscope.parser.source import FileIdentity, open_source
+from kinetoscope.parser.reader import next_non_ws, resync_point
+from kinetoscope.parser.source import open_source
 
 TIMEOUT = 120
 
@@ -116,7 +117,7 @@ def test_a_worker_never_reads_another_file_than_the_one_opened(tmp_path):
     first = json.dumps(_events(1, "old")[0]).encode()
     path.write_bytes(b"[" + first + b"]")
     state = open_source(str(path))
-    identity = state.identity
+    identity = identity_of(state)
     assert identity is not None
     try:
         replacement = tmp_path / "B.json"
@@ -251,7 +252,7 @@ def test_whitespace_between_events_is_skipped_small(where):
 BOMB_MB = 400
 _BOMB = """
 import json, sys, time
-from kinetoscope.parser.reader import read_trace
+from kinetoscope.parser.parallel import read_trace
 started = time.perf_counter()
 trace = read_trace(sys.argv[1], workers=1)
 # VmHWM is this program's own peak: getrusage's ru_maxrss keeps the forking parent's peak across

@@ -1,0 +1,556 @@
+"""Parallel decoding: big files' runs of events decoded in worker processes.
+
+Everything about the worker processes is here and nowhere else: when a load uses them
+(`workers_for`), starting their server before a terminal UI takes the standard streams
+(`prepare_workers`) and stopping it (`release_workers`), what a worker runs (a run read by
+offset from the loading process's open file through /proc/PID/fd, or handed over in shared
+memory), and the scheduling of runs ahead of the serial reader. Callers go through
+`kinetoscope.parser` (`load`, `prepare_workers`), never this module.
+
+The framing is `reader.py`'s: the main process cuts runs after a `}` followed by `,` and `{`, and
+the worker's decoder confirms the cut. A run that fails (a cut inside a string, malformed data,
+or the end of the array) hands over to the reader's serial loop at that run's start; it retries
+cuts and salvages from there. The last run is always read serially.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future
+from typing import Any, NamedTuple
+
+from . import reader
+from .convert import RunColumns, convert_run
+from .events import Repair, decode_events
+from .model import Trace, out_of_memory_message
+from .reader import Progress, Reader, gc_paused
+from .source import (
+    READ_BLOCK,
+    SourceState,
+    TraceError,
+    is_regular_file,
+    iter_blocks,
+    open_source,
+)
+
+# Below these sizes worker processes cost more to start than they save.
+PARALLEL_MIN_PLAIN = 48 << 20
+PARALLEL_MIN_GZIP = 6 << 20
+
+
+def default_workers() -> int:
+    """KINETOSCOPE_WORKERS, else the number of CPUs this process may use."""
+    explicit = os.environ.get("KINETOSCOPE_WORKERS")
+    if explicit and explicit.isdigit():
+        return max(1, int(explicit))
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def workers_for(state: SourceState, workers: int | None) -> int:
+    """How many decoding processes to use for this file (1: decode in this process)."""
+    if state.stream:
+        return 1  # a pipe is read once, in order, by this process
+    if workers is not None:
+        return workers
+    threshold = PARALLEL_MIN_GZIP if state.compressed else PARALLEL_MIN_PLAIN
+    explicit = os.environ.get("KINETOSCOPE_PARALLEL_MIN_BYTES", "")
+    if explicit.isdigit():  # for tests and benchmarks
+        threshold = int(explicit)
+    return default_workers() if state.size >= threshold else 1
+
+
+def _worker_context() -> Any:
+    import multiprocessing
+
+    # forkserver, not fork: the viewer loads from a thread, and forking a threaded process is unsafe.
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["kinetoscope.parser.parallel"])
+    return context
+
+
+def prepare_workers(path: str, workers: int | None = None) -> None:
+    """Start the worker processes' server now, if loading `path` will use workers.
+
+    Call it before a terminal UI takes over stdin/stdout/stderr: the server and multiprocessing's
+    resource tracker are started with the process's standard streams, and a UI's replacements
+    for them have no usable file descriptors.
+    """
+    try:
+        if not is_regular_file(path):
+            return  # a pipe is read in one process; opening it here would take its first bytes
+        state = open_source(path)
+        try:
+            if workers_for(state, workers) <= 1:
+                return
+        finally:
+            state.close()
+        from . import cache
+
+        if cache.has_entry(path):
+            return  # it will be read from the model cache, not decoded
+        from multiprocessing import forkserver
+
+        _worker_context()
+        forkserver.ensure_running()
+    except (TraceError, OSError, ValueError):
+        pass  # the load itself will report the problem, or read in one process
+
+
+def release_workers() -> None:
+    """Stop the worker server and multiprocessing's resource tracker, if they run (about 50 MB
+    between them); a later parallel load starts them again. For processes done loading."""
+    from multiprocessing import forkserver, resource_tracker
+
+    for helper in (forkserver._forkserver, resource_tracker._resource_tracker):
+        stop = getattr(helper, "_stop", None)
+        if stop is not None:
+            try:
+                stop()
+            except (OSError, ValueError, AttributeError):
+                pass
+
+
+def read_trace(path: str, progress: Progress | None = None, workers: int | None = None) -> Trace:
+    """Read the trace file at `path`, with `workers` processes (None: as `workers_for` says)."""
+    seen = [0, 0, 0]  # the last progress: bytes done, bytes in all, events
+
+    def track(done: int, total: int, events: int) -> None:
+        seen[:] = done, total, events
+        if progress is not None:
+            progress(done, total, events)
+
+    with gc_paused():
+        try:
+            return _read_trace(path, track, workers)
+        except MemoryError:
+            # One line that says what the load needs, estimated from the events read so far.
+            done, total, events = seen
+            estimate = events * max(total, done) // done if done else 0
+            raise TraceError(out_of_memory_message(path, estimate)) from None
+
+
+def _read_trace(path: str, progress: Progress | None, workers: int | None) -> Trace:
+    # Opened once: every byte of the load, the workers' included, comes from this open file.
+    state = open_source(path)
+    try:
+        return _read_source(state, progress, workers)
+    finally:
+        state.close()
+
+
+def _read_source(state: SourceState, progress: Progress | None, workers: int | None) -> Trace:
+    workers = workers_for(state, workers)
+    if workers <= 1:
+        return reader.read_source(state, iter_blocks(state), progress)
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    pool = None
+    try:
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=_worker_context())
+        _start_workers(pool, workers)
+    except (BrokenProcessPool, OSError, ValueError):
+        # Workers cannot start here (no usable standard streams, no /dev/shm, ...).
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+        return reader.read_source(state, iter_blocks(state), progress)
+    try:
+        with pool:
+            ahead = RunsAhead(pool, workers)
+            trace = reader.read_source(state, iter_blocks(state), progress, ahead)
+            trace.workers = workers
+            return trace
+    except BrokenProcessPool:
+        # A worker died: read again (the same open file) in this process alone.
+        state.restart()
+        return reader.read_source(state, iter_blocks(state), progress)
+
+
+def _start_workers(pool: Any, workers: int) -> None:
+    """Start every worker now, so that none re-imports a `__main__` it cannot find.
+
+    A new worker imports the parent's main script by its path; a program read from stdin has
+    no such file, and its workers would die with a traceback on the terminal. While the workers
+    start, such a main module's `__file__` is hidden (workers never need the main module).
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    hide = main is not None and path is not None and not os.path.isfile(path)
+    if hide:
+        assert main is not None
+        del main.__file__
+    try:
+        for future in [pool.submit(int) for _ in range(workers)]:
+            future.result()
+    finally:
+        if hide:
+            assert main is not None
+            main.__file__ = path
+
+
+CUT_WINDOW = 1 << 16  # the bytes before a run's target end searched for its cut
+_NEXT_EVENT = re.compile(rb"\}\s*,\s*\{")
+
+
+class RunsAhead:
+    """Decodes the events array's runs in worker processes, merging their columns into the
+    reader's builder in file order, until a run fails or only the last run is left; the reader's
+    serial loop goes on from there. Called by `Reader.read_events`."""
+
+    def __init__(self, pool: Any, workers: int) -> None:
+        self.pool = pool
+        self.workers = workers
+
+    def __call__(self, into: Reader) -> None:
+        if into.state.compressed:
+            self._by_shared_blocks(into)
+        else:
+            self._by_offset(into)
+
+    def _by_shared_blocks(self, into: Reader) -> None:
+        """Hand runs of the uncompressed stream to the workers; merge their columns in order.
+
+        Runs travel in shared memory blocks (one copy, then the worker decodes in place), not
+        through the pool's pipe, where every run was copied four times and the transfers, one
+        after another, left the workers waiting. Without shared memory they take the pipe.
+        A run that fails puts it and every later run back in the reader's buffer.
+        """
+        buf = into.buf
+        run_bytes = reader.RUN_BYTES
+        pending: deque[_Handed] = deque()
+        limit = 2 * self.workers + 1
+        blocks = _SharedBlocks(limit + 1, run_bytes + 2)
+        try:
+            while True:
+                c = buf.skip_ws()
+                if c is None or c == ord("]"):
+                    break
+                if c == ord(","):
+                    buf.pos += 1
+                    continue
+                buf.fill(run_bytes)
+                data, pos = buf.data, buf.pos
+                if buf.eof and len(data) - pos < run_bytes:
+                    break
+                # Cut near RUN_BYTES from here (the buffer may hold several runs' worth): tasks
+                # of even size keep the workers equally busy and their memory small.
+                end = min(len(data), pos + run_bytes)
+                matches = list(_NEXT_EVENT.finditer(data, max(pos, end - CUT_WINDOW), end))
+                if not matches:
+                    break
+                cut = matches[-1].start()
+                next_event = matches[-1].end() - 1
+                segment = memoryview(data)[pos : cut + 1]
+                block = blocks.take()
+                if block is not None:
+                    length = blocks.fill(block, segment)
+                    future = self.pool.submit(decode_shared, block.name, length)
+                else:  # as a JSON array, made in one copy, through the pipe
+                    future = self.pool.submit(decode_array, b"".join((b"[", segment, b"]")))
+                separator = data[cut + 1 : next_event]
+                pending.append(_Handed(future, buf.base + pos, segment, separator, block))
+                buf.pos = next_event
+                while pending and (len(pending) >= limit or pending[0].future.done()):
+                    if not self._merge_oldest(into, pending, blocks):
+                        return
+            while pending:
+                if not self._merge_oldest(into, pending, blocks):
+                    return
+        finally:
+            for handed in pending:
+                handed.future.cancel()
+            blocks.close()
+
+    def _merge_oldest(self, into: Reader, pending: deque[_Handed], blocks: _SharedBlocks) -> bool:
+        """Merge the oldest run; on failure put it and the later ones back in the buffer."""
+        oldest = pending.popleft()
+        run = oldest.future.result()
+        blocks.give_back(oldest.block)
+        if run is None:
+            for later in pending:
+                later.future.cancel()  # their blocks are released when the loop ends
+            rest = b"".join(bytes(h.segment) + h.separator for h in pending)
+            into.buf.put_back(oldest.offset, bytes(oldest.segment) + oldest.separator + rest)
+            pending.clear()
+            return False
+        into.accept_run(run, oldest.offset, len(oldest.segment))
+        return True
+
+    def _by_offset(self, into: Reader) -> None:
+        """Plain files: workers read their own runs from the file, by offset and length.
+
+        The main process reads only a small window at the end of each run to find the cut, so
+        it is nearly idle and the workers do all of the decoding. A run that fails, or the last
+        run, hands over to the serial loop from that run's start (reading from there).
+        """
+        buf = into.buf
+        state = into.state
+        identity = identity_of(state)
+        if identity is None or state.fd is None:
+            return
+        run_bytes = reader.RUN_BYTES
+        size = state.size
+        position = buf.offset
+        pending: deque[tuple[Future, int, int]] = deque()
+        limit = 2 * self.workers + 1
+        failed_at: int | None = None
+        while position + run_bytes < size:
+            window_start = position + run_bytes - CUT_WINDOW
+            window = os.pread(state.fd, CUT_WINDOW, window_start)
+            matches = list(_NEXT_EVENT.finditer(window))
+            if not matches:
+                break
+            cut = window_start + matches[-1].start()
+            length = cut + 1 - position
+            pending.append(
+                (self.pool.submit(decode_file_run, identity, position, length), position, length)
+            )
+            position = window_start + matches[-1].end() - 1
+            while pending and (len(pending) >= limit or pending[0][0].done()):
+                failed_at = self._merge_oldest_by_offset(into, pending)
+                if failed_at is not None:
+                    break
+            if failed_at is not None:
+                break
+        while pending and failed_at is None:
+            failed_at = self._merge_oldest_by_offset(into, pending)
+        resume = failed_at if failed_at is not None else position
+        for later in pending:
+            later[0].cancel()
+        if resume != buf.offset:
+            buf.restart_at(resume, _plain_blocks_from(state, resume))
+
+    def _merge_oldest_by_offset(
+        self, into: Reader, pending: deque[tuple[Future, int, int]]
+    ) -> int | None:
+        """Merge the oldest run; on failure return its offset (where the serial loop resumes)."""
+        future, offset, length = pending.popleft()
+        run = future.result()
+        if run is None or isinstance(run, str):
+            # Undecodable, or (FILE_CHANGED) the worker did not find the file as it was opened:
+            # this process reads on from its own open file, and says at the end what changed.
+            return offset
+        into.state.bytes_read = max(into.state.bytes_read, offset + length)
+        into.accept_run(run, offset, length)
+        return None
+
+
+class _Handed(NamedTuple):
+    """A run of the uncompressed stream handed to a worker."""
+
+    future: Future
+    offset: int  # of the run in the uncompressed stream
+    segment: memoryview  # the run's bytes
+    separator: bytes  # between the run and the next one
+    block: Any  # the shared memory block it travels in (None: the pipe)
+
+
+def _plain_blocks_from(state: SourceState, offset: int) -> Iterator[bytes]:
+    """The plain file's bytes from `offset` on, read from the load's open file."""
+    assert state.fd is not None
+    while block := os.pread(state.fd, READ_BLOCK, offset):
+        offset += len(block)
+        state.bytes_read = max(state.bytes_read, offset)
+        yield block
+
+
+class FileIdentity(NamedTuple):
+    """What a worker process needs to read the loading process's open file, and to check that
+    what it opened is that file, unchanged."""
+
+    path: str
+    pid: int  # the loading process
+    fd: int  # its descriptor of the file
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+
+
+class FileChanged(Exception):
+    """The file is not (or no longer) the one the load opened."""
+
+
+def identity_of(state: SourceState) -> FileIdentity | None:
+    """The load's open file, for a worker to read (None: a stream, or not opened here)."""
+    if state.fd is None or state.stream or state.dev is None or state.mtime_ns is None:
+        return None
+    return FileIdentity(
+        state.path, os.getpid(), state.fd, state.dev, state.ino or 0, state.size, state.mtime_ns
+    )
+
+
+def open_identical(identity: FileIdentity) -> int:
+    """Worker side: open the loading process's file again, and check it is that file, unchanged.
+
+    Through /proc/PID/fd/N (Linux) this is the very file the loading process opened, even if
+    its path names another file by now; elsewhere the path is opened and must be that file.
+    Raises FileChanged when it is not (or not as it was), OSError when it cannot be opened."""
+    fd = None
+    for candidate in (f"/proc/{identity.pid}/fd/{identity.fd}", identity.path):
+        try:
+            fd = os.open(candidate, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | os.O_CLOEXEC)
+        except OSError:
+            continue
+        if same_file(fd, identity):
+            return fd
+        os.close(fd)
+        if candidate == identity.path:
+            raise FileChanged(identity.path)
+    if fd is None:
+        raise OSError(f"{identity.path}: cannot be opened again")
+    raise FileChanged(identity.path)
+
+
+def same_file(fd: int, identity: FileIdentity) -> bool:
+    """Is `fd` the identified file, with the size and mtime it had when the load opened it?"""
+    try:
+        now = os.fstat(fd)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns) == (
+        identity.dev,
+        identity.ino,
+        identity.size,
+        identity.mtime_ns,
+    )
+
+
+FILE_CHANGED = "file changed"  # a worker's answer when the file is not the one the load opened
+
+
+def decode_file_run(identity: FileIdentity, offset: int, length: int) -> RunColumns | str | None:
+    """Worker side: read one run of whole events from a plain file, decode and convert it.
+
+    The file is the loading process's open file (see `open_identical`), checked again after
+    the read: FILE_CHANGED if it is not that file, as it was when the load opened it."""
+    try:
+        fd = open_identical(identity)
+    except FileChanged:
+        return FILE_CHANGED
+    except OSError:
+        return None  # the serial path reads this run from the load's own open file
+    try:
+        # Read straight between the brackets that make it a JSON array: no copy to add them.
+        array = bytearray(length + 2)
+        array[0], array[-1] = ord("["), ord("]")
+        got = _read_into(fd, memoryview(array)[1:-1], offset)
+        unchanged = same_file(fd, identity)
+    finally:
+        os.close(fd)
+    if not unchanged:
+        return FILE_CHANGED
+    if got != length:
+        return None
+    return decode_array(array)
+
+
+def _read_into(fd: int, view: memoryview, offset: int) -> int:
+    """Fill `view` from the file at `offset`; the number of bytes read (fewer at its end)."""
+    got = 0
+    while got < len(view):
+        if hasattr(os, "preadv"):
+            step = os.preadv(fd, [view[got:]], offset + got)
+        else:
+            piece = os.pread(fd, len(view) - got, offset + got)
+            view[got : got + len(piece)] = piece
+            step = len(piece)
+        if step <= 0:
+            break
+        got += step
+    return got
+
+
+class _SharedBlocks:
+    """A few shared memory blocks, each holding one run as a JSON array for a worker.
+
+    A block is reused once its run is merged (the worker is done with it then). If shared
+    memory cannot be had (no /dev/shm, no space), `take` returns None and runs take the pipe.
+    """
+
+    def __init__(self, count: int, size: int) -> None:
+        self.size = size
+        self.free: list[Any] = []
+        self.all: list[Any] = []
+        try:
+            from multiprocessing import shared_memory
+
+            for _ in range(count):
+                block = shared_memory.SharedMemory(create=True, size=size)
+                self.all.append(block)
+                self.free.append(block)
+        except (OSError, ValueError, ImportError):
+            self.close()
+
+    def take(self) -> Any:
+        return self.free.pop() if self.free else None
+
+    def fill(self, block: Any, segment: memoryview) -> int:
+        length = len(segment) + 2
+        if length > self.size:
+            raise ValueError("run larger than a shared block")
+        view = block.buf
+        view[0] = ord("[")
+        view[1 : length - 1] = segment
+        view[length - 1] = ord("]")
+        return length
+
+    def give_back(self, block: Any) -> None:
+        if block is not None and block in self.all and block not in self.free:
+            self.free.append(block)
+
+    def close(self) -> None:
+        for block in self.all:
+            try:
+                block.close()
+                block.unlink()
+            except (OSError, BufferError):
+                pass
+        self.all, self.free = [], []
+
+
+_ATTACHED: dict[str, Any] = {}
+
+
+def decode_shared(name: str, length: int) -> RunColumns | None:
+    """Worker side: decode the run a shared memory block holds (attached once per block)."""
+    block = _ATTACHED.get(name)
+    if block is None:
+        from multiprocessing import shared_memory
+
+        # The main process owns the block and unlinks it. (Workers share its resource
+        # tracker, so the registration attaching makes here is the main process's own.)
+        block = shared_memory.SharedMemory(name=name)
+        _ATTACHED[name] = block
+        if len(_ATTACHED) > 64:  # blocks of finished loads: let them go
+            for old in list(_ATTACHED)[:-16]:
+                try:
+                    _ATTACHED.pop(old).close()
+                except BufferError:
+                    pass
+    view = block.buf[:length]
+    try:
+        return decode_array(view)
+    finally:
+        view.release()
+
+
+def decode_array(text: bytes | bytearray | memoryview) -> RunColumns | None:
+    """Worker side: decode and convert a run given as a JSON array; None if it is not one."""
+    with gc_paused():
+        return _decode_array(text)
+
+
+def _decode_array(text: bytes | bytearray | memoryview) -> RunColumns | None:
+    repair = Repair()
+    events, _closed_early = decode_events(text, repair)
+    if events is None:
+        return None
+    return convert_run(events, repair.out_of_range)
