@@ -101,7 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print the trace's analysis: tables (text), Markdown (md), tab-separated "
         "values (tsv) or the JSON document (json). Numbers are never cut; long names are.",
     )
-    summary.add_argument("trace", help="a .json or .json.gz torch.profiler trace")
+    summary.add_argument(
+        "trace",
+        nargs="+",
+        help="a .json or .json.gz torch.profiler trace; or a job's folder, or several rank "
+        "files, for the job's summary (docs/summary-ranks.md)",
+    )
     summary.add_argument(
         "--format",
         choices=FORMATS,
@@ -118,10 +123,40 @@ def build_parser() -> argparse.ArgumentParser:
         "standard output is not a terminal, $COLUMNS or each table's natural width)",
     )
 
+    job = summary.add_argument_group("a distributed job (a folder or several files)")
+    job.add_argument(
+        "--align-clocks",
+        action="store_true",
+        help="subtract each rank's estimated clock offset (from the ends of synchronising "
+        "collectives) before computing waits and skews",
+    )
+    job.add_argument(
+        "--cycle",
+        type=_positive,
+        metavar="N",
+        help="use profiling cycle N (1 = the oldest) instead of the newest complete one",
+    )
+    job.add_argument(
+        "--workers",
+        type=_positive,
+        metavar="N",
+        help="digest the ranks in N processes (default: min(ranks, CPUs))",
+    )
+
     from kinetoscope.capture.cli import add_capture_commands
 
     add_capture_commands(sub)
     return parser
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"at least 1, not {value}")
+    return value
 
 
 def _width(text: str) -> int:
@@ -202,7 +237,18 @@ def _dispatch(args: argparse.Namespace) -> int:
         from kinetoscope.report import run_summary
 
         output = "json" if args.json else args.format
-        return run_summary(args.trace, output=output, width=args.width)
+        if len(args.trace) > 1 or os.path.isdir(args.trace[0]):
+            from kinetoscope.report_job import run_job_summary
+
+            return run_job_summary(
+                args.trace,
+                output=output,
+                width=args.width,
+                align_clocks=args.align_clocks,
+                cycle=args.cycle,
+                workers=args.workers,
+            )
+        return run_summary(args.trace[0], output=output, width=args.width)
     if args.command == "view":
         used = [o for o in SUMMARY_ONLY_OPTIONS if getattr(args, f"summary_{o[2:]}") is not None]
         if used:
@@ -216,6 +262,14 @@ def _dispatch(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
+        if os.path.isdir(args.trace):
+            from kinetoscope.tui.safe_text import clean
+            from kinetoscope.viewer import _quoted
+
+            return _error(
+                f"{clean(args.trace)}: a folder of traces; the multi-rank viewer is not there "
+                f"yet: for the job's summary run: kinetoscope summary {clean(_quoted(args.trace))}"
+            )
         from kinetoscope.viewer import run_view
 
         return run_view(args.trace)

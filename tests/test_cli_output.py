@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from kinetoscope.tui.timefmt import fmt_duration
+from kinetoscope.analysis.units import fmt_table_time
 
 from kinetoscope import __version__
 
@@ -97,9 +97,13 @@ def _both(path: str) -> tuple[str, str]:
     return one_line(viewer.stderr), one_line(summary.stderr)
 
 
-def test_a_directory_is_refused_by_both_with_the_same_line(tmp_path):
+def test_a_directory_is_a_job_for_summary_and_not_yet_for_the_viewer(tmp_path):
     viewer, summary = _both(str(tmp_path))
-    assert viewer == summary == f"kinetoscope: {tmp_path}: is a directory, not a trace file"
+    assert viewer == (
+        f"kinetoscope: {tmp_path}: a folder of traces; the multi-rank viewer is not there yet: "
+        f"for the job's summary run: kinetoscope summary {tmp_path}"
+    )
+    assert summary == f"kinetoscope: {tmp_path}: no trace files (*.json, *.json.gz)"
 
 
 def test_a_missing_file_is_refused_by_both_with_the_same_line(tmp_path):
@@ -217,7 +221,7 @@ def _key_numbers(document: dict) -> list[str]:
     """The report's key totals, formatted as the tables print them."""
 
     def dur(us: float) -> str:
-        return fmt_duration(us * 1000)
+        return fmt_table_time(us * 1000, align_units=False)
 
     numbers: list[str] = []
     for gpu in document["gpu"]:
@@ -331,7 +335,8 @@ def test_markdown_and_tsv_hold_the_same_cells_uncut():
     assert lines[header + 1] == "operator\tcategory\tcount\tself\ttotal\tGPU self\tGPU total"
     first = lines[header + 2].split("\t")
     op = document["operators"][0]
-    assert first[0] == op["name"] and first[3] == fmt_duration(op["excl_us"] * 1000)
+    assert first[0] == op["name"]
+    assert first[3] == fmt_table_time(op["excl_us"] * 1000, align_units=False)
     for number in _key_numbers(document):
         assert number in tsv_text
 

@@ -1,0 +1,697 @@
+"""A distributed job as one: every rank's digest, the collectives matched, the straggler named.
+
+The work is split in two so that it scales past one process and one machine:
+- `digest_rank(path, options)` loads one rank's trace, runs the single-trace analysis on it
+  (`TraceSession`) and keeps only a small, picklable `RankDigest`: per-step numbers, GPU busy
+  and idle by cause, and the rank's collectives with their times, groups and sizes. It runs in
+  worker processes (`map_ranks`: a local process pool by default, or any executor with
+  `submit`, such as a `dask.distributed.Client`), so no process ever holds every rank's model.
+- `analyze_job(digests, files)` merges the digests locally: collectives matched across ranks,
+  waits, skews and bandwidths, clock offsets, the straggler and the phase that makes it late.
+  `job_document` turns the result into the `summary --json` document of docs/summary-ranks.md.
+
+Definitions (docs/summary-ranks.md says the same with examples):
+- latency: the shortest duration of the collective across the ranks taking part;
+- a rank's wait: the latest start across ranks minus this rank's start;
+- start skew / end skew: latest minus earliest start / end;
+- algbw: payload bytes / latency; busbw: algbw × 2(n−1)/n for all-reduce, × (n−1)/n for
+  all-gather, reduce-scatter and all-to-all, × 1 for broadcast and reduce;
+- clock offset of a rank: the median, over synchronising collectives shared with the reference
+  rank (the lowest rank), of (this rank's end − the reference's end); its spread is the median
+  absolute deviation of those differences. Offsets are subtracted from every time only when
+  asked (`align_clocks`); a wait smaller than its uncertainty is marked not significant;
+- straggler: the rank with the least total wait (it arrives last); its phase: the one of
+  compute, data loading, host launch overhead, synchronisation and unprofiled host time whose
+  excess over the median rank, summed over the steps every rank recorded, is the largest and
+  at least half of all excess.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .collectives import (
+    BUS_FACTOR,
+    SYNCHRONISING,
+    Matched,
+    RankCollectives,
+    choose_source,
+    match_collectives,
+)
+from .units import us
+
+if TYPE_CHECKING:
+    from kinetoscope.parser.ranks import JobFiles
+
+JOB_VERSION = 1
+TOP_COLLECTIVES = 50
+PHASES = ("compute", "data_loading", "host_launch", "synchronisation", "host_other")
+PHASE_TEXT = {
+    "compute": "compute",
+    "data_loading": "data loading",
+    "host_launch": "host launch overhead",
+    "synchronisation": "synchronisation",
+    "host_other": "host time outside profiled ops",
+}
+STEP_FIELDS = (
+    "dur",
+    "gpu_busy",
+    "compute",
+    "comm",
+    "comm_total",
+    "memory",
+    "idle",
+    "dataloader",
+    "runtime",
+    "sync",
+    "cpu_busy",
+    "uninstrumented",
+    "collective",
+)
+
+
+# -- one rank, in a worker ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DigestOptions:
+    """How `digest_rank` loads a trace: decoding processes per file (1: the worker alone),
+    whether the model cache may be read, whether collective args are read back."""
+
+    load_workers: int | None = 1
+    use_cache: bool = True
+    read_args: bool = True
+
+
+@dataclass
+class RankDigest:
+    """What the cross-rank analysis needs of one rank: plain data, small, picklable."""
+
+    path: str
+    error: str | None = None  # the trace could not be loaded or analysed (one line)
+    complete: bool = True  # False: the file was cut off or damaged; what was read is here
+    warnings: list[str] = field(default_factory=list)
+    header_rank: int | None = None  # distributedInfo.rank
+    world_size: int | None = None
+    events: int = 0
+    start_ns: int | None = None  # the trace's span (own clock)
+    end_ns: int | None = None
+    has_gpu: bool = False
+    step_names: list[str] = field(default_factory=list)
+    step_start: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    steps: dict[str, np.ndarray] = field(default_factory=dict)  # STEP_FIELDS, int64 ns each
+    gpu: list[dict[str, Any]] = field(default_factory=list)  # as the single summary's `gpu`
+    collectives: dict[str, RankCollectives] = field(default_factory=dict)  # "gpu", "cpu"
+    seconds: float = 0.0  # wall time of the digest
+
+
+def digest_rank(path: str, options: DigestOptions | None = None) -> RankDigest:
+    """Load one rank's trace and digest it. Never raises for a bad file: the digest's `error`
+    says what went wrong, and a file cut off gives what could be read (`complete` False)."""
+    began = time.perf_counter()
+    options = options or DigestOptions()
+    from kinetoscope.parser import TraceError, load
+
+    try:
+        trace = load(
+            path, use_cache=options.use_cache, workers=options.load_workers, write_cache=False
+        )
+    except TraceError as exc:
+        return RankDigest(
+            path=path, error=str(exc), complete=False, seconds=time.perf_counter() - began
+        )
+    except (OSError, MemoryError) as exc:
+        return RankDigest(
+            path=path, error=f"{path}: {exc}", complete=False, seconds=time.perf_counter() - began
+        )
+    try:
+        digest = _digest(path, trace, options)
+    except Exception as exc:  # an analysis failure is this rank's problem, not the job's
+        return RankDigest(
+            path=path,
+            error=f"{path}: the analysis failed: {exc}",
+            complete=False,
+            seconds=time.perf_counter() - began,
+        )
+    digest.seconds = time.perf_counter() - began
+    return digest
+
+
+def _digest(path: str, trace: Any, options: DigestOptions) -> RankDigest:
+    from .collectives import find_collectives
+    from .session import TraceSession
+    from .summary import gpu_section
+    from .sync import step_sync_us
+
+    session = TraceSession(trace)
+    steps = session.steps
+    info = trace.header.get("distributedInfo")
+    info = info if isinstance(info, dict) else {}
+    sync_ns = np.array([round(v * 1000) for v in step_sync_us(session.sync)], np.int64)
+    columns = {
+        name: np.asarray(getattr(steps, name), np.int64) for name in STEP_FIELDS if name != "sync"
+    }
+    columns["sync"] = sync_ns.reshape(len(steps))
+    return RankDigest(
+        path=path,
+        complete=trace.complete,
+        warnings=list(trace.warnings),
+        header_rank=_int(info.get("rank")),
+        world_size=_int(info.get("world_size")),
+        events=trace.n_events,
+        start_ns=trace.slice_start_min,
+        end_ns=trace.slice_end_max,
+        has_gpu=bool(session.classes.gpu.any()),
+        step_names=[trace.name_of(int(r)) for r in steps.rows.tolist()],
+        step_start=np.asarray(steps.start, np.int64),
+        steps=columns,
+        gpu=gpu_section(session),
+        collectives=find_collectives(session, read_args=options.read_args),
+    )
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def default_workers(ranks: int) -> int:
+    """min(ranks, the CPUs this process may use)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cpus = os.cpu_count() or 1
+    return max(1, min(ranks, cpus))
+
+
+def map_ranks(
+    paths: Sequence[str],
+    executor: Any = None,
+    workers: int | None = None,
+    options: DigestOptions | None = None,
+    on_done: Callable[[int, RankDigest], None] | None = None,
+) -> list[RankDigest]:
+    """`digest_rank` of every path, in the paths' order. `executor`: anything with
+    `submit(fn, *args)` returning futures with `result()` (a `concurrent.futures` executor, a
+    `dask.distributed.Client`); by default a local process pool of `workers` processes
+    (default min(ranks, CPUs)); with one worker or one path, this process does the work.
+    `on_done(index, digest)` is called as each digest arrives (in this process)."""
+    paths = list(paths)
+    if options is None:
+        # The CPUs not used by the pool decode big files in parallel.
+        pool = workers or default_workers(len(paths))
+        options = DigestOptions(load_workers=max(1, default_workers(1 << 30) // max(pool, 1)))
+    if executor is None and (len(paths) <= 1 or (workers or default_workers(len(paths))) <= 1):
+        digests = []
+        for index, path in enumerate(paths):
+            digests.append(digest_rank(path, options))
+            if on_done is not None:
+                on_done(index, digests[-1])
+        return digests
+    own_pool = None
+    if executor is None:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        # forkserver, not fork: the caller may run threads (the viewer loads from one).
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["kinetoscope.analysis.job"])
+        own_pool = executor = ProcessPoolExecutor(
+            max_workers=workers or default_workers(len(paths)), mp_context=context
+        )
+    try:
+        futures = [executor.submit(digest_rank, path, options) for path in paths]
+        results: list[RankDigest] = []
+        for index, future in enumerate(futures):
+            try:
+                digest = future.result()
+            except Exception as exc:  # a worker that died (killed, out of memory)
+                digest = RankDigest(
+                    path=paths[index],
+                    error=f"{paths[index]}: the worker "
+                    f"digesting it failed: {type(exc).__name__}: {exc}",
+                    complete=False,
+                )
+            results.append(digest)
+            if on_done is not None:
+                on_done(index, digest)
+        return results
+    finally:
+        if own_pool is not None:
+            own_pool.shutdown(wait=True, cancel_futures=True)
+
+
+# -- across ranks, locally ------------------------------------------------------------------
+
+
+@dataclass
+class RankEntry:
+    """One rank of the job: its file, digest and what the cross-rank analysis says of it."""
+
+    rank: int
+    path: str
+    rank_rule: str
+    worker: str | None
+    digest: RankDigest
+    wait_ns: int = 0
+    step_wait_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    collectives: int = 0  # of the chosen source
+    collective_ns: int = 0  # wall time inside them
+    matched: int = 0
+    offset_ns: float | None = None
+    spread_ns: float | None = None
+    offset_samples: int = 0
+
+    @property
+    def loaded(self) -> bool:
+        return self.digest.error is None
+
+
+@dataclass
+class JobAnalysis:
+    """The merged result: ranks, matched collectives with their numbers, straggler, clocks."""
+
+    ranks: list[RankEntry]
+    world_size: int | None
+    matched: Matched
+    aligned: bool
+    latency: np.ndarray  # per matched collective, ns
+    wait: np.ndarray  # (n, ranks) ns, 0 where absent
+    start_skew: np.ndarray
+    end_skew: np.ndarray
+    last: np.ndarray  # column of the rank that started last
+    significant: np.ndarray  # (n, ranks) bool: the wait exceeds its clock uncertainty
+    algbw: np.ndarray  # bytes/s, NaN unknown
+    busbw: np.ndarray
+    straggler: dict[str, Any] | None
+    missing: list[int]
+    files: JobFiles | None = None
+    seconds: float = 0.0
+
+    def entry(self, rank: int) -> RankEntry | None:
+        return next((e for e in self.ranks if e.rank == rank), None)
+
+
+def analyze_job(
+    digests: Sequence[RankDigest], files: JobFiles | None = None, align_clocks: bool = False
+) -> JobAnalysis:
+    """Merge the ranks' digests (in the order of `files.files`, whose ranks they get; without
+    `files`, ranks come from the digests' distributedInfo, else their order)."""
+    began = time.perf_counter()
+    entries = _entries(digests, files)
+    loaded = [e for e in entries if e.loaded]
+    per_rank = {e.rank: e.digest.collectives for e in loaded if e.digest.collectives}
+    step_names = {e.rank: e.digest.step_names for e in loaded}
+    if len(per_rank) >= 2:
+        matched = match_collectives(per_rank, step_names)
+    else:
+        matched = match_collectives({}, {})
+    source = matched.source if len(per_rank) >= 2 else choose_source(per_rank or {})
+    column = {r: j for j, r in enumerate(matched.ranks)}
+    for entry in loaded:
+        coll = entry.digest.collectives.get(source)
+        if coll is not None:
+            entry.collectives = len(coll)
+            entry.collective_ns = coll.busy_ns()
+
+    n, width = len(matched), len(matched.ranks)
+    present = matched.present
+    offsets = _clock_offsets(matched)
+    for entry in loaded:
+        if entry.rank in offsets:
+            entry.offset_ns, entry.spread_ns, entry.offset_samples = offsets[entry.rank]
+    offset = np.array([offsets.get(r, (0.0, 0.0, 0))[0] for r in matched.ranks], float)
+    spread = np.array([offsets.get(r, (0.0, 0.0, 0))[1] for r in matched.ranks], float)
+    known = np.array([r in offsets for r in matched.ranks], bool)
+    shift = np.rint(offset).astype(np.int64) if align_clocks else np.zeros(width, np.int64)
+    start = matched.start - shift
+    end = matched.end - shift
+    big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    if n:
+        latest = np.where(present, start, small).max(axis=1)
+        earliest = np.where(present, start, big).min(axis=1)
+        latest_end = np.where(present, end, small).max(axis=1)
+        earliest_end = np.where(present, end, big).min(axis=1)
+        latency = np.where(present, matched.end - matched.start, big).min(axis=1)
+        wait = np.where(present, latest[:, None] - start, 0)
+        last = np.where(present, start, small).argmax(axis=1)
+        start_skew = latest - earliest
+        end_skew = latest_end - earliest_end
+        # A wait compares the last rank's clock with this rank's: uncertain by both spreads,
+        # and by the offset between them when the clocks are not aligned.
+        unc = spread[last][:, None] + spread[None, :]
+        if not align_clocks:
+            unc = unc + np.abs(offset[last][:, None] - offset[None, :])
+        certain = known[last][:, None] & known[None, :]
+        significant = present & ((wait > unc) | ~certain)
+        significant[np.arange(n), last] = False
+    else:
+        latency = wait = last = start_skew = end_skew = np.zeros(0, np.int64)
+        wait = np.zeros((0, width), np.int64)
+        significant = np.zeros((0, width), bool)
+    algbw, busbw = _bandwidths(matched, latency)
+    for entry in loaded:
+        j = column.get(entry.rank)
+        names = entry.digest.step_names
+        entry.step_wait_ns = np.zeros(len(names), np.int64)
+        if j is None:
+            continue
+        mine = present[:, j]
+        entry.matched = int(mine.sum())
+        entry.wait_ns = int(wait[mine, j].sum())
+        position = {name: k for k, name in enumerate(names)}
+        for i in np.flatnonzero(mine).tolist():
+            k = position.get(matched.step[i]) if matched.step[i] is not None else None
+            if k is not None:
+                entry.step_wait_ns[k] += int(wait[i, j])
+    world = files.world_size if files is not None else None
+    if world is None:
+        world = next((e.digest.world_size for e in loaded if e.digest.world_size), None)
+    missing = list(files.missing) if files is not None else []
+    return JobAnalysis(
+        ranks=entries,
+        world_size=world,
+        matched=matched,
+        aligned=align_clocks,
+        latency=latency,
+        wait=wait,
+        start_skew=start_skew,
+        end_skew=end_skew,
+        last=last,
+        significant=significant,
+        algbw=algbw,
+        busbw=busbw,
+        straggler=_straggler(entries),
+        missing=missing,
+        files=files,
+        seconds=time.perf_counter() - began,
+    )
+
+
+def _entries(digests: Sequence[RankDigest], files: JobFiles | None) -> list[RankEntry]:
+    if files is not None:
+        if len(files.files) != len(digests):
+            raise ValueError("one digest per file of the job, in its order")
+        return [
+            RankEntry(rank=f.rank, path=f.path, rank_rule=f.rank_rule, worker=f.worker, digest=d)
+            for f, d in zip(files.files, digests)
+        ]
+    entries = []
+    taken = {d.header_rank for d in digests if d.header_rank is not None}
+    next_rank = 0
+    for digest in digests:
+        if digest.header_rank is not None:
+            entries.append(
+                RankEntry(digest.header_rank, digest.path, "distributedInfo", None, digest)
+            )
+            continue
+        while next_rank in taken:
+            next_rank += 1
+        taken.add(next_rank)
+        entries.append(RankEntry(next_rank, digest.path, "order", None, digest))
+    return sorted(entries, key=lambda e: e.rank)
+
+
+def _clock_offsets(matched: Matched) -> dict[int, tuple[float, float, int]]:
+    """Per rank: (offset ns, spread ns, samples) against the lowest rank, from the ends of the
+    synchronising collectives both took part in. The reference rank gets (0, 0, samples)."""
+    if not len(matched):
+        return {}
+    sync = np.array([k in SYNCHRONISING for k in matched.kind], bool)
+    present = matched.present & sync[:, None]
+    ref = 0
+    out: dict[int, tuple[float, float, int]] = {}
+    for j, rank in enumerate(matched.ranks):
+        both = present[:, ref] & present[:, j]
+        if not both.any():
+            continue
+        diff = (matched.end[both, j] - matched.end[both, ref]).astype(float)
+        offset = float(np.median(diff))
+        spread = float(np.median(np.abs(diff - offset)))
+        out[rank] = (offset, spread, int(both.sum()))
+    return out
+
+
+def _bandwidths(matched: Matched, latency: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Algorithm and bus bandwidth in bytes per second (NaN where size or latency is unknown)."""
+    n = len(matched)
+    algbw = np.full(n, np.nan)
+    busbw = np.full(n, np.nan)
+    for i in range(n):
+        size = int(matched.bytes[i])
+        if size < 0 or latency[i] <= 0:
+            continue
+        algbw[i] = size / (int(latency[i]) / 1e9)
+        factor = BUS_FACTOR.get(matched.kind[i])
+        ranks = int(matched.group_size[i])
+        if factor is not None and ranks >= 1:
+            busbw[i] = algbw[i] * factor(ranks)
+    return algbw, busbw
+
+
+def phase_values(digest: RankDigest) -> dict[str, np.ndarray]:
+    """Per step of a rank, ns in each phase of PHASES (see the module docstring)."""
+    steps = digest.steps
+    zero = np.zeros(len(digest.step_names), np.int64)
+    if not steps:
+        return dict.fromkeys(PHASES, zero)
+    if digest.has_gpu:
+        return {
+            "compute": steps["compute"],
+            "data_loading": steps["dataloader"],
+            "host_launch": np.maximum(steps["runtime"] - steps["sync"], 0),
+            "synchronisation": steps["sync"],
+            "host_other": steps["uninstrumented"],
+        }
+    # A CPU-only rank waits for a collective outside any profiled op on its step's thread:
+    # that time is the collective's (on the backend's thread), not the rank's own.
+    return {
+        "compute": steps["cpu_busy"],
+        "data_loading": steps["dataloader"],
+        "host_launch": zero,
+        "synchronisation": steps["sync"],
+        "host_other": np.maximum(steps["uninstrumented"] - steps["collective"], 0),
+    }
+
+
+def _straggler(entries: list[RankEntry]) -> dict[str, Any] | None:
+    """The rank with the least total wait among those in matched collectives, and the phase
+    that explains its lateness (module docstring)."""
+    taking = [e for e in entries if e.loaded and e.matched]
+    if len(taking) < 2:
+        return None
+    straggler = min(taking, key=lambda e: (e.wait_ns, e.rank))
+    waits = [e.wait_ns for e in taking if e is not straggler]
+    result: dict[str, Any] = {
+        "rank": straggler.rank,
+        "wait_us": us(straggler.wait_ns),
+        "median_wait_us": us(int(np.median(waits))) if waits else None,
+        "phase": None,
+        "phase_share": None,
+        "excess_us": {},
+        "steps": [],
+        "worst_step": None,
+    }
+    loaded = [e for e in entries if e.loaded]
+    common = set(straggler.digest.step_names)
+    for entry in loaded:
+        common &= set(entry.digest.step_names)
+    if not common:
+        result["reason"] = "no ProfilerStep recorded by every rank"
+        return result
+    ordered = [s for s in straggler.digest.step_names if s in common]
+    values = {e.rank: phase_values(e.digest) for e in loaded}
+    index = {e.rank: {name: k for k, name in enumerate(e.digest.step_names)} for e in loaded}
+    excess = dict.fromkeys(PHASES, 0)
+    worst, worst_value = None, 0
+    for step in ordered:
+        step_excess = 0
+        for phase in PHASES:
+            mine = int(values[straggler.rank][phase][index[straggler.rank][step]])
+            median = float(
+                np.median(
+                    [
+                        values[e.rank][phase][index[e.rank][step]]
+                        for e in loaded
+                        if e is not straggler
+                    ]
+                )
+            )
+            gain = round(mine - median)
+            excess[phase] += gain
+            step_excess += max(gain, 0)
+        if step_excess > worst_value:
+            worst, worst_value = step, step_excess
+    result["steps"] = ordered
+    result["worst_step"] = worst
+    result["excess_us"] = {p: us(v) for p, v in excess.items()}
+    # Its lateness: how much less it waited than the median other rank.
+    lateness = (float(np.median(waits)) if waits else 0.0) - straggler.wait_ns
+    result["lateness_us"] = _us_float(lateness)
+    phase = max(PHASES, key=lambda p: excess[p])
+    if excess[phase] > 0 and lateness > 0:
+        share = excess[phase] / lateness
+        result["phase_share"] = round(share, 3)
+        if share >= 0.5:
+            result["phase"] = phase
+    if result["phase"] is None:
+        result["reason"] = (
+            "no phase of the steps every rank recorded explains at least half of its lateness "
+            "(it may have started late before them)"
+        )
+    return result
+
+
+# -- the document ---------------------------------------------------------------------------
+
+
+def _us_float(ns: float | None) -> float | None:
+    return None if ns is None else round(float(ns) / 1000, 3)
+
+
+def _rank_json(entry: RankEntry, aligned: bool) -> dict[str, Any]:
+    digest = entry.digest
+    steps = digest.steps
+    step_rows = []
+    for k, name in enumerate(digest.step_names):
+
+        def value(key: str, k: int = k) -> float | None:
+            return us(int(steps[key][k])) if key in steps else None
+
+        step_rows.append(
+            {
+                "name": name,
+                "start_us": us(int(digest.step_start[k])),
+                "dur_us": value("dur"),
+                "compute_us": value("compute") if digest.has_gpu else None,
+                "comm_us": value("comm") if digest.has_gpu else None,
+                "idle_us": value("idle") if digest.has_gpu else None,
+                "dataloader_us": value("dataloader"),
+                "launch_us": us(max(int(steps["runtime"][k]) - int(steps["sync"][k]), 0))
+                if digest.has_gpu
+                else 0.0,
+                "sync_us": value("sync"),
+                "cpu_busy_us": value("cpu_busy"),
+                "uninstrumented_us": value("uninstrumented"),
+                "collective_us": value("collective"),
+                "wait_us": us(int(entry.step_wait_ns[k])) if len(entry.step_wait_ns) > k else 0.0,
+            }
+        )
+    busy = sum(g["busy_us"] or 0 for g in digest.gpu)
+    idle = sum(g["idle_us"] or 0 for g in digest.gpu)
+    causes: dict[str, float] = {}
+    for gpu in digest.gpu:
+        for cause, value in gpu["idle_by_cause"].items():
+            causes[cause] = round(causes.get(cause, 0.0) + (value or 0.0), 3)
+    return {
+        "rank": entry.rank,
+        "path": entry.path,
+        "rank_rule": entry.rank_rule,
+        "worker": entry.worker,
+        "loaded": entry.loaded,
+        "complete": digest.complete and entry.loaded,
+        "error": digest.error,
+        "warnings": digest.warnings,
+        "events": digest.events,
+        "start_us": us(digest.start_ns),
+        "end_us": us(digest.end_ns),
+        "steps": step_rows,
+        "gpu": digest.gpu,
+        "busy_us": round(busy, 3) if digest.gpu else None,
+        "idle_us": round(idle, 3) if digest.gpu else None,
+        "idle_by_cause": causes,
+        "collectives": entry.collectives,
+        "collective_us": us(entry.collective_ns),
+        "matched_collectives": entry.matched,
+        "wait_us": us(entry.wait_ns),
+        "clock_offset_us": _us_float(entry.offset_ns),
+        "clock_spread_us": _us_float(entry.spread_ns),
+        "clock_samples": entry.offset_samples,
+        "digest_seconds": round(digest.seconds, 3),
+    }
+
+
+def _rate(value: float) -> float | None:
+    """Bytes/s -> GB/s (10^9), 3 decimals; None when unknown."""
+    return None if not np.isfinite(value) else round(float(value) / 1e9, 3)
+
+
+def collective_json(job: JobAnalysis, i: int) -> dict[str, Any]:
+    m = job.matched
+    ranks = m.ranks
+    present = m.present[i]
+    waits = {str(r): us(int(job.wait[i, j])) for j, r in enumerate(ranks) if present[j]}
+    starts = {str(r): us(int(m.start[i, j])) for j, r in enumerate(ranks) if present[j]}
+    durs = {str(r): us(int(m.end[i, j] - m.start[i, j])) for j, r in enumerate(ranks) if present[j]}
+    return {
+        "group": m.group[i],
+        "step": m.step[i],
+        "index": m.index[i],
+        "kind": m.kind[i],
+        "name": m.name[i],
+        "ranks": int(present.sum()),
+        "group_size": int(m.group_size[i]),
+        "bytes": int(m.bytes[i]) if m.bytes[i] >= 0 else None,
+        "latency_us": us(int(job.latency[i])),
+        "start_skew_us": us(int(job.start_skew[i])),
+        "end_skew_us": us(int(job.end_skew[i])),
+        "last_rank": ranks[int(job.last[i])],
+        "algbw_GBps": _rate(job.algbw[i]),
+        "busbw_GBps": _rate(job.busbw[i]),
+        "start_us": starts,
+        "dur_us": durs,
+        "wait_us": waits,
+        "not_significant": [
+            r
+            for j, r in enumerate(ranks)
+            if present[j] and not job.significant[i, j] and j != int(job.last[i])
+        ],
+    }
+
+
+def collectives_by_skew(job: JobAnalysis, limit: int | None = TOP_COLLECTIVES) -> list[int]:
+    """Matched collectives by start skew, largest first (ties: in matching order)."""
+    order = sorted(range(len(job.matched)), key=lambda i: (-int(job.start_skew[i]), i))
+    return order if limit is None else order[:limit]
+
+
+def job_document(job: JobAnalysis) -> dict[str, Any]:
+    """The `summary DIR --json` document (docs/summary-ranks.md)."""
+    m = job.matched
+    files = job.files
+    incomplete = [
+        {
+            "rank": e.rank,
+            "path": e.path,
+            "reason": e.digest.error
+            or next((w for w in e.digest.warnings), "the file ends before the JSON does"),
+        }
+        for e in job.ranks
+        if not e.loaded or not e.digest.complete
+    ]
+    kinds: dict[str, int] = {}
+    for kind in m.kind:
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return {
+        "kinetoscope_ranks": JOB_VERSION,
+        "world_size": job.world_size,
+        "clocks_aligned": job.aligned,
+        "ranks": [_rank_json(e, job.aligned) for e in job.ranks],
+        "missing": job.missing,
+        "incomplete": incomplete,
+        "matching": {
+            "source": m.source,
+            "matched": len(m),
+            "by_kind": kinds,
+            "unmatched": {str(r): n for r, n in m.unmatched.items()},
+            "stopped": m.stops,
+        },
+        "collectives": [collective_json(job, i) for i in collectives_by_skew(job)],
+        "straggler": job.straggler,
+        **(files.to_json() if files is not None else {"cycles": [], "left_out": []}),
+    }

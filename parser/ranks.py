@@ -1,0 +1,422 @@
+"""The files of a distributed job: which trace is which rank, which profiling cycle, which job.
+
+`tensorboard_trace_handler` leaves one file per rank and per profiling cycle in one folder,
+named `{worker_name}.{timestamp}.pt.trace.json[.gz]`. This module reads only what it needs to
+tell them apart: each file's name and the header keys written before `traceEvents`
+(`distributedInfo` among them), never the events.
+
+A file's rank comes from `distributedInfo.rank`, else from its name (`rank3`, `rank-3`,
+`rank_3`, `worker3`), else from its place among the files left without one (sorted by path);
+`rank_rule` records which. Files of different jobs (another `world_size` or process-group
+configuration) are not mixed: the largest consistent set is kept and the others are listed in
+`left_out` with the reason. Several files for one rank are several profiling cycles: they are
+ordered by the timestamp in their names (else by modification time) and grouped into cycles;
+the newest complete cycle is chosen unless one is asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json")
+HEAD_LIMIT = 64 << 20  # uncompressed bytes read at most to find the header keys
+_READ = 1 << 16
+
+RULE_DISTRIBUTED = "distributedInfo"
+RULE_NAME = "name"
+RULE_ORDER = "order"
+
+# `rank3`, `rank-3`, `rank_3`, `worker3` (not inside a longer word: `8rank_worker0` is worker 0).
+_NAME_RANK = re.compile(r"(?:^|[^a-z0-9])(?:\d+)?(?:rank|worker)[-_]?(\d+)(?![0-9])", re.I)
+_STAMP = re.compile(r"^(.*)\.(\d{6,})$")  # `worker.1700000000123`: the writer's timestamp
+
+
+@dataclass(frozen=True)
+class RankFile:
+    """One trace file of a job: its rank, how that rank was found, and its cycle."""
+
+    path: str
+    rank: int
+    rank_rule: str  # RULE_DISTRIBUTED, RULE_NAME or RULE_ORDER
+    worker: str  # the file name without timestamp and suffix
+    stamp: int | None  # the timestamp in the name, when there is one
+    world_size: int | None
+    header_problem: str | None = None  # why the header could not be read (the load will say more)
+
+
+@dataclass(frozen=True)
+class Cycle:
+    """One profiling cycle: a file per rank (at most), written at about the same time."""
+
+    index: int  # 1 = the oldest
+    files: tuple[RankFile, ...]
+    complete: bool  # every rank of the job is there
+    stamp: int | None  # the newest timestamp among its files
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(f.rank for f in self.files)
+
+
+@dataclass
+class JobFiles:
+    """What discovery found: the chosen cycle's files by rank, and what was not used."""
+
+    files: list[RankFile]  # of the chosen cycle, by rank
+    world_size: int | None
+    cycles: list[Cycle]
+    chosen: int  # index of the chosen cycle (Cycle.index)
+    missing: list[int]  # ranks of the job that have no file in the chosen cycle
+    left_out: list[tuple[str, str]] = field(default_factory=list)  # (path, why)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cycles": [
+                {
+                    "index": c.index,
+                    "stamp": c.stamp,
+                    "ranks": c.ranks,
+                    "complete": c.complete,
+                    "chosen": c.index == self.chosen,
+                    "files": [f.path for f in sorted(c.files, key=lambda f: f.rank)],
+                }
+                for c in self.cycles
+            ],
+            "left_out": [{"path": p, "reason": why} for p, why in self.left_out],
+        }
+
+
+class JobError(Exception):
+    """No job can be made of the inputs; the message is one line for the user."""
+
+
+# -- input files --------------------------------------------------------------------------
+
+
+def is_trace_name(name: str) -> bool:
+    return not name.startswith(".") and name.lower().endswith((".json", ".json.gz"))
+
+
+def trace_files(inputs: list[str]) -> list[str]:
+    """The trace files named by `inputs`: files as given, folders by their `*.json` and
+    `*.json.gz` files (not recursively, hidden files skipped), sorted by path."""
+    found: list[str] = []
+    for item in inputs:
+        if os.path.isdir(item):
+            try:
+                names = os.listdir(item)
+            except OSError as exc:
+                raise JobError(f"{item}: cannot list the folder ({exc.strerror or exc})") from None
+            for name in names:
+                path = os.path.join(item, name)
+                if is_trace_name(name) and os.path.isfile(path):
+                    found.append(path)
+        else:
+            found.append(item)
+    return sorted(dict.fromkeys(found))
+
+
+def worker_and_stamp(path: str) -> tuple[str, int | None]:
+    """The worker name and timestamp in a trace's file name (`host_12.1700000000123.pt.trace
+    .json.gz` -> ("host_12", 1700000000123)); no timestamp: (name without suffix, None)."""
+    name = os.path.basename(path)
+    for suffix in TRACE_SUFFIXES:
+        if name.lower().endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    match = _STAMP.match(name)
+    if match:
+        return match.group(1), int(match.group(2))
+    return name, None
+
+
+def rank_from_name(path: str) -> int | None:
+    """The rank a file's name gives (`rank3`, `rank-3`, `rank_3`, `worker3`), the last one
+    named when there are several; None when it gives none."""
+    worker, _ = worker_and_stamp(path)
+    hits = _NAME_RANK.findall(worker)
+    return int(hits[-1]) if hits else None
+
+
+# -- the header, read cheaply ------------------------------------------------------------
+
+
+def _head_blocks(path: str):  # type: ignore[no-untyped-def]
+    """Uncompressed blocks from the start of the file (gzip by magic bytes)."""
+    with open(path, "rb") as handle:
+        first = handle.read(_READ)
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS) if first[:2] == b"\x1f\x8b" else None
+        data = first
+        while data:
+            if inflater is None:
+                yield data
+            else:
+                try:
+                    out = inflater.decompress(data)
+                except zlib.error:
+                    return
+                if out:
+                    yield out
+                if inflater.eof:
+                    return
+            data = handle.read(_READ)
+
+
+class _HeadText:
+    """The start of a file as text, grown block by block on demand."""
+
+    def __init__(self, path: str, limit: int) -> None:
+        self.blocks = _head_blocks(path)
+        self.raw = b""
+        self.text = ""
+        self.limit = limit
+        self.done = False
+        self.more()
+
+    def more(self) -> bool:
+        if self.done or len(self.raw) >= self.limit:
+            return False
+        block = next(self.blocks, None)
+        if block is None:
+            self.done = True
+            return False
+        self.raw += block
+        self.text = self.raw.decode("utf-8", errors="replace")
+        return True
+
+    def skip(self, pos: int) -> int:
+        """The position of the next character that is not whitespace or a comma."""
+        while True:
+            while pos < len(self.text) and self.text[pos] in " \t\r\n\ufeff,":
+                pos += 1
+            if pos < len(self.text) or not self.more():
+                return pos
+
+    def value(self, decoder: json.JSONDecoder, pos: int) -> tuple[Any, int]:
+        """The JSON value at `pos` and the position after it, reading on while it is cut off."""
+        while True:
+            try:
+                return decoder.raw_decode(self.text, pos)
+            except json.JSONDecodeError:
+                if not self.more():
+                    raise ValueError("the header is cut off or malformed") from None
+
+
+def read_head(path: str, limit: int = HEAD_LIMIT) -> dict[str, Any]:
+    """The top-level keys written before `traceEvents`, decoded; `{}` for a bare array of
+    events. Raises ValueError when the start of the file is not such JSON, OSError when it
+    cannot be read. Only the header's bytes are read (at most `limit` of them)."""
+    decoder = json.JSONDecoder(strict=False)
+    head = _HeadText(path, limit)
+    pos = head.skip(0)
+    if pos >= len(head.text):
+        raise ValueError("the file is empty")
+    if head.text[pos] == "[":
+        return {}
+    if head.text[pos] != "{":
+        raise ValueError("not JSON")
+    header: dict[str, Any] = {}
+    pos += 1
+    while True:
+        pos = head.skip(pos)
+        if pos >= len(head.text):
+            raise ValueError("the file ends in the header")
+        if head.text[pos] == "}":
+            return header
+        key, pos = head.value(decoder, pos)
+        pos = head.skip(pos)
+        if pos >= len(head.text) or head.text[pos] != ":":
+            raise ValueError("malformed header")
+        pos = head.skip(pos + 1)
+        if key == "traceEvents":
+            return header
+        value, pos = head.value(decoder, pos)
+        header[str(key)] = value
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def job_fingerprint(info: dict[str, Any]) -> tuple[Any, ...]:
+    """What must agree between the ranks of one job: world size and process-group setup."""
+    pg = info.get("pg_config")
+    if isinstance(pg, str):
+        pg_key: Any = pg.replace(" ", "")
+    elif pg is None:
+        pg_key = None
+    else:
+        pg_key = json.dumps(pg, sort_keys=True, separators=(",", ":"))
+    return (_int(info.get("world_size")), pg_key)
+
+
+# -- the job --------------------------------------------------------------------------------
+
+
+@dataclass
+class _Probe:
+    path: str
+    worker: str
+    stamp: int | None
+    mtime: float
+    info: dict[str, Any] | None  # distributedInfo (a dict) when the header has one
+    problem: str | None  # the header could not be read
+
+    @property
+    def time_key(self) -> tuple[float, str]:
+        return (float(self.stamp) if self.stamp is not None else self.mtime, self.path)
+
+
+def _probe(path: str) -> _Probe:
+    worker, stamp = worker_and_stamp(path)
+    try:
+        mtime = os.stat(path).st_mtime
+    except OSError:
+        mtime = 0.0
+    info: dict[str, Any] | None = None
+    problem = None
+    try:
+        header = read_head(path)
+        value = header.get("distributedInfo")
+        info = value if isinstance(value, dict) else None
+    except (OSError, ValueError, RecursionError) as exc:
+        problem = getattr(exc, "strerror", None) or str(exc)
+    return _Probe(path, worker, stamp, mtime, info, problem)
+
+
+def discover(inputs: list[str], cycle: int | None = None) -> JobFiles:
+    """The job made of `inputs` (folders and files): its files by rank for one cycle (the
+    newest complete one, or `cycle`, counted from 1 = the oldest), the other cycles, the
+    ranks missing and the files left out. Raises JobError when there is nothing to use."""
+    paths = trace_files(inputs)
+    if not paths:
+        raise JobError(f"{', '.join(inputs)}: no trace files (*.json, *.json.gz)")
+    probes = [_probe(p) for p in paths]
+    left_out: list[tuple[str, str]] = []
+
+    # One job: the largest set of files that agree on world size and process groups. Files
+    # whose header could not be read stay (the load says what is wrong with them).
+    readable = [p for p in probes if p.problem is None]
+    groups: dict[tuple[Any, ...], list[_Probe]] = {}
+    for probe in readable:
+        key = job_fingerprint(probe.info) if probe.info is not None else ("no distributedInfo",)
+        groups.setdefault(key, []).append(probe)
+    kept = probes
+    world_size: int | None = None
+    if len(groups) > 1:
+        best = max(groups, key=lambda k: (len(groups[k]), max(p.time_key for p in groups[k])))
+        for key, members in groups.items():
+            if key == best:
+                continue
+            for probe in members:
+                left_out.append((probe.path, _other_job(key, best)))
+        dropped = {p.path for p, _ in ((p, 0) for k, g in groups.items() if k != best for p in g)}
+        kept = [p for p in probes if p.path not in dropped]
+    for probe in kept:
+        if probe.info is not None and _int(probe.info.get("world_size")) is not None:
+            world_size = _int(probe.info.get("world_size"))
+            break
+
+    # Ranks: distributedInfo, else the name, else the order among the files left.
+    ranked: list[tuple[_Probe, int, str]] = []
+    unranked: list[_Probe] = []
+    for probe in kept:
+        rank = _int(probe.info.get("rank")) if probe.info is not None else None
+        if rank is not None and rank >= 0:
+            ranked.append((probe, rank, RULE_DISTRIBUTED))
+            continue
+        rank = rank_from_name(probe.path)
+        if rank is not None:
+            ranked.append((probe, rank, RULE_NAME))
+        else:
+            unranked.append(probe)
+    if unranked:
+        # Files of one worker name are one rank's cycles; each worker name gets the next rank
+        # not taken.
+        taken = {rank for _, rank, _ in ranked}
+        next_rank = 0
+        by_worker: dict[str, list[_Probe]] = {}
+        for probe in sorted(unranked, key=lambda p: p.path):
+            by_worker.setdefault(probe.worker, []).append(probe)
+        for members in by_worker.values():
+            while next_rank in taken:
+                next_rank += 1
+            taken.add(next_rank)
+            ranked.extend((probe, next_rank, RULE_ORDER) for probe in members)
+
+    files = [
+        RankFile(
+            path=probe.path,
+            rank=rank,
+            rank_rule=rule,
+            worker=probe.worker,
+            stamp=probe.stamp,
+            world_size=world_size,
+            header_problem=probe.problem,
+        )
+        for probe, rank, rule in ranked
+    ]
+    time_key = {probe.path: probe.time_key for probe in kept}
+    cycles = _cycles(files, time_key, world_size)
+    if cycle is None:
+        complete = [c for c in cycles if c.complete]
+        # The newest complete cycle; with none complete, the one holding the most ranks.
+        chosen = complete[-1] if complete else max(reversed(cycles), key=lambda c: len(c.files))
+    else:
+        if not 1 <= cycle <= len(cycles):
+            raise JobError(
+                f"no profiling cycle {cycle}: the files hold {len(cycles)} "
+                f"({', '.join(str(c.index) for c in cycles)})"
+            )
+        chosen = cycles[cycle - 1]
+    expected = range(world_size) if world_size else range(max(f.rank for f in files) + 1)
+    present = {f.rank for f in chosen.files}
+    return JobFiles(
+        files=sorted(chosen.files, key=lambda f: f.rank),
+        world_size=world_size,
+        cycles=cycles,
+        chosen=chosen.index,
+        missing=[r for r in expected if r not in present],
+        left_out=left_out,
+    )
+
+
+def _other_job(key: tuple[Any, ...], best: tuple[Any, ...]) -> str:
+    if key == ("no distributedInfo",):
+        return "another job: no distributedInfo, while the job's files have one"
+    if best == ("no distributedInfo",):
+        return "another job: it has a distributedInfo, while the job's files have none"
+    if key[0] != best[0]:
+        return f"another job: world_size {key[0]} (the job's is {best[0]})"
+    return "another job: a different process-group configuration (pg_config)"
+
+
+def _cycles(
+    files: list[RankFile], time_key: dict[str, tuple[float, str]], world_size: int | None
+) -> list[Cycle]:
+    """Group the files into profiling cycles: in time order, a file starts a new cycle when its
+    rank is already in the current one."""
+    ordered = sorted(files, key=lambda f: time_key[f.path])
+    groups: list[list[RankFile]] = []
+    for file in ordered:
+        if not groups or any(f.rank == file.rank for f in groups[-1]):
+            groups.append([])
+        groups[-1].append(file)
+    all_ranks = set(range(world_size)) if world_size else {f.rank for f in files}
+    cycles = []
+    for index, members in enumerate(groups, start=1):
+        stamps = [f.stamp for f in members if f.stamp is not None]
+        cycles.append(
+            Cycle(
+                index=index,
+                files=tuple(members),
+                complete={f.rank for f in members} >= all_ranks,
+                stamp=max(stamps) if stamps else None,
+            )
+        )
+    return cycles
