@@ -8,28 +8,38 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kinetoscope.analysis.units import fmt_duration
 from kinetoscope.parser import file_changed, read_event
 from kinetoscope.parser.model import KIND_NOT_CPU, KIND_RUNTIME
 from rich.cells import cell_len
+from rich.style import Style
 from rich.text import Text
 from textual import work
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from .safe_text import bounded_args, clean, shorten
-from .timefmt import fmt_duration
+from .theme import current_palette
 from .viewdata import GPU_KINDS, ViewData
 
 MAX_ARG_CHARS = 240
 MAX_NAME_CHARS = 320  # a few lines of a C++ template name; longer ones are elided
 MAX_LIST = 12
 MAX_ARGS = 200  # args shown; the rest are counted
-KEY_STYLE = "bold #8b919a"
 NOTHING_SELECTED = (
     "Nothing selected: ←/→ walk events, g jumps to a GPU idle gap.\n"
     "This pane: { } resize it, Tab focuses it to scroll it. ? lists every key."
 )
-NAME_STYLE = "bold #e5c07b"
+
+
+def key_style() -> Style:
+    """Keys of the details (`name:`), in the current theme."""
+    return current_palette().style("muted", bold=True)
+
+
+def name_style() -> Style:
+    """The event's or gap's name, in the current theme."""
+    return current_palette().style("heading", bold=True)
 
 
 def _when(data: ViewData, ns_abs: int) -> str:
@@ -38,7 +48,7 @@ def _when(data: ViewData, ns_abs: int) -> str:
 
 
 def _line(text: Text, key: str, value: str, style: str = "") -> None:
-    text.append(f"{key}: ", KEY_STYLE)
+    text.append(f"{key}: ", key_style())
     text.append(value, style)
     text.append("\n")
 
@@ -121,7 +131,7 @@ def _nesting_facts(text: Text, data: ViewData, row: int, event: dict[str, Any] |
     elif kind == KIND_RUNTIME:
         kernels = data.kernels_of(row)
         if len(kernels):
-            text.append(f"launched {len(kernels)} GPU event(s):\n", KEY_STYLE)
+            text.append(f"launched {len(kernels)} GPU event(s):\n", key_style())
             for k in kernels[:MAX_LIST].tolist():
                 k_lane = data.row_lane[k]
                 where = data.lanes[k_lane].label if k_lane >= 0 else "?"
@@ -140,7 +150,7 @@ def _nesting_facts(text: Text, data: ViewData, row: int, event: dict[str, Any] |
 
     frames = python_stack(data, row, event)
     if frames:
-        text.append("python stack (innermost last):\n", KEY_STYLE)
+        text.append("python stack (innermost last):\n", key_style())
         stack_lines(text, frames)
 
 
@@ -148,7 +158,7 @@ def describe_event(data: ViewData, row: int, event: dict[str, Any] | None, loadi
     """The details text of one event; `event` is its full JSON when already read back."""
     trace = data.trace
     text = Text(no_wrap=False, overflow="fold")
-    text.append(shorten(trace.name_of(row), MAX_NAME_CHARS) or "(no name)", NAME_STYLE)
+    text.append(shorten(trace.name_of(row), MAX_NAME_CHARS) or "(no name)", name_style())
     text.append("\n")
     lane_index, level, _ = data.level_of_row(row)
     lane = data.lanes[lane_index].label if lane_index >= 0 else "?"
@@ -163,7 +173,7 @@ def describe_event(data: ViewData, row: int, event: dict[str, Any] | None, loadi
     else:
         text.append("self time, launches and stack: still being computed…\n", "dim")
 
-    text.append("args:", KEY_STYLE)
+    text.append("args:", key_style())
     if event is None:
         if loading:
             text.append(" reading…\n")
@@ -180,7 +190,7 @@ def describe_event(data: ViewData, row: int, event: dict[str, Any] | None, loadi
             # Only what can be shown is looked at (an event may hold 300,000 args).
             shown, more = bounded_args(args, MAX_ARGS, MAX_ARG_CHARS, skip=("Call stack",))
             for key, rendered in shown:
-                text.append(f"  {shorten(key, 40)}: ", KEY_STYLE)
+                text.append(f"  {shorten(key, 40)}: ", key_style())
                 text.append(shorten(rendered, MAX_ARG_CHARS) + "\n")
             if more:
                 text.append(f"  … {more:,} more {'arg' if more == 1 else 'args'}\n", "dim")
@@ -200,7 +210,7 @@ def describe_gap(data: ViewData, gap: int) -> Text:
     gaps = data.gaps
     start, end = int(gaps.start[gap]), int(gaps.end[gap])
     text = Text(no_wrap=False, overflow="fold")
-    text.append(f"GPU {int(gaps.device[gap])} idle for {fmt_duration(end - start)}", NAME_STYLE)
+    text.append(f"GPU {int(gaps.device[gap])} idle for {fmt_duration(end - start)}", name_style())
     text.append("\n")
     _line(text, "cause", data.gap_cause(gap))
     _line(text, "from", _when(data, start))
@@ -210,7 +220,7 @@ def describe_gap(data: ViewData, gap: int) -> Text:
     if not data.complete:
         text.append("CPU stack at the gap: still being computed…\n", "dim")
     if stack:
-        text.append("CPU at the gap's midpoint (innermost last):\n", KEY_STYLE)
+        text.append("CPU at the gap's midpoint (innermost last):\n", key_style())
         stack_lines(text, stack)
     _line(text, "next GPU event", shorten(trace.name_of(next_row), 160))
     runtime = int(gaps.runtime_row[gap])
@@ -268,6 +278,10 @@ class DetailsPane(VerticalScroll):
         """Redraw with what needed the nesting (self time, stacks)."""
         if self.row >= 0 or self.gap >= 0:
             self._refresh_body(loading=self.row >= 0 and self.event is None)
+
+    def recolour(self) -> None:
+        """The theme changed (the app calls this): the details again, in its colours."""
+        self.levels_complete()
 
     def _refresh_body(self, loading: bool) -> None:
         text = Text()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
+from kinetoscope.analysis.units import fmt_duration
 from rich.text import Text
 from textual import work
 from textual.binding import BindingType
@@ -14,13 +15,13 @@ from textual.widgets import Static
 from .drilldown import Jump
 from .safe_text import clean, fit_name
 from .table import Column, TableModel, TableScreen
-from .timefmt import fmt_duration
+from .theme import current_palette
 
 if TYPE_CHECKING:
     from .drilldown import DrilldownActions
 
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
-SEVERITY_STYLE = {"critical": "bold #e06c75", "warning": "bold #e5c07b", "info": "bold #61afef"}
+SEVERITY_COLOUR = {"critical": "error", "warning": "warning", "info": "info"}  # palette names
 
 
 class FindingsScreen(TableScreen):
@@ -51,7 +52,7 @@ class FindingsScreen(TableScreen):
 
     @work(thread=True, exclusive=True, group="findings")
     def _compute(self) -> None:
-        findings = list(self.host.analysis.findings)
+        findings = list(self.data.session.findings)
         self.app.call_from_thread(self._show, findings)
 
     def _show(self, findings: list) -> None:
@@ -117,14 +118,16 @@ def evidence_jump(finding) -> Jump:
 
 def describe_finding(data, finding) -> Text:
     text = Text()
-    text.append(f"{finding.severity.upper()} ", SEVERITY_STYLE.get(finding.severity, "bold"))
+    palette = current_palette()
+    colour = SEVERITY_COLOUR.get(finding.severity)
+    text.append(f"{finding.severity.upper()} ", palette.style(colour, bold=True))
     text.append(finding.rule, "bold")
     if finding.device is not None:
         text.append(f" · GPU {finding.device}")
     text.append("\n")
     text.append(clean(finding.message))
     text.append("\n")
-    text.append("evidence: ", "bold #8b919a")
+    text.append("evidence: ", palette.style("muted", bold=True))
     text.append(
         f"+{fmt_duration(int(finding.start) - data.origin)} for {fmt_duration(int(finding.dur))}"
     )

@@ -24,9 +24,9 @@ from kinetoscope.analysis.memory_ops import (
     innermost_slices,
 )
 from kinetoscope.analysis.session import TraceSession
+from kinetoscope.analysis.units import fmt_bytes, fmt_duration, fmt_tick, tick_step
 from kinetoscope.parser.model import NO_VALUE
 from rich.segment import Segment
-from rich.style import Style
 from rich.text import Text
 from textual import events, work
 from textual.app import ComposeResult
@@ -39,11 +39,11 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Static
 
-from .drilldown import analysis_for
 from .render import PLAIN
 from .safe_text import fit, fit_name
 from .table import Column
-from .timefmt import fmt_duration, fmt_tick, tick_step, time_cell
+from .theme import palette_of
+from .timefmt import time_cell
 from .viewdata import ViewData
 
 ZOOM_FACTOR = 2.0
@@ -52,24 +52,6 @@ MIN_NS_PER_CELL = 1.0
 TABLE_LIMIT = 500
 
 EIGHTHS = " ▁▂▃▄▅▆▇█"
-ALLOCATED = Style(color="#56b6c2")
-ALLOCATED_PEAK = Style(color="#e06c75", bold=True)
-RESERVED_BG = "#243038"
-CURSOR_BG = "#4b4224"
-AXIS = Style(color="#8b919a")
-SEPARATOR = Style(color="#4b5263")
-RULER_CURSOR = Style(color="#e5c07b", bold=True)
-PEAK_MARK = Style(color="#e06c75", bold=True)
-
-
-def fmt_bytes(value: int | float, signed: bool = False) -> str:
-    """`1.50 GiB`, `512 B`, `-3.0 MiB`; a `+` in front of positive values when `signed`."""
-    sign = "-" if value < 0 else ("+" if signed and value > 0 else "")
-    magnitude = abs(float(value))
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if magnitude >= scale:
-            return f"{sign}{magnitude / scale:.2f} {unit}"
-    return f"{sign}{magnitude:.0f} B"
 
 
 @dataclass(frozen=True)
@@ -85,7 +67,7 @@ class TimelineTarget:
 
 def memory_ops_for(data: ViewData) -> MemoryOps:
     """The trace's MemoryOps, from the TraceSession the drill-down screens share (computed once)."""
-    return analysis_for(data).memory_ops
+    return data.session.memory_ops
 
 
 def operator_memory_columns(analysis: TraceSession, groups: Groups) -> list[Column]:
@@ -264,6 +246,10 @@ class MemoryChart(Widget, can_focus=True):
 
     # -- drawing ----------------------------------------------------------------------------
 
+    def recolour(self) -> None:
+        """The theme changed (the app calls this): draw again (no strips are kept)."""
+        self.refresh()
+
     def render_line(self, y: int) -> Strip:
         width = self.size.width
         if y == 0:
@@ -274,7 +260,8 @@ class MemoryChart(Widget, can_focus=True):
             how, _, alternative = ("Record" + rest).partition(" or ")
             lines = {2: first, 3: how, 4: "or " + alternative}
             if y in lines:
-                return Strip([Segment(fit("  " + lines[y], width), AXIS)])
+                muted = palette_of(self).style("muted")
+                return Strip([Segment(fit("  " + lines[y], width), muted)])
             return Strip.blank(width, PLAIN)
         rows = max(1, self.size.height - 1)
         return self._curve_row(y - 1, rows, width)
@@ -291,22 +278,24 @@ class MemoryChart(Widget, can_focus=True):
                     if col + i < cells_w:
                         chars[col + i] = ch
             tick += step
-        styles = [AXIS] * cells_w
+        palette = palette_of(self)
+        axis = palette.style("muted")
+        styles = [axis] * cells_w
         device = self.device
         if device is not None and device.peak >= 0:
             peak_col = self.column_of(int(device.ts[device.peak]) - self.data.origin)
             if 0 <= peak_col < cells_w and chars[peak_col] == " ":
-                chars[peak_col], styles[peak_col] = "◆", PEAK_MARK
+                chars[peak_col], styles[peak_col] = "◆", palette.style("error", bold=True)
             elif 0 <= peak_col < cells_w:  # over a tick label: highlight, never hide it
-                styles[peak_col] = Style(color="#101010", bgcolor="#e06c75", bold=True)
+                styles[peak_col] = palette.style("ink", "error", bold=True)
         cursor_col = self.column_of(self.cursor_time)
         if 0 <= cursor_col < cells_w:
             if chars[cursor_col] == " ":
-                chars[cursor_col], styles[cursor_col] = "▼", RULER_CURSOR
+                chars[cursor_col], styles[cursor_col] = "▼", palette.style("cursor", bold=True)
             else:  # over a tick label: highlight the character, never hide it
-                styles[cursor_col] = Style(color="#101010", bgcolor="#e5c07b", bold=True)
+                styles[cursor_col] = palette.style("ink", "cursor", bold=True)
         label = fit(fmt_duration(self.ns_per_cell, 2) + "/cell", self.label_width)
-        segments = [Segment(label, AXIS), Segment("│", SEPARATOR)]
+        segments = [Segment(label, axis), Segment("│", palette.style("rule"))]
         segments += [Segment(ch, st) for ch, st in zip(chars, styles)]
         return Strip(segments).simplify().adjust_cell_length(width, PLAIN)
 
@@ -336,17 +325,21 @@ class MemoryChart(Widget, can_focus=True):
         device = self.device
         if device is not None and device.peak >= 0:
             peak_col = self.column_of(int(device.ts[device.peak]) - self.data.origin)
+        palette = palette_of(self)
+        axis_label = self._axis_label(row, rows).rjust(self.label_width)[-self.label_width :]
         segments = [
-            Segment(self._axis_label(row, rows).rjust(self.label_width)[-self.label_width :], AXIS),
-            Segment("│", SEPARATOR),
+            Segment(axis_label, palette.style("muted")),
+            Segment("│", palette.style("rule")),
         ]
         for col in range(len(fill)):
             char = EIGHTHS[int(fill[col])]
-            style = ALLOCATED_PEAK if col == peak_col else ALLOCATED
+            colour, bold = ("error", True) if col == peak_col else ("allocated", False)
             if col == cursor_col:
-                style = style + Style(bgcolor=CURSOR_BG)
+                style = palette.style(colour, "memory-cursor", bold=bold)
             elif in_reserved[col] and fill[col] < 8:
-                style = style + Style(bgcolor=RESERVED_BG)
+                style = palette.style(colour, "reserved", bold=bold)
+            else:
+                style = palette.style(colour, bold=bold)
             segments.append(Segment(char, style))
         return Strip(segments).simplify().adjust_cell_length(width, PLAIN)
 
@@ -506,7 +499,8 @@ class MemoryScreen(Screen[TimelineTarget | None]):
         text.append(f" · {device.label} ({self.device_index + 1}/{count}, c: next)")
         if device.peak >= 0:
             text.append(" · peak ")
-            text.append(fmt_bytes(int(device.allocated[device.peak])), "bold #e06c75")
+            peak = palette_of(self).style("error", bold=True)
+            text.append(fmt_bytes(int(device.allocated[device.peak])), peak)
             text.append(f" at +{fmt_duration(int(device.ts[device.peak]) - self.data.origin)}")
             owner = int(device.owner[device.peak])
             text.append(" in ")
@@ -535,7 +529,8 @@ class MemoryScreen(Screen[TimelineTarget | None]):
             return text
         trace = self.data.trace
         text.append(" · allocated ")
-        text.append(fmt_bytes(int(device.allocated[last])), "bold #56b6c2")
+        allocated = palette_of(self).style("allocated", bold=True)
+        text.append(fmt_bytes(int(device.allocated[last])), allocated)
         if device.reserved[last] != NO_VALUE:
             text.append(f" · reserved {fmt_bytes(int(device.reserved[last]))}")
         step = _step_at(self.data, when)
@@ -552,6 +547,12 @@ class MemoryScreen(Screen[TimelineTarget | None]):
         if ago > 0:
             text.append(f", {fmt_duration(ago)} before")
         return text
+
+    def recolour(self) -> None:
+        """The theme changed (the app calls this): the title and status again (the chart
+        draws every frame afresh)."""
+        if self.ops is not None:
+            self.refresh_all()
 
     def refresh_all(self) -> None:
         self.query_one("#memory-title", Static).update(self.title_text())
@@ -708,7 +709,7 @@ class MemoryScreen(Screen[TimelineTarget | None]):
 
 def _step_at(data: ViewData, when: int) -> int:
     """The step slice (row) holding `when` (absolute ns), or -1."""
-    rows = analysis_for(data).steps.rows
+    rows = data.session.steps.rows
     if not len(rows):
         return -1
     start = data.trace.start[rows]

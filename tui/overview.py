@@ -9,26 +9,29 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 from kinetoscope.analysis.idle import CAUSES
 from kinetoscope.analysis.ranges import idle_in_range
+from kinetoscope.analysis.units import fmt_duration, plural
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Footer, Static
 
-from .drilldown import Jump, MarkedRange, range_label, share_bar, time_column
+from .columns import share_bar, time_column
+from .drilldown import Jump, MarkedRange, range_label
 from .safe_text import clean
 from .table import Column, DataView, TableModel, TableScreen
-from .timefmt import fmt_duration, plural
+from .theme import current_palette
 
 if TYPE_CHECKING:
     from .drilldown import DrilldownActions
 
-BUSY_COLOUR = "#2f8f4e"
-COMPUTE_COLOUR = "#2f8f4e"
-COMM_COLOUR = "#b8434b"
-MEMORY_COLOUR = "#b5892b"
-IDLE_COLOUR = "#3a3f4b"
-CAUSE_COLOURS = {"host_wait": "#e06c75", "kernel_wait": "#e5c07b", "other": "#5c6370"}
+# Names of the palette's colours (theme.py) of the bars' parts.
+BUSY_COLOUR = "slot-kernel"
+COMPUTE_COLOUR = "slot-kernel"
+COMM_COLOUR = "slot-communication"
+MEMORY_COLOUR = "slot-memcpy"
+IDLE_COLOUR = "idle"
+CAUSE_COLOURS = {"host_wait": "error", "kernel_wait": "warning", "other": "slot-other"}
 DEVICE_BAR = 32
 STEP_BAR = 30
 
@@ -65,6 +68,12 @@ class OverviewScreen(TableScreen):
         self.refresh_heading()
         self._compute()
 
+    def recolour(self) -> None:
+        """The theme changed (the app calls this): the devices' bars again."""
+        super().recolour()
+        if self.steps is not None:
+            self.query_one("#overview-devices", Static).update(describe_devices(self.host))
+
     def heading(self) -> Text:
         data = self.data
         text = Text("Overview", "bold")
@@ -78,8 +87,7 @@ class OverviewScreen(TableScreen):
 
     @work(thread=True, exclusive=True, group="overview")
     def _compute(self) -> None:
-        analysis = self.host.analysis
-        steps = analysis.steps
+        steps = self.data.session.steps
         devices = describe_devices(self.host)
         self.app.call_from_thread(self._show, steps, devices)
 
@@ -110,8 +118,9 @@ class OverviewScreen(TableScreen):
 
 
 def device_bar(busy: int, idle_by_cause: tuple[int, int, int], width: int) -> Text:
-    parts = [(busy, BUSY_COLOUR)]
-    parts += [(t, CAUSE_COLOURS[c]) for c, t in zip(CAUSES, idle_by_cause)]
+    palette = current_palette()
+    parts = [(busy, palette[BUSY_COLOUR])]
+    parts += [(t, palette[CAUSE_COLOURS[c]]) for c, t in zip(CAUSES, idle_by_cause)]
     return share_bar(parts, width)
 
 
@@ -126,10 +135,11 @@ def describe_devices(host: DrilldownActions) -> Text:
             "(█ operators, █ uninstrumented) and collectives; the CPU operators (o) tell the rest."
         )
         return text
+    palette = current_palette()
     text.append("GPU utilisation ", "bold")
-    text.append("█ busy ", BUSY_COLOUR)
+    text.append("█ busy ", palette[BUSY_COLOUR])
     for cause in CAUSES:
-        text.append(f"█ {cause} ", CAUSE_COLOURS[cause])
+        text.append(f"█ {cause} ", palette[CAUSE_COLOURS[cause]])
     text.append("(idle by cause) · steps: ")
     for label, colour in (
         ("compute", COMPUTE_COLOUR),
@@ -137,7 +147,7 @@ def describe_devices(host: DrilldownActions) -> Text:
         ("memory", MEMORY_COLOUR),
         ("idle", IDLE_COLOUR),
     ):
-        text.append(f"█ {label} ", colour)
+        text.append(f"█ {label} ", palette[colour])
     text.append("\n")
     for dev in idle.devices:
         window = dev.window
@@ -145,7 +155,8 @@ def describe_devices(host: DrilldownActions) -> Text:
         _device_line(text, data, dev.device, length, dev.busy_ns, dev.idle_by_cause)
     bounds = host.range_bounds()
     if bounds is not None:
-        text.append(f"marked range {range_label(data, bounds)}\n", "bold #e5c07b")
+        marked = palette.style("marked", bold=True)
+        text.append(f"marked range {range_label(data, bounds)}\n", marked)
         for entry in idle_in_range(idle, *bounds):
             _device_line(text, data, entry.device, entry.window, entry.busy, entry.idle_by_cause)
     return text
@@ -175,7 +186,7 @@ def step_bar(steps, i: int, longest: int, width: int) -> Text:
     return _scaled_bar(parts, int(steps.dur[i]), longest, width)
 
 
-CPU_OPS_COLOUR = "#2f8f4e"
+CPU_OPS_COLOUR = "slot-kernel"
 
 
 def cpu_step_bar(steps, i: int, longest: int, width: int) -> Text:
@@ -185,9 +196,11 @@ def cpu_step_bar(steps, i: int, longest: int, width: int) -> Text:
 
 
 def _scaled_bar(parts: list[tuple[int, str]], dur: int, longest: int, width: int) -> Text:
-    """`parts` as a bar `dur / longest` of `width` cells, padded to `width`."""
+    """`parts` (time, palette colour name) as a bar `dur / longest` of `width` cells, padded
+    to `width`."""
     cells = max(1, round(dur / max(longest, 1) * width))
-    bar = share_bar(parts, cells)
+    palette = current_palette()
+    bar = share_bar([(t, palette[colour]) for t, colour in parts], cells)
     bar.append(" " * (width - cells))
     return bar
 

@@ -8,6 +8,7 @@ import time
 from typing import ClassVar
 
 import numpy as np
+from kinetoscope.analysis.units import fmt_duration, plural
 from kinetoscope.parser import file_changed
 from rich.cells import cell_len
 from rich.text import Text
@@ -15,14 +16,17 @@ from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
+from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, ProgressBar, Static
 
 from .details import DetailsPane, cpu_stack_for_gap, stack_tail
 from .drilldown import DRILLDOWN_BINDINGS, DrilldownActions
-from .loader import TraceLoad
+from .loader import Progress as LoadProgress
+from .loader import Stage
 from .safe_text import clean, fit_name, shorten
-from .timefmt import fmt_duration, plural, time_cell
+from .theme import palette_of
+from .timefmt import time_cell
 from .timeline import DEFAULT_GAP_THRESHOLD, Timeline
 from .viewdata import ViewData
 
@@ -41,7 +45,6 @@ GAP_THRESHOLDS = (
     50_000_000,
     100_000_000,
 )
-PROGRESS_INTERVAL_S = 0.25  # the loading screen's refresh: often enough, and cheap
 LOADING_NOTICE_INTERVAL_S = 3.0  # keys pressed while loading: said at most this often
 WARNINGS_SHOWN = 6  # parser warnings listed when a trace opens
 FILE_CHECK_INTERVAL_S = 2.0  # how often the trace screen checks the file is still the one shown
@@ -55,15 +58,25 @@ TIMELINE_MIN = 5
 
 
 class LoadingScreen(Screen):
-    """Shows a TraceLoad's bytes, events and rate as it goes; Esc cancels it."""
+    """Shows the load's bytes, events and rate from the `Progress` messages it is sent; Esc
+    posts `CancelRequested` (the app cancels the load)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel loading")]
 
-    def __init__(self, loader: TraceLoad) -> None:
+    class Progress(Message):
+        """How far the load is (from the loader's coalesced progress reports)."""
+
+        def __init__(self, progress: LoadProgress) -> None:
+            super().__init__()
+            self.progress = progress
+
+    class CancelRequested(Message):
+        """The user asked to stop the load."""
+
+    def __init__(self, path: str) -> None:
         super().__init__()
-        self.loader = loader
-        self.path = loader.path
-        self._finished = False
+        self.path = path
+        self._cancelling = False
         self._said_loading = -math.inf  # when keys pressed while loading were last answered
 
     def compose(self) -> ComposeResult:
@@ -73,16 +86,9 @@ class LoadingScreen(Screen):
             yield Static("", id="loading-stats")
             yield Static(Text("Esc cancels", style="dim"), id="loading-hint")
 
-    def on_mount(self) -> None:
-        # Told at once when the load is done (not at the next tick); the ticks show progress.
-        from_loader = getattr(self.app, "from_loader", None)
-        if from_loader is not None:
-            self.loader.on_done = lambda: from_loader(self.poll)
-        self.poll()
-        self.set_interval(PROGRESS_INTERVAL_S, self.poll)
-
     def action_cancel(self) -> None:
-        self.loader.cancel()
+        self._cancelling = True
+        self.post_message(self.CancelRequested())
         self.query_one("#loading-stats", Static).update("cancelling…")
 
     def on_key(self, event: events.Key) -> None:
@@ -95,35 +101,22 @@ class LoadingScreen(Screen):
             self._said_loading = now
             self.notify("Still loading: keys work once the trace is shown (Esc cancels)", timeout=3)
 
-    def poll(self) -> None:
-        """Show the load's progress; hand over to the app when it is done."""
-        if self._finished:
+    def on_loading_screen_progress(self, message: LoadingScreen.Progress) -> None:
+        if self._cancelling:
             return
-        loader = self.loader
-        if loader.done.is_set():
-            self._finished = True
-            app = self.app
-            if loader.cancelled.is_set():
-                app.cancel_load()
-            elif loader.error is not None:
-                app.show_error(loader.error)
-            elif loader.data is not None:
-                app.show_trace(loader.data)
-            return
-        done, total, events = loader.progress
-        if self.loader.cancelled.is_set():
-            return
-        bar = self.query_one("#loading-bar", ProgressBar)
-        bar.update(total=max(total, 1), progress=done)
+        report = message.progress
+        total = max(report.total, 1)
+        self.query_one("#loading-bar", ProgressBar).update(total=total, progress=report.done)
         mb = 1e6
         self.query_one("#loading-stats", Static).update(
             Text(
-                f"{done / mb:,.1f} / {max(total, 1) / mb:,.1f} MB · "
-                f"{plural(events, 'event')} · {loader.rate / mb:,.1f} MB/s"
+                f"{report.done / mb:,.1f} / {total / mb:,.1f} MB · "
+                f"{plural(report.events, 'event')} · {report.rate / mb:,.1f} MB/s"
             )
         )
-        if loader.phase != "reading":
-            self.query_one("#loading-hint", Static).update(Text(loader.phase, style="dim"))
+        if report.stage is Stage.LAYOUT:
+            hint = self.query_one("#loading-hint", Static)
+            hint.update(Text("laying out the timeline…", style="dim"))
 
 
 class ErrorScreen(Screen):
@@ -288,8 +281,12 @@ class TraceScreen(DrilldownActions, Screen):
         self.fit_split()
 
     def levels_complete(self) -> None:
-        self.timeline.levels_complete()
-        self.query_one(DetailsPane).levels_complete()
+        """Every slice is placed now. A screen not composed yet builds its widgets from the
+        complete data anyway: nothing to redo then."""
+        for timeline in self.query(Timeline):
+            timeline.levels_complete()
+        for pane in self.query(DetailsPane):
+            pane.levels_complete()
 
     def on_timeline_event_selected(self, message: Timeline.EventSelected) -> None:
         self.query_one(DetailsPane).show_event(message.row)
@@ -305,6 +302,10 @@ class TraceScreen(DrilldownActions, Screen):
             self.shown_threshold, self.shown_hide_python = shown
             self.query_one("#title", Static).update(self._title())
 
+    def recolour(self) -> None:
+        """The theme changed (the app calls this): the status line again, in its colours."""
+        self.query_one("#status", Static).update(self.status_text())
+
     def status_text(self) -> Text:
         timeline = self.timeline
         data = self.data
@@ -315,7 +316,8 @@ class TraceScreen(DrilldownActions, Screen):
         gap = timeline.current_gap
         if gap >= 0:
             length = int(data.gaps.end[gap] - data.gaps.start[gap])
-            text.append(f" · GAP {fmt_duration(length)} {data.gap_cause(gap)}", "bold #e06c75")
+            gap_style = palette_of(self).style("error", bold=True)
+            text.append(f" · GAP {fmt_duration(length)} {data.gap_cause(gap)}", gap_style)
             stack = cpu_stack_for_gap(data, gap)
             if stack:  # innermost last, cut at the front so that the innermost frame shows
                 status = self.query("#status")
@@ -376,20 +378,22 @@ IDLE_BY_CPU_WAIT_ROWS = 1_000_000
 def idle_by_cpu_text(data: ViewData, limit: int = 4) -> Text:
     """All GPU idle (every gap, however short) totalled by the CPU operator running during
     the gaps: idle spread over many short gaps shows up here, not in the list of the longest."""
-    from kinetoscope.analysis.idle import compute_idle_by_cpu
+    from kinetoscope.analysis.session import AnalysisFailed
 
     text = Text(no_wrap=True, overflow="ellipsis")
     if not len(data.gaps):
         return text
     text.append("All idle by CPU op running: ", "bold")
-    if not data.complete and len(data.trace) > IDLE_BY_CPU_WAIT_ROWS:
+    session = data.session
+    if not session.nesting_ready and len(data.trace) > IDLE_BY_CPU_WAIT_ROWS:
         # The nesting of a big trace is still being built: do not wait for it here.
         text.append("known once the trace is fully loaded (press i again)", "dim")
         return text
-    table = data.__dict__.get("_idle_by_cpu")
-    if table is None:
-        table = compute_idle_by_cpu(data.trace, data.nesting, data.links, data.gaps)
-        data.__dict__["_idle_by_cpu"] = table
+    try:
+        table = session.idle_by_cpu
+    except AnalysisFailed as error:  # the list of gaps is still useful without it
+        text.append(f"could not be computed ({error})", "dim")
+        return text
     total = int(data.gaps.length.sum())
     parts = []
     for i in range(min(limit, len(table))):

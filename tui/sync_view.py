@@ -13,6 +13,7 @@ from kinetoscope.analysis.sync import (
     group_sites,
     short_frame,
 )
+from kinetoscope.analysis.units import fmt_duration, plural
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -21,10 +22,10 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from .details import stack_tail
-from .drilldown import analysis_for
 from .memory_view import TimelineTarget, apply_target
 from .safe_text import fit_name, shorten
-from .timefmt import fmt_duration, plural, time_cell
+from .theme import current_palette
+from .timefmt import time_cell
 from .viewdata import ViewData
 
 TABLE_LIMIT = 2000
@@ -36,7 +37,7 @@ NO_SYNCS = (
 
 def sync_calls_for(data: ViewData) -> SyncCalls:
     """The trace's blocking calls, from the TraceSession the drill-down screens share."""
-    return analysis_for(data).sync
+    return data.session.sync
 
 
 def _site_text(site: tuple[str, ...], width: int = 70) -> str:
@@ -99,7 +100,7 @@ class SyncScreen(Screen[TimelineTarget | None]):
         total = int(calls.dur.sum())
         worst = int(calls.dur.max())
         text.append(f" · {plural(len(calls), 'blocking call')} · ")
-        text.append(fmt_duration(total), "bold #e06c75")
+        text.append(fmt_duration(total), current_palette().style("error", bold=True))
         text.append(
             f" blocked · worst {fmt_duration(worst)} · {plural(len(self.sites), 'call site')}"
         )
@@ -140,7 +141,7 @@ class SyncScreen(Screen[TimelineTarget | None]):
         trace = data.trace
         row = int(calls.rows[position])
         text = Text()
-        text.append(fit_name(trace.name_of(row), 60), "bold #e5c07b")
+        text.append(fit_name(trace.name_of(row), 60), current_palette().style("heading", bold=True))
         text.append(f" · {KIND_TEXT[int(calls.kind[position])]} · blocked ")
         text.append(fmt_duration(int(calls.dur[position])), "bold")
         text.append(f" at +{fmt_duration(int(trace.start[row]) - data.origin)}")
@@ -149,7 +150,7 @@ class SyncScreen(Screen[TimelineTarget | None]):
             text.append(f" in {fit_name(trace.name_of(int(calls.step_rows[step])), 24)}")
         text.append("\n")
         cause = cause_label(trace, calls, position)
-        text.append("cause: ", "bold #8b919a")
+        text.append("cause: ", current_palette().style("muted", bold=True))
         text.append(shorten(cause, 60) if cause else "an explicit synchronisation")
         gap = int(calls.gap[position])
         text.append(" · GPU idle it caused ", "")
@@ -166,7 +167,7 @@ class SyncScreen(Screen[TimelineTarget | None]):
             )
         text.append("\n")
         chain = [trace.name_of(r) for r in data.ancestors(row)[::-1]]  # outermost first
-        text.append("stack (innermost last): ", "bold #8b919a")
+        text.append("stack (innermost last): ", current_palette().style("muted", bold=True))
         text.append(stack_tail(chain, 6, 50) if chain else "-")
         return text
 
@@ -217,6 +218,15 @@ class SyncScreen(Screen[TimelineTarget | None]):
                 Text(_site_text(site.site)),
             )
             self.table_calls.append(site.worst)
+
+    def recolour(self) -> None:
+        """The theme changed (the app calls this): the title and the detail again."""
+        if self.calls is not None:
+            self.query_one("#sync-title", Static).update(self.title_text())
+            index = self.query_one(DataTable).cursor_row
+            if 0 <= index < len(self.table_calls):
+                detail = self.detail_text(self.table_calls[index])
+                self.query_one("#sync-detail", Static).update(detail)
 
     def on_data_table_row_highlighted(self, message: DataTable.RowHighlighted) -> None:
         index = message.cursor_row

@@ -12,6 +12,7 @@ from typing import ClassVar
 
 import numpy as np
 from kinetoscope.analysis.names import SCAN_LIMIT
+from kinetoscope.analysis.units import plural
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -29,17 +30,11 @@ from textual.widgets import Footer, Input, Static
 
 from .render import PLAIN
 from .safe_text import clean, cut_end, fit_name, pad
-from .timefmt import plural
+from .theme import palette_of
 
 # Above this many rows, sorting runs in a worker thread.
 SORT_IN_WORKER = 200_000
 
-HEADER = Style(color="#e5c07b", bold=True)
-HEADER_SORTED = Style(color="#101010", bgcolor="#e5c07b", bold=True)
-CELL = Style(color="#d0d4da")
-ZEBRA = Style(color="#d0d4da", bgcolor="#23272e")
-CURSOR = Style(color="#101010", bgcolor="#61afef", bold=True)
-CURSOR_DIM = Style(color="#d0d4da", bgcolor="#3a4150")
 SEPARATOR = " "
 
 
@@ -93,6 +88,9 @@ class TableModel:
     default_sort: int = 0
     keys: np.ndarray | None = None  # int per row: what the row is, across models
     name_room: int = MIN_FLEXIBLE  # cells the flexible columns keep before optional ones go
+    # When the model is another's restricted to some rows (columns.restrict): per row, the
+    # row id in that model (e.g. the group of a range table's row); None: rows are their own.
+    source_rows: np.ndarray | None = None
     _distinct: np.ndarray | None = field(default=None, repr=False)
 
     def matching(self, pattern: str) -> np.ndarray:
@@ -451,10 +449,14 @@ class DataView(ScrollView, can_focus=True):
         if index >= len(self.view):
             return Strip.blank(width, PLAIN)
         row = int(self.view[index])
+        palette = palette_of(self)
         if index == self.cursor:
-            style = CURSOR if self.has_focus else CURSOR_DIM
+            if self.has_focus:
+                style = palette.style("ink", "table-cursor", bold=True)
+            else:
+                style = palette.style("cell", "table-cursor-dim")
         else:
-            style = ZEBRA if index % 2 else CELL
+            style = palette.style("cell", "zebra") if index % 2 else palette.style("cell")
         key = (row, style, width, id(self.model))
         strip = self._lines.get(key)
         if strip is None:
@@ -465,16 +467,18 @@ class DataView(ScrollView, can_focus=True):
     def _header(self, width: int) -> Strip:
         assert self.model is not None
         segments = []
+        palette = palette_of(self)
+        header = palette.style("heading", bold=True)
         for i, (column, w) in enumerate(zip(self.model.columns, self._widths(width))):
             if not w:
                 continue
             title = column.title
-            style = HEADER
+            style = header
             if i == self.sort_column:
                 title = title + ("↓" if self.sort_descending else "↑")
-                style = HEADER_SORTED
+                style = palette.style("ink", "heading", bold=True)
             segments.append(Segment(fit_cell(title, w, column.numeric), style))
-            segments.append(Segment(SEPARATOR, HEADER))
+            segments.append(Segment(SEPARATOR, header))
         return Strip(segments[:-1]).adjust_cell_length(width, PLAIN)
 
     def _row_strip(self, row: int, style: Style, width: int) -> Strip:
@@ -501,6 +505,14 @@ class DataView(ScrollView, can_focus=True):
     def on_resize(self, event: events.Resize) -> None:
         self.virtual_size = Size(event.size.width, len(self.view) + 1)
         self._lines.clear()
+
+    def recolour(self) -> None:
+        """The theme changed (the app calls this): draw the rows again, and the screen's detail
+        of the highlighted one."""
+        self._lines.clear()
+        self.refresh()
+        if self.cursor >= 0:
+            self.post_message(self.Highlighted(self, self.current_row))
 
     def on_focus(self) -> None:
         self._lines.clear()
@@ -606,6 +618,10 @@ class TableScreen(Screen):
         """The title line; subclasses describe the table and its state."""
         return Text(self.TITLE_TEXT)
 
+    def recolour(self) -> None:
+        """The theme changed (the app calls this): the title again (the table redraws itself)."""
+        self.refresh_heading()
+
     def refresh_heading(self) -> None:
         text = self.heading()
         table = self.table
@@ -626,7 +642,7 @@ class TableScreen(Screen):
             text.append(" · filter ")
             text.append(clean(table.pattern), "bold")
         if table.filter_error:
-            text.append(f" · {table.filter_error}", "bold red")
+            text.append(f" · {table.filter_error}", palette_of(self).style("error", bold=True))
         self.query_one("#table-title", Static).update(text)
 
     def on_data_view_view_changed(self, message: DataView.ViewChanged) -> None:

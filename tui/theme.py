@@ -313,10 +313,13 @@ _palettes: WeakKeyDictionary[Any, tuple[dict, Palette]] = WeakKeyDictionary()
 def palette_of(node: Any) -> Palette:
     """The palette of the app `node` (a widget, screen or the app) runs in; the default theme's
     outside an app."""
-    try:
-        app = node.app
-    except Exception:  # not running in an app (tests drawing a widget by hand)
-        return DEFAULT
+    if hasattr(node, "theme_variables"):
+        app = node
+    else:
+        try:
+            app = node.app
+        except Exception:  # not running in an app (tests drawing a widget by hand)
+            return DEFAULT
     variables = getattr(app, "theme_variables", None)
     if not variables:
         return DEFAULT
@@ -328,3 +331,15 @@ def palette_of(node: Any) -> Palette:
         palette = cached[1]  # the same colours: keep the object (and its styles)
     _palettes[app] = (variables, palette)
     return palette
+
+
+def current_palette() -> Palette:
+    """The palette of the app running now (for code that draws outside a widget's methods,
+    such as a table column's bar); the default theme's outside an app."""
+    try:
+        from textual._context import active_app
+
+        app = active_app.get()
+    except (ImportError, LookupError):
+        return DEFAULT
+    return palette_of(app)
