@@ -405,12 +405,30 @@ def choose_source(per_rank: dict[int, dict[str, RankCollectives]]) -> str:
 
 
 def match_collectives(
-    per_rank: dict[int, dict[str, RankCollectives]], step_names: dict[int, list[str]]
+    per_rank: dict[int, dict[str, RankCollectives]],
+    step_names: dict[int, list[str]],
+    cut_short: frozenset[int] | set[int] = frozenset(),
 ) -> Matched:
-    """Match the ranks' collectives by (group, step, position); see the module docstring."""
+    """Match the ranks' collectives by (group, step, position); see the module docstring.
+    Ranks in `cut_short` (their files end early) take part as far as they go; a rank that
+    recorded no collective of the chosen source is left out of the matching (and said so)."""
     source = choose_source(per_rank)
     ranks = sorted(per_rank)
     lists = {r: per_rank[r][source] for r in ranks}
+    silent = [r for r in ranks if not len(lists[r])]
+    if silent and len(silent) < len(ranks):
+        where = "GPU (communication kernels)" if source == "gpu" else "CPU (backend annotations)"
+        initial_stops = [
+            {
+                "group": None,
+                "step": None,
+                "index": 0,
+                "reason": f"{_ranks_text(silent)} recorded no {where} collectives: left out "
+                "of the matching",
+            }
+        ]
+    else:
+        initial_stops = []
     column = {r: j for j, r in enumerate(ranks)}
     # Sequences per (group, step name) per rank: positions into the rank's list.
     sequences: dict[tuple[str, str | None], dict[int, list[int]]] = {}
@@ -429,7 +447,7 @@ def match_collectives(
     starts: list[np.ndarray] = []
     ends: list[np.ndarray] = []
     present: list[np.ndarray] = []
-    stops: list[dict[str, Any]] = []
+    stops: list[dict[str, Any]] = initial_stops
     matched_count = dict.fromkeys(ranks, 0)
 
     def stop(group: str, step: str | None, index: int, reason: str) -> None:
@@ -443,7 +461,9 @@ def match_collectives(
         if step is None or not any_steps:
             expected = [r for r in ranks if len(lists[r])]
         else:
-            expected = [r for r in ranks if step in has_step[r]]
+            expected = [r for r in ranks if step in has_step[r] and len(lists[r])]
+        # A rank whose file ends early may lack the step's last collectives.
+        expected = [r for r in expected if r in by_rank or r not in cut_short]
         taking = [r for r in expected if r in by_rank]
         if len(expected) < 2:
             continue
@@ -460,6 +480,10 @@ def match_collectives(
         counts = {r: len(by_rank[r]) for r in taking}
         longest = max(counts.values())
         for position in range(longest):
+            ended = [r for r in taking if counts[r] <= position and r in cut_short]
+            taking = [r for r in taking if r not in ended]
+            if len(taking) < 2:
+                break
             short = [r for r in taking if counts[r] <= position]
             if short:
                 full = [r for r in taking if counts[r] > position]

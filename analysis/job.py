@@ -308,7 +308,8 @@ def analyze_job(
     per_rank = {e.rank: e.digest.collectives for e in loaded if e.digest.collectives}
     step_names = {e.rank: e.digest.step_names for e in loaded}
     if len(per_rank) >= 2:
-        matched = match_collectives(per_rank, step_names)
+        cut_short = {e.rank for e in loaded if not e.digest.complete}
+        matched = match_collectives(per_rank, step_names, cut_short)
     else:
         matched = match_collectives({}, {})
     source = matched.source if len(per_rank) >= 2 else choose_source(per_rank or {})

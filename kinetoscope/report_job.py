@@ -289,7 +289,7 @@ def stops_table(document: dict[str, Any]) -> Any:
     )
     for stop in stops:
         table.add_row(
-            _data(stop["group"]),
+            _data(stop["group"] or "–"),
             _data(stop["step"] or "–"),
             str(stop["index"]),
             _data(stop["reason"]),

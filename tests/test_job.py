@@ -1,0 +1,363 @@
+"""A distributed job as one (issue 15): rank files, collectives matched, waits, skews, bandwidths,
+clock offsets, the straggler; checked number by number on traces built here, and on the real
+8-rank NCCL job of the corpus."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import CORPUS
+from kinetoscope.analysis.collectives import kind_of, payload_bytes
+from kinetoscope.analysis.job import analyze_job, job_document, map_ranks
+from kinetoscope.parser.ranks import discover, rank_from_name, read_head, worker_and_stamp
+
+DLRM = CORPUS / "multirank" / "dlrm_8rank"
+
+# Each rank's clock runs ahead of rank 0's by this much (µs).
+OFFSET = {0: 0.0, 1: 100.0, 2: -50.0}
+# The job in true time (µs): (collective, args, {rank: (start, end)}).
+COLLECTIVES = [
+    (
+        "allreduce",
+        {"In msg nelems": 1048576, "Out msg nelems": 1048576, "dtype": "Float"},
+        {0: (1000, 2000), 1: (1400, 1996), 2: (1200, 2000)},
+    ),
+    (
+        "_allgather_base",
+        {"In msg nelems": 1024, "Out msg nelems": 3072, "dtype": "Float"},
+        {0: (5000, 5500), 1: (5300, 5500), 2: (5100, 5500)},
+    ),
+    ("barrier", {}, {0: (8000, 8100), 1: (8003, 8104), 2: (8001, 8100)}),
+]
+COMPUTE = {0: 500, 1: 900, 2: 600}  # µs of compute kernel per rank: rank 1 is late
+
+
+def rank_trace(rank: int, world: int = 3, step: str = "ProfilerStep#1", **info: Any) -> dict:
+    """One rank's trace: a step, a compute kernel and the three collectives, in its own clock."""
+    off = OFFSET[rank]
+    events: list[dict[str, Any]] = [
+        {"ph": "X", "cat": "user_annotation", "name": step, "pid": 10, "tid": 10,
+         "ts": 0 + off, "dur": 10000},
+        {"ph": "X", "cat": "kernel", "name": "volta_sgemm_128x64_nn", "pid": 0, "tid": 7,
+         "ts": 9000 - COMPUTE[rank] + off, "dur": COMPUTE[rank],
+         "args": {"device": 0, "stream": 7, "correlation": 1}},
+    ]  # fmt: skip
+    for n, (name, args, times) in enumerate(COLLECTIVES):
+        start, end = times[rank]
+        kernel = "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)"
+        events.append(
+            {"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": 20,
+             "ts": start + off, "dur": end - start,
+             "args": {"device": 0, "stream": 20, "correlation": 100 + n,
+                      "Collective name": name, "Group size": world,
+                      "Process Group Name": "0", **args}}
+        )  # fmt: skip
+    return {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world, **info},
+        "traceEvents": events,
+    }
+
+
+def write_job(folder: Path, name: str = "rank{rank}.json", ranks=(0, 1, 2), **kw: Any) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for rank in ranks:
+        (folder / name.format(rank=rank)).write_text(json.dumps(rank_trace(rank, **kw)))
+
+
+def job_of(inputs: list[str], align: bool = False, cycle: int | None = None) -> dict:
+    files = discover(inputs, cycle=cycle)
+    digests = map_ranks([f.path for f in files.files], workers=1)
+    return job_document(analyze_job(digests, files, align_clocks=align))
+
+
+def summary(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "kinetoscope", "summary", *args],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+# -- names and sizes ----------------------------------------------------------------------------
+
+
+def test_collective_kinds_from_every_spelling():
+    assert kind_of("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)") == "all_reduce"
+    assert kind_of("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL") == "reduce_scatter"
+    assert kind_of("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)") == (
+        "all_gather"
+    )
+    assert kind_of("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t") == "send_recv"
+    assert kind_of("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)") == "unknown"
+    assert kind_of("nccl:all_to_all") == kind_of("c10d::alltoall_base_") == "all_to_all"
+    assert kind_of("gloo:all_reduce") == kind_of("allreduce") == "all_reduce"
+    assert kind_of("nccl:_all_gather_base") == kind_of("_allgather_base") == "all_gather"
+    assert kind_of("gloo:barrier") == "barrier"
+    assert kind_of("ncclKernel_Broadcast_RING_LL_Sum_int8_t") == "broadcast"
+
+
+def test_payload_is_the_larger_buffer_and_a_gathers_output():
+    assert payload_bytes("all_reduce", 100, 100, 4, 8) == 400
+    assert payload_bytes("all_gather", 100, 800, 2, 8) == 1600
+    assert payload_bytes("all_gather", 100, -1, 4, 8) == 3200  # gloo: input only
+    assert payload_bytes("reduce_scatter", 800, 100, 4, 8) == 3200
+    assert payload_bytes("all_reduce", 100, 100, None, 8) == -1
+
+
+# -- discovery ----------------------------------------------------------------------------------
+
+
+def test_rank_and_worker_from_file_names():
+    assert rank_from_name("x/rank3.json") == 3
+    assert rank_from_name("rank-3.json.gz") == 3
+    assert rank_from_name("job_rank_12.pt.trace.json") == 12
+    assert rank_from_name("dlrm_8rank_worker5_step_12.1694128201549.pt.trace.json.gz") == 5
+    assert rank_from_name("host_1234.1700000000123.pt.trace.json") is None
+    assert worker_and_stamp("a/host_12.1700000000123.pt.trace.json.gz") == (
+        "host_12",
+        1700000000123,
+    )
+    assert worker_and_stamp("rank0.json") == ("rank0", None)
+
+
+def test_the_header_is_read_without_the_events(tmp_path):
+    path = tmp_path / "cut.json"
+    text = json.dumps(rank_trace(1))
+    path.write_text(text[: text.index('"traceEvents"') + 40])  # cut inside the events
+    assert read_head(str(path))["distributedInfo"]["rank"] == 1
+
+
+def test_rank_rules_distributed_info_then_name_then_order(tmp_path):
+    write_job(tmp_path, ranks=(0, 1))
+    plain = rank_trace(2)
+    del plain["distributedInfo"]
+    (tmp_path / "other.json").write_text(json.dumps(plain))
+    files = discover([str(tmp_path)])
+    assert [(f.rank, f.rank_rule) for f in files.files] == [
+        (0, "distributedInfo"),
+        (1, "distributedInfo"),
+    ]
+    assert files.left_out == [
+        (
+            str(tmp_path / "other.json"),
+            "another job: no distributedInfo, while the job's files have one",
+        )
+    ]
+    assert files.missing == [2]
+    # Without distributedInfo anywhere: the name, else the first rank no name took.
+    alone = tmp_path / "plain"
+    alone.mkdir()
+    (alone / "worker-1.json").write_text(json.dumps(plain))
+    (alone / "other.json").write_text(json.dumps(plain))
+    files = discover([str(alone)])
+    assert [(f.rank, Path(f.path).name, f.rank_rule) for f in files.files] == [
+        (0, "other.json", "order"),
+        (1, "worker-1.json", "name"),
+    ]
+
+
+def test_two_cycles_newest_complete_by_default_and_a_flag_picks_another(tmp_path):
+    write_job(tmp_path, name="host_{rank}.1700000000000.pt.trace.json", step="ProfilerStep#1")
+    write_job(
+        tmp_path,
+        name="host_{rank}.1700000060000.pt.trace.json",
+        ranks=(0, 1),
+        step="ProfilerStep#9",
+    )
+    document = job_of([str(tmp_path)])
+    assert [(c["index"], c["ranks"], c["complete"], c["chosen"]) for c in document["cycles"]] == [
+        (1, [0, 1, 2], True, True),
+        (2, [0, 1], False, False),
+    ]
+    assert [s["name"] for r in document["ranks"] for s in r["steps"]] == ["ProfilerStep#1"] * 3
+    newer = job_of([str(tmp_path)], cycle=2)
+    assert newer["missing"] == [2]
+    assert [s["name"] for r in newer["ranks"] for s in r["steps"]] == ["ProfilerStep#9"] * 2
+    run = summary(str(tmp_path), "--cycle", "3")
+    assert run.returncode == 1
+    assert run.stderr.strip() == "kinetoscope: no profiling cycle 3: the files hold 2 (1, 2)"
+
+
+def test_a_mixed_folder_keeps_the_largest_job_and_names_the_files_left_out(tmp_path):
+    write_job(tmp_path)
+    other = rank_trace(0, world=2)
+    (tmp_path / "stray_rank0.json").write_text(json.dumps(other))
+    document = job_of([str(tmp_path)])
+    assert document["world_size"] == 3
+    assert [r["rank"] for r in document["ranks"]] == [0, 1, 2]
+    assert document["left_out"] == [
+        {
+            "path": str(tmp_path / "stray_rank0.json"),
+            "reason": "another job: world_size 2 (the job's is 3)",
+        }
+    ]
+
+
+# -- the numbers, by hand ----------------------------------------------------------------------
+
+
+def test_waits_skews_bandwidths_offsets_and_straggler_by_hand(tmp_path):
+    write_job(tmp_path)
+    document = job_of([str(tmp_path)], align=True)
+    assert document["kinetoscope_ranks"] == 1 and document["world_size"] == 3
+    assert document["matching"]["matched"] == 3 and document["matching"]["stopped"] == []
+    by_kind = {c["kind"]: c for c in document["collectives"]}
+    # all_reduce of 1,048,576 floats: 4 MiB. Aligned starts 1000, 1400, 1200 µs: rank 1 last.
+    reduce = by_kind["all_reduce"]
+    assert reduce["bytes"] == 4 * 1048576
+    assert reduce["wait_us"] == {"0": 400.0, "1": 0.0, "2": 200.0}
+    assert reduce["latency_us"] == 596.0  # rank 1: 1400 -> 1996
+    assert reduce["start_skew_us"] == 400.0 and reduce["end_skew_us"] == 4.0
+    assert reduce["last_rank"] == 1
+    assert reduce["algbw_GBps"] == round(4 * 1048576 / 596e-6 / 1e9, 3) == 7.037
+    assert reduce["busbw_GBps"] == round(4 * 1048576 / 596e-6 / 1e9 * 4 / 3, 3) == 9.383
+    # all_gather: 3,072 floats gathered, 200 µs at best, bus factor (n-1)/n.
+    gather = by_kind["all_gather"]
+    assert gather["bytes"] == 12288 and gather["latency_us"] == 200.0
+    assert gather["algbw_GBps"] == 0.061 and gather["busbw_GBps"] == 0.041
+    assert gather["wait_us"] == {"0": 300.0, "1": 0.0, "2": 200.0}
+    # Offsets from the ends: rank 1 ends 96, 100 and 104 µs after rank 0, rank 2 50 µs before.
+    ranks = {r["rank"]: r for r in document["ranks"]}
+    assert [ranks[r]["clock_offset_us"] for r in (0, 1, 2)] == [0.0, 100.0, -50.0]
+    assert [ranks[r]["clock_spread_us"] for r in (0, 1, 2)] == [0.0, 4.0, 0.0]
+    assert ranks[1]["clock_samples"] == 3
+    # The barrier's waits (3 and 2 µs) are within rank 1's clock uncertainty (4 µs).
+    barrier = by_kind["barrier"]
+    assert barrier["wait_us"] == {"0": 3.0, "1": 0.0, "2": 2.0}
+    assert barrier["not_significant"] == [0, 2] and barrier["bytes"] is None
+    assert [ranks[r]["wait_us"] for r in (0, 1, 2)] == [703.0, 0.0, 402.0]
+    assert ranks[0]["steps"][0]["wait_us"] == 703.0
+    # Rank 1 waited least; its compute kernel is 350 µs longer than the others' median (550),
+    # 63 % of its lateness (552.5 µs, the median of 703 and 402).
+    straggler = document["straggler"]
+    assert straggler["rank"] == 1 and straggler["wait_us"] == 0.0
+    assert straggler["lateness_us"] == 552.5
+    assert straggler["excess_us"]["compute"] == 350.0
+    assert straggler["phase"] == "compute" and straggler["phase_share"] == 0.633
+
+
+def test_without_alignment_the_waits_hold_the_clock_offsets(tmp_path):
+    write_job(tmp_path)
+    document = job_of([str(tmp_path)])
+    reduce = next(c for c in document["collectives"] if c["kind"] == "all_reduce")
+    # Recorded starts 1000, 1500, 1150 µs; recorded ends 2000, 2096, 1950.
+    assert reduce["wait_us"] == {"0": 500.0, "1": 0.0, "2": 350.0}
+    assert reduce["start_skew_us"] == 500.0 and reduce["end_skew_us"] == 146.0
+    assert document["clocks_aligned"] is False
+    # The barrier's raw waits (103 and 152 µs) are within the uncertainty of comparing clocks
+    # 100 and 150 µs apart (plus rank 1's spread: 104 and 154 µs).
+    barrier = next(c for c in document["collectives"] if c["kind"] == "barrier")
+    assert barrier["wait_us"] == {"0": 103.0, "1": 0.0, "2": 152.0}
+    assert barrier["not_significant"] == [0, 2]
+
+
+def test_where_ranks_disagree_matching_stops_and_says_where(tmp_path):
+    write_job(tmp_path)
+    odd = rank_trace(2)
+    odd["traceEvents"][2]["args"]["In msg nelems"] = 2048  # rank 2's first all_reduce differs
+    odd["traceEvents"][2]["args"]["Out msg nelems"] = 2048
+    (tmp_path / "rank2.json").write_text(json.dumps(odd))
+    document = job_of([str(tmp_path)])
+    assert document["matching"]["matched"] == 0
+    assert document["matching"]["stopped"] == [
+        {
+            "group": "0",
+            "step": "ProfilerStep#1",
+            "index": 0,
+            "reason": "all_reduce of 4,194,304 bytes on rank 0 but 8,192 bytes on rank 2",
+        }
+    ]
+
+
+def test_a_damaged_rank_leaves_the_others_loaded_and_is_named(tmp_path):
+    write_job(tmp_path)
+    text = (tmp_path / "rank2.json").read_text()
+    (tmp_path / "rank2.json").write_text(text[: len(text) * 3 // 5])  # cut off
+    (tmp_path / "rank3.json").write_bytes(b"\x00garbage")  # not a trace at all
+    document = job_of([str(tmp_path)])
+    ranks = {r["rank"]: r for r in document["ranks"]}
+    assert ranks[0]["loaded"] and ranks[1]["loaded"] and ranks[0]["complete"]
+    assert ranks[2]["loaded"] and not ranks[2]["complete"]
+    assert not ranks[3]["loaded"] and "not a trace" in ranks[3]["error"]
+    assert [i["rank"] for i in document["incomplete"]] == [2, 3]
+    assert document["matching"]["matched"] >= 1  # ranks 0 and 1 still match (and 2 where read)
+    run = summary(str(tmp_path), "--width", "200")
+    assert run.returncode == 0
+    assert "incomplete" in run.stdout and "not loaded" in run.stdout
+
+
+def test_the_worker_pool_gives_the_same_document_as_one_process(tmp_path):
+    write_job(tmp_path)
+    files = discover([str(tmp_path)])
+    paths = [f.path for f in files.files]
+    alone = job_document(analyze_job(map_ranks(paths, workers=1), files))
+    pooled = job_document(analyze_job(map_ranks(paths, workers=2), files))
+    for document in (alone, pooled):
+        for rank in document["ranks"]:
+            rank.pop("digest_seconds")
+    assert alone == pooled
+
+
+def test_summary_of_several_files_and_of_a_folder_agree(tmp_path):
+    write_job(tmp_path)
+    folder = json.loads(summary(str(tmp_path), "--json").stdout)
+    named = json.loads(
+        summary(*(str(tmp_path / f"rank{r}.json") for r in (2, 0, 1)), "--json").stdout
+    )
+    for document in (folder, named):
+        for rank in document["ranks"]:
+            rank.pop("digest_seconds")
+    assert folder == named
+
+
+# -- the real 8-rank NCCL job ------------------------------------------------------------------
+
+
+@pytest.mark.corpus
+def test_dlrm_8_ranks_matched_nccl_collectives_and_a_straggler():
+    if not DLRM.is_dir():
+        pytest.skip("../shared/corpus is absent")
+    run = summary(str(DLRM), "--json")
+    assert run.returncode == 0, run.stderr
+    document = json.loads(run.stdout)
+    assert document["world_size"] == 8
+    assert [r["rank"] for r in document["ranks"]] == list(range(8))
+    assert {r["rank_rule"] for r in document["ranks"]} == {"distributedInfo"}
+    # 2023 format: no collective args; SendRecv kernels launched under nccl:all_to_all.
+    assert document["matching"]["source"] == "gpu"
+    assert document["matching"]["by_kind"] == {"all_to_all": 5, "all_reduce": 3}
+    assert document["matching"]["stopped"] == []
+    first = document["collectives"][0]
+    assert first["kind"] == "all_to_all" and first["last_rank"] == 7
+    assert first["start_skew_us"] == 7624.0 and first["latency_us"] == 10.0
+    assert first["wait_us"]["1"] == 7624.0 and first["wait_us"]["7"] == 0.0
+    assert document["straggler"]["rank"] == 7
+    assert document["straggler"]["wait_us"] == 1534.0
+    # One host's clock: the offsets are within a few µs.
+    assert all(abs(r["clock_offset_us"]) <= 2 for r in document["ranks"])
+    text = summary(str(DLRM), "--width", "160").stdout
+    assert "7 ◀ straggler" in text
+    assert "Collectives by start skew" in text and "Steps by rank" in text
+    assert "Straggler: rank 7 waited 1.534 ms" in text
+
+
+@pytest.mark.corpus
+def test_a_truncated_copy_of_one_real_rank(tmp_path):
+    if not DLRM.is_dir():
+        pytest.skip("../shared/corpus is absent")
+    import gzip
+
+    for path in DLRM.iterdir():
+        shutil.copy(path, tmp_path / path.name)
+    victim = next(tmp_path.glob("*worker5_*"))
+    data = gzip.decompress(victim.read_bytes())
+    victim.write_bytes(gzip.compress(data[: len(data) // 2]))
+    document = json.loads(summary(str(tmp_path), "--json").stdout)
+    assert [i["rank"] for i in document["incomplete"]] == [5]
+    assert len(document["ranks"]) == 8 and document["straggler"]["rank"] == 7
