@@ -54,7 +54,7 @@ async def run(path: str, width: int, height: int, repeats: int) -> dict[str, lis
         f"view data {built - loaded:.2f} s, {len(data.gaps):,} GPU gaps"
     )
     # The view built above, handed over as a finished load: the load was timed above.
-    app = KinetoscopeApp(path, loader=TraceLoad(path, data=data))
+    app = KinetoscopeApp(path, loader=TraceLoad.finished(data))
     results: dict[str, list[float]] = {
         "zoom": [],
         "pan": [],

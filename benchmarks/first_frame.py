@@ -33,7 +33,7 @@ async def first_frame(path: str, width: int, height: int, write_caches: bool = F
     started = time.time() - process_age()
     from kinetoscope.tui.loader import TraceLoad
 
-    loader = TraceLoad(path)
+    loader = TraceLoad(path, staged=True)
     from kinetoscope.tui.app import KinetoscopeApp
 
     app = KinetoscopeApp(path, loader=loader)
@@ -44,7 +44,7 @@ async def first_frame(path: str, width: int, height: int, write_caches: bool = F
             await pilot.pause(0.01)
         elapsed = app.first_frame_time - started
         if write_caches:
-            while loader._thread.is_alive():
+            while loader.running:
                 await pilot.pause(0.05)
         app.exit()
     return elapsed

@@ -48,7 +48,8 @@ def run_view(path: str) -> int:
     # Start reading before Textual is even imported: the decoding runs while the UI starts.
     from kinetoscope.tui.loader import TraceLoad
 
-    loader = TraceLoad(path)
+    # Staged: each lane's top level is drawn first, the rest follows (sooner on big traces).
+    loader = TraceLoad(path, staged=True)
     from kinetoscope.tui.app import KinetoscopeApp
 
     app = KinetoscopeApp(path, loader=loader)

@@ -26,19 +26,6 @@ def private_cache_dir(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("KINETOSCOPE_CACHE_DIR", str(tmp_path_factory.mktemp("model-cache")))
 
 
-@pytest.fixture(autouse=True)
-def whole_view_at_once(request, monkeypatch):
-    """UI tests step through the app key by key: they get the whole view at once, not the top
-    levels first (tests/test_view_staged.py tests that)."""
-    if "deferred_levels" in request.keywords:
-        return
-    try:
-        from kinetoscope.tui.loader import TraceLoad
-    except ImportError:  # the parser tests run without the TUI's packages too
-        return
-    monkeypatch.setattr(TraceLoad, "defer_levels", False)
-
-
 def pytest_generate_tests(metafunc):
     """Tests marked `also_no_color` run twice: as configured, and with NO_COLOR=1."""
     if metafunc.definition.get_closest_marker("also_no_color") is not None:

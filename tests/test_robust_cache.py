@@ -246,12 +246,12 @@ def test_the_viewer_ignores_a_broken_cache_and_rebuilds_it(trace_path, fresh, en
 
     monkeypatch.setattr(cache, "MIN_CACHED_BYTES", 0)  # the small trace is cached as a big one
     _manifest(entry).write_bytes(b"[]")
-    job = TraceLoad(str(trace_path))
-    assert job.done.wait(LIMIT_S)
+    job = TraceLoad(str(trace_path), staged=True)
+    job.wait(LIMIT_S)
     assert job.error is None, job.error
     assert job.data is not None
     assert_same_model(job.data.trace, fresh)
-    job.first_frame.set()
+    job.first_frame_drawn()
     job.join(LIMIT_S)
     rebuilt = cache.load(str(trace_path))
     assert rebuilt is not None, "the viewer wrote the entry again"

@@ -388,3 +388,122 @@ async def test_selecting_a_deep_slice_of_a_collapsed_lane_scrolls_it_into_view(w
         visible = timeline.scrollable_content_region.height - 1
         assert top <= timeline.cursor_row < top + visible
         assert timeline.selected_row == innermost
+
+
+async def test_the_loading_screen_shows_progress_then_the_trace(trace_path, monkeypatch):
+    # The load reports progress, then stops until the screen has shown it: what the screen
+    # shows came from the loader's messages, and the trace screen follows on its own.
+    shown, release = threading.Event(), threading.Event()
+    real_load = loader_module.load
+
+    def held_load(path, progress=None, **options):
+        progress(3_500_000, 7_000_000, 12_345)
+        release.wait(10)
+        return real_load(path, progress=progress, **options)
+
+    monkeypatch.setattr(loader_module, "load", held_load)
+    app = KinetoscopeApp(trace_path)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await wait_for_screen(pilot, LoadingScreen)
+        for _ in range(250):
+            stats = str(screen.query_one("#loading-stats").render())
+            if "12,345 events" in stats:
+                shown.set()
+                break
+            await pilot.pause(0.02)
+        assert shown.is_set(), stats
+        assert "3.5 / 7.0 MB" in stats
+        assert screen.query_one("#loading-bar").percentage == pytest.approx(0.5)
+        release.set()
+        await loaded(pilot)
+        assert app.data is not None and app.data.complete
+        assert app.first_frame_time is not None
+
+
+async def test_a_failure_after_the_first_frame_is_said_and_the_app_stays(trace_path, monkeypatch):
+    from kinetoscope.tui.viewdata import ViewData
+
+    def broken(self):
+        if threading.current_thread() is not threading.main_thread():
+            raise ValueError("nesting exploded")
+
+    monkeypatch.setattr(ViewData, "complete_levels", broken)
+    app = KinetoscopeApp(trace_path, staged=True)
+    async with app.run_test(size=SIZE) as pilot:
+        tl = await loaded(pilot)
+        for _ in range(250):
+            if app._notifications:
+                break
+            await pilot.pause(0.02)
+        errors = [n for n in app._notifications if n.severity == "error"]
+        assert len(errors) == 1 and "could not nest the slices" in errors[0].message
+        assert "nesting exploded" in errors[0].message
+        assert isinstance(app.screen, TraceScreen) and not app._exit
+        await pilot.press("w", "d", "down")  # the view keeps working
+        assert tl.ns_per_cell > 0
+        await pilot.press("q")
+    assert app.return_code == 0
+
+
+async def test_the_first_frame_starts_the_loaders_later_work(trace_path, monkeypatch):
+    # Were the first frame not passed on, the deeper levels would wait the whole minute.
+    monkeypatch.setattr(loader_module, "FIRST_FRAME_WAIT_S", 60.0)
+    app = KinetoscopeApp(trace_path, staged=True)
+    async with app.run_test(size=SIZE) as pilot:
+        tl = await loaded(pilot)
+        began = time.monotonic()
+        while not tl.data.complete and time.monotonic() - began < 20:
+            await pilot.pause(0.02)
+        assert tl.data.complete
+        assert app.first_frame_time is not None and app.first_frame_time <= time.time()
+        rows = len(tl.rows)
+        await pilot.pause(0.1)
+        await pilot.press("enter")  # the lane's levels are there now
+        assert len(tl.rows) == rows + 4
+
+
+async def test_the_timeline_says_its_first_frame_in_a_message(trace_path):
+    # The timeline posts a message; it does not call into whatever app it is in.
+    from kinetoscope.parser import load
+    from kinetoscope.tui.viewdata import build_view_data
+    from textual.app import App, ComposeResult
+
+    data = build_view_data(load(trace_path))
+
+    class Bare(App):
+        def __init__(self) -> None:
+            super().__init__()
+            self.drawn: list[float] = []
+
+        def compose(self) -> ComposeResult:
+            yield Timeline(data)
+
+        def on_timeline_first_frame_drawn(self, message: Timeline.FirstFrameDrawn) -> None:
+            self.drawn.append(message.when)
+
+    app = Bare()
+    before = time.time()
+    async with app.run_test(size=SIZE) as pilot:
+        for _ in range(100):
+            if app.drawn:
+                break
+            await pilot.pause(0.02)
+        await pilot.press("w", "s")  # later frames are not first frames
+        await pilot.pause(0.1)
+    assert len(app.drawn) == 1 and before <= app.drawn[0] <= time.time()
+
+
+def test_the_command_opens_the_viewer_staged(trace_path, monkeypatch):
+    from kinetoscope.tui import app as app_module
+
+    import kinetoscope.viewer as viewer
+
+    opened: list[bool] = []
+
+    def run(self) -> None:
+        opened.append(self.loader.staged)
+
+    monkeypatch.setattr(viewer, "terminal_problem", lambda: None)
+    monkeypatch.setattr(app_module.KinetoscopeApp, "run", run)
+    assert run_view(trace_path) == 0
+    assert opened == [True]

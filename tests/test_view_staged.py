@@ -134,7 +134,7 @@ async def test_keys_that_need_deeper_levels_wait_for_them(monkeypatch):
 
     monkeypatch.setattr(ViewData, "complete_levels", held)
     path = str(sorted(SAMPLES.glob("synthetic_gpu*.json.gz"))[0])
-    app = KinetoscopeApp(path)
+    app = KinetoscopeApp(path, staged=True)
     notes: list[str] = []
     monkeypatch.setattr(app, "notify", lambda message, **_: notes.append(str(message)))
     async with app.run_test(size=(120, 40)) as pilot:

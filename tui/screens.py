@@ -66,6 +66,8 @@ class LoadingScreen(Screen):
     class Progress(Message):
         """How far the load is (from the loader's coalesced progress reports)."""
 
+        bubble = False
+
         def __init__(self, progress: LoadProgress) -> None:
             super().__init__()
             self.progress = progress

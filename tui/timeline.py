@@ -284,6 +284,9 @@ class Timeline(ScrollView, can_focus=True):
         self._strips.clear()
         self.refresh()
 
+    def _post_first_frame(self, when: float) -> None:
+        self.post_message(self.FirstFrameDrawn(when))
+
     def render_line(self, y: int) -> Strip:
         width = self.content_width
         if self.data is None:
@@ -291,7 +294,9 @@ class Timeline(ScrollView, can_focus=True):
         if not self._first_frame_drawn and y >= self.size.height - 1 and not self._needs_fit:
             # The last line of the first fitted frame: say so (the loader's next work waits).
             self._first_frame_drawn = True
-            self.post_message(self.FirstFrameDrawn(time.time()))
+            # Made and posted in the timeline's own turn: a message made here, while the
+            # screen composes, would have the screen as its sender and stop there.
+            self.call_later(self._post_first_frame, time.time())
         if y == 0:
             return self._ruler_strip(width)
         index = int(self.scroll_offset.y) + y - 1
