@@ -9,111 +9,71 @@ import numpy as np
 from kinetoscope.analysis.drilldown import kernel_launchers, longest_first
 from kinetoscope.analysis.kernels import KernelTable, launchers
 from kinetoscope.analysis.ranges import kernels_in_range
+from kinetoscope.analysis.units import fmt_duration
 from kinetoscope.parser.model import NO_VALUE
 from rich.text import Text
-from textual import work
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.widgets import Static
 
-from .drilldown import (
-    Jump,
+from .columns import (
+    category_column,
     count_column,
     instance_columns,
     percent_column,
-    range_label,
+    restrict,
     time_column,
 )
-from .operators import category_column, model_row, restrict
+from .drilldown import Jump, range_label
+from .rangetable import RangeTableScreen
 from .safe_text import clean, fit_name
 from .table import Column, TableModel, TableScreen, string_ranks
-from .timefmt import fmt_duration
 
 if TYPE_CHECKING:
     from .drilldown import DrilldownActions
 
 
-class KernelsScreen(TableScreen):
+class KernelsScreen(RangeTableScreen[KernelTable]):
     """Every GPU (cat, name) group, most total time first."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("M", "toggle_range", "Range/all", tooltip="Marked range or the whole trace"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = [RangeTableScreen.RANGE_BINDING]
     TITLE_TEXT = "Kernels"
-    SHOW_DETAIL = True
-    DETAIL_CLASSES = "table-detail nowrap"
 
-    def __init__(self, host: DrilldownActions) -> None:
-        super().__init__()
-        self.host = host
-        self.data = host.data
-        self.use_range = True
-        self.shown_range: tuple[int, int] | None = None
-        self.kernel_table: KernelTable | None = None
+    @property
+    def kernel_table(self) -> KernelTable | None:
+        return self.result
 
-    def on_mount(self) -> None:
-        super().on_mount()
-        self.refresh_heading()
-        self.reload()
-
-    def on_screen_resume(self) -> None:
-        if self._wanted_range() != self.shown_range:
-            self.reload()
-
-    def _wanted_range(self) -> tuple[int, int] | None:
-        return self.host.range_bounds() if self.use_range else None
-
-    def heading(self) -> Text:
+    def table_title(self) -> Text:
         text = Text("Kernels", "bold")
         text.append(" (kernels, memcpys, memsets)")
-        if self.kernel_table is None:
-            text.append(" · computing…")
-        if self.shown_range is not None:
-            text.append(f" · range {range_label(self.data, self.shown_range)}", "bold #e5c07b")
-        elif self.host.range_bounds() is not None:
-            text.append(" · whole trace (M: marked range)")
         return text
 
-    def reload(self) -> None:
-        self.kernel_table = None
-        self.refresh_heading()
-        self._compute(self._wanted_range())
-
-    @work(thread=True, exclusive=True, group="kernels")
-    def _compute(self, bounds: tuple[int, int] | None) -> None:
-        analysis = self.host.analysis
-        trace = analysis.trace
-        table = analysis.kernels
+    def compute(self, bounds: tuple[int, int] | None) -> tuple[KernelTable, TableModel]:
+        session = self.data.session
+        trace = session.trace
+        table = session.kernels
         if bounds is not None:
-            table = kernels_in_range(trace, table, analysis.links, *bounds)
+            table = kernels_in_range(trace, table, session.links, *bounds)
         top = kernel_launchers(
             table.launcher_row,
-            analysis.links.gpu_rows,
+            session.links.gpu_rows,
             trace,
-            analysis.gpu_groups,
-            analysis.cpu_groups,
+            session.gpu_groups,
+            session.cpu_groups,
         )
-        model = kernel_model(trace, table, top, analysis.cpu_groups.name)
+        model = kernel_model(trace, table, top, session.cpu_groups.name)
         if bounds is not None:
             model = restrict(model, table.count > 0)
-        self.app.call_from_thread(self._show, table, bounds, model)
+        return table, model
 
-    def _show(self, table: KernelTable, bounds, model: TableModel) -> None:
-        self.kernel_table = table
-        self.shown_range = bounds
-        self.table.set_model(model, keep_state=True)
-        self.refresh_heading()
-
-    def describe(self, row: int) -> Text | None:
+    def describe_row(self, group: int) -> Text | None:
         table = self.kernel_table
-        if table is None:
-            return None
-        group = model_row(self.table.model, row)
-        analysis = self.host.analysis
-        trace = analysis.trace
+        assert table is not None
+        session = self.data.session
+        trace = session.trace
         text = Text()
         text.append(clean(trace.strings[int(table.groups.name[group])]) or "(no name)", "bold")
         text.append(f" · {clean(trace.strings[int(table.groups.cat[group])])}\n")
-        found = launchers(trace, analysis.kernels, analysis.links, analysis.cpu_groups, group)
+        found = launchers(trace, session.kernels, session.links, session.cpu_groups, group)
         text.append("launched by: ", "bold #8b919a")
         if not found:
             text.append("-")
@@ -124,15 +84,7 @@ class KernelsScreen(TableScreen):
         text.append(" · Enter: instances", "dim")
         return text
 
-    def action_toggle_range(self) -> None:
-        if self.host.range_bounds() is None:
-            self.notify("No range marked: m on the timeline marks one", timeout=3)
-            return
-        self.use_range = not self.use_range
-        self.reload()
-
-    def choose(self, row: int) -> None:
-        group = model_row(self.table.model, row)
+    def choose_row(self, group: int) -> None:
         self.app.push_screen(KernelDetailScreen(self.host, group, bounds=self.shown_range))
 
 
@@ -196,12 +148,12 @@ class KernelDetailScreen(TableScreen):
         self.host = host
         self.data = host.data
         self.group = group
-        analysis = host.analysis
-        trace = analysis.trace
+        session = host.data.session
+        trace = session.trace
         self.trace = trace
-        gpu_rows = analysis.links.gpu_rows
+        gpu_rows = session.links.gpu_rows
         if rows is None:
-            rows = gpu_rows[analysis.gpu_groups.index[gpu_rows] == group]
+            rows = gpu_rows[session.gpu_groups.index[gpu_rows] == group]
             if bounds is not None:
                 end = trace.start[rows] + trace.dur[rows]
                 inside = (trace.start[rows] < bounds[1]) & (end > bounds[0])
@@ -210,7 +162,7 @@ class KernelDetailScreen(TableScreen):
                 rows = rows[inside]
         self.rows = longest_first(trace, rows)
         self.bounds = bounds
-        self.kernel_name = trace.strings[int(analysis.gpu_groups.name[group])]
+        self.kernel_name = trace.strings[int(session.gpu_groups.name[group])]
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -227,7 +179,7 @@ class KernelDetailScreen(TableScreen):
         return text
 
     def summary(self) -> Text:
-        analysis = self.host.analysis
+        session = self.data.session
         trace = self.trace
         dur = trace.dur[self.rows]
         text = Text(no_wrap=True, overflow="ellipsis")
@@ -241,7 +193,7 @@ class KernelDetailScreen(TableScreen):
         else:
             text.append("none\n")
         text.append("launched by ", "bold")
-        found = launchers(trace, analysis.kernels, analysis.links, analysis.cpu_groups, self.group)
+        found = launchers(trace, session.kernels, session.links, session.cpu_groups, self.group)
         if not found:
             text.append("-")
         for _cat, name, count, total in found[:4]:
@@ -251,7 +203,7 @@ class KernelDetailScreen(TableScreen):
         return text
 
     def make_model(self) -> TableModel:
-        analysis = self.host.analysis
+        session = self.data.session
         trace = self.trace
         data = self.data
         rows = self.rows
@@ -259,9 +211,9 @@ class KernelDetailScreen(TableScreen):
         device = trace.device[rows]
         stream = trace.stream[rows]
         # The launching operator: parent of the linked runtime call (vectorised lookup).
-        slot = np.searchsorted(analysis.links.gpu_rows, rows)
-        runtime = analysis.links.gpu_runtime[slot]
-        launch = np.where(runtime >= 0, analysis.nesting.parent[np.maximum(runtime, 0)], -1)
+        slot = np.searchsorted(session.links.gpu_rows, rows)
+        runtime = session.links.gpu_runtime[slot]
+        launch = np.where(runtime >= 0, session.nesting.parent[np.maximum(runtime, 0)], -1)
         launch_name = np.where(launch >= 0, trace.name[np.maximum(launch, 0)], 0).astype(np.int64)
         return TableModel(
             columns=[

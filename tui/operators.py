@@ -3,8 +3,7 @@ drill-down of one group: instances, child split, launched kernels and input shap
 
 from __future__ import annotations
 
-import dataclasses
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import numpy as np
 from kinetoscope.analysis.drilldown import (
@@ -17,8 +16,8 @@ from kinetoscope.analysis.drilldown import (
 )
 from kinetoscope.analysis.operators import OperatorTable, compute_operators
 from kinetoscope.analysis.ranges import operators_in_range
+from kinetoscope.analysis.units import fmt_duration, plural
 from rich.text import Text
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
@@ -26,19 +25,23 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from .drilldown import (
-    Jump,
+from .columns import (
+    category_column,
     count_column,
     instance_columns,
     percent_column,
-    range_label,
+    restrict,
     share_bar,
     time_column,
 )
+from .columns import (
+    model_row as model_row,  # re-exported: the row of the whole table
+)
+from .drilldown import Jump
 from .memory_view import operator_memory_columns
+from .rangetable import RangeTableScreen
 from .safe_text import clean, fit_name, shorten
 from .table import Column, DataView, TableModel, TableScreen, string_ranks
-from .timefmt import fmt_duration, plural
 
 if TYPE_CHECKING:
     from .drilldown import DrilldownActions
@@ -48,12 +51,20 @@ CHILD_COLOURS = ("#98c379", "#e5c07b", "#c678dd", "#56b6c2", "#d19a66", "#e06c75
 OTHER_COLOUR = "#5c6370"
 
 
-class OperatorsScreen(TableScreen):
+class ShownOperators(NamedTuple):
+    """What the operators table shows: its groups' times, and per group its input shape
+    (a string id, -1: none recorded) when grouped by shape."""
+
+    table: OperatorTable
+    shapes: np.ndarray | None
+
+
+class OperatorsScreen(RangeTableScreen[ShownOperators]):
     """Every CPU (cat, name) group; Enter drills into one."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("S", "toggle_shapes", "By shape", tooltip="Group by name + input shape, or not"),
-        Binding("M", "toggle_range", "Range/all", tooltip="Marked range or the whole trace"),
+        RangeTableScreen.RANGE_BINDING,
         Binding(
             "C",
             "pick_category",
@@ -63,88 +74,65 @@ class OperatorsScreen(TableScreen):
         Binding("P", "toggle_python", "Python", tooltip="Hide/show python_function frames"),
     ]
     TITLE_TEXT = "Operators"
-    SHOW_DETAIL = True
-    DETAIL_CLASSES = "table-detail nowrap"
 
     def __init__(self, host: DrilldownActions) -> None:
-        super().__init__()
-        self.host = host
-        self.data = host.data
+        super().__init__(host)
         self.by_shape = False
-        self.use_range = True
-        self.shown_range: tuple[int, int] | None = None
-        self.table_data: OperatorTable | None = None
-        self.shape_ids: np.ndarray | None = None
         self._shaped = None  # ShapeGroups, computed on first use
         self.category: int | None = None  # string id of the category shown, None for all
         self.hiding_python = False  # python_function rows left out (the timeline's P)
 
-    def on_mount(self) -> None:
-        super().on_mount()
-        self.refresh_heading()
-        self.reload()
+    @property
+    def table_data(self) -> OperatorTable | None:
+        return None if self.result is None else self.result.table
 
-    def on_screen_resume(self) -> None:
-        # A range marked since the table was built: show it.
-        if self._wanted_range() != self.shown_range:
-            self.reload()
-        elif self.data.hide_python != self.hiding_python:  # P pressed on the timeline
+    @property
+    def shape_ids(self) -> np.ndarray | None:
+        return None if self.result is None else self.result.shapes
+
+    def resumed(self) -> None:
+        if self.data.hide_python != self.hiding_python:  # P pressed on the timeline
             self.set_category(self.category)
 
-    def _wanted_range(self) -> tuple[int, int] | None:
-        return self.host.range_bounds() if self.use_range else None
-
-    def heading(self) -> Text:
+    def table_title(self) -> Text:
         text = Text("Operators", "bold")
         text.append(" by name + input shape" if self.by_shape else " (CPU cat, name)")
-        if self.table_data is None:
-            text.append(" · computing…")
+        return text
+
+    def table_state(self) -> Text:
+        text = Text()
         if self.category is not None:
             text.append(f" · category {clean(self.data.trace.strings[self.category])}", "bold")
         if self.data.hide_python:
             text.append(" · Python frames hidden (P)", "bold")
-        if self.shown_range is not None:
-            text.append(f" · range {range_label(self.data, self.shown_range)}", "bold #e5c07b")
-        elif self.host.range_bounds() is not None:
-            text.append(" · whole trace (M: marked range)")
         return text
 
-    def reload(self) -> None:
-        self.table_data = None
-        self.refresh_heading()
-        self._compute(self.by_shape, self._wanted_range())
-
-    @work(thread=True, exclusive=True, group="operators")
-    def _compute(self, by_shape: bool, bounds: tuple[int, int] | None) -> None:
-        analysis = self.host.analysis
-        trace = analysis.trace
-        if by_shape:
+    def compute(self, bounds: tuple[int, int] | None) -> tuple[ShownOperators, TableModel]:
+        session = self.data.session
+        trace = session.trace
+        if self.by_shape:
             if self._shaped is None:
-                self._shaped = group_by_shape(trace, analysis.classes.cpu, analysis.cpu_groups)
+                self._shaped = group_by_shape(trace, session.classes.cpu, session.cpu_groups)
             nesting, groups = self._shaped.nesting, self._shaped.groups
             shapes = self._shaped.shape
         else:
-            nesting, groups, shapes = analysis.nesting, analysis.cpu_groups, None
+            nesting, groups, shapes = session.nesting, session.cpu_groups, None
         if bounds is not None:
-            table = operators_in_range(trace, nesting, groups, analysis.links, *bounds)
-        elif by_shape:
-            table = compute_operators(trace, nesting, groups, analysis.links)
+            table = operators_in_range(trace, nesting, groups, session.links, *bounds)
+        elif self.by_shape:
+            table = compute_operators(trace, nesting, groups, session.links)
         else:
-            table = analysis.operators
+            table = session.operators
         # Memory columns (whole trace, by name) when the trace recorded allocations.
         memory = (
-            operator_memory_columns(analysis, groups) if shapes is None and bounds is None else []
+            operator_memory_columns(session, groups) if shapes is None and bounds is None else []
         )
         model = operator_model(trace, table, shapes, bounds is not None, memory)
-        self.app.call_from_thread(self._show, table, shapes, bounds, model)
+        return ShownOperators(table, shapes), model
 
-    def _show(self, table, shapes, bounds, model: TableModel) -> None:
-        self.table_data = table
-        self.shape_ids = shapes
-        self.shown_range = bounds
+    def scope(self, result: ShownOperators, model: TableModel) -> np.ndarray | None:
         # The category's mask is made for this model (another grouping or range has other rows).
-        self.table.set_model(model, keep_state=True, scope=self._category_scope(table, model))
-        self.refresh_heading()
+        return self._category_scope(result.table, model)
 
     def categories(self) -> list[int]:
         """Category string ids of the table, cpu_op first, then by self time."""
@@ -193,7 +181,7 @@ class OperatorsScreen(TableScreen):
         self.hiding_python = hide_python
         if self.category is None and not hide_python:
             return None
-        rows = getattr(model, "source_rows", None)
+        rows = model.source_rows
         groups = np.arange(model.n) if rows is None else rows
         cats = table.groups.cat[groups].astype(np.int64)
         keep = np.ones(len(groups), dtype=bool) if self.category is None else cats == self.category
@@ -208,11 +196,9 @@ class OperatorsScreen(TableScreen):
             toggle()
         self.set_category(self.category)
 
-    def describe(self, row: int) -> Text | None:
+    def describe_row(self, group: int) -> Text | None:
         table = self.table_data
-        if table is None:
-            return None
-        group = model_row(self.table.model, row)
+        assert table is not None
         trace = self.data.trace
         text = Text()
         text.append(clean(trace.strings[int(table.groups.name[group])]) or "(no name)", "bold")
@@ -233,17 +219,8 @@ class OperatorsScreen(TableScreen):
         self.by_shape = not self.by_shape
         self.reload()
 
-    def action_toggle_range(self) -> None:
-        if self.host.range_bounds() is None:
-            self.notify("No range marked: m on the timeline marks one", timeout=3)
-            return
-        self.use_range = not self.use_range
-        self.reload()
-
-    def choose(self, group: int) -> None:
-        if self.table_data is None:
-            return
-        group = model_row(self.table.model, group)
+    def choose_row(self, group: int) -> None:
+        assert self.table_data is not None
         shape = int(self.shape_ids[group]) if self.shape_ids is not None else None
         self.app.push_screen(OperatorDetailScreen(self.host, self.table_data, group, shape))
 
@@ -355,48 +332,6 @@ def operator_model(
     return model
 
 
-def category_column(strings, cats: np.ndarray, widest: int = 12) -> Column:
-    """The category of a group, as wide as the longest one needs (at most `widest`)."""
-    cats = np.asarray(cats).astype(np.int64)
-    longest = max((len(strings[int(c)]) for c in np.unique(cats)), default=3)
-    return Column(
-        "cat",
-        lambda g: strings[cats[g]],
-        key=string_ranks(strings, cats),
-        width=max(4, min(widest, longest + 1)),
-        numeric=False,
-    )
-
-
-def restrict(model: TableModel, keep: np.ndarray) -> TableModel:
-    """The same table over only the rows where `keep` holds (row ids stay the model's)."""
-    rows = np.flatnonzero(keep)
-    columns = [
-        dataclasses.replace(
-            c,
-            cell=(lambda cell: lambda i: cell(int(rows[i])))(c.cell),
-            key=None if c.key is None else np.asarray(c.key)[rows],
-        )
-        for c in model.columns
-    ]
-    restricted = TableModel(
-        columns=columns,
-        n=len(rows),
-        names=None if model.names is None else model.names[rows],
-        name_text=model.name_text,
-        default_sort=model.default_sort,
-        keys=None if model.keys is None else np.asarray(model.keys)[rows],
-    )
-    restricted.source_rows = rows  # type: ignore[attr-defined]
-    return restricted
-
-
-def model_row(model: TableModel, row: int) -> int:
-    """The original row id of a row of a (possibly restricted) model."""
-    rows = getattr(model, "source_rows", None)
-    return int(rows[row]) if rows is not None else row
-
-
 class OperatorDetailScreen(TableScreen):
     """One operator group: a summary of where its time goes, and a table that shows its
     instances, its children by name, the kernels it launched or its input shapes."""
@@ -423,13 +358,13 @@ class OperatorDetailScreen(TableScreen):
         self.group = group
         self.shape = shape
         self.current = "instances"
-        analysis = host.analysis
-        trace = analysis.trace
+        session = host.data.session
+        trace = session.trace
         self.trace = trace
         self.op_name = trace.strings[int(table.groups.name[group])]
         self.cat = trace.strings[int(table.groups.cat[group])]
         # The drill-down is of the (cat, name) group; a shape group narrows its instances.
-        by_name = analysis.cpu_groups
+        by_name = session.cpu_groups
         name_group = int(
             np.flatnonzero(
                 (by_name.name == table.groups.name[group])
@@ -441,9 +376,9 @@ class OperatorDetailScreen(TableScreen):
         if shape is not None:
             rows = rows[trace.shape[rows] == shape]
         self.rows = rows
-        self.split = child_split(trace, analysis.nesting, by_name, name_group)
+        self.split = child_split(trace, session.nesting, by_name, name_group)
         self.kernels = kernels_launched(
-            trace, analysis.nesting, analysis.links, by_name, analysis.gpu_groups, name_group
+            trace, session.nesting, session.links, by_name, session.gpu_groups, name_group
         )
         self.shapes = shape_split(trace, rows)
         self.models: dict[str, TableModel] = {}
@@ -468,7 +403,7 @@ class OperatorDetailScreen(TableScreen):
     def summary(self) -> Text:
         """Self/children split, launched kernels and shapes, a few lines each."""
         trace = self.trace
-        analysis = self.host.analysis
+        session = self.data.session
         split = self.split
         text = Text(no_wrap=True, overflow="ellipsis")
         inclusive = max(split.inclusive, 1)
@@ -484,7 +419,7 @@ class OperatorDetailScreen(TableScreen):
         text.append("  ■ ", SELF_COLOUR)
         text.append(f"self {fmt_duration(split.self_time)} ({split.self_time / inclusive:.0%})")
         for i, (child, t) in enumerate(top):
-            name = trace.strings[int(analysis.cpu_groups.name[child])]
+            name = trace.strings[int(session.cpu_groups.name[child])]
             text.append("  ■ ", CHILD_COLOURS[i % len(CHILD_COLOURS)])
             text.append(f"{fit_name(name, 28)} {fmt_duration(t)} ({t / inclusive:.0%})")
         if rest:
@@ -500,7 +435,7 @@ class OperatorDetailScreen(TableScreen):
                 f"{int(kernels.count.sum()):,} launched, {fmt_duration(kernels.total_time)}"
             )
             for g, t in zip(kernels.kernel_group[:3].tolist(), kernels.total[:3].tolist()):
-                name = trace.strings[int(analysis.gpu_groups.name[g])]
+                name = trace.strings[int(session.gpu_groups.name[g])]
                 text.append(f" · {fit_name(name, 34)} {fmt_duration(t)}")
         text.append("\n")
         text.append("shapes ", "bold")
@@ -526,13 +461,13 @@ class OperatorDetailScreen(TableScreen):
 
     def make_model(self, view: str) -> TableModel:
         trace = self.trace
-        analysis = self.host.analysis
+        session = self.data.session
         strings = trace.strings
         data = self.data
         if view == "instances":
             rows = self.rows
-            own = analysis.nesting.self_time[analysis.nesting.position[rows]]
-            gpu = subtree_gpu(trace, analysis.nesting, analysis.links, rows)
+            own = session.nesting.self_time[session.nesting.position[rows]]
+            gpu = subtree_gpu(trace, session.nesting, session.links, rows)
             shapes = trace.shape[rows].astype(np.int64)
             lanes = [data.lanes[i].short_label if i >= 0 else "?" for i in data.row_lane[rows]]
             return TableModel(
@@ -556,7 +491,7 @@ class OperatorDetailScreen(TableScreen):
             )
         if view == "children":
             split = self.split
-            names = analysis.cpu_groups.name[split.child_group].astype(np.int64)
+            names = session.cpu_groups.name[split.child_group].astype(np.int64)
             inclusive = max(split.inclusive, 1)
             # Row 0 is the operator's own self time; the children follow.
             labels = ["(self)"] + [strings[n] for n in names]
@@ -576,7 +511,7 @@ class OperatorDetailScreen(TableScreen):
             )
         if view == "kernels":
             kernels = self.kernels
-            names = analysis.gpu_groups.name[kernels.kernel_group].astype(np.int64)
+            names = session.gpu_groups.name[kernels.kernel_group].astype(np.int64)
             mean = kernels.total / np.maximum(kernels.count, 1)
             return TableModel(
                 columns=[
@@ -613,24 +548,24 @@ class OperatorDetailScreen(TableScreen):
         )
 
     def choose(self, row: int) -> None:
-        analysis = self.host.analysis
+        session = self.data.session
         if self.current == "instances":
             self.host.show_on_timeline(Jump(row=int(self.rows[row])))
         elif self.current == "children":
             if row == 0:
                 return
             child = int(self.split.child_group[row - 1])
-            table = analysis.operators
+            table = session.operators
             self.app.push_screen(OperatorDetailScreen(self.host, table, child, None))
         elif self.current == "kernels":
             from .kernels import KernelDetailScreen
 
             group = int(self.kernels.kernel_group[row])
             launched = self.kernels.rows
-            mine = launched[analysis.gpu_groups.index[launched] == group]
+            mine = launched[session.gpu_groups.index[launched] == group]
             self.app.push_screen(KernelDetailScreen(self.host, group, rows=mine))
         else:
             # The instances with exactly this shape (-1: those without one).
             shape = int(self.shapes.shape[row])
-            table = analysis.operators
+            table = session.operators
             self.app.push_screen(OperatorDetailScreen(self.host, table, self.name_group, shape))

@@ -1,0 +1,166 @@
+"""The command palette's provider (`ScreenActions`: every described key of the screen in front)
+and the key help (`?`): the keys of every screen of the viewer, the one in front first.
+
+A new screen is listed in the help by adding its section to `viewer_help_sections`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from textual.binding import Binding, BindingType
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+
+def drilldown_help_sections() -> list[tuple[str, list[BindingType]]]:
+    """(screen title, bindings) of every drill-down screen, for the help screen."""
+    from .findings import FindingsScreen
+    from .kernels import KernelDetailScreen, KernelsScreen
+    from .operators import OperatorDetailScreen, OperatorsScreen
+    from .overview import OverviewScreen
+    from .search import SearchScreen
+    from .table import DataView, TableScreen
+
+    table = list(DataView.BINDINGS) + list(TableScreen.BINDINGS)
+    return [
+        ("Any table", table),
+        ("Operators (o)", list(OperatorsScreen.BINDINGS)),
+        ("Operator details", list(OperatorDetailScreen.BINDINGS)),
+        ("Kernels (k)", list(KernelsScreen.BINDINGS)),
+        ("Kernel details", list(KernelDetailScreen.BINDINGS)),
+        ("Findings (t)", list(FindingsScreen.BINDINGS)),
+        ("Overview (v)", list(OverviewScreen.BINDINGS)),
+        ("Search (/)", list(SearchScreen.BINDINGS)),
+    ]
+
+
+def binding_rows(app: Any, bindings: Iterable[BindingType]) -> list[tuple[str, str]]:
+    """(keys, description) per action, keys merged, in the order given."""
+    groups: dict[str, tuple[list[str], str]] = {}
+    for binding in bindings:
+        if not isinstance(binding, Binding):
+            continue
+        for key in binding.key.split(","):
+            shown = app.get_key_display(Binding(key.strip(), binding.action))
+            keys, _ = groups.setdefault(
+                binding.action, ([], binding.tooltip or binding.description)
+            )
+            if shown not in keys:
+                keys.append(shown)
+    return [(" ".join(keys), text) for keys, text in groups.values()]
+
+
+def viewer_help_sections() -> list[tuple[str, type, list[BindingType]]]:
+    """(title, screen class, bindings) of every screen of the viewer: the timeline, the
+    drill-down tables, the memory view and the sync view."""
+    from .findings import FindingsScreen
+    from .kernels import KernelDetailScreen, KernelsScreen
+    from .memory_view import MemoryChart, MemoryScreen
+    from .operators import OperatorDetailScreen, OperatorsScreen
+    from .overview import OverviewScreen
+    from .screens import TraceScreen
+    from .search import SearchScreen
+    from .sync_view import SyncScreen
+    from .table import TableScreen
+    from .timeline import Timeline
+
+    rows_keys: list[BindingType] = [
+        Binding("up,down,pageup,pagedown", "table_move", "Move in the table below"),
+        Binding("tab", "focus_next", "Between the curve and the table"),
+    ]
+    memory = [
+        *MemoryChart.BINDINGS,
+        *MemoryScreen.BINDINGS,
+        *rows_keys,
+        Binding("enter", "table_choose", "(in the table) Go to that operator on the timeline"),
+    ]
+    sync = [
+        *SyncScreen.BINDINGS,
+        Binding("up,down,pageup,pagedown,home,end", "table_move", "Move in the table"),
+        Binding(
+            "enter", "table_choose", "Show the call on the timeline, and the GPU idle after it"
+        ),
+    ]
+    by_title = {title: bindings for title, bindings in drilldown_help_sections()}
+    classes = {
+        "Operators (o)": OperatorsScreen,
+        "Operator details": OperatorDetailScreen,
+        "Kernels (k)": KernelsScreen,
+        "Kernel details": KernelDetailScreen,
+        "Findings (t)": FindingsScreen,
+        "Overview (v)": OverviewScreen,
+        "Search (/)": SearchScreen,
+        "Any table": TableScreen,
+    }
+    return [
+        ("Timeline", TraceScreen, [*Timeline.BINDINGS, *TraceScreen.BINDINGS]),
+        *((title, classes[title], bindings) for title, bindings in by_title.items()),
+        ("Memory (p)", MemoryScreen, memory),
+        ("Sync (b)", SyncScreen, sync),
+    ]
+
+
+def key_help_for(app: Any, front: Any) -> list[tuple[str, str]]:
+    """Help rows, a heading row per screen: the keys of the screen `?` was pressed on first
+    (marked "this screen"), then the app's own, then every other screen's."""
+    sections = viewer_help_sections()
+    # The most specific section for the screen in front (a table screen also has "Any table").
+    mine = [i for i, (_, kind, _) in enumerate(sections) if type(front) is kind]
+    if not mine:
+        mine = [i for i, (_, kind, _) in enumerate(sections) if isinstance(front, kind)]
+    order = [*mine[:1], *(i for i in range(len(sections)) if i not in mine[:1])]
+    rows: list[tuple[str, str]] = []
+    taken: set[str] = set()
+    if mine:
+        title, _, bindings = sections[mine[0]]
+        rows.append((f"── {title} · this screen", ""))
+        rows.extend(binding_rows(app, bindings))
+        # The app's keys below leave out those this screen gives another meaning (q: back).
+        taken = {k.strip() for b in bindings if isinstance(b, Binding) for k in b.key.split(",")}
+    rows.append(("── Everywhere", ""))
+    own = [b for b in app.BINDINGS if isinstance(b, Binding) and b.key not in taken]
+    rows.extend(binding_rows(app, own))
+    for index in order[1:] if mine else order:
+        title, _, bindings = sections[index]
+        rows.append((f"── {title}", ""))
+        rows.extend(binding_rows(app, bindings))
+    return rows
+
+
+class ScreenActions(Provider):
+    """Command palette: every described binding of the screen in front, by its description."""
+
+    def _commands(self) -> list[tuple[str, str, Any]]:
+        """(label, action, node) for the bindings of the focused widget, its screen and the app."""
+        screen = self.screen
+        focused = screen.focused
+        chain = list(focused.ancestors_with_self) if focused is not None else [screen, self.app]
+        out = []
+        seen = set()
+        for node in chain:
+            for binding in getattr(node, "BINDINGS", []):
+                if not isinstance(binding, Binding) or binding.action in seen:
+                    continue
+                seen.add(binding.action)
+                label = binding.tooltip or binding.description
+                if label:
+                    out.append((label, binding.action, node))
+        return out
+
+    async def discover(self) -> Hits:
+        for label, action, node in self._commands():
+            yield DiscoveryHit(label, self._runner(action, node))
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for label, action, node in self._commands():
+            score = matcher.match(label)
+            if score > 0:
+                yield Hit(score, matcher.highlight(label), self._runner(action, node))
+
+    def _runner(self, action: str, node: Any) -> Callable[[], Any]:
+        async def run() -> None:
+            await self.app.run_action(action, node)
+
+        return run
