@@ -361,3 +361,27 @@ def test_a_truncated_copy_of_one_real_rank(tmp_path):
     document = json.loads(summary(str(tmp_path), "--json").stdout)
     assert [i["rank"] for i in document["incomplete"]] == [5]
     assert len(document["ranks"]) == 8 and document["straggler"]["rank"] == 7
+
+
+@pytest.mark.slow
+def test_many_events_read_back_in_one_pass_of_a_gzip_file(tmp_path):
+    import gzip
+
+    from kinetoscope.parser import load, read_event
+    from kinetoscope.parser.access import read_events
+
+    document = rank_trace(0)
+    filler = [
+        {"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 10, "tid": 11, "ts": i, "dur": 1,
+         "args": {"External id": i, "pad": "x" * 100}}
+        for i in range(60_000)
+    ]  # fmt: skip
+    document["traceEvents"] = filler[:30_000] + document["traceEvents"] + filler[30_000:]
+    path = tmp_path / "rank0.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(document).encode(), compresslevel=1))
+    trace = load(str(path), use_cache=False, workers=1)
+    assert trace.chunks is not None and len(trace.chunks.offset) > 1  # several runs
+    rows = [0, 1, 29_999, *range(30_000, 30_005), 45_000, len(trace) - 1]
+    together = read_events(trace, rows)
+    assert together == {row: read_event(trace, row) for row in rows}
+    assert together[30_004]["args"]["Collective name"] == "barrier"
