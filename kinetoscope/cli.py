@@ -142,6 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="digest the ranks in N processes (default: min(ranks, CPUs))",
     )
+    job.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="digest the ranks on a Dask cluster instead: tcp://HOST:8786, a scheduler file, "
+        "or local[:N] for a LocalCluster of N processes; the merge stays here (needs the "
+        "distributed extra)",
+    )
 
     from kinetoscope.capture.cli import add_capture_commands
 
@@ -232,6 +239,25 @@ def _silence_stdout() -> None:
         pass
 
 
+def _job_summary_on_cluster(args: argparse.Namespace, output: str) -> int:
+    """`summary DIR --scheduler ADDRESS`: the ranks digested on a Dask cluster (cluster.py)."""
+    from kinetoscope.cluster import SchedulerError, dask_executor
+    from kinetoscope.report_job import run_job_summary
+
+    try:
+        with dask_executor(args.scheduler) as executor:
+            return run_job_summary(
+                args.trace,
+                output=output,
+                width=args.width,
+                align_clocks=args.align_clocks,
+                cycle=args.cycle,
+                executor=executor,
+            )
+    except SchedulerError as exc:
+        return _error(str(exc))
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "summary":
         from kinetoscope.report import run_summary
@@ -240,6 +266,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         if len(args.trace) > 1 or os.path.isdir(args.trace[0]):
             from kinetoscope.report_job import run_job_summary
 
+            if args.scheduler is not None:
+                return _job_summary_on_cluster(args, output)
             return run_job_summary(
                 args.trace,
                 output=output,
