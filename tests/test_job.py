@@ -385,3 +385,77 @@ def test_many_events_read_back_in_one_pass_of_a_gzip_file(tmp_path):
     together = read_events(trace, rows)
     assert together == {row: read_event(trace, row) for row in rows}
     assert together[30_004]["args"]["Collective name"] == "barrier"
+
+
+def gloo_rank(rank: int, late: int | None, world: int = 3) -> dict:
+    """A CPU-only gloo rank: two steps, each 1 ms of compute, an all-reduce of 1,000 floats and
+    an all-gather of 256 floats per rank, run by gloo on threads 2 and 3; the rank `late`
+    spends 2.9 ms outside any profiled op (a sleep) before its all-reduce."""
+    events: list[dict[str, Any]] = []
+    for step in range(2):
+        t0 = step * 10_000
+        mine = 2_900 if rank == late else 0
+        events += [
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step + 1}", "pid": 1,
+             "tid": 1, "ts": t0, "dur": 10_000},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t0 + 100,
+             "dur": 1_000},
+            {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1,
+             "ts": t0 + 1_200 + mine, "dur": 20},
+            {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2,
+             "ts": t0 + 1_210 + mine, "dur": 3_090 - mine,
+             "args": {"Input Dims": [[1000]], "Input type": ["float"]}},
+            {"ph": "X", "cat": "cpu_op", "name": "c10d::_allgather_base_", "pid": 1, "tid": 1,
+             "ts": t0 + 4_990, "dur": 10},
+            {"ph": "X", "cat": "user_annotation", "name": "gloo:all_gather", "pid": 1, "tid": 3,
+             "ts": t0 + 5_000, "dur": 100,
+             "args": {"Input Dims": [[256]], "Input type": ["float"]}},
+        ]  # fmt: skip
+    return {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": world},
+        "traceEvents": events,
+    }
+
+
+def test_a_cpu_only_gloo_job_by_hand(tmp_path):
+    for rank in range(3):
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps(gloo_rank(rank, late=2)))
+    document = job_of([str(tmp_path)])
+    assert document["matching"]["source"] == "cpu"
+    assert document["matching"]["by_kind"] == {"all_reduce": 2, "all_gather": 2}
+    reduce = next(c for c in document["collectives"] if c["kind"] == "all_reduce")
+    assert reduce["group"] == "gloo" and reduce["group_size"] == 3
+    assert reduce["bytes"] == 4000 and reduce["latency_us"] == 190.0
+    assert reduce["wait_us"] == {"0": 2900.0, "1": 2900.0, "2": 0.0}
+    assert reduce["algbw_GBps"] == 0.021 and reduce["busbw_GBps"] == 0.028  # × 2(n−1)/n
+    gather = next(c for c in document["collectives"] if c["kind"] == "all_gather")
+    assert gather["bytes"] == 256 * 3 * 4  # its output: input × group size
+    assert gather["algbw_GBps"] == 0.031 and gather["busbw_GBps"] == 0.02  # × (n−1)/n
+    ranks = {r["rank"]: r for r in document["ranks"]}
+    assert ranks[0]["steps"][0]["compute_us"] is None  # no GPU
+    assert [ranks[r]["wait_us"] for r in range(3)] == [5800.0, 5800.0, 0.0]
+    # The others wait for the collective outside any profiled op too: that time is the
+    # collective's (3,210 µs of the step), so rank 2's own unprofiled time exceeds theirs by
+    # its 2.9 ms sleep in each step.
+    straggler = document["straggler"]
+    assert straggler["rank"] == 2 and straggler["lateness_us"] == 5800.0
+    assert straggler["excess_us"]["host_other"] == 5800.0
+    assert straggler["excess_us"]["compute"] == 0.0
+    assert straggler["phase"] == "host_other" and straggler["phase_share"] == 1.0
+    text = summary(str(tmp_path), "--width", "200").stdout
+    assert "host time outside profiled ops explains it" in text
+
+
+def test_a_jobs_summary_imports_no_textual(tmp_path):
+    write_job(tmp_path)
+    code = (
+        "import contextlib, io, sys\n"
+        "from kinetoscope.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    main(['summary', {str(tmp_path)!r}])\n"
+        f"    main(['summary', {str(tmp_path)!r}, '--json'])\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'textual'))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.stdout.strip() == "[]", run.stderr
