@@ -4,16 +4,28 @@ colours, and no colour is written anywhere but in the theme module."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from kinetoscope.tui.app import KinetoscopeApp
+from kinetoscope.tui.table import DataView
+from kinetoscope.tui.theme import (
+    DEFAULT,
+    DESIGNED,
+    PART_NAMES,
+    SLOT_NAMES,
+    palette_from_variables,
+    palette_of,
+    variables_for,
+)
 from kinetoscope.tui.timeline import Timeline
 from rich.color import Color
 from rich.segment import Segment
 from test_tui_app import loaded
 from test_tui_sample import sample_trace
 from textual.color import Color as TextualColor
+from textual.theme import BUILTIN_THEMES
 
 SIZE = (120, 40)
 TUI = Path(__file__).resolve().parent.parent / "tui"
@@ -107,3 +119,75 @@ def test_no_colour_is_written_outside_the_theme_module():
         if hex_colour.search(line)
     ]
     assert not found, "\n".join(found)
+
+
+TEXT_COLOURS = (
+    "label", "muted", "cpu", "gpu", "cursor", "heading", "error", "warning", "info",
+    "allocated", "cell", "match", "part-self", *PART_NAMES,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_THEMES))
+def test_every_builtin_theme_keeps_text_readable(name):
+    """Text colours on the theme's background, names on slices, dark text on highlights."""
+    theme = BUILTIN_THEMES[name]
+    base = theme.to_color_system().generate()
+    palette = palette_from_variables({**variables_for(theme), "background": base["background"]})
+    background = TextualColor.parse(base["background"])
+    if background.ansi == -1:  # the terminal's own background: assume the usual one
+        background = TextualColor.parse("#121212" if theme.dark else "#efefef")
+    bg = background.rgb
+
+    def c(value: str) -> tuple[int, int, int]:
+        return TextualColor.parse(value).rgb
+
+    for colour in TEXT_COLOURS:
+        assert contrast(c(palette[colour]), bg) >= 2.3, colour
+    for i, slot in enumerate(palette.slots):
+        assert contrast(c(palette["slot-text"]), c(slot)) >= 2.3, SLOT_NAMES[i]
+    for under in ("cursor", "heading", "marked", "table-cursor", "match", "error"):
+        assert contrast(c(palette["ink"]), c(palette[under])) >= 2.5, under
+    assert contrast(c(palette["selected-text"]), c(palette["selected"])) >= 4.5
+
+
+def test_the_default_theme_keeps_the_designed_colours():
+    palette = palette_from_variables(variables_for(BUILTIN_THEMES["textual-dark"]))
+    assert palette == DEFAULT
+    assert palette["cursor"] == DESIGNED["cursor"]
+
+
+async def test_a_theme_may_set_one_named_colour(trace_path):
+    app = KinetoscopeApp(trace_path)
+    dark = BUILTIN_THEMES["textual-dark"]
+    app.register_theme(replace(dark, name="mine", variables={"ks-label": "#ff0000"}))
+    async with app.run_test(size=SIZE) as pilot:
+        timeline = await loaded(pilot)
+        app.theme = "mine"
+        await pilot.pause()
+        await pilot.pause()
+        assert palette_of(app)["label"] == "#ff0000"
+        # The colours it does not set are derived from its own, as in any other theme.
+        assert palette_of(app)["cursor"] == variables_for(app.current_theme)["ks-cursor"]
+        labels = [list(timeline.render_line(y))[0] for y in range(2, 5)]
+        assert Color.parse("#ff0000") in {s.style.color for s in labels}
+
+
+async def test_a_theme_change_redraws_the_drilldown_tables(trace_path):
+    app = KinetoscopeApp(trace_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("o")
+        await pilot.pause()
+        table = app.screen.query_one(DataView)
+        for _ in range(100):
+            if table.model is not None:
+                break
+            await pilot.pause(0.05)
+        header = list(table.render_line(0))[0].style.color
+        assert header == Color.parse(palette_of(app)["heading"])
+        app.theme = "textual-light"
+        await pilot.pause()
+        await pilot.pause()
+        light = palette_of(app)["heading"]
+        assert light != DESIGNED["heading"]
+        assert list(table.render_line(0))[0].style.color == Color.parse(light)

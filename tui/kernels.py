@@ -27,6 +27,7 @@ from .drilldown import Jump, range_label
 from .rangetable import RangeTableScreen
 from .safe_text import clean, fit_name
 from .table import Column, TableModel, TableScreen, string_ranks
+from .theme import palette_of
 
 if TYPE_CHECKING:
     from .drilldown import DrilldownActions
@@ -74,7 +75,7 @@ class KernelsScreen(RangeTableScreen[KernelTable]):
         text.append(clean(trace.strings[int(table.groups.name[group])]) or "(no name)", "bold")
         text.append(f" · {clean(trace.strings[int(table.groups.cat[group])])}\n")
         found = launchers(trace, session.kernels, session.links, session.cpu_groups, group)
-        text.append("launched by: ", "bold #8b919a")
+        text.append("launched by: ", palette_of(self).style("muted", bold=True))
         if not found:
             text.append("-")
         for _cat, name, count, total in found[:3]:
@@ -170,12 +171,19 @@ class KernelDetailScreen(TableScreen):
         self.table.set_model(self.make_model())
         self.refresh_heading()
 
+    def recolour(self) -> None:
+        """The theme changed (the app calls this): the title and the summary again."""
+        super().recolour()
+        self.query_one("#table-detail", Static).update(self.summary())
+
     def heading(self) -> Text:
         text = Text()
-        text.append(fit_name(self.kernel_name, 70) or "(no name)", "bold #98c379")
+        palette = palette_of(self)
+        text.append(fit_name(self.kernel_name, 70) or "(no name)", palette.style("gpu", bold=True))
         text.append(" · instances, longest first")
         if self.bounds is not None:
-            text.append(f" · range {range_label(self.data, self.bounds)}", "bold #e5c07b")
+            marked = palette.style("marked", bold=True)
+            text.append(f" · range {range_label(self.data, self.bounds)}", marked)
         return text
 
     def summary(self) -> Text:

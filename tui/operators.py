@@ -42,13 +42,15 @@ from .memory_view import operator_memory_columns
 from .rangetable import RangeTableScreen
 from .safe_text import clean, fit_name, shorten
 from .table import Column, DataView, TableModel, TableScreen, string_ranks
+from .theme import PART_NAMES, palette_of
 
 if TYPE_CHECKING:
     from .drilldown import DrilldownActions
 
-SELF_COLOUR = "#61afef"
-CHILD_COLOURS = ("#98c379", "#e5c07b", "#c678dd", "#56b6c2", "#d19a66", "#e06c75")
-OTHER_COLOUR = "#5c6370"
+# Names of the palette's colours (theme.py) of an operator's self time and children.
+SELF_COLOUR = "part-self"
+CHILD_COLOURS = PART_NAMES
+OTHER_COLOUR = "part-other"
 
 
 class ShownOperators(NamedTuple):
@@ -388,9 +390,15 @@ class OperatorDetailScreen(TableScreen):
         self.query_one("#table-detail", Static).update(self.summary())
         self.action_show("instances")
 
+    def recolour(self) -> None:
+        """The theme changed (the app calls this): the title and the summary again."""
+        super().recolour()
+        self.query_one("#table-detail", Static).update(self.summary())
+
     def heading(self) -> Text:
         text = Text()
-        text.append(fit_name(self.op_name, 44) or "(no name)", "bold #e5c07b")
+        name_style = palette_of(self).style("heading", bold=True)
+        text.append(fit_name(self.op_name, 44) or "(no name)", name_style)
         if self.shape is not None:
             shape = self.trace.strings[self.shape] if self.shape >= 0 else "no shape recorded"
             text.append(f" [{shorten(shape, 30)}]")
@@ -409,21 +417,23 @@ class OperatorDetailScreen(TableScreen):
         inclusive = max(split.inclusive, 1)
         top = list(zip(split.child_group[:5].tolist(), split.child_time[:5].tolist()))
         rest = int(split.child_time[5:].sum())
-        parts = [(split.self_time, SELF_COLOUR)]
-        parts += [(t, CHILD_COLOURS[i % len(CHILD_COLOURS)]) for i, (_, t) in enumerate(top)]
-        parts.append((rest, OTHER_COLOUR))
+        palette = palette_of(self)
+        child_colours = [palette[name] for name in CHILD_COLOURS]
+        parts = [(split.self_time, palette[SELF_COLOUR])]
+        parts += [(t, child_colours[i % len(child_colours)]) for i, (_, t) in enumerate(top)]
+        parts.append((rest, palette[OTHER_COLOUR]))
         text.append("total ", "bold")
         text.append(f"{fmt_duration(split.inclusive)} = ")
         text.append_text(share_bar(parts, 40))
         text.append("\n")
-        text.append("  ■ ", SELF_COLOUR)
+        text.append("  ■ ", palette[SELF_COLOUR])
         text.append(f"self {fmt_duration(split.self_time)} ({split.self_time / inclusive:.0%})")
         for i, (child, t) in enumerate(top):
             name = trace.strings[int(session.cpu_groups.name[child])]
-            text.append("  ■ ", CHILD_COLOURS[i % len(CHILD_COLOURS)])
+            text.append("  ■ ", child_colours[i % len(child_colours)])
             text.append(f"{fit_name(name, 28)} {fmt_duration(t)} ({t / inclusive:.0%})")
         if rest:
-            text.append("  ■ ", OTHER_COLOUR)
+            text.append("  ■ ", palette[OTHER_COLOUR])
             text.append(f"other {fmt_duration(rest)}")
         text.append("\n")
         kernels = self.kernels

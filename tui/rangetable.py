@@ -13,6 +13,7 @@ from textual.worker import Worker, get_current_worker
 from .columns import model_row
 from .drilldown import range_label
 from .table import TableModel, TableScreen
+from .theme import palette_of
 
 if TYPE_CHECKING:
     import numpy as np
@@ -144,7 +145,8 @@ class RangeTableScreen(TableScreen, Generic[R]):
             text.append(" · computing…")
         text.append_text(self.table_state())
         if self.shown_range is not None:
-            text.append(f" · range {range_label(self.data, self.shown_range)}", "bold #e5c07b")
+            marked = palette_of(self).style("marked", bold=True)
+            text.append(f" · range {range_label(self.data, self.shown_range)}", marked)
         elif self.host.range_bounds() is not None:
             text.append(" · whole trace (M: marked range)")
         return text

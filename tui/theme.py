@@ -127,7 +127,7 @@ def _shift(colour: Color, degrees: float) -> Color:
 def _fill(colour: Color) -> Color:
     """The colour as a slice's fill: dark enough to carry light text, never garish."""
     h, lightness, s = _hls(colour)
-    return _from_hls(h, min(max(lightness, 0.30), 0.42), min(s, 0.6))
+    return _from_hls(h, min(max(lightness, 0.28), 0.38), min(s, 0.6))
 
 
 def _ink(colour: Color, dark: bool) -> Color:
@@ -182,7 +182,7 @@ def derived(theme: Theme) -> dict[str, str]:
         "slot-gpu-annotation": _fill(mix(annotation, grey, 0.35)),
         "slot-communication": _fill(error),
         "slot-sync": _fill(_shift(error, -25)),
-        "slot-text": fg if dark else bg,
+        "slot-text": mix(fg if dark else bg, Color(255, 255, 255), 0.6),
         "selected": fg,
         "selected-text": bg,
         "cursor": cursor,
@@ -194,7 +194,7 @@ def derived(theme: Theme) -> dict[str, str]:
         "label": mix(bg, fg, 0.85),
         "cpu": ink(primary),
         "gpu": ink(success),
-        "muted": mix(bg, fg, 0.6),
+        "muted": mix(bg, fg, 0.65),
         "rule": mix(bg, fg, 0.3),
         "cell": mix(bg, fg, 0.88),
         "zebra": mix(bg, fg, 0.05),
