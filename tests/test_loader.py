@@ -61,7 +61,7 @@ def test_a_sink_subscribed_late_gets_every_stage_in_order():
     load = TraceLoad(sample(), staged=True)
     assert load.wait(LIMIT_S) is Stage.TOP_LEVELS  # the top levels: the first frame can come
     assert load.data is not None and not load.data.complete
-    load.first_frame_drawn()
+    load.first_frame_shown()
     load.join(LIMIT_S)
     assert load.stage is Stage.COMPLETE and load.data.complete
     late = Recorder()
@@ -92,7 +92,7 @@ def test_a_sink_subscribed_while_reading_gets_progress_then_each_stage(monkeypat
     assert sink.reports == [Progress(Stage.READING, 10, 100, 1, sink.reports[0].rate)]
     release.set()
     sink.wait_for(Ready)
-    load.first_frame_drawn()
+    load.first_frame_shown()
     sink.wait_for(Complete)
     load.join(LIMIT_S)
     assert kinds(sink.reports) == ["Progress", "Ready", "Complete"]
@@ -112,13 +112,13 @@ def test_not_staged_the_view_is_complete_at_once():
 
 
 def test_the_first_frame_starts_the_work_after_it(monkeypatch):
-    # Without first_frame_drawn() the deeper levels wait FIRST_FRAME_WAIT_S (made long here).
+    # Without first_frame_shown() the deeper levels wait FIRST_FRAME_WAIT_S (made long here).
     monkeypatch.setattr(loader_module, "FIRST_FRAME_WAIT_S", LIMIT_S)
     load = TraceLoad(sample(), staged=True)
     assert load.wait(LIMIT_S) is Stage.TOP_LEVELS
     time.sleep(0.3)
     assert load.stage is Stage.TOP_LEVELS and not load.data.complete
-    load.first_frame_drawn()
+    load.first_frame_shown()
     load.join(LIMIT_S)
     assert load.stage is Stage.COMPLETE
 
@@ -188,7 +188,7 @@ def test_a_failure_after_the_first_frame_is_a_background_failure(monkeypatch):
     sink = Recorder()
     load = TraceLoad(sample(), staged=True)
     load.subscribe(sink)
-    load.first_frame_drawn()
+    load.first_frame_shown()
     load.join(LIMIT_S)
     assert kinds(sink.reports)[-2:] == ["Ready", "BackgroundFailure"]
     failure = sink.reports[-1]
@@ -217,8 +217,8 @@ def test_a_finished_load_reports_what_it_was_given():
     sink = Recorder()
     done.subscribe(sink)
     assert kinds(sink.reports) == ["Ready", "Complete"] and sink.reports[0].data is data
-    staged = build_view_data(load_trace(sample()), defer_levels=True)
+    staged = build_view_data(load_trace(sample()), staged=True)
     later = TraceLoad.finished(staged)
-    later.first_frame_drawn()
+    later.first_frame_shown()
     later.join(LIMIT_S)
     assert later.stage is Stage.COMPLETE and staged.complete

@@ -251,7 +251,7 @@ def test_the_viewer_ignores_a_broken_cache_and_rebuilds_it(trace_path, fresh, en
     assert job.error is None, job.error
     assert job.data is not None
     assert_same_model(job.data.trace, fresh)
-    job.first_frame_drawn()
+    job.first_frame_shown()
     job.join(LIMIT_S)
     rebuilt = cache.load(str(trace_path))
     assert rebuilt is not None, "the viewer wrote the entry again"

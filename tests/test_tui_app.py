@@ -478,7 +478,7 @@ async def test_the_timeline_says_its_first_frame_in_a_message(trace_path):
         def compose(self) -> ComposeResult:
             yield Timeline(data)
 
-        def on_timeline_first_frame_drawn(self, message: Timeline.FirstFrameDrawn) -> None:
+        def on_timeline_first_frame(self, message: Timeline.FirstFrame) -> None:
             self.drawn.append(message.when)
 
     app = Bare()

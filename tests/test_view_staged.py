@@ -47,7 +47,7 @@ def assert_same_levels(first: ViewData, full: ViewData, top_only: bool) -> None:
 def test_top_levels_first_then_the_same_view_as_at_once(path):
     trace = load(path, use_cache=False)
     full = build_view_data(trace)
-    staged = build_view_data(trace, defer_levels=True)
+    staged = build_view_data(trace, staged=True)
     assert full.complete and not staged.complete
     assert_same_levels(staged, full, top_only=True)
     assert set(np.unique(staged.row_level)) <= {-1, 0}
@@ -62,7 +62,7 @@ def test_top_levels_first_then_the_same_view_as_at_once(path):
 def test_top_levels_match_on_random_traces(events):
     trace = loads(json.dumps(events).encode())
     full = build_view_data(trace)
-    staged = build_view_data(trace, defer_levels=True)
+    staged = build_view_data(trace, staged=True)
     assert_same_levels(staged, full, top_only=True)
     staged.complete_levels()
     assert_same_levels(staged, full, top_only=False)
@@ -84,7 +84,7 @@ def test_view_cache_round_trip_and_damage(monkeypatch):
     assert save_view_cache(full)
     reopened = load(path)
     assert reopened.from_cache
-    again = build_view_data(reopened, defer_levels=True)
+    again = build_view_data(reopened, staged=True)
     assert again.levels_from_cache and again.complete  # nothing deferred
     assert_same_levels(again, full, top_only=False)
     for name in ("order", "parent", "depth", "self_time", "subtree_stop", "outermost"):
@@ -96,7 +96,7 @@ def test_view_cache_round_trip_and_damage(monkeypatch):
     data = bytearray(victim.read_bytes())
     data[-1] ^= 0xFF
     victim.write_bytes(bytes(data))
-    damaged = build_view_data(load(path), defer_levels=True)
+    damaged = build_view_data(load(path), staged=True)
     assert not damaged.levels_from_cache
     damaged.complete_levels()
     assert_same_levels(damaged, full, top_only=False)

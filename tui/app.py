@@ -26,14 +26,14 @@ from .viewdata import ViewData
 
 
 class TraceReady(Message):
-    """The loader's view can be shown (its deeper levels may follow: `LevelsComplete`)."""
+    """The loader's view can be shown (its deeper levels may follow: `ViewComplete`)."""
 
     def __init__(self, data: ViewData) -> None:
         super().__init__()
         self.data = data
 
 
-class LevelsComplete(Message):
+class ViewComplete(Message):
     """Every slice of `data` is placed now."""
 
     def __init__(self, data: ViewData) -> None:
@@ -125,7 +125,7 @@ class KinetoscopeApp(App[int]):
         elif isinstance(report, Ready):
             self.post_message(TraceReady(report.data))
         elif isinstance(report, Complete):
-            self.post_message(LevelsComplete(report.data))
+            self.post_message(ViewComplete(report.data))
         elif isinstance(report, Failed):
             self.post_message(LoadFailed(report.message))
         elif isinstance(report, Cancelled):
@@ -139,7 +139,7 @@ class KinetoscopeApp(App[int]):
         if self.gap_threshold_ns is not None:
             self.call_after_refresh(self._apply_threshold)
 
-    def on_levels_complete(self, message: LevelsComplete) -> None:
+    def on_view_complete(self, message: ViewComplete) -> None:
         """Every slice is placed now (the first frame may have shown the top levels only)."""
         for screen in self.screen_stack:
             if isinstance(screen, TraceScreen) and screen.data is message.data:
@@ -159,11 +159,11 @@ class KinetoscopeApp(App[int]):
     def on_loading_screen_cancel_requested(self, message: LoadingScreen.CancelRequested) -> None:
         self.loader.cancel()
 
-    def on_timeline_first_frame_drawn(self, message: Timeline.FirstFrameDrawn) -> None:
+    def on_timeline_first_frame(self, message: Timeline.FirstFrame) -> None:
         """The timeline drew its first full frame: the loader's later work may start."""
         if self.first_frame_time is None:
             self.first_frame_time = message.when
-        self.loader.first_frame_drawn()
+        self.loader.first_frame_shown()
 
     def _apply_threshold(self) -> None:
         if self.gap_threshold_ns is not None:

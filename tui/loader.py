@@ -10,7 +10,7 @@ Stages, in order: READING, LAYOUT, TOP_LEVELS (the view can be shown), COMPLETE 
 placed); or FAILED or CANCELLED in place of the view. Staged (`staged=True`, as the command
 runs), TOP_LEVELS holds only each lane's top level: enough for the first frame, where every lane
 is collapsed, and sooner on big traces. The thread then waits for the UI's
-`first_frame_drawn()` (or `FIRST_FRAME_WAIT_S`), nests every slice and reports COMPLETE. Not
+`first_frame_shown()` (or `FIRST_FRAME_WAIT_S`), nests every slice and reports COMPLETE. Not
 staged, or from a cached view, COMPLETE follows TOP_LEVELS at once. Last, after the first frame
 either way, the model and view caches are written for the next open. A failure after
 TOP_LEVELS (the nesting, a cache write) is a `BackgroundFailure` report: the view stays.
@@ -168,7 +168,7 @@ class TraceLoad:
         with self._changed:
             self._sink = None
 
-    def first_frame_drawn(self) -> None:
+    def first_frame_shown(self) -> None:
         """The UI drew its first frame of the view: the work after it may start."""
         self._first_frame.set()
 
@@ -266,7 +266,7 @@ class TraceLoad:
             with self._changed:  # the progress report says LAYOUT
                 self.stage = Stage.LAYOUT
                 self._report(self._progress_report())
-            data = viewdata.build_view_data(TraceSession(trace), defer_levels=self.staged)
+            data = viewdata.build_view_data(TraceSession(trace), staged=self.staged)
             if self._cancelled.is_set():
                 raise _Cancel
         except _Cancel:

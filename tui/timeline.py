@@ -110,7 +110,7 @@ class Timeline(ScrollView, can_focus=True):
     class Changed(Message):
         """View, cursor or row changed; the status line redraws."""
 
-    class FirstFrameDrawn(Message):
+    class FirstFrame(Message):
         """The first fitted frame is drawn, to its last line; `when` is the wall clock then."""
 
         def __init__(self, when: float) -> None:
@@ -127,7 +127,7 @@ class Timeline(ScrollView, can_focus=True):
         self._device_levels: dict[int, Level] = {}
         self._changed_pending = False
         self._needs_fit = False
-        self._first_frame_drawn = False
+        self._first_frame_posted = False
         self._geometry_cache: tuple = (None, (0, 12, 1))
         self._highlight: np.ndarray | None = None  # search matches: bool per string id
         self._highlight_version = 0
@@ -285,15 +285,15 @@ class Timeline(ScrollView, can_focus=True):
         self.refresh()
 
     def _post_first_frame(self, when: float) -> None:
-        self.post_message(self.FirstFrameDrawn(when))
+        self.post_message(self.FirstFrame(when))
 
     def render_line(self, y: int) -> Strip:
         width = self.content_width
         if self.data is None:
             return Strip.blank(width, PLAIN)
-        if not self._first_frame_drawn and y >= self.size.height - 1 and not self._needs_fit:
+        if not self._first_frame_posted and y >= self.size.height - 1 and not self._needs_fit:
             # The last line of the first fitted frame: say so (the loader's next work waits).
-            self._first_frame_drawn = True
+            self._first_frame_posted = True
             # Made and posted in the timeline's own turn: a message made here, while the
             # screen composes, would have the screen as its sender and stop there.
             self.call_later(self._post_first_frame, time.time())

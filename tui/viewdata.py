@@ -151,16 +151,18 @@ class DisplayRow:
 
 
 class ViewData:
-    """A trace prepared for drawing and navigating. Built in a worker thread, then read-only.
+    """A trace prepared for drawing and navigating: a layout over the trace's `TraceSession`,
+    which owns everything derived from the trace (classes, links, idle gaps, the CPU nesting);
+    this keeps only where each slice is drawn. Built in a worker thread, then read-only.
 
-    With `defer_levels`, only each lane's top level is placed at first (the roots of the
+    `staged`: only each lane's top level is placed at first (the roots of the
     nesting, found with one sort): enough for the first frame, where every lane is collapsed.
     `complete_levels()` (from a background thread) then nests every slice and swaps the full
     levels in; `nesting` and the deeper levels wait for it. A model cache entry may hold the
     finished nesting and placement, and then nothing is deferred.
     """
 
-    def __init__(self, session: TraceSession | Trace, *, defer_levels: bool = False) -> None:
+    def __init__(self, session: TraceSession | Trace, *, staged: bool = False) -> None:
         if not isinstance(session, TraceSession):
             session = TraceSession(session)
         self.session = session
@@ -192,7 +194,7 @@ class ViewData:
         self.levels_from_cache = cached is not None
         if cached is not None:
             self._install(*cached)
-        elif defer_levels:
+        elif staged:
             placement = self._root_placement()
             self._make_lanes(self._per_lane(placement))
             self._set_row_lane(placement)
@@ -293,6 +295,8 @@ class ViewData:
         gpu = np.isin(kind, GPU_KINDS)
         # GPU work that overlaps earlier work on its stream (a broken or merged trace) nests
         # like CPU slices do, so that a kernel inside another one is drawn a level below it.
+        # This nesting (and the one of the other slices below) is layout: where a slice is
+        # drawn. The CPU nesting, an analysis result, is the session's (`nesting` above).
         gpu_depth = compute_nesting(trace, gpu, np.zeros(len(trace), dtype=np.int32)).depth
         level[gpu] = gpu_depth[gpu]
         gpu_levels = np.zeros(n_lanes + 1, dtype=np.int64)
@@ -603,10 +607,10 @@ def _device_names(header: dict[str, Any]) -> dict[int, str]:
     return names
 
 
-def build_view_data(session: TraceSession | Trace, *, defer_levels: bool = False) -> ViewData:
+def build_view_data(session: TraceSession | Trace, *, staged: bool = False) -> ViewData:
     """Everything the timeline needs, computed once (call it off the UI thread). With
-    `defer_levels`, call `complete_levels()` later, off the UI thread too."""
-    data = ViewData(session, defer_levels=defer_levels)
+    `staged`, call `complete_levels()` later, off the UI thread too."""
+    data = ViewData(session, staged=staged)
     data.finish_labels()
     return data
 
