@@ -256,7 +256,7 @@ def oddity_findings(analysis: TraceSession) -> list[Finding]:
         )
     far, gap = far_from_the_rest(trace)
     if len(far):
-        from .rules import ms
+        from .units import fmt_ms as ms
 
         add(
             "events_far_from_the_rest",

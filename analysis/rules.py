@@ -18,6 +18,8 @@ from .intervals import Union
 from .memory import CUDA_DEVICE_TYPE, device_properties
 from .oddities import oddity_findings
 from .steps import COMM_NAME, names_matching
+from .units import fmt_ms as ms
+from .units import fmt_percent as pct
 from .units import us
 
 if TYPE_CHECKING:
@@ -98,14 +100,6 @@ class Finding:
             "message": self.message,
             "evidence": evidence,
         }
-
-
-def ms(ns: int | float) -> str:
-    return f"{ns / 1e6:.2f} ms"
-
-
-def pct(share: float) -> str:
-    return f"{100 * share:.0f}%"
 
 
 def dataloader_bound(a: TraceSession) -> list[Finding]:

@@ -5,41 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from kinetoscope.analysis.units import fmt_duration, fmt_percent
+from kinetoscope.report import STACK_SEPARATOR, Note, _bytes, _data, _dur, _table
+
 TOP_OPERATORS = 15
 TOP_SITES = 10
-
-
-def _data(text: Any) -> Any:
-    """Text from the trace, shown literally: no markup, no terminal control characters."""
-    from rich.text import Text
-
-    from kinetoscope.tui.safe_text import clean
-
-    return Text(clean(str(text)))
-
-
-def _dur(us: float | None) -> str:
-    from kinetoscope.tui.timefmt import fmt_duration
-
-    return "–" if us is None else fmt_duration(us * 1000)
-
-
-def _bytes(value: int | None, signed: bool = False) -> str:
-    from kinetoscope.tui.memory_view import fmt_bytes
-
-    return "–" if value is None else fmt_bytes(value, signed=signed)
-
-
-def _table(
-    title: str,
-    *columns: str,
-    right: tuple[str, ...] = (),
-    names: tuple[str, ...] = (),
-    stacks: tuple[str, ...] = (),
-) -> Any:
-    from kinetoscope.report import _table as section
-
-    return section(title, *columns, right=right, names=names, stacks=stacks)
 
 
 def _device(entry: dict[str, Any]) -> str:
@@ -57,7 +27,6 @@ def memory_sync_tables(document: dict[str, Any]) -> list[Any]:
 
 def peak_table(document: dict[str, Any]) -> Any:
     from kinetoscope.analysis.memory_ops import HOW_TO_RECORD
-    from kinetoscope.report import Note
 
     if not document["memory"]:
         return Note(HOW_TO_RECORD)
@@ -125,15 +94,14 @@ def allocators_table(document: dict[str, Any], limit: int = TOP_OPERATORS) -> An
 
 def sync_table(document: dict[str, Any], limit: int = TOP_SITES) -> Any:
     from kinetoscope.analysis.sync import short_frame
-    from kinetoscope.report import STACK_SEPARATOR
 
     sites = document.get("sync") or []
     if not sites:
         return None
     steps = [s for s in document["steps"] if "sync_us" in s]
     per_step = ", ".join(
-        f"{s['name']} {_dur(s['sync_us'])}"
-        + (f" ({100 * s['sync_us'] / s['dur_us']:.0f}%)" if s["dur_us"] else "")
+        f"{s['name']} {fmt_duration(s['sync_us'] * 1000)}"
+        + (f" ({fmt_percent(s['sync_us'] / s['dur_us'])})" if s["dur_us"] else "")
         for s in steps[:8]
     )
     title = "Where the CPU blocked on the GPU (call sites, most time first)"

@@ -280,7 +280,7 @@ def test_text_summary_and_gap_list_show_idle_by_cpu_operator(write_trace, capsys
     assert run_summary(str(path)) == 0
     out = capsys.readouterr().out
     assert "GPU idle by what the CPU was running" in out
-    line = next(text for text in out.splitlines() if "hipFree" in text and "3.12 ms" in text)
+    line = next(text for text in out.splitlines() if "hipFree" in text and "3.120 ms" in text)
     assert "39" in line
 
 
@@ -362,7 +362,7 @@ def test_cpu_only_text_summary_shows_cpu_columns_not_gpu_idle(write_trace, capsy
     out = capsys.readouterr().out
     steps = out[out.index("Steps") : out.index("Top operators")]
     assert "GPU idle" not in steps and "uninstrumented" in steps
-    assert "900 µs 90%" in steps and "500 µs 50%" in steps
+    assert "900.000 µs 90%" in steps and "500.000 µs 50%" in steps
 
 
 async def test_cpu_only_overview_steps_table_has_cpu_columns(write_trace):

@@ -9,9 +9,10 @@ import time
 import numpy as np
 import pytest
 from kinetoscope.analysis.memory_ops import HOW_TO_RECORD
+from kinetoscope.analysis.units import fmt_bytes
 from kinetoscope.parser import loads
 from kinetoscope.tui.app import KinetoscopeApp
-from kinetoscope.tui.memory_view import MemoryChart, MemoryScreen, fmt_bytes
+from kinetoscope.tui.memory_view import MemoryChart, MemoryScreen
 from kinetoscope.tui.screens import HelpScreen, TraceScreen
 from kinetoscope.tui.sync_view import SyncScreen
 from kinetoscope.tui.timeline import Timeline
@@ -106,7 +107,7 @@ async def test_memory_view_table_devices_and_never_freed(memory_path):
         assert table.row_count == 1
         assert [str(c) for c in table.get_row_at(0)][:3] == [
             fmt_bytes(2000),
-            "+90.000 µs",  # table durations: three decimals (tui/timefmt.fmt_table_time)
+            "+90.000 µs",  # table durations: three decimals (analysis/units.fmt_table_time)
             "ProfilerStep#1",
         ]
 

@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+from kinetoscope.analysis.units import fmt_duration, fmt_tick, tick_step
 from kinetoscope.parser import loads
 from kinetoscope.tui.render import (
     SHADE_EMPTY,
@@ -16,7 +17,6 @@ from kinetoscope.tui.render import (
     shades,
 )
 from kinetoscope.tui.safe_text import clean, fit
-from kinetoscope.tui.timefmt import fmt_duration, fmt_tick, tick_step
 from kinetoscope.tui.viewdata import Level, build_view_data
 from test_tui_sample import EVIL_NAME, MARKUP_NAME, sample_trace
 

@@ -150,7 +150,7 @@ async def test_help_describes_the_sync_screen_keys_there(sync_path):
 
 
 def test_table_durations_have_fixed_decimals_and_aligned_units():
-    from kinetoscope.tui.timefmt import fmt_table_time, plural
+    from kinetoscope.analysis.units import fmt_table_time, plural
 
     cells = [fmt_table_time(v) for v in (3_393_000_000, 845_123_000, 3_391_350_000, 12_000, 7)]
     assert cells == ["3.393 s ", "845.123 ms", "3.391 s ", "12.000 µs", "7 ns"]
