@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from kinetoscope.analysis.units import fmt_bytes, fmt_duration
 from kinetoscope.report import (
     Note,
     _data,
@@ -170,13 +171,13 @@ def straggler_note(document: dict[str, Any]) -> Any:
     if straggler is None:
         return Note("No straggler: fewer than two ranks took part in matched collectives.")
     text = (
-        f"Straggler: rank {straggler['rank']} waited {_dur(straggler['wait_us'])} in "
-        f"collectives, the median other rank {_dur(straggler['median_wait_us'])}"
+        f"Straggler: rank {straggler['rank']} waited {_short(straggler['wait_us'])} in "
+        f"collectives, the median other rank {_short(straggler['median_wait_us'])}"
     )
     if straggler["phase"]:
         excess = straggler["excess_us"][straggler["phase"]]
         text += (
-            f"; {PHASE_TEXT[straggler['phase']]} explains it: {_dur(excess)} more than the "
+            f"; {PHASE_TEXT[straggler['phase']]} explains it: {_short(excess)} more than the "
             f"median rank over {len(straggler['steps'])} steps"
         )
         if straggler.get("worst_step"):
@@ -216,21 +217,12 @@ def steps_table(document: dict[str, Any]) -> Any:
 
 def _short(us: float) -> str:
     """A duration for prose and packed cells: its unit, trailing zeros dropped (`508 µs`)."""
-    ns = us * 1000
-    for scale, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "µs")):
-        if abs(ns) >= scale:
-            return f"{ns / scale:.3f}".rstrip("0").rstrip(".") + f" {unit}"
-    return f"{ns:.0f} ns"
+    return fmt_duration(us * 1000)
 
 
 def _size(value: int | None) -> str:
     """Bytes in binary units, two decimals above B."""
-    if value is None:
-        return "–"
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if value >= scale:
-            return f"{value / scale:.2f} {unit}"
-    return f"{value} B"
+    return "–" if value is None else fmt_bytes(value)
 
 
 def _rate(value: float | None) -> str:
