@@ -189,11 +189,16 @@ def find_collectives(session: TraceSession, read_args: bool = True) -> dict[str,
     if read_args:
         from kinetoscope.parser.access import read_events
 
-        wanted = np.concatenate([kernels, record[record >= 0], cpu_rows])[:MAX_ARG_READS]
+        # Kernels and record_param_comms matter only when they name the collective: runs
+        # without the key (older traces) are not decoded.
+        launched = np.concatenate([kernels, record[record >= 0]])[:MAX_ARG_READS]
         try:
-            args = {
-                row: event.get("args") or {} for row, event in read_events(trace, wanted).items()
-            }
+            events = (
+                read_events(trace, launched, needle=b'"Collective name"') if len(launched) else {}
+            )
+            if len(cpu_rows):
+                events.update(read_events(trace, cpu_rows[:MAX_ARG_READS]))
+            args = {row: event.get("args") or {} for row, event in events.items()}
         except (OSError, ValueError, MemoryError):
             args = {}
     step_start, step_end = steps.start, steps.end

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
@@ -73,9 +74,6 @@ def _is_row(trace: Trace, row: int, event: dict[str, Any]) -> bool:
 
 def _read_range(trace: Trace, offset: int, length: int) -> bytes | None:
     source = trace.source
-    payload = trace.__dict__.get("_payload")
-    if payload is not None:
-        return payload[offset : offset + length]
     try:
         if not source.compressed:
             with open(source.path, "rb") as handle:
@@ -96,10 +94,14 @@ def _read_range(trace: Trace, offset: int, length: int) -> bytes | None:
         return None
 
 
-def read_events(trace: Trace, rows: np.ndarray) -> dict[int, dict[str, Any]]:
+def read_events(
+    trace: Trace, rows: np.ndarray, needle: bytes | None = None
+) -> dict[int, dict[str, Any]]:
     """The complete JSON objects of many events at once, by row; rows that cannot be read back
     are left out. Each run of events holding a wanted row is read and split once, and a gzip'd
-    file is decompressed once, in one pass (`read_event` per row would start over each time)."""
+    file is decompressed once, in one pass (`read_event` per row would start over each time).
+    With `needle`, a run whose bytes do not contain it is not decoded (its rows are left out):
+    a quick way to skip runs that cannot hold what the caller looks for."""
     rows = np.unique(np.asarray(rows, dtype=np.int64))
     chunks = trace.chunks
     if not len(rows) or chunks is None or not len(chunks.first_ordinal):
@@ -114,6 +116,8 @@ def read_events(trace: Trace, rows: np.ndarray) -> dict[int, dict[str, Any]]:
             wanted.setdefault(chunk, []).append(row)
     found: dict[int, dict[str, Any]] = {}
     for chunk, raw in _read_chunks(trace, sorted(wanted)):
+        if needle is not None and raw.find(needle) < 0:
+            continue
         try:
             events = _RAW_LIST.decode(b"[" + raw + b"]")
         except Exception:  # a run that needed repairs at load: decode it the lenient way
@@ -142,22 +146,22 @@ def read_events(trace: Trace, rows: np.ndarray) -> dict[int, dict[str, Any]]:
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 
 
-def _read_chunks(trace: Trace, wanted: list[int]):  # type: ignore[no-untyped-def]
+def _read_chunks(trace: Trace, wanted: list[int]) -> Iterator[tuple[int, bytes]]:
     """(chunk, bytes) for the wanted chunks, in order: seeks in a plain file, one pass of
     decompression in a gzip'd one."""
     chunks = trace.chunks
     assert chunks is not None
     source = trace.source
-    if trace.__dict__.get("_payload") is not None or not source.compressed:
-        for chunk in wanted:
-            raw = _read_range(trace, int(chunks.offset[chunk]), int(chunks.length[chunk]))
+    if not source.compressed:
+        for index in wanted:
+            raw = _read_range(trace, int(chunks.offset[index]), int(chunks.length[index]))
             if raw is not None:
-                yield chunk, raw
+                yield index, raw
         return
     try:
         state = SourceState(path=source.path, size=source.bytes, compressed=True)
         pending = iter(wanted)
-        chunk = next(pending, None)
+        chunk: int | None = next(pending, None)
         buffer = b""
         buffer_start = 0  # uncompressed offset of buffer[0]
         for block in iter_blocks(state):
