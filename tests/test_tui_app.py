@@ -507,3 +507,37 @@ def test_the_command_opens_the_viewer_staged(trace_path, monkeypatch):
     monkeypatch.setattr(app_module.KinetoscopeApp, "run", run)
     assert run_view(trace_path) == 0
     assert opened == [True]
+
+
+def test_the_gap_lists_idle_by_cpu_line_is_the_sessions(trace_path, monkeypatch):
+    from kinetoscope.analysis import session as session_module
+    from kinetoscope.parser import load
+    from kinetoscope.tui.screens import idle_by_cpu_text
+    from kinetoscope.tui.viewdata import build_view_data
+
+    calls = []
+    real = session_module.compute_idle_by_cpu
+
+    def counted(*args):
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(session_module, "compute_idle_by_cpu", counted)
+    data = build_view_data(load(trace_path))
+    first, again = str(idle_by_cpu_text(data)), str(idle_by_cpu_text(data))
+    assert first == again and "All idle by CPU op running" in first
+    assert calls == [1] and data.session.has("idle_by_cpu")  # computed once, by the session
+
+
+def test_the_gap_list_says_when_idle_by_cpu_failed(trace_path, monkeypatch):
+    from kinetoscope.analysis import session as session_module
+    from kinetoscope.parser import load
+    from kinetoscope.tui.screens import idle_by_cpu_text
+    from kinetoscope.tui.viewdata import build_view_data
+
+    def broken(*args):
+        raise ValueError("no idea")
+
+    monkeypatch.setattr(session_module, "compute_idle_by_cpu", broken)
+    text = str(idle_by_cpu_text(build_view_data(load(trace_path))))
+    assert "could not be computed" in text and "no idea" in text
