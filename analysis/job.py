@@ -81,8 +81,9 @@ STEP_FIELDS = (
 
 @dataclass(frozen=True)
 class DigestOptions:
-    """How `digest_rank` loads a trace: decoding processes per file (1: the worker alone),
-    whether the model cache may be read, whether collective args are read back."""
+    """How `digest_rank` loads a trace: decoding processes per file (1: the worker alone;
+    None: the parser decides by the file's size, as for one trace), whether the model cache
+    may be read, whether collective args are read back."""
 
     load_workers: int | None = 1
     use_cache: bool = True
@@ -203,9 +204,11 @@ def map_ranks(
     `on_done(index, digest)` is called as each digest arrives (in this process)."""
     paths = list(paths)
     if options is None:
-        # The CPUs not used by the pool decode big files in parallel.
-        pool = workers or default_workers(len(paths))
-        options = DigestOptions(load_workers=max(1, default_workers(1 << 30) // max(pool, 1)))
+        # Ranks are the parallelism when there are as many as CPUs; with fewer (or with one
+        # process), a big file is decoded in parallel as `summary` of one trace does.
+        pool = 1 if executor is None and len(paths) <= 1 else workers or default_workers(len(paths))
+        spare = executor is None and pool < default_workers(1 << 30)
+        options = DigestOptions(load_workers=None if spare else 1)
     if executor is None and (len(paths) <= 1 or (workers or default_workers(len(paths))) <= 1):
         digests = []
         for index, path in enumerate(paths):
