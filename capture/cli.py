@@ -75,7 +75,7 @@ def add_capture_commands(sub: argparse._SubParsersAction) -> None:
     target = capture.add_mutually_exclusive_group()
     target.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m")
     target.add_argument("-c", dest="code", metavar="CODE", help="run a code string, as python -c")
-    _add_output_options(capture)
+    _add_output_options(capture, ranks=True)
     window = capture.add_argument_group("which steps to record")
     window.add_argument(
         "--wait", type=int, default=5, metavar="N", help="steps to skip first (default 5)"
@@ -183,13 +183,14 @@ class _CaptureParser(argparse.ArgumentParser):
         return namespace, extras
 
 
-def _add_output_options(parser: argparse.ArgumentParser) -> None:
+def _add_output_options(parser: argparse.ArgumentParser, ranks: bool = False) -> None:
     out = parser.add_argument_group("output")
     out.add_argument(
         "-o",
         "--output",
         metavar="PATH",
-        help="trace file to write (default: NAME_YYYYmmdd-HHMMSS.pt.trace.json.gz here)",
+        help="trace file to write (default: NAME_YYYYmmdd-HHMMSS.pt.trace.json.gz here)"
+        + ("; in a distributed job (torchrun, --nproc), the run folder" if ranks else ""),
     )
     out.add_argument("--force", action="store_true", help="overwrite PATH if it exists")
     out.add_argument(
