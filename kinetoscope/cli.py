@@ -89,7 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Open a trace in the terminal viewer. It needs a terminal: for text or "
         "JSON output use `kinetoscope summary`.",
     )
-    view.add_argument("trace", help="a .json or .json.gz torch.profiler trace")
+    view.add_argument(
+        "trace",
+        nargs="+",
+        help="a .json or .json.gz torch.profiler trace (a job's folder or rank files: not yet)",
+    )
     for option in SUMMARY_ONLY_OPTIONS:  # accepted only to point at `summary`
         view.add_argument(
             option, nargs="?", const=True, dest=f"summary_{option[2:]}", help=argparse.SUPPRESS
@@ -278,6 +282,16 @@ def _dispatch(args: argparse.Namespace) -> int:
             )
         return run_summary(args.trace[0], output=output, width=args.width)
     if args.command == "view":
+        paths, args.trace = args.trace, args.trace[0]
+        if len(paths) > 1:
+            from kinetoscope.tui.safe_text import clean
+            from kinetoscope.viewer import _quoted
+
+            shown = " ".join(clean(_quoted(p)) for p in paths)
+            return _error(
+                "several traces: the multi-rank viewer is not there yet: for the job's summary "
+                f"run: kinetoscope summary {shown}"
+            )
         used = [o for o in SUMMARY_ONLY_OPTIONS if getattr(args, f"summary_{o[2:]}") is not None]
         if used:
             from kinetoscope.tui.safe_text import clean

@@ -106,6 +106,15 @@ def test_a_directory_is_a_job_for_summary_and_not_yet_for_the_viewer(tmp_path):
     assert summary == f"kinetoscope: {tmp_path}: no trace files (*.json, *.json.gz)"
 
 
+def test_several_traces_are_pointed_to_the_jobs_summary(tmp_path):
+    run = kinetoscope(str(tmp_path / "r0.json"), str(tmp_path / "r1.json"))
+    assert run.returncode == 1
+    assert one_line(run.stderr) == (
+        "kinetoscope: several traces: the multi-rank viewer is not there yet: for the job's "
+        f"summary run: kinetoscope summary {tmp_path / 'r0.json'} {tmp_path / 'r1.json'}"
+    )
+
+
 def test_a_missing_file_is_refused_by_both_with_the_same_line(tmp_path):
     viewer, summary = _both(str(tmp_path / "nope.json"))
     assert viewer == summary == f"kinetoscope: {tmp_path / 'nope.json'}: no such file"
