@@ -307,17 +307,26 @@ def _capture_rank(
             f"kinetoscope: each of the {env.world_size} ranks writes its trace ({output.name}, "
             f"...) into {run_dir}"
         )
-    outcome, result = capture_program(
-        program, options, output=output, force=args.force, announce=_to_stderr if lead else _quiet
-    )
+    try:
+        outcome, result = capture_program(
+            program,
+            options,
+            output=output,
+            force=args.force,
+            announce=_to_stderr if lead else _quiet,
+        )
+    except CaptureError as exc:  # not started (its file exists, say): rank 0 need not wait
+        write_marker(run_dir, env, CaptureResult(None, 0, options, str(exc)), 1)
+        raise
     write_marker(run_dir, env, result, outcome.exit_code)
     if result.path is None:
         _to_stderr(f"kinetoscope: {env.describe()}: no trace written: {result.reason}")
     if not lead or env.launched_by_kinetoscope:
         return outcome.exit_code
-    job = wait_for_ranks(
-        run_dir, env.world_size, env.token, timeout=args.rank_timeout, announce=_to_stderr
-    )
+    # Stopped by Ctrl-C or by the launcher (another rank failed): the others are stopping too,
+    # and the launcher will not wait long for this process.
+    timeout = min(args.rank_timeout, 10.0) if outcome.interrupted else args.rank_timeout
+    job = wait_for_ranks(run_dir, env.world_size, env.token, timeout=timeout, announce=_to_stderr)
     report_job(job, _to_stderr)
     _view_folder(run_dir, view=not args.no_view and bool(job.written))
     return outcome.exit_code

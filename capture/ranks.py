@@ -329,7 +329,9 @@ def open_commands(run_dir: Path) -> list[str]:
 def report_job(job: JobOutcome, announce: Callable[[str], None]) -> None:
     """Say what the ranks wrote, which did not, and how to look at the folder."""
     written = len(job.written)
-    if written == job.world_size:
+    if written == job.world_size == 1:
+        announce(f"kinetoscope: the one rank wrote its trace into {job.run_dir}")
+    elif written == job.world_size:
         announce(f"kinetoscope: all {job.world_size} ranks wrote their traces into {job.run_dir}")
     else:
         announce(

@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 from kinetoscope.capture.ranks import (
     JOB_ENV,
+    JobOutcome,
     RankEnv,
+    RankOutcome,
     default_run_dir,
     marker_path,
     prepare_run_dir,
@@ -167,6 +169,40 @@ def test_wait_for_ranks_returns_as_soon_as_all_are_done(tmp_path: Path) -> None:
     lines: list[str] = []
     report_job(job, lines.append)
     assert lines[0] == f"kinetoscope: all 2 ranks wrote their traces into {tmp_path}"
+
+
+def test_a_rank_that_cannot_start_says_so_to_rank_0(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A rank whose file exists (no --force) stops before its program runs; its marker tells
+    rank 0 why, so rank 0 does not wait for it."""
+    from kinetoscope.cli import main
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / rank_trace_name(1)).write_bytes(b"precious")
+    (tmp_path / "train.py").write_text("raise SystemExit('the program must not run')")
+    monkeypatch.chdir(tmp_path)
+    for key, value in {**TORCHRUN_ENV, "RANK": "1", "WORLD_SIZE": "2"}.items():
+        monkeypatch.setenv(key, value)
+    assert main(["capture", "-o", "run", "train.py"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"kinetoscope: {Path('run') / rank_trace_name(1)} exists; pass --force to overwrite it"
+    )
+    assert (run_dir / rank_trace_name(1)).read_bytes() == b"precious"
+    env = RankEnv.from_environ()
+    assert env is not None
+    clock = FakeClock()
+    job = wait_for_ranks(run_dir, 2, env.token, timeout=0, clock=clock, sleep=clock.sleep)
+    assert job.ranks[1].finished and job.ranks[1].trace is None
+    assert job.ranks[1].reason.endswith("exists; pass --force to overwrite it")
+    lines: list[str] = []
+    report_job(job, lines.append)
+    assert lines[0] == f"kinetoscope: 0 of 2 ranks wrote their traces into {run_dir}"
+    assert lines[1].startswith("kinetoscope: rank 0: no trace: not finished after 0 s")
+    assert lines[2].startswith("kinetoscope: rank 1: no trace: ")
+    one = JobOutcome(run_dir, 1, [RankOutcome(0, run_dir / rank_trace_name(0), finished=True)])
+    lines.clear()
+    report_job(one, lines.append)
+    assert lines[0] == f"kinetoscope: the one rank wrote its trace into {run_dir}"
 
 
 # the arguments the ranks get from --nproc ----------------------------------------------------
