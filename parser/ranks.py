@@ -95,6 +95,10 @@ class JobError(Exception):
     """No job can be made of the inputs; the message is one line for the user."""
 
 
+class NotATrace(ValueError):
+    """Well-formed JSON without a `traceEvents` array: another kind of file (a config)."""
+
+
 # -- input files --------------------------------------------------------------------------
 
 
@@ -209,8 +213,9 @@ class _HeadText:
 
 def read_head(path: str, limit: int = HEAD_LIMIT) -> dict[str, Any]:
     """The top-level keys written before `traceEvents`, decoded; `{}` for a bare array of
-    events. Raises ValueError when the start of the file is not such JSON, OSError when it
-    cannot be read. Only the header's bytes are read (at most `limit` of them)."""
+    events. Raises NotATrace for a JSON object without `traceEvents`, ValueError when the start
+    of the file is not such JSON, OSError when it cannot be read. Only the header's bytes are
+    read (at most `limit` of them)."""
     decoder = json.JSONDecoder(strict=False)
     head = _HeadText(path, limit)
     pos = head.skip(0)
@@ -219,7 +224,7 @@ def read_head(path: str, limit: int = HEAD_LIMIT) -> dict[str, Any]:
     if head.text[pos] == "[":
         return {}
     if head.text[pos] != "{":
-        raise ValueError("not JSON")
+        raise ValueError("not a JSON object or array")
     header: dict[str, Any] = {}
     pos += 1
     while True:
@@ -227,7 +232,7 @@ def read_head(path: str, limit: int = HEAD_LIMIT) -> dict[str, Any]:
         if pos >= len(head.text):
             raise ValueError("the file ends in the header")
         if head.text[pos] == "}":
-            return header
+            raise NotATrace("not a trace (no traceEvents array)")
         key, pos = head.value(decoder, pos)
         pos = head.skip(pos)
         if pos >= len(head.text) or head.text[pos] != ":":
@@ -266,6 +271,7 @@ class _Probe:
     mtime: float
     info: dict[str, Any] | None  # distributedInfo (a dict) when the header has one
     problem: str | None  # the header could not be read
+    not_trace: bool = False  # well-formed JSON of another kind (no traceEvents)
 
     @property
     def time_key(self) -> tuple[float, str]:
@@ -284,6 +290,8 @@ def _probe(path: str) -> _Probe:
         header = read_head(path)
         value = header.get("distributedInfo")
         info = value if isinstance(value, dict) else None
+    except NotATrace as exc:
+        return _Probe(path, worker, stamp, mtime, None, str(exc), not_trace=True)
     except (OSError, ValueError, RecursionError) as exc:
         problem = getattr(exc, "strerror", None) or str(exc)
     return _Probe(path, worker, stamp, mtime, info, problem)
@@ -297,7 +305,11 @@ def discover(inputs: list[str], cycle: int | None = None) -> JobFiles:
     if not paths:
         raise JobError(f"{', '.join(inputs)}: no trace files (*.json, *.json.gz)")
     probes = [_probe(p) for p in paths]
-    left_out: list[tuple[str, str]] = []
+    # JSON files of other kinds (a run folder may hold configs) are no ranks.
+    left_out = [(p.path, p.problem or "") for p in probes if p.not_trace]
+    probes = [p for p in probes if not p.not_trace]
+    if not probes:
+        raise JobError(f"{', '.join(inputs)}: no trace files (JSON without traceEvents)")
 
     # One job: the largest set of files that agree on world size and process groups. Files
     # whose header could not be read stay (the load says what is wrong with them).

@@ -162,6 +162,14 @@ def test_rank_rules_distributed_info_then_name_then_order(tmp_path):
     ]
 
 
+def test_json_files_that_are_not_traces_are_left_out(tmp_path):
+    write_job(tmp_path)
+    (tmp_path / "config.json").write_text('{"lr": 0.1, "ranks": 3}')
+    files = discover([str(tmp_path)])
+    assert [f.rank for f in files.files] == [0, 1, 2]
+    assert files.left_out == [(str(tmp_path / "config.json"), "not a trace (no traceEvents array)")]
+
+
 def test_two_cycles_newest_complete_by_default_and_a_flag_picks_another(tmp_path):
     write_job(tmp_path, name="host_{rank}.1700000000000.pt.trace.json", step="ProfilerStep#1")
     write_job(
