@@ -421,14 +421,26 @@ def _entries(digests: Sequence[RankDigest], files: JobFiles | None) -> list[Rank
     return sorted(entries, key=lambda e: e.rank)
 
 
+def clock_reference(matched: Matched) -> int | None:
+    """The rank the clock offsets are measured against: the lowest in a synchronising
+    collective, or None."""
+    sync = np.array([k in SYNCHRONISING for k in matched.kind], bool)
+    taking = np.flatnonzero((matched.present & sync[:, None]).any(axis=0)) if len(matched) else []
+    return matched.ranks[int(taking[0])] if len(taking) else None
+
+
 def _clock_offsets(matched: Matched) -> dict[int, tuple[float, float, int]]:
-    """Per rank: (offset ns, spread ns, samples) against the lowest rank, from the ends of the
-    synchronising collectives both took part in. The reference rank gets (0, 0, samples)."""
+    """Per rank: (offset ns, spread ns, samples) against the lowest rank taking part, from the
+    ends of the synchronising collectives both took part in. The reference gets (0, 0, n)."""
     if not len(matched):
         return {}
     sync = np.array([k in SYNCHRONISING for k in matched.kind], bool)
     present = matched.present & sync[:, None]
-    ref = 0
+    # The reference: the lowest rank in any synchronising collective.
+    taking = np.flatnonzero(present.any(axis=0))
+    if not len(taking):
+        return {}
+    ref = int(taking[0])
     out: dict[int, tuple[float, float, int]] = {}
     for j, rank in enumerate(matched.ranks):
         both = present[:, ref] & present[:, j]
@@ -685,6 +697,7 @@ def job_document(job: JobAnalysis) -> dict[str, Any]:
         "kinetoscope_ranks": JOB_VERSION,
         "world_size": job.world_size,
         "clocks_aligned": job.aligned,
+        "clock_reference": clock_reference(m),
         "ranks": [_rank_json(e, job.aligned) for e in job.ranks],
         "missing": job.missing,
         "incomplete": incomplete,

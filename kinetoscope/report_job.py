@@ -106,7 +106,7 @@ def job_facts(document: dict[str, Any]) -> Any:
         )
     table.add_row(
         "clocks",
-        "aligned on rank 0 (estimated offsets subtracted)"
+        f"aligned on rank {document['clock_reference']} (estimated offsets subtracted)"
         if document["clocks_aligned"]
         else "as recorded (--align-clocks subtracts the estimated offsets)",
     )

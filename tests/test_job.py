@@ -214,6 +214,7 @@ def test_waits_skews_bandwidths_offsets_and_straggler_by_hand(tmp_path):
     write_job(tmp_path)
     document = job_of([str(tmp_path)], align=True)
     assert document["kinetoscope_ranks"] == 1 and document["world_size"] == 3
+    assert document["clock_reference"] == 0
     assert document["matching"]["matched"] == 3 and document["matching"]["stopped"] == []
     by_kind = {c["kind"]: c for c in document["collectives"]}
     # all_reduce of 1,048,576 floats: 4 MiB. Aligned starts 1000, 1400, 1200 µs: rank 1 last.
@@ -263,6 +264,23 @@ def test_without_alignment_the_waits_hold_the_clock_offsets(tmp_path):
     barrier = next(c for c in document["collectives"] if c["kind"] == "barrier")
     assert barrier["wait_us"] == {"0": 103.0, "1": 0.0, "2": 152.0}
     assert barrier["not_significant"] == [0, 2]
+
+
+def test_offsets_are_measured_against_the_lowest_rank_with_collectives(tmp_path):
+    write_job(tmp_path)
+    cut = rank_trace(0)
+    cut["traceEvents"] = cut["traceEvents"][:1]  # rank 0 recorded its step, no kernels
+    (tmp_path / "rank0.json").write_text(json.dumps(cut))
+    document = job_of([str(tmp_path)])
+    assert document["clock_reference"] == 1
+    ranks = {r["rank"]: r for r in document["ranks"]}
+    # Rank 2 ends 146, 150 and 154 µs before rank 1.
+    assert [ranks[r]["clock_offset_us"] for r in (0, 1, 2)] == [None, 0.0, -150.0]
+    assert ranks[2]["clock_spread_us"] == 4.0
+    assert document["matching"]["stopped"][0]["reason"] == (
+        "rank 0 recorded no GPU (communication kernels) collectives: left out of the matching"
+    )
+    assert document["straggler"]["rank"] == 1
 
 
 def test_where_ranks_disagree_matching_stops_and_says_where(tmp_path):
