@@ -131,6 +131,7 @@ class RankCollectives:
     bytes: np.ndarray  # int64 payload (see payload_bytes), -1 unknown
     group_size: np.ndarray  # int64, -1 unknown
     step: np.ndarray  # int64 index into the rank's steps, -1 outside every step
+    row: np.ndarray  # int64 the event's row in the rank's trace (to find it again in a view)
 
     def __len__(self) -> int:
         return len(self.start)
@@ -138,7 +139,9 @@ class RankCollectives:
     @staticmethod
     def empty(source: str) -> RankCollectives:
         none = np.zeros(0, np.int64)
-        return RankCollectives(source, none, none, [], [], [], none, none, [], none, none, none)
+        return RankCollectives(
+            source, none, none, [], [], [], none, none, [], none, none, none, none
+        )
 
     def busy_ns(self) -> int:
         """Wall time covered by at least one of these collectives."""
@@ -330,6 +333,7 @@ def _columns(
         bytes=payload,
         group_size=size,
         step=step_of(issued),
+        row=rows,
     )
 
 
@@ -394,6 +398,7 @@ class Matched:
     start: np.ndarray  # (n, ranks) int64
     end: np.ndarray
     present: np.ndarray  # (n, ranks) bool
+    position: np.ndarray  # (n, ranks) int64: index into the rank's RankCollectives, -1 absent
     stops: list[dict[str, Any]] = field(default_factory=list)
     unmatched: dict[int, int] = field(default_factory=dict)  # per rank: collectives not matched
 
@@ -452,6 +457,7 @@ def match_collectives(
     starts: list[np.ndarray] = []
     ends: list[np.ndarray] = []
     present: list[np.ndarray] = []
+    positions: list[np.ndarray] = []
     stops: list[dict[str, Any]] = initial_stops
     matched_count = dict.fromkeys(ranks, 0)
 
@@ -528,10 +534,12 @@ def match_collectives(
             row_start = np.zeros(len(ranks), np.int64)
             row_end = np.zeros(len(ranks), np.int64)
             row_present = np.zeros(len(ranks), bool)
+            row_position = np.full(len(ranks), -1, np.int64)
             group_sizes = []
             for r, i in entries.items():
                 j = column[r]
                 row_start[j], row_end[j], row_present[j] = lists[r].start[i], lists[r].end[i], True
+                row_position[j] = i
                 if lists[r].group_size[i] > 0:
                     group_sizes.append(int(lists[r].group_size[i]))
                 matched_count[r] += 1
@@ -546,6 +554,7 @@ def match_collectives(
             starts.append(row_start)
             ends.append(row_end)
             present.append(row_present)
+            positions.append(row_position)
     n_ranks = len(ranks)
 
     def stack(rows: list[np.ndarray], dtype: Any) -> np.ndarray:
@@ -564,6 +573,7 @@ def match_collectives(
         start=stack(starts, np.int64),
         end=stack(ends, np.int64),
         present=stack(present, bool),
+        position=stack(positions, np.int64),
         stops=stops,
         unmatched={r: len(lists[r]) - matched_count[r] for r in ranks},
     )

@@ -485,3 +485,20 @@ def test_a_jobs_summary_imports_no_textual(tmp_path):
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.stdout.strip() == "[]", run.stderr
+
+
+def test_a_matched_collective_leads_back_to_each_ranks_event(tmp_path):
+    from kinetoscope.parser import load
+
+    write_job(tmp_path)
+    files = discover([str(tmp_path)])
+    job = analyze_job(map_ranks([f.path for f in files.files], workers=1), files)
+    matched = job.matched
+    for j, rank in enumerate(matched.ranks):
+        trace = load(files.files[j].path)
+        coll = job.entry(rank).digest.collectives[matched.source]
+        rows = coll.row[matched.position[:, j]]
+        assert [trace.start[r] for r in rows] == matched.start[:, j].tolist()
+        assert {trace.name_of(int(r)) for r in rows} == {
+            "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)"
+        }
