@@ -19,6 +19,7 @@ which still propagate), then `prof.path` holds its path. torch is imported on en
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import sys
@@ -138,8 +139,7 @@ class profile:
 
     def _fresh(self, default_name: str) -> profile:
         """A copy with the same settings, so that each decorated call writes its own file."""
-        block = profile.__new__(profile)
-        block.__dict__.update(self.__dict__)
+        block = copy.copy(self)
         block._name = self._name or default_name
         block._session = None
         block.result = None

@@ -14,6 +14,7 @@ from .model import (
     KIND_MEMCPY,
     KIND_MEMSET,
     ROW_COLUMNS,
+    ROW_DTYPES,
     ChunkIndex,
     Lane,
     MemoryEvents,
@@ -22,15 +23,8 @@ from .model import (
 )
 
 GPU_KINDS = (KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET)
-COLUMNS = ROW_COLUMNS
-DTYPES = {
-    "ph": np.uint8,
-    "name": np.int32,
-    "cat": np.int32,
-    "lane": np.int32,
-    "flow_bp": np.uint8,
-    "shape": np.int32,
-}
+# The columns that hold a run's local ids, remapped as a run is merged; the others are copied.
+REMAPPED = frozenset({"name", "cat", "lane", "shape", "flow_id", "ordinal"})
 
 
 def _load_trim() -> Any:
@@ -148,12 +142,12 @@ class TraceBuilder:
         self._reserve(m, length)
         lo, hi = self.n_rows, self.n_rows + m
         cols = self.columns
-        cols["ph"][lo:hi] = run.ph
+        for column in ROW_COLUMNS:
+            if column not in REMAPPED:
+                cols[column][lo:hi] = getattr(run, column)
         cols["name"][lo:hi] = string_map[run.name]
         cols["cat"][lo:hi] = string_map[run.cat]
         cols["lane"][lo:hi] = lane_map[run.lane] if m else run.lane
-        for column in ("start", "dur", "corr", "ext_id", "device", "stream", "flow_bp"):
-            cols[column][lo:hi] = getattr(run, column)
         shape = run.shape
         has_shape = shape >= 0
         cols["shape"][lo:hi] = np.where(has_shape, string_map[np.where(has_shape, shape, 0)], -1)
@@ -180,7 +174,7 @@ class TraceBuilder:
             self.by_phase[key] = self.by_phase.get(key, 0) + count
         for key, count in run.by_category.items():
             self.by_category[key] = self.by_category.get(key, 0) + count
-        if run.slice_start_min is not None:
+        if run.slice_start_min is not None and run.slice_end_max is not None:
             if self.slice_start_min is None or run.slice_start_min < self.slice_start_min:
                 self.slice_start_min = run.slice_start_min
             if self.slice_end_max is None or run.slice_end_max > self.slice_end_max:
@@ -209,8 +203,8 @@ class TraceBuilder:
         tries = dict.fromkeys([*(max(need, e, 4096) for e in estimates), need])
         for capacity in tries:
             try:
-                for column in COLUMNS:
-                    array = np.empty(capacity, dtype=DTYPES.get(column, np.int64))
+                for column, dtype in ROW_DTYPES.items():
+                    array = np.empty(capacity, dtype=dtype)
                     old = self.columns.get(column)
                     if old is not None:
                         array[: self.n_rows] = old[: self.n_rows]
@@ -244,11 +238,11 @@ class TraceBuilder:
             return np.concatenate(parts).astype(dtype, copy=False)
 
         n = self.n_rows
-        columns = {}
-        for c in COLUMNS:
+        columns: dict[str, Any] = {}
+        for c, dtype in ROW_DTYPES.items():
             array = self.columns.get(c)
             if array is None:
-                array = np.zeros(0, dtype=DTYPES.get(c, np.int64))
+                array = np.zeros(0, dtype=dtype)
             # A view of the first n rows: the unused tail was never written, so never resident.
             columns[c] = array[:n]
         self.columns = {}

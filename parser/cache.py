@@ -30,7 +30,16 @@ from typing import Annotated, Any
 import msgspec
 import numpy as np
 
-from .model import MEMORY_COLUMNS, ROW_COLUMNS, ChunkIndex, Lane, MemoryEvents, Source, Trace
+from .model import (
+    MEMORY_COLUMNS,
+    ROW_COLUMNS,
+    ROW_DTYPES,
+    ChunkIndex,
+    Lane,
+    MemoryEvents,
+    Source,
+    Trace,
+)
 
 FORMAT_VERSION = 2
 COLUMNS = ROW_COLUMNS
@@ -429,6 +438,8 @@ def _entry(
         groups.append([f"chunks.{c}" for c in CHUNK_COLUMNS])
     if any(len({len(arrays[name]) for name in group}) != 1 for group in groups):
         return None
+    if any(arrays[column].dtype != dtype for column, dtype in ROW_DTYPES.items()):
+        return None  # written by a model whose columns had other types
     offsets, blob = arrays["strings.offsets"], arrays["strings.blob"]
     if offsets.dtype.kind not in "iu" or blob.dtype != np.uint8 or len(offsets) == 0:
         return None

@@ -11,13 +11,13 @@ import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import numpy as np
 
 from .events import Args, Event
-from .model import KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, NO_VALUE, category_kind
+from .model import KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, NO_VALUE, RowColumns, category_kind
 
 INT64_MAX = (1 << 63) - 1
 INT64_MIN = -(1 << 63)
@@ -35,25 +35,13 @@ _EMPTY_I64 = np.zeros(0, np.int64)
 
 
 @dataclass
-class RunColumns:
-    """One run's rows; `name`, `cat`, `shape` index `strings`, `lane` indexes `lane_keys`."""
+class RunColumns(RowColumns):
+    """One run's rows, in the trace's columns but with run-local ids: `name`, `cat`, `shape`
+    index `strings`, `lane` indexes `lane_keys`, string flow ids are local string ids +
+    STRING_FLOW_BASE, and `ordinal` is the event's index in the run."""
 
     strings: list[str]
     lane_keys: list[tuple[Any, Any]]
-    ph: np.ndarray
-    name: np.ndarray
-    cat: np.ndarray
-    lane: np.ndarray
-    start: np.ndarray
-    dur: np.ndarray
-    corr: np.ndarray
-    ext_id: np.ndarray
-    device: np.ndarray
-    stream: np.ndarray
-    flow_id: np.ndarray  # string flow ids are local string ids + STRING_FLOW_BASE
-    flow_bp: np.ndarray
-    shape: np.ndarray
-    ordinal: np.ndarray  # run-local element index
     n_events: int
     by_phase: dict[str, int]
     by_category: dict[str, int]
@@ -61,7 +49,7 @@ class RunColumns:
     slice_end_max: int | None
     negative_durations: int
     memory: dict[str, list[int]] = field(default_factory=dict)  # lane is a local lane index
-    metadata: list[tuple[str, Any, Any, Any]] = field(default_factory=list)
+    metadata: list[tuple[str | None, Any, Any, Any]] = field(default_factory=list)
     # Counts of values made missing or cut, for the load's warnings: "far_times" (a ts beyond
     # ±TIME_LIMIT), "long_durations" (an end beyond it), "odd_shapes", "out_of_range" (numbers
     # beyond float range, such as 1e400, read as missing).
@@ -186,7 +174,7 @@ def convert_run(events: list[Event], out_of_range: int = 0) -> RunColumns:
         valid &= ~far
     is_meta = codes == ord("M")
     rows = valid & ~is_meta
-    metadata: list[tuple[str, Any, Any, Any]] = []
+    metadata: list[tuple[str | None, Any, Any, Any]] = []
     if is_meta.any():
         for i in np.flatnonzero(is_meta).tolist():
             e = events[i]
@@ -241,15 +229,18 @@ def convert_run(events: list[Event], out_of_range: int = 0) -> RunColumns:
     if long_durations:
         dur[beyond] = TIME_LIMIT - start[beyond]
     row_cat = cat_all[index]
-    args_list = [e.args for e in sub]
-    if None in args_list:
-        args_list = [a if a is not None else EMPTY_ARGS for a in args_list]
+    found_args = [e.args for e in sub]
+    # (Checked first: most runs have args on every row, and this is the hot path.)
+    if None in found_args:
+        args_list = [a if a is not None else EMPTY_ARGS for a in found_args]
+    else:
+        args_list = cast(list[Args], found_args)
     # Only JSON integers count (not bools or floats); out-of-range ones are dropped.
     corr = _int_only([a.correlation for a in args_list])
     ext = _int_only([a.external_id for a in args_list])
     stream = _int_only([a.stream for a in args_list])
     shape, odd_shapes = _shape_ids([a.input_dims for a in args_list], intern)
-    old_dims = [a.input_dims_old for a in args_list]
+    old_dims: list[Any] = [a.input_dims_old for a in args_list]
     if old_dims.count(None) != m:  # traces before 2021 say "Input dims"
         older, odd_older = _shape_ids(old_dims, intern)
         shape = np.where(shape >= 0, shape, older)

@@ -18,11 +18,11 @@ class Args(msgspec.Struct, gc=False):
     external_id: Any = msgspec.field(name="External id", default=None)
     device: Any = None
     stream: Any = None
-    # Shapes stay JSON text (no lists built, then encoded again); the generic path of
-    # `event_from_object` stores decoded values here instead.
-    # (a JSON null arrives as Raw(b"null")).
-    input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=None)
-    input_dims_old: msgspec.Raw = msgspec.field(name="Input dims", default=None)
+    # Shapes stay JSON text (no lists built, then encoded again): Raw, a JSON null as
+    # Raw(b"null"), None when absent (msgspec takes no `Raw | None`, hence the ignores); the
+    # generic path of `event_from_object` stores decoded values here instead.
+    input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=None)  # type: ignore[assignment]
+    input_dims_old: msgspec.Raw = msgspec.field(name="Input dims", default=None)  # type: ignore[assignment]
     addr: Any = msgspec.field(name="Addr", default=None)
     bytes: Any = msgspec.field(name="Bytes", default=None)
     total_allocated: Any = msgspec.field(name="Total Allocated", default=None)
@@ -58,7 +58,7 @@ class _Decoder:
     def __init__(self, kind: Any = Any):
         self._decoder = msgspec.json.Decoder(kind)
 
-    def decode(self, data: bytes) -> Any:
+    def decode(self, data: bytes | bytearray | memoryview) -> Any:
         try:
             return self._decoder.decode(data)
         except RecursionError:
@@ -226,7 +226,9 @@ def repair_json(text: bytes, repair: Repair | None = None, numbers: bool = False
     return b"".join(pieces)
 
 
-def decode_events(text: bytes, repair: Repair | None = None) -> tuple[list[Event] | None, bool]:
+def decode_events(
+    text: bytes | bytearray | memoryview, repair: Repair | None = None
+) -> tuple[list[Event] | None, bool]:
     """Decode a run given as a JSON array of events: (events, False), or (None, closed_early).
 
     Fields of unexpected types send the run through the generic decoder; the defects of
@@ -339,12 +341,12 @@ def event_from_object(obj: Any) -> Event:
         known = {key: args[key] for key in ARG_KEYS if key in args}
         dims = {attr: known.pop(key) for key, attr in DIMS_KEYS.items() if key in known}
         try:
-            event.args = msgspec.convert(known, Args, str_keys=True)
+            # The shapes are decoded values here, not Raw: _dims_text takes both.
+            event.args = msgspec.structs.replace(
+                msgspec.convert(known, Args, str_keys=True), **dims
+            )
         except (ValueError, TypeError):
             event.args = None
-        else:
-            for attr, value in dims.items():
-                setattr(event.args, attr, value)  # decoded values: _dims_text takes both
     return event
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -19,40 +19,10 @@ PH_FLOW_STEP = ord("t")
 PH_FLOW_END = ord("f")
 PH_COUNTER = ord("C")
 
-# The Trace's per-row columns and the MemoryEvents columns, by name (builder, cache, tests).
-ROW_COLUMNS = (
-    "ph",
-    "name",
-    "cat",
-    "lane",
-    "start",
-    "dur",
-    "corr",
-    "ext_id",
-    "device",
-    "stream",
-    "flow_id",
-    "flow_bp",
-    "shape",
-    "ordinal",
-)
-MEMORY_COLUMNS = (
-    "ordinal",
-    "lane",
-    "ts",
-    "addr",
-    "bytes",
-    "total_allocated",
-    "total_reserved",
-    "device_type",
-    "device_id",
-)
-
-# Bytes of one row in the model: the columns above (ph and flow_bp 1, name, cat, lane and shape
-# 4, the other eight 8). The summary's analyses add their own per-event arrays (nesting order,
-# parents, self times, links, ...): the whole `summary` peaks at about SUMMARY_BYTES_PER_EVENT
-# (BENCHMARKS.md: 587 MB for 2.9 M events, interpreter included).
-MODEL_BYTES_PER_EVENT = 82
+# Bytes of one row in the model: MODEL_BYTES_PER_EVENT, the sum of the columns' item sizes (82).
+# The summary's analyses add their own per-event arrays (nesting order, parents, self times,
+# links, ...): the whole `summary` peaks at about SUMMARY_BYTES_PER_EVENT (BENCHMARKS.md: 587 MB
+# for 2.9 M events, interpreter included).
 SUMMARY_BYTES_PER_EVENT = 200
 
 
@@ -152,11 +122,16 @@ class Source:
     mtime_ns: int | None = None  # the file's mtime when it was opened (None: not from a file)
 
 
-@dataclass
-class Trace:
-    """A loaded trace. Rows are the timed events (numeric `ts`, `ph` other than `M`), in file order.
+def _dtype(kind: type[np.generic]) -> dict[str, np.dtype]:
+    return {"dtype": np.dtype(kind)}
 
-    Columns (all numpy arrays of equal length, one entry per row):
+
+@dataclass
+class RowColumns:
+    """One row per timed event, in columns: numpy arrays of equal length. Declared here once,
+    with their dtypes, for a whole `Trace` and for one converted run of it (`RunColumns`); the
+    builder, the cache and the tests read the list and the dtypes from `ROW_DTYPES`.
+
     - ``ph`` uint8: ASCII code of the phase letter (0 for multi-letter or missing phases).
     - ``name``, ``cat`` int32: ids into ``strings`` (missing/null is the empty string).
     - ``lane`` int32: index into ``lanes``.
@@ -169,6 +144,34 @@ class Trace:
     - ``flow_bp`` uint8: ASCII code of ``bp`` for flow events ("e" binds to the enclosing slice).
     - ``shape`` int32: id of the JSON text of ``args["Input Dims"]`` when recorded, else -1.
     - ``ordinal`` int64: index of the event in ``traceEvents`` (file order, all phases counted).
+    """
+
+    ph: np.ndarray = field(metadata=_dtype(np.uint8))
+    name: np.ndarray = field(metadata=_dtype(np.int32))
+    cat: np.ndarray = field(metadata=_dtype(np.int32))
+    lane: np.ndarray = field(metadata=_dtype(np.int32))
+    start: np.ndarray = field(metadata=_dtype(np.int64))
+    dur: np.ndarray = field(metadata=_dtype(np.int64))
+    corr: np.ndarray = field(metadata=_dtype(np.int64))
+    ext_id: np.ndarray = field(metadata=_dtype(np.int64))
+    device: np.ndarray = field(metadata=_dtype(np.int64))
+    stream: np.ndarray = field(metadata=_dtype(np.int64))
+    flow_id: np.ndarray = field(metadata=_dtype(np.int64))
+    flow_bp: np.ndarray = field(metadata=_dtype(np.uint8))
+    shape: np.ndarray = field(metadata=_dtype(np.int32))
+    ordinal: np.ndarray = field(metadata=_dtype(np.int64))
+
+
+# The per-row columns by name, with their dtypes (builder, cache, tests).
+ROW_DTYPES: dict[str, np.dtype] = {f.name: f.metadata["dtype"] for f in fields(RowColumns)}
+ROW_COLUMNS = tuple(ROW_DTYPES)
+MODEL_BYTES_PER_EVENT = sum(dtype.itemsize for dtype in ROW_DTYPES.values())
+
+
+@dataclass
+class Trace(RowColumns):
+    """A loaded trace. Rows are the timed events (numeric `ts`, `ph` other than `M`), in file order,
+    in the columns of `RowColumns`.
 
     ``cat_kind`` maps a category id to one of the KIND_* values, so
     ``cat_kind[trace.cat]`` classifies every row at once.
@@ -177,20 +180,6 @@ class Trace:
     source: Source
     header: dict[str, Any]
     strings: list[str]
-    ph: np.ndarray
-    name: np.ndarray
-    cat: np.ndarray
-    lane: np.ndarray
-    start: np.ndarray
-    dur: np.ndarray
-    corr: np.ndarray
-    ext_id: np.ndarray
-    device: np.ndarray
-    stream: np.ndarray
-    flow_id: np.ndarray
-    flow_bp: np.ndarray
-    shape: np.ndarray
-    ordinal: np.ndarray
     lanes: list[Lane]
     memory: MemoryEvents
     n_events: int
@@ -205,6 +194,12 @@ class Trace:
     workers: int = 1  # decoding processes the load used (1: this process alone)
     from_cache: bool = False  # read back from the model cache, not decoded from the file
     cache_key: Any = None  # the file's parser.cache.Key when it was read (None: not from a file)
+    # Tables derived from `strings`, made on first use and made again when the table has grown
+    # (a string table is only ever appended to, so its length tells whether they are current).
+    _cat_kind: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
+    _string_index: dict[str, int] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def __len__(self) -> int:
         return len(self.start)
@@ -216,13 +211,13 @@ class Trace:
     @property
     def cat_kind(self) -> np.ndarray:
         """KIND_* of every string id, so that `trace.cat_kind[trace.cat]` classifies the rows."""
-        cached = self.__dict__.get("_cat_kind")
-        if cached is None or len(cached) != len(self.strings):
-            cached = np.fromiter(
+        kinds = self._cat_kind
+        if kinds is None or len(kinds) != len(self.strings):
+            kinds = np.fromiter(
                 (category_kind(s) for s in self.strings), dtype=np.int8, count=len(self.strings)
             )
-            self.__dict__["_cat_kind"] = cached
-        return cached
+            self._cat_kind = kinds
+        return kinds
 
     def row_kind(self) -> np.ndarray:
         """KIND_* per row, for slices (ph X); -1 for rows that are not slices."""
@@ -232,10 +227,10 @@ class Trace:
 
     def string_id(self, text: str) -> int:
         """Id of `text` in the string table, or -1."""
-        index = self.__dict__.get("_string_index")
+        index = self._string_index
         if index is None or len(index) != len(self.strings):
             index = {s: i for i, s in enumerate(self.strings)}
-            self.__dict__["_string_index"] = index
+            self._string_index = index
         return index.get(text, -1)
 
     def name_of(self, row: int) -> str:
@@ -261,6 +256,9 @@ class MemoryEvents:
 
     def __len__(self) -> int:
         return len(self.ordinal)
+
+
+MEMORY_COLUMNS = tuple(f.name for f in fields(MemoryEvents))
 
 
 @dataclass

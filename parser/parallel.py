@@ -535,7 +535,9 @@ def decode_shared(name: str, length: int) -> RunColumns | None:
                     _ATTACHED.pop(old).close()
                 except BufferError:
                     pass
-    view = block.buf[:length]
+    shared = block.buf
+    assert shared is not None  # an attached block has its buffer until it is closed
+    view = shared[:length]
     try:
         return decode_array(view)
     finally:

@@ -337,6 +337,7 @@ class Reader:
         while True:
             buf.fill(need)
             view = buf.data[buf.pos :]
+            end: int | None
             try:
                 value = ANY_DECODER.decode(view)
                 end = len(view)

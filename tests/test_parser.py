@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import CORPUS
 from kinetoscope.parser import NO_VALUE, TraceError, load, loads, read_event
-from kinetoscope.parser.model import PH_COMPLETE
+from kinetoscope.parser.model import PH_COMPLETE, ROW_COLUMNS
 
 
 def X(name="op", ts=0, dur=1, cat="cpu_op", pid=1, tid=1, **args):
@@ -349,7 +349,7 @@ def test_model_columns_grow_past_a_short_estimate(write_trace, expected_bytes, m
         "kinetoscope.parser.reader.TraceBuilder", lambda **_: made(expected_bytes=expected_bytes)
     )
     trace = load(str(path), use_cache=False, workers=1)
-    for column in builder_module.COLUMNS:
+    for column in ROW_COLUMNS:
         assert np.array_equal(getattr(trace, column), getattr(reference, column)), column
     assert trace.strings == reference.strings
 
