@@ -222,3 +222,21 @@ def test_a_finished_load_reports_what_it_was_given():
     later.first_frame_shown()
     later.join(LIMIT_S)
     assert later.stage is Stage.COMPLETE and staged.complete
+
+
+def test_the_loader_imports_no_textual():
+    # It starts before Textual is imported, so that the decoding begins while Textual loads.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from kinetoscope.tui.loader import TraceLoad; "
+        f"load = TraceLoad({sample()!r}, staged=True); load.wait(60); "
+        "load.first_frame_shown(); load.join(60); "
+        "print(load.stage.name, sorted(m for m in sys.modules if m.startswith('textual')))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["COMPLETE", "[]"]
