@@ -183,7 +183,7 @@ class ViewData:
         # Per trace row (-1: not drawn, or not placed yet): index into self.lanes, level, and
         # index in that level. Set from each placement, and swapped in whole.
         self.row_lane = self.row_level = self.row_entry = np.zeros(0, dtype=np.int32)
-        self.levels_ready = threading.Event()
+        self._levels_ready = threading.Event()
         self._lock = threading.Lock()
         self.placement: Placement | None = None  # every slice's place (what the cache keeps)
         self.hide_python = False  # python_function slices left out of the lanes' levels
@@ -213,13 +213,13 @@ class ViewData:
     @property
     def complete(self) -> bool:
         """Every slice is placed on its level (not only the top levels)."""
-        return self.levels_ready.is_set()
+        return self._levels_ready.is_set()
 
     def complete_levels(self) -> None:
         """Nest every slice and place it on its level. Safe to call from any thread, once or
         many times: the first call does the work, the others wait for it."""
         with self._lock:
-            if self.levels_ready.is_set():
+            if self._levels_ready.is_set():
                 return
             nesting = self.session.nesting
             self._install(nesting, self._full_placement(nesting))
@@ -235,7 +235,7 @@ class ViewData:
             self._make_lanes(per_lane)
         self._set_row_lane(placement)
         self._expandable = [view.expandable for view in self.lanes]
-        self.levels_ready.set()
+        self._levels_ready.set()
 
     def set_hide_python(self, hide: bool) -> None:
         """Leave the python_function slices out of the lanes' levels (the operators below them
