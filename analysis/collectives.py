@@ -232,11 +232,11 @@ def find_collectives(session: TraceSession, read_args: bool = True) -> dict[str,
         if kind == UNKNOWN:
             kind = kind_of(names[trace.name[row]])
         group = info.get("Process Group Name")
-        launched = links.runtime_of(row)
+        launch_row = links.runtime_of(row)
         gpu_items.append(
             (
                 str(group) if group is not None else f"stream {stream_rank[int(stream_key[i])]}",
-                int(trace.start[launched] if launched >= 0 else trace.start[row]),
+                int(trace.start[launch_row] if launch_row >= 0 else trace.start[row]),
                 row,
                 kind,
                 info,

@@ -370,7 +370,8 @@ def analyze_job(
         entry.wait_ns = int(wait[mine, j].sum())
         position = {name: k for k, name in enumerate(names)}
         for i in np.flatnonzero(mine).tolist():
-            k = position.get(matched.step[i]) if matched.step[i] is not None else None
+            step = matched.step[i]
+            k = position.get(step) if step is not None else None
             if k is not None:
                 entry.step_wait_ns[k] += int(wait[i, j])
     world = files.world_size if files is not None else None
@@ -425,7 +426,9 @@ def clock_reference(matched: Matched) -> int | None:
     """The rank the clock offsets are measured against: the lowest in a synchronising
     collective, or None."""
     sync = np.array([k in SYNCHRONISING for k in matched.kind], bool)
-    taking = np.flatnonzero((matched.present & sync[:, None]).any(axis=0)) if len(matched) else []
+    if not len(matched):
+        return None
+    taking = np.flatnonzero((matched.present & sync[:, None]).any(axis=0))
     return matched.ranks[int(taking[0])] if len(taking) else None
 
 
@@ -602,8 +605,8 @@ def _rank_json(entry: RankEntry, aligned: bool) -> dict[str, Any]:
     idle = sum(g["idle_us"] or 0 for g in digest.gpu)
     causes: dict[str, float] = {}
     for gpu in digest.gpu:
-        for cause, value in gpu["idle_by_cause"].items():
-            causes[cause] = round(causes.get(cause, 0.0) + (value or 0.0), 3)
+        for cause, amount in gpu["idle_by_cause"].items():
+            causes[cause] = round(causes.get(cause, 0.0) + (amount or 0.0), 3)
     return {
         "rank": entry.rank,
         "path": entry.path,
