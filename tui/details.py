@@ -18,6 +18,7 @@ from textual import work
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from .failures import ReportsWorkerFailures
 from .safe_text import bounded_args, clean, shorten
 from .theme import current_palette
 from .viewdata import GPU_KINDS, ViewData
@@ -154,8 +155,15 @@ def _nesting_facts(text: Text, data: ViewData, row: int, event: dict[str, Any] |
         stack_lines(text, frames)
 
 
-def describe_event(data: ViewData, row: int, event: dict[str, Any] | None, loading: bool) -> Text:
-    """The details text of one event; `event` is its full JSON when already read back."""
+def describe_event(
+    data: ViewData,
+    row: int,
+    event: dict[str, Any] | None,
+    loading: bool,
+    failure: str | None = None,
+) -> Text:
+    """The details text of one event; `event` is its full JSON when already read back, and
+    `failure` says why it could not be."""
     trace = data.trace
     text = Text(no_wrap=False, overflow="fold")
     text.append(shorten(trace.name_of(row), MAX_NAME_CHARS) or "(no name)", name_style())
@@ -175,7 +183,9 @@ def describe_event(data: ViewData, row: int, event: dict[str, Any] | None, loadi
 
     text.append("args:", key_style())
     if event is None:
-        if loading:
+        if failure is not None:
+            text.append(f" {failure}\n", current_palette().style("error", bold=True))
+        elif loading:
             text.append(" reading…\n")
         elif file_changed(trace) is not None:
             text.append(" (not read: the file changed on disk after it was loaded)\n")
@@ -243,8 +253,11 @@ def cpu_stack_for_gap(data: ViewData, gap: int) -> list[str]:
     return [data.trace.name_of(r) for r in data.stack_at(lane_index, middle)]
 
 
-class DetailsPane(VerticalScroll):
+class DetailsPane(ReportsWorkerFailures, VerticalScroll):
     """Shows the selected event (args read back from the file in a thread) or the current gap."""
+
+    FAILURE_SUBJECT = "event arguments"
+    FAILURE_VERB = "read"
 
     def __init__(self, data: ViewData, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -252,6 +265,7 @@ class DetailsPane(VerticalScroll):
         self.row = -1
         self.gap = -1
         self.event: dict[str, Any] | None = None
+        self.args_failure: str | None = None  # why the event's args could not be read
         self.body = Static(Text(NOTHING_SELECTED))
 
     def compose(self):
@@ -261,6 +275,7 @@ class DetailsPane(VerticalScroll):
         self.row = row
         self.gap = -1
         self.event = None
+        self.args_failure = None
         if row < 0:
             self.body.update(Text(NOTHING_SELECTED))
             return
@@ -289,10 +304,17 @@ class DetailsPane(VerticalScroll):
             text.append_text(describe_gap(self.data, self.gap))
             text.append("\n")
         if self.row >= 0:
-            text.append_text(describe_event(self.data, self.row, self.event, loading))
+            text.append_text(
+                describe_event(self.data, self.row, self.event, loading, self.args_failure)
+            )
         self.body.update(text)
 
-    @work(thread=True, exclusive=True, group="details-args")
+    def show_failure(self, message: str) -> None:
+        """The selected event's args could not be read back: its details say why."""
+        self.args_failure = message
+        self._refresh_body(loading=False)
+
+    @work(thread=True, exclusive=True, group="details-args", exit_on_error=False)
     def _read_args(self, row: int) -> None:
         event = read_event(self.data.trace, row)
         self.app.call_from_thread(self._show_args, row, event)

@@ -31,6 +31,7 @@ class FindingsScreen(TableScreen):
     SHOW_DETAIL = True
     TITLE_TEXT = "Findings"
     FILTER_HINT = "type to filter by rule or message · re:… for a regular expression"
+    FAILURE_SUBJECT = "findings"
 
     def __init__(self, host: DrilldownActions) -> None:
         super().__init__()
@@ -46,11 +47,11 @@ class FindingsScreen(TableScreen):
     def heading(self) -> Text:
         text = Text("Findings", "bold")
         text.append(" of the triage rules, most severe first · Enter shows the evidence")
-        if self.findings is None:
+        if self.findings is None and self.failure is None:
             text.append(" · computing…")
         return text
 
-    @work(thread=True, exclusive=True, group="findings")
+    @work(thread=True, exclusive=True, group="findings", exit_on_error=False)
     def _compute(self) -> None:
         findings = list(self.data.session.findings)
         self.app.call_from_thread(self._show, findings)

@@ -38,6 +38,7 @@ class KernelsScreen(RangeTableScreen[KernelTable]):
 
     BINDINGS: ClassVar[list[BindingType]] = [RangeTableScreen.RANGE_BINDING]
     TITLE_TEXT = "Kernels"
+    FAILURE_SUBJECT = "kernels"
 
     @property
     def kernel_table(self) -> KernelTable | None:

@@ -39,6 +39,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Static
 
+from .failures import ReportsWorkerFailures
 from .render import PLAIN
 from .safe_text import fit, fit_name
 from .table import Column
@@ -405,7 +406,7 @@ class MemoryChart(Widget, can_focus=True):
         self.focus()
 
 
-class MemoryScreen(Screen[TimelineTarget | None]):
+class MemoryScreen(ReportsWorkerFailures, Screen[TimelineTarget | None]):
     """Curves per device, the reading under the cursor, and a table of operators (or of
     allocations never freed). Dismisses with where the timeline should go, or None."""
 
@@ -417,6 +418,8 @@ class MemoryScreen(Screen[TimelineTarget | None]):
         Binding("v", "cycle_table", "Table", tooltip="Operators by memory / never-freed"),
     ]
     TABLE_MODES = ("operators", "never freed")
+    FAILURE_SUBJECT = "memory"
+    failure: str | None = None  # what could not be computed, and why
 
     def __init__(
         self,
@@ -458,10 +461,15 @@ class MemoryScreen(Screen[TimelineTarget | None]):
         self.chart.focus()
         self.compute()
 
-    @work(thread=True, exclusive=True, group="memory-view")
+    @work(thread=True, exclusive=True, group="memory-view", exit_on_error=False)
     def compute(self) -> None:
         ops = memory_ops_for(self.data)
         self.app.call_from_thread(self.show_ops, ops)
+
+    def show_failure(self, message: str) -> None:
+        """The memory per operator could not be computed: the title says why."""
+        self.failure = message
+        self.query_one("#memory-title", Static).update(self.title_text())
 
     def show_ops(self, ops: MemoryOps) -> None:
         self.ops = ops
@@ -489,7 +497,10 @@ class MemoryScreen(Screen[TimelineTarget | None]):
         text.append("Memory", "bold")
         device = self.device
         if self.ops is None:
-            text.append(" · computing…")
+            if self.failure is not None:
+                text.append(f" · {self.failure}", palette_of(self).style("error", bold=True))
+            else:
+                text.append(" · computing…")
             return text
         if device is None:
             text.append(" · no [memory] events")
@@ -553,6 +564,8 @@ class MemoryScreen(Screen[TimelineTarget | None]):
         draws every frame afresh)."""
         if self.ops is not None:
             self.refresh_all()
+        elif self.failure is not None:
+            self.query_one("#memory-title", Static).update(self.title_text())
 
     def refresh_all(self) -> None:
         self.query_one("#memory-title", Static).update(self.title_text())

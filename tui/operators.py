@@ -76,6 +76,7 @@ class OperatorsScreen(RangeTableScreen[ShownOperators]):
         Binding("P", "toggle_python", "Python", tooltip="Hide/show python_function frames"),
     ]
     TITLE_TEXT = "Operators"
+    FAILURE_SUBJECT = "operators"
 
     def __init__(self, host: DrilldownActions) -> None:
         super().__init__(host)

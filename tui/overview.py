@@ -44,6 +44,7 @@ class OverviewScreen(TableScreen):
     ]
     TITLE_TEXT = "Overview"
     FILTER_HINT = "type to filter steps by name"
+    FAILURE_SUBJECT = "overview"
 
     def __init__(self, host: DrilldownActions) -> None:
         super().__init__()
@@ -73,6 +74,12 @@ class OverviewScreen(TableScreen):
         super().recolour()
         if self.steps is not None:
             self.query_one("#overview-devices", Static).update(describe_devices(self.host))
+        elif self.failure is not None:
+            self.query_one("#overview-devices", Static).update(self.failure_text())
+
+    def show_failure(self, message: str) -> None:
+        super().show_failure(message)
+        self.query_one("#overview-devices", Static).update(self.failure_text())
 
     def heading(self) -> Text:
         data = self.data
@@ -81,11 +88,11 @@ class OverviewScreen(TableScreen):
         text.append(f" · {fmt_duration(data.span)}")
         if self.steps is not None:
             text.append(f" · {plural(len(self.steps), 'step')}")
-        else:
+        elif self.failure is None:
             text.append(" · computing…")
         return text
 
-    @work(thread=True, exclusive=True, group="overview")
+    @work(thread=True, exclusive=True, group="overview", exit_on_error=False)
     def _compute(self) -> None:
         steps = self.data.session.steps
         devices = describe_devices(self.host)

@@ -39,6 +39,9 @@ class RangeTableScreen(TableScreen, Generic[R]):
       `(result, model)`: the table's data (what `describe_row`/`choose_row` read) and its
       `TableModel`. A range table usually leaves out the rows with nothing in the range
       (`columns.restrict`); its model rows then map back to the whole table's by `model_row`.
+    - If `compute` raises, the heading and the detail pane say what could not be computed
+      and why, and an error notification says it too (TableScreen.show_failure); the table
+      stays empty until a later `reload()` succeeds. The app stays open.
     - Back on the UI thread, `show_result()` keeps `result` and `shown_range`, and shows the model
       keeping the sort, the filter, and the cursor on the row with the same key (`keys` of the
       model), restricted to `scope(result, model)` (None: all rows).
@@ -66,6 +69,7 @@ class RangeTableScreen(TableScreen, Generic[R]):
         self.use_range = True  # the marked range when there is one; False: the whole trace
         self.shown_range: tuple[int, int] | None = None
         self.result: R | None = None
+        self.computing: tuple[int, int] | None = None  # the bounds asked of the last reload()
 
     # -- what subclasses give ---------------------------------------------------------------
 
@@ -116,13 +120,16 @@ class RangeTableScreen(TableScreen, Generic[R]):
     def reload(self) -> None:
         """Forget the table shown and compute it again (options or range changed)."""
         self.result = None
+        self.failure = None
+        self.computing = self.wanted_range()
         self.refresh_heading()
         self.run_worker(
-            partial(self._compute, self.wanted_range()),
+            partial(self._compute, self.computing),
             name=f"{type(self).__name__}.compute",
             group="range-table",
             thread=True,
             exclusive=True,
+            exit_on_error=False,  # a failure is said on this screen (TableScreen.show_failure)
         )
 
     def _compute(self, bounds: tuple[int, int] | None) -> None:
@@ -139,9 +146,16 @@ class RangeTableScreen(TableScreen, Generic[R]):
         self.table.set_model(model, keep_state=True, scope=self.scope(result, model))
         self.refresh_heading()
 
+    def show_failure(self, message: str) -> None:
+        # No table rather than the one of another range or options, under this title.
+        self.result = None
+        self.shown_range = self.computing
+        self.table.clear()
+        super().show_failure(message)
+
     def heading(self) -> Text:
         text = self.table_title()
-        if self.result is None:
+        if self.result is None and self.failure is None:
             text.append(" · computing…")
         text.append_text(self.table_state())
         if self.shown_range is not None:

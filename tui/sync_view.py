@@ -22,6 +22,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from .details import stack_tail
+from .failures import ReportsWorkerFailures
 from .memory_view import TimelineTarget, apply_target
 from .safe_text import fit_name, shorten
 from .theme import current_palette
@@ -44,7 +45,7 @@ def _site_text(site: tuple[str, ...], width: int = 70) -> str:
     return shorten(" › ".join(short_frame(n) for n in site), width) if site else "(top level)"
 
 
-class SyncScreen(Screen[TimelineTarget | None]):
+class SyncScreen(ReportsWorkerFailures, Screen[TimelineTarget | None]):
     """Blocking calls, worst first; `v` groups them by call site. Dismisses with a target."""
 
     CSS_PATH = "memory_view.tcss"
@@ -53,6 +54,8 @@ class SyncScreen(Screen[TimelineTarget | None]):
         Binding("q", "close", "Back", show=False),
         Binding("v", "toggle_view", "Calls/sites", tooltip="Each call, or grouped by call site"),
     ]
+    FAILURE_SUBJECT = "blocking calls"
+    failure: str | None = None  # what could not be computed, and why
 
     def __init__(self, data: ViewData) -> None:
         super().__init__()
@@ -73,11 +76,16 @@ class SyncScreen(Screen[TimelineTarget | None]):
         self.query_one(DataTable).focus()
         self.compute()
 
-    @work(thread=True, exclusive=True, group="sync-view")
+    @work(thread=True, exclusive=True, group="sync-view", exit_on_error=False)
     def compute(self) -> None:
         calls = sync_calls_for(self.data)
         sites = group_sites(self.data.trace, calls)
         self.app.call_from_thread(self.show_calls, calls, sites)
+
+    def show_failure(self, message: str) -> None:
+        """The blocking calls could not be computed: the title says why."""
+        self.failure = message
+        self.query_one("#sync-title", Static).update(self.title_text())
 
     def show_calls(self, calls: SyncCalls, sites: list[SyncSite]) -> None:
         self.calls = calls
@@ -93,6 +101,8 @@ class SyncScreen(Screen[TimelineTarget | None]):
         text.append("Host waits on the GPU", "bold")
         calls = self.calls
         if calls is None:
+            if self.failure is not None:
+                text.append(f" · {self.failure}", current_palette().style("error", bold=True))
             return text
         if not len(calls):
             text.append(" · none")
@@ -221,6 +231,8 @@ class SyncScreen(Screen[TimelineTarget | None]):
 
     def recolour(self) -> None:
         """The theme changed (the app calls this): the title and the detail again."""
+        if self.failure is not None:
+            self.query_one("#sync-title", Static).update(self.title_text())
         if self.calls is not None:
             self.query_one("#sync-title", Static).update(self.title_text())
             index = self.query_one(DataTable).cursor_row

@@ -28,6 +28,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Footer, Input, Static
 
+from .failures import ReportsWorkerFailures
 from .render import PLAIN
 from .safe_text import clean, cut_end, fit_name, pad
 from .theme import palette_of
@@ -120,7 +121,7 @@ def string_ranks(strings: Sequence[str], ids: np.ndarray) -> np.ndarray:
     return rank[inverse.reshape(-1)]
 
 
-class DataView(ScrollView, can_focus=True):
+class DataView(ReportsWorkerFailures, ScrollView, can_focus=True):
     """The table body: a header line and one line per row of the current view."""
 
     DEFAULT_CSS = """
@@ -145,6 +146,8 @@ class DataView(ScrollView, can_focus=True):
     ]
 
     cursor: reactive[int] = reactive(0)
+    FAILURE_SUBJECT = "sorting"
+    FAILURE_VERB = "done"
 
     class Chosen(Message):
         """Enter (or a click on the current row) on model row `row`."""
@@ -224,6 +227,20 @@ class DataView(ScrollView, can_focus=True):
         self._select_key = previous_key if model.keys is not None else None
         self._resort()
 
+    def clear(self) -> None:
+        """Show no model (an empty table), e.g. when what it would show could not be made."""
+        self.model = None
+        self.scope = None
+        self._keep = None
+        self._order = None
+        self._select_key = None
+        self.view = np.zeros(0, dtype=np.int64)
+        self._lines.clear()
+        self.virtual_size = Size(self.size.width, 1)
+        self.cursor = 0
+        self.refresh()
+        self.post_message(self.ViewChanged())
+
     def _current_key(self) -> int | None:
         row = self.current_row
         model = self.model
@@ -242,7 +259,12 @@ class DataView(ScrollView, can_focus=True):
                 model, sort_rows(model, self.sort_column, self.sort_descending), select
             )
 
-    @work(thread=True, exclusive=True, group="table-sort")
+    def show_failure(self, message: str) -> None:
+        """A sort in a worker failed: the screen says why."""
+        if isinstance(self.screen, TableScreen):
+            self.screen.show_failure(message)
+
+    @work(thread=True, exclusive=True, group="table-sort", exit_on_error=False)
     def _sort_worker(self, model: TableModel, column: int, descending: bool, select: int) -> None:
         order = sort_rows(model, column, descending)
         self.app.call_from_thread(self._apply_order, model, order, select, (column, descending))
@@ -583,10 +605,11 @@ class FilterBox(Input):
         self.post_message(self.Leave(clear=False))
 
 
-class TableScreen(Screen):
+class TableScreen(ReportsWorkerFailures, Screen):
     """A title line, a filter box, one DataView, an optional detail pane and the footer.
 
-    Subclasses fill the table in `load()` (a worker) and say what Enter does in `choose()`."""
+    Subclasses fill the table in a worker (exit_on_error=False: one that fails is said in the
+    title and the detail pane, see `show_failure`) and say what Enter does in `choose()`."""
 
     CSS_PATH = "drilldown.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -598,6 +621,8 @@ class TableScreen(Screen):
     SHOW_DETAIL = False
     DETAIL_CLASSES = "table-detail"
     FILTER_HINT = "type to filter by name or category · re:… for a regular expression"
+    FAILURE_SUBJECT = "the table"
+    failure: str | None = None  # what could not be computed, and why (see show_failure)
 
     def compose(self) -> ComposeResult:
         yield Static(Text(self.TITLE_TEXT), id="table-title", classes="table-title")
@@ -621,6 +646,19 @@ class TableScreen(Screen):
     def recolour(self) -> None:
         """The theme changed (the app calls this): the title again (the table redraws itself)."""
         self.refresh_heading()
+        if self.failure is not None and self.SHOW_DETAIL:
+            self.query_one("#table-detail", Static).update(self.failure_text())
+
+    def show_failure(self, message: str) -> None:
+        """The table's data could not be made: the title says what is missing and why, and so
+        does the detail pane (where there is one)."""
+        self.failure = message
+        self.refresh_heading()
+        if self.SHOW_DETAIL:
+            self.query_one("#table-detail", Static).update(self.failure_text())
+
+    def failure_text(self) -> Text:
+        return Text(self.failure or "", palette_of(self).style("error", bold=True))
 
     def refresh_heading(self) -> None:
         text = self.heading()
@@ -643,6 +681,9 @@ class TableScreen(Screen):
             text.append(clean(table.pattern), "bold")
         if table.filter_error:
             text.append(f" · {table.filter_error}", palette_of(self).style("error", bold=True))
+        if self.failure is not None:
+            text.append(" · ")
+            text.append_text(self.failure_text())
         self.query_one("#table-title", Static).update(text)
 
     def on_data_view_view_changed(self, message: DataView.ViewChanged) -> None:
