@@ -502,3 +502,36 @@ def test_a_matched_collective_leads_back_to_each_ranks_event(tmp_path):
         assert {trace.name_of(int(r)) for r in rows} == {
             "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)"
         }
+
+
+def test_any_executor_with_submit_digests_the_ranks(tmp_path):
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    write_job(tmp_path)
+    files = discover([str(tmp_path)])
+    paths = [f.path for f in files.files]
+    with ThreadPoolExecutor(2) as pool:
+        threaded = job_document(analyze_job(map_ranks(paths, executor=pool), files))
+    alone = job_document(analyze_job(map_ranks(paths, workers=1), files))
+    for document in (threaded, alone):
+        for rank in document["ranks"]:
+            rank.pop("digest_seconds")
+    assert threaded == alone
+
+    class Broken:
+        """An executor whose worker dies on rank 1's file."""
+
+        def submit(self, fn, path, options):
+            future: Future = Future()
+            if path.endswith("rank1.json"):
+                future.set_exception(MemoryError("worker killed"))
+            else:
+                future.set_result(fn(path, options))
+            return future
+
+    document = job_document(analyze_job(map_ranks(paths, executor=Broken()), files))
+    assert [i["rank"] for i in document["incomplete"]] == [1]
+    assert document["incomplete"][0]["reason"].endswith(
+        "rank1.json: the worker digesting it failed: MemoryError: worker killed"
+    )
+    assert document["matching"]["matched"] == 3  # ranks 0 and 2
