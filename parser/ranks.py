@@ -248,16 +248,39 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def job_fingerprint(info: dict[str, Any]) -> tuple[Any, ...]:
-    """What must agree between the ranks of one job: world size and process-group setup."""
+def default_group(info: dict[str, Any]) -> dict[str, Any] | None:
+    """The default process group's entry of `distributedInfo.pg_config` (a list, or the
+    Python-literal text older torch writes), or None."""
     pg = info.get("pg_config")
     if isinstance(pg, str):
-        pg_key: Any = pg.replace(" ", "")
-    elif pg is None:
-        pg_key = None
-    else:
-        pg_key = json.dumps(pg, sort_keys=True, separators=(",", ":"))
-    return (_int(info.get("world_size")), pg_key)
+        import ast
+
+        try:
+            pg = ast.literal_eval(pg)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return None
+    if not isinstance(pg, list):
+        return None
+    for entry in pg:
+        if isinstance(entry, dict) and (
+            entry.get("pg_desc") == "default_pg" or str(entry.get("pg_name")) == "0"
+        ):
+            return entry
+    return None
+
+
+def job_fingerprint(info: dict[str, Any]) -> tuple[Any, ...]:
+    """What must agree between the ranks of one job: the world size, and the default process
+    group (its size, ranks and backend). Other groups are left out on purpose: a rank lists
+    only the groups it belongs to, so a tensor-parallel pair differs from the next one."""
+    group = default_group(info) or {}
+    ranks = group.get("ranks")
+    return (
+        _int(info.get("world_size")),
+        group.get("pg_size"),
+        tuple(ranks) if isinstance(ranks, list) else None,
+        group.get("backend_config"),
+    )
 
 
 # -- the job --------------------------------------------------------------------------------
@@ -405,7 +428,7 @@ def _other_job(key: tuple[Any, ...], best: tuple[Any, ...]) -> str:
         return "another job: it has a distributedInfo, while the job's files have none"
     if key[0] != best[0]:
         return f"another job: world_size {key[0]} (the job's is {best[0]})"
-    return "another job: a different process-group configuration (pg_config)"
+    return "another job: a different default process group (pg_config)"
 
 
 def _cycles(

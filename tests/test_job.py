@@ -192,6 +192,30 @@ def test_two_cycles_newest_complete_by_default_and_a_flag_picks_another(tmp_path
     assert run.stderr.strip() == "kinetoscope: no profiling cycle 3: the files hold 2 (1, 2)"
 
 
+def test_ranks_listing_different_subgroups_are_one_job(tmp_path):
+    def groups(rank: int, backend: str = "cuda:nccl") -> list[dict]:
+        default = {"pg_name": "0", "pg_desc": "default_pg", "backend_config": backend,
+                   "pg_size": 3, "ranks": [0, 1, 2]}  # fmt: skip
+        # Each rank lists the groups it belongs to: a subgroup of its own here.
+        mine = {"pg_name": f"{rank + 1}", "pg_desc": "undefined", "backend_config": backend,
+                "pg_size": 1, "ranks": [rank]}  # fmt: skip
+        return [default, mine]
+
+    for rank in range(3):
+        document = rank_trace(rank, pg_config=groups(rank))
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps(document))
+    stray = rank_trace(0, pg_config=str(groups(0, backend="cpu:gloo")))  # older torch: a str
+    (tmp_path / "old_rank0.json").write_text(json.dumps(stray))
+    files = discover([str(tmp_path)])
+    assert [Path(f.path).name for f in files.files] == ["rank0.json", "rank1.json", "rank2.json"]
+    assert files.left_out == [
+        (
+            str(tmp_path / "old_rank0.json"),
+            "another job: a different default process group (pg_config)",
+        )
+    ]
+
+
 def test_a_mixed_folder_keeps_the_largest_job_and_names_the_files_left_out(tmp_path):
     write_job(tmp_path)
     other = rank_trace(0, world=2)
