@@ -449,6 +449,12 @@ def match_collectives(
             s = int(coll.step[i])
             key = (coll.group[i], names[s] if 0 <= s < len(names) else None)
             sequences.setdefault(key, {}).setdefault(r, []).append(i)
+    # A group's members: the ranks that recorded any collective of it (a subgroup's
+    # collectives are not expected on ranks outside it).
+    members: dict[str, set[int]] = {}
+    for r in ranks:
+        for group in set(lists[r].group):
+            members.setdefault(group, set()).add(r)
     has_step = {r: set(step_names.get(r, [])) for r in ranks}
     any_steps = any(has_step.values())
     out: dict[str, list[Any]] = {k: [] for k in ("group", "step", "index", "kind", "name")}
@@ -467,12 +473,12 @@ def match_collectives(
     for (group, step), by_rank in sorted(
         sequences.items(), key=lambda kv: (kv[0][0], _step_number(kv[0][1]))
     ):
-        # The ranks that should hold this sequence: those that recorded the step (all ranks
-        # for collectives outside steps, or when no rank has steps).
+        # The ranks that should hold this sequence: the group's members that recorded the step
+        # (all members for collectives outside steps, or when no rank has steps).
         if step is None or not any_steps:
-            expected = [r for r in ranks if len(lists[r])]
+            expected = [r for r in ranks if r in members[group]]
         else:
-            expected = [r for r in ranks if step in has_step[r] and len(lists[r])]
+            expected = [r for r in ranks if step in has_step[r] and r in members[group]]
         # A rank whose file ends early may lack the step's last collectives.
         expected = [r for r in expected if r in by_rank or r not in cut_short]
         taking = [r for r in expected if r in by_rank]

@@ -307,6 +307,21 @@ def test_offsets_are_measured_against_the_lowest_rank_with_collectives(tmp_path)
     assert document["straggler"]["rank"] == 1
 
 
+def test_a_subgroups_collectives_are_matched_among_its_members(tmp_path):
+    write_job(tmp_path)
+    for rank in (0, 1):  # ranks 0 and 1 also all-reduce in their own group "1"
+        document = rank_trace(rank)
+        pair = dict(document["traceEvents"][2], ts=9500 + OFFSET[rank], dur=100)
+        pair["args"] = dict(pair["args"], **{"Process Group Name": "1", "Group size": 2})
+        document["traceEvents"].append(pair)
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps(document))
+    document = job_of([str(tmp_path)])
+    assert document["matching"]["stopped"] == []
+    pair = [c for c in document["collectives"] if c["group"] == "1"]
+    assert len(pair) == 1 and pair[0]["ranks"] == 2 and set(pair[0]["wait_us"]) == {"0", "1"}
+    assert pair[0]["busbw_GBps"] == round(4 * 1048576 / 100e-6 / 1e9 * 2 * 1 / 2, 3)
+
+
 def test_where_ranks_disagree_matching_stops_and_says_where(tmp_path):
     write_job(tmp_path)
     odd = rank_trace(2)
