@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .session import TraceSession
 
 UNKNOWN = "unknown"
+POINT_TO_POINT = frozenset({"send", "recv"})
 # Collectives after which every rank has had every other rank's data: their ends are (nearly)
 # simultaneous, which makes them the clock-offset probes and gives them meaningful waits.
 SYNCHRONISING = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier"})
@@ -446,6 +447,8 @@ def match_collectives(
         coll = lists[r]
         names = step_names.get(r, [])
         for i in range(len(coll)):
+            if coll.kind[i] in POINT_TO_POINT:
+                continue  # between two ranks, in an order of their own: not matched here
             s = int(coll.step[i])
             key = (coll.group[i], names[s] if 0 <= s < len(names) else None)
             sequences.setdefault(key, {}).setdefault(r, []).append(i)

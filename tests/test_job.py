@@ -315,8 +315,14 @@ def test_a_subgroups_collectives_are_matched_among_its_members(tmp_path):
         pair["args"] = dict(pair["args"], **{"Process Group Name": "1", "Group size": 2})
         document["traceEvents"].append(pair)
         (tmp_path / f"rank{rank}.json").write_text(json.dumps(document))
+    document = rank_trace(2)  # and rank 2 sends something to nobody in the job
+    send = dict(document["traceEvents"][2], ts=9600 + OFFSET[2], dur=50)
+    send["args"] = dict(send["args"], **{"Collective name": "send"})
+    document["traceEvents"].append(send)
+    (tmp_path / "rank2.json").write_text(json.dumps(document))
     document = job_of([str(tmp_path)])
     assert document["matching"]["stopped"] == []
+    assert document["matching"]["unmatched"] == {"0": 0, "1": 0, "2": 1}
     pair = [c for c in document["collectives"] if c["group"] == "1"]
     assert len(pair) == 1 and pair[0]["ranks"] == 2 and set(pair[0]["wait_us"]) == {"0", "1"}
     assert pair[0]["busbw_GBps"] == round(4 * 1048576 / 100e-6 / 1e9 * 2 * 1 / 2, 3)
