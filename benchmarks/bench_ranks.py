@@ -206,9 +206,20 @@ def main() -> None:
     parser.add_argument("--only", choices=("big", "counts"), help="run one part only")
     parser.add_argument("--workers", type=int, help="pass --workers N to summary")
     parser.add_argument("--clean", action="store_true", help="delete benchmarks/data/ranks first")
+    parser.add_argument(
+        "--prepare", action="store_true", help="only make the inputs (e.g. niced, ahead of time)"
+    )
     args = parser.parse_args()
     if args.clean and DATA.exists():
         shutil.rmtree(DATA)
+    counts = [int(c) for c in args.counts.split(",") if c.strip()]
+    if args.prepare:
+        if args.only in (None, "big"):
+            single_file(round(_size(big_job(args.ranks, args.rank_mb)) / 1e6))
+        if args.only in (None, "counts"):
+            for count in counts:
+                small_job(count)
+        return
     extra = ["--workers", str(args.workers)] if args.workers else []
     print(f"CPUs: {len(os.sched_getaffinity(0))}; cold model cache; best of {args.runs}")
 
@@ -229,7 +240,6 @@ def main() -> None:
         print(f"ratio job / one file: {job_s / one_s:.2f}x time, {job_peak / one_peak:.2f}x memory")
 
     if args.only in (None, "counts"):
-        counts = [int(c) for c in args.counts.split(",") if c.strip()]
         # ms/rank includes the fixed start (interpreter, imports, worker pool); the marginal
         # column, (this time - the previous count's) / (the ranks added), is what each rank adds.
         print(
