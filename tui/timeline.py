@@ -131,6 +131,9 @@ class Timeline(ScrollView, can_focus=True):
         self._geometry_cache: tuple = (None, (0, 12, 1))
         self._highlight: np.ndarray | None = None  # search matches: bool per string id
         self._highlight_version = 0
+        # The time the ruler calls 0 (relative ns): another timeline's origin, when several
+        # timelines of different traces show one window (the job's timeline).
+        self.ruler_zero = 0.0
         if data is not None:
             self.set_data(data)
 
@@ -323,12 +326,13 @@ class Timeline(ScrollView, can_focus=True):
         per_cell = fmt_duration(self.ns_per_cell, 2) + "/cell"
         chars = [" "] * cells_w
         step = tick_step(self.ns_per_cell)
-        first_tick = math.ceil(self.view_start / step) * step
+        zero = self.ruler_zero
+        first_tick = math.ceil((self.view_start - zero) / step) * step + zero
         tick = first_tick
         while tick < self.view_end:
             col = self.column_of(tick)
             if 0 <= col < cells_w:
-                text = "╵" + fmt_tick(int(tick), step)
+                text = "╵" + fmt_tick(int(tick - zero), step)
                 for i, ch in enumerate(text):
                     if col + i < cells_w:
                         chars[col + i] = ch
