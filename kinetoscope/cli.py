@@ -92,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     view.add_argument(
         "trace",
         nargs="+",
-        help="a .json or .json.gz torch.profiler trace (a job's folder or rank files: not yet)",
+        help="a .json or .json.gz torch.profiler trace; or a job's folder, or several rank "
+        "files, for the job viewer (ranks overview, collectives)",
     )
     for option in SUMMARY_ONLY_OPTIONS:  # accepted only to point at `summary`
         view.add_argument(
@@ -283,15 +284,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return run_summary(args.trace[0], output=output, width=args.width)
     if args.command == "view":
         paths, args.trace = args.trace, args.trace[0]
-        if len(paths) > 1:
-            from kinetoscope.tui.safe_text import clean
-            from kinetoscope.viewer import _quoted
+        if len(paths) > 1:  # a job's rank files: the job viewer
+            from kinetoscope.viewer import run_job_view
 
-            shown = " ".join(clean(_quoted(p)) for p in paths)
-            return _error(
-                "several traces: the multi-rank viewer is not there yet: for the job's summary "
-                f"run: kinetoscope summary {shown}"
-            )
+            return run_job_view(paths)
         used = [o for o in SUMMARY_ONLY_OPTIONS if getattr(args, f"summary_{o[2:]}") is not None]
         if used:
             from kinetoscope.tui.safe_text import clean
@@ -304,14 +300,10 @@ def _dispatch(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-        if os.path.isdir(args.trace):
-            from kinetoscope.tui.safe_text import clean
-            from kinetoscope.viewer import _quoted
+        if os.path.isdir(args.trace):  # a job's folder: the job viewer
+            from kinetoscope.viewer import run_job_view
 
-            return _error(
-                f"{clean(args.trace)}: a folder of traces; the multi-rank viewer is not there "
-                f"yet: for the job's summary run: kinetoscope summary {clean(_quoted(args.trace))}"
-            )
+            return run_job_view([args.trace])
         from kinetoscope.viewer import run_view
 
         return run_view(args.trace)

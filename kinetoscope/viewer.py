@@ -61,6 +61,36 @@ def run_view(path: str) -> int:
     return int(app.return_code or 0)
 
 
+def run_job_view(inputs: list[str]) -> int:
+    """The job viewer on a folder of rank files or several files; 0 on a normal quit, 1 (with
+    a one-line message on stderr) when there is no job to show or no terminal."""
+    from kinetoscope.tui.job_loader import JobLoad
+    from kinetoscope.tui.safe_text import clean
+
+    load = JobLoad(inputs, start=False)  # the job's files found (the same errors as summary's)
+    if load.error is not None:
+        print(f"kinetoscope: {clean(load.error)}", file=sys.stderr)
+        return 1
+    not_a_terminal = terminal_problem()
+    if not_a_terminal is not None:
+        shown = " ".join(clean(_quoted(p)) for p in inputs)
+        print(
+            f"kinetoscope: the viewer needs a terminal ({not_a_terminal} is not one); "
+            f"for a text report run: kinetoscope summary {shown}",
+            file=sys.stderr,
+        )
+        return 1
+    # The digesting workers started before Textual takes over the terminal.
+    load.start()
+    from kinetoscope.tui.job_app import JobApp
+
+    app = JobApp(inputs, staged=True, load=load)
+    app.run()
+    if app.exit_message:
+        print(f"kinetoscope: {clean(app.exit_message)}", file=sys.stderr)
+    return int(app.return_code or 0)
+
+
 def _quoted(path: str) -> str:
     """The path as a shell would need it, so the suggested command can be pasted."""
     import shlex

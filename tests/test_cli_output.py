@@ -97,21 +97,17 @@ def _both(path: str) -> tuple[str, str]:
     return one_line(viewer.stderr), one_line(summary.stderr)
 
 
-def test_a_directory_is_a_job_for_summary_and_not_yet_for_the_viewer(tmp_path):
+def test_a_directory_is_a_job_for_summary_and_for_the_viewer(tmp_path):
     viewer, summary = _both(str(tmp_path))
-    assert viewer == (
-        f"kinetoscope: {tmp_path}: a folder of traces; the multi-rank viewer is not there yet: "
-        f"for the job's summary run: kinetoscope summary {tmp_path}"
-    )
-    assert summary == f"kinetoscope: {tmp_path}: no trace files (*.json, *.json.gz)"
+    assert viewer == summary == f"kinetoscope: {tmp_path}: no trace files (*.json, *.json.gz)"
 
 
-def test_several_traces_are_pointed_to_the_jobs_summary(tmp_path):
+def test_several_traces_open_the_job_viewer_which_needs_a_terminal(tmp_path):
     run = kinetoscope(str(tmp_path / "r0.json"), str(tmp_path / "r1.json"))
     assert run.returncode == 1
     assert one_line(run.stderr) == (
-        "kinetoscope: several traces: the multi-rank viewer is not there yet: for the job's "
-        f"summary run: kinetoscope summary {tmp_path / 'r0.json'} {tmp_path / 'r1.json'}"
+        "kinetoscope: the viewer needs a terminal (stdin is not one); for a text report run: "
+        f"kinetoscope summary {tmp_path / 'r0.json'} {tmp_path / 'r1.json'}"
     )
 
 

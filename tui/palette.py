@@ -101,10 +101,41 @@ def viewer_help_sections() -> list[tuple[str, type, list[BindingType]]]:
     ]
 
 
-def key_help_for(app: Any, front: Any) -> list[tuple[str, str]]:
+def job_help_sections() -> list[tuple[str, type, list[BindingType]]]:
+    """(title, screen class, bindings) of the job viewer's own screens (a folder or several
+    rank files), listed before the single-trace viewer's (a rank opened on its own)."""
+    from .job_app import RankTraceScreen
+    from .job_collectives import CollectivesScreen
+    from .job_ranks import RanksScreen
+    from .screens import TraceScreen
+    from .table import DataView, TableScreen
+    from .timeline import Timeline
+
+    ranks = [
+        Binding("up,down,left,right", "matrix_move", "Move over ranks and steps"),
+        *(b for b in RanksScreen.BINDINGS if isinstance(b, Binding) and b.key != "tab"),
+        Binding("tab", "focus_next", "Between the matrix and the per-rank table (< > sort it)"),
+    ]
+    table = list(DataView.BINDINGS) + list(TableScreen.BINDINGS)
+    collectives = [
+        Binding("enter", "choose", "Show it on the timeline of the rank that waited longest"),
+        *table,  # Enter's line above is the table's (the same action)
+    ]
+    rank = [*RankTraceScreen.BINDINGS, *Timeline.BINDINGS, *TraceScreen.BINDINGS]
+    return [
+        ("Ranks overview", RanksScreen, ranks),
+        ("Collectives (c)", CollectivesScreen, collectives),
+        ("A rank's timeline (Enter, s)", RankTraceScreen, rank),
+    ]
+
+
+def key_help_for(
+    app: Any, front: Any, extra: list[tuple[str, type, list[BindingType]]] | None = None
+) -> list[tuple[str, str]]:
     """Help rows, a heading row per screen: the keys of the screen `?` was pressed on first
-    (marked "this screen"), then the app's own, then every other screen's."""
-    sections = viewer_help_sections()
+    (marked "this screen"), then the app's own, then every other screen's. `extra`: sections
+    listed before the viewer's (the job viewer's screens)."""
+    sections = [*(extra or []), *viewer_help_sections()]
     # The most specific section for the screen in front (a table screen also has "Any table").
     mine = [i for i, (_, kind, _) in enumerate(sections) if type(front) is kind]
     if not mine:

@@ -1,0 +1,428 @@
+"""The job viewer: `kinetoscope DIR` or `kinetoscope view r0.json r1.json ...` (a distributed
+job's rank files).
+
+`JobApp(inputs)` finds the job's files, digests every rank in worker processes (job_loader.py)
+while a loading screen shows each rank's progress, then shows the ranks overview
+(job_ranks.py). A rank's full model is loaded only when the user opens that rank: the app
+then loads it (loader.py:TraceLoad) and shows the single-trace viewer's screen for it
+(`RankTraceScreen`, the `TraceScreen` with q and Esc going back to the overview), zoomed to
+the step or collective asked for. The single-trace app (app.py) is not involved.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical, VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import ProgressBar, Static
+
+from .drilldown import Jump
+from .job_loader import JobDone, JobFailed, JobLoad, JobReport, RankDone
+from .loader import BackgroundFailure, Complete, Failed, Ready, TraceLoad
+from .loader import Cancelled as LoadCancelledReport
+from .loader import Progress as LoadProgress
+from .palette import ScreenActions, job_help_sections, key_help_for
+from .safe_text import clean
+from .screens import ErrorScreen, HelpScreen, LoadingScreen, TraceScreen
+from .theme import palette_of, variables_for
+from .timeline import Timeline
+from .viewdata import ViewData
+
+RANK_VIEWS_KEPT = 2  # ranks' views kept after they are closed, for a quick reopen
+
+
+class JobLoadingScreen(Screen):
+    """Each rank's file and how far its digest is; Esc quits."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "app.cancel_job", "Cancel")]
+
+    def __init__(self, load: JobLoad) -> None:
+        super().__init__()
+        self.load = load
+
+    def compose(self) -> ComposeResult:
+        total = len(self.load.paths)
+        with Vertical(id="loading-box"):
+            yield Static(
+                Text(f"Loading a job of {total} rank files: each rank digested in a worker"),
+                id="loading-title",
+            )
+            yield ProgressBar(total=max(total, 1), show_eta=False, id="loading-bar")
+            with VerticalScroll(id="job-loading-ranks"):
+                yield Static(self.ranks_text(), id="job-loading-list")
+            yield Static(Text("Esc cancels", style="dim"), id="loading-hint")
+
+    def ranks_text(self) -> Text:
+        palette = palette_of(self)
+        text = Text(no_wrap=True, overflow="ellipsis")
+        files = self.load.files.files if self.load.files is not None else []
+        for index, file in enumerate(files):
+            if index:
+                text.append("\n")
+            text.append(f"rank {file.rank:>4}  ", "bold")
+            text.append(clean(os.path.basename(file.path)))
+            digest = self.load.digests[index] if index < len(self.load.digests) else None
+            if digest is None:
+                text.append("  waiting…", "dim")
+            elif digest.error is not None:
+                text.append(f"  not loaded: {clean(digest.error)}", palette.style("error"))
+            elif not digest.complete:
+                text.append(
+                    f"  incomplete ({digest.events:,} events read)", palette.style("warning")
+                )
+            else:
+                text.append(f"  {digest.events:,} events · {digest.seconds:.1f} s")
+        return text
+
+    def rank_done(self) -> None:
+        self.query_one(ProgressBar).update(progress=self.load.done)
+        self.query_one("#job-loading-list", Static).update(self.ranks_text())
+
+
+class RankLoadingScreen(LoadingScreen):
+    """Loading one rank's full trace; Esc goes back to the overview."""
+
+
+class RankTraceScreen(TraceScreen):
+    """One rank of the job in the single-trace viewer; q (and Esc with nothing selected) goes
+    back to the ranks overview."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "back", "Back to the ranks", tooltip="Back to the ranks overview"),
+        Binding(
+            "escape",
+            "clear_or_back",
+            "Clear / back",
+            show=False,
+            tooltip="Clear the selection, else go back to the ranks overview",
+        ),
+    ]
+
+    def __init__(self, data: ViewData, rank: int, jump: Jump | None) -> None:
+        super().__init__(data)
+        self.rank = rank
+        self.pending_jump = jump
+
+    def _title(self) -> Text:
+        text = Text(no_wrap=True, overflow="ellipsis")
+        text.append(f"rank {self.rank} · ", "bold")
+        text.append_text(super()._title())
+        return text
+
+    def on_timeline_first_frame(self, message: Timeline.FirstFrame) -> None:
+        """The timeline fitted the whole trace: now show what was asked for."""
+        self.apply_jump()
+
+    def apply_jump(self) -> None:
+        jump, self.pending_jump = self.pending_jump, None
+        if jump is not None:
+            self.show_on_timeline(jump)
+
+    def action_back(self) -> None:
+        self.app.close_rank(self)
+
+    def action_clear_or_back(self) -> None:
+        timeline = self.timeline
+        if timeline.selected_row >= 0 or timeline.current_gap >= 0:
+            self.action_clear()
+            return
+        self.action_back()
+
+
+# -- messages from the loaders' threads ----------------------------------------------------------
+
+
+class JobReportMessage(Message):
+    def __init__(self, report: JobReport) -> None:
+        super().__init__()
+        self.report = report
+
+
+class RankLoadMessage(Message):
+    def __init__(self, load: TraceLoad, report: Any) -> None:
+        super().__init__()
+        self.load = load
+        self.report = report
+
+
+@dataclass
+class _Opening:
+    """A rank being loaded for its own view, and where to put its timeline then."""
+
+    rank: int
+    load: TraceLoad
+    jump: Jump | None
+    screen: RankLoadingScreen
+
+
+class JobApp(App[int]):
+    """`JobApp(inputs)` views a distributed job (see the module docstring). `exit_message`
+    holds the reason it failed. `workers`: digesting processes (None: min(ranks, CPUs)).
+    `staged` as KinetoscopeApp's, for the ranks' own views."""
+
+    CSS_PATH = "kinetoscope.tcss"
+    TITLE = "kinetoscope"
+    COMMANDS = App.COMMANDS | {ScreenActions}
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", "Keys"),
+    ]
+    DEFAULT_CSS = """
+    #job-loading-ranks { height: auto; max-height: 20; }
+    """
+
+    def __init__(
+        self,
+        inputs: list[str],
+        *,
+        cycle: int | None = None,
+        workers: int | None = None,
+        staged: bool = False,
+        load: JobLoad | None = None,
+    ) -> None:
+        super().__init__()
+        self.inputs = list(inputs)
+        # Started before the app takes over the standard streams (the worker processes' server
+        # is started with them).
+        self.load = load if load is not None else JobLoad(self.inputs, cycle=cycle, workers=workers)
+        self.staged = staged
+        self.exit_message: str | None = None
+        self.job = None
+        self._loading: JobLoadingScreen | None = None
+        self._opening: _Opening | None = None
+        self._pending = _Pending(step=None, window=None)
+        self._views: dict[int, ViewData] = {}  # ranks' views, most recently opened last
+
+    # -- theme, help --------------------------------------------------------------------------
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        return variables_for(self.current_theme)
+
+    def _theme_changed(self, _theme: object) -> None:
+        for screen in self.screen_stack:
+            for node in (screen, *screen.query("*")):
+                recolour = getattr(node, "recolour", None)
+                if callable(recolour):
+                    recolour()
+
+    def action_help(self) -> None:
+        if isinstance(self.screen, HelpScreen):
+            return
+        self.push_screen(HelpScreen(self.key_help()))
+
+    def key_help(self) -> list[tuple[str, str]]:
+        """The keys of the screen in front first, then the job's screens', then the
+        single-trace viewer's (a rank opened on its own)."""
+        return key_help_for(self, self.screen, extra=job_help_sections())
+
+    def action_quit_error(self) -> None:
+        self.exit(return_code=1)
+
+    def action_cancel_job(self) -> None:
+        self.exit_message = "loading cancelled"
+        self.exit(return_code=1)
+
+    # -- the job ------------------------------------------------------------------------------
+
+    def on_mount(self) -> None:
+        self.theme_changed_signal.subscribe(self, self._theme_changed)
+        if self.load.error is not None and self.load.files is None:
+            self._fail(self.load.error)
+            return
+        self._loading = JobLoadingScreen(self.load)
+        self.push_screen(self._loading)
+        self.load.subscribe(lambda report: self.post_message(JobReportMessage(report)))
+
+    def _fail(self, message: str) -> None:
+        self.exit_message = message
+        if self._loading is not None and self.screen is self._loading:
+            self.switch_screen(ErrorScreen(message))
+        else:
+            self.push_screen(ErrorScreen(message))
+
+    def on_job_report_message(self, message: JobReportMessage) -> None:
+        report = message.report
+        if isinstance(report, RankDone):
+            if self._loading is not None and self._loading.is_mounted:
+                self._loading.rank_done()
+        elif isinstance(report, JobDone):
+            from .job_ranks import RanksScreen
+
+            self.job = report.job
+            title = self.inputs[0] if len(self.inputs) == 1 else f"{len(self.inputs)} files"
+            screen = RanksScreen(report.job, title=title)
+            if self._loading is not None and self.screen is self._loading:
+                self.switch_screen(screen)
+            else:
+                self.push_screen(screen)
+            self._loading = None
+        elif isinstance(report, JobFailed):
+            self._fail(report.message)
+
+    def align_clocks(self, aligned: bool) -> None:
+        """Merge the ranks again with (or without) the clock offsets subtracted."""
+        from .job_ranks import RanksScreen
+
+        try:
+            job = self.load.reanalyze(aligned)
+        except Exception as exc:  # the shown job stays
+            self.notify(f"could not merge the ranks again: {exc}", severity="error", markup=False)
+            return
+        self.job = job
+        for screen in self.screen_stack:
+            if isinstance(screen, RanksScreen):
+                screen.set_job(job)
+        self.notify(
+            "clocks aligned: estimated offsets subtracted"
+            if aligned
+            else "clocks as recorded (a to align them)",
+            timeout=3,
+        )
+
+    # -- a rank on its own --------------------------------------------------------------------
+
+    def open_rank(
+        self,
+        rank: int,
+        window: tuple[int, int] | None = None,
+        step: str | None = None,
+        row: int = -1,
+    ) -> None:
+        """Open `rank`'s own timeline (its full model loaded now, or kept from a previous
+        open), showing `window` (absolute ns, the rank's clock) and selecting `row` (or the
+        step named `step`)."""
+        if self.job is None:
+            return
+        entry = self.job.entry(rank)
+        if entry is None or not entry.loaded:
+            self.notify(f"rank {rank} has no trace to open", severity="warning")
+            return
+        jump = None
+        if window is not None:
+            jump = Jump(row=row, start=window[0], end=window[1])
+        elif row >= 0:
+            jump = Jump(row=row)
+        pending = _Pending(step=step, window=window)
+        data = self._views.get(rank)
+        if data is not None:
+            self._show_rank(rank, data, jump, pending)
+            return
+        if self._opening is not None:
+            self._opening.load.unsubscribe()
+            self._opening.load.cancel()
+        load = TraceLoad(entry.path, staged=self.staged)
+        screen = RankLoadingScreen(entry.path)
+        self._opening = _Opening(rank, load, jump, screen)
+        self._pending = pending
+        self.push_screen(screen)
+        load.subscribe(lambda report: self.post_message(RankLoadMessage(load, report)))
+
+    def open_collective(self, rank: int, window: tuple[int, int], row: int, index: int) -> None:
+        """Collective `index` (of the job's matched ones) on `rank`'s timeline over `window`,
+        its event (`row`) selected. The multi-rank timeline, where there is one, shows it
+        across every rank instead (`open_timeline`)."""
+        self.open_rank(rank, window=window, row=row)
+
+    def open_timeline(self, ranks: list[int], window: tuple[int, int] | None) -> None:
+        """Show `ranks` over `window` (absolute ns, the first rank's clock; None: all). Without
+        a timeline of several ranks, the first rank's own timeline."""
+        if ranks:
+            self.open_rank(ranks[0], window=window)
+
+    def on_rank_load_message(self, message: RankLoadMessage) -> None:
+        opening = self._opening
+        report = message.report
+        if opening is None or message.load is not opening.load:
+            if isinstance(report, Complete):
+                self._levels_complete(report.data)
+            return
+        if isinstance(report, LoadProgress):
+            opening.screen.post_message(LoadingScreen.Progress(report))
+        elif isinstance(report, Ready):
+            self._views[opening.rank] = report.data
+            while len(self._views) > RANK_VIEWS_KEPT:
+                del self._views[next(iter(self._views))]
+            if self.screen is opening.screen:
+                self.pop_screen()
+            self._show_rank(opening.rank, report.data, opening.jump, self._pending)
+        elif isinstance(report, Complete):
+            self._levels_complete(report.data)
+            self._opening = None
+        elif isinstance(report, Failed):
+            self._opening = None
+            if self.screen is opening.screen:
+                self.pop_screen()
+            self.notify(
+                f"rank {opening.rank} could not be opened: {clean(report.message)}",
+                severity="error",
+                markup=False,
+                timeout=10,
+            )
+        elif isinstance(report, LoadCancelledReport):
+            self._opening = None
+            if self.screen is opening.screen:
+                self.pop_screen()
+        elif isinstance(report, BackgroundFailure):
+            self.notify(report.message, severity="error", markup=False, timeout=10)
+
+    def _levels_complete(self, data: ViewData) -> None:
+        for screen in self.screen_stack:
+            if isinstance(screen, TraceScreen) and screen.data is data:
+                screen.levels_complete()
+
+    def on_loading_screen_cancel_requested(self, message: LoadingScreen.CancelRequested) -> None:
+        opening = self._opening
+        if opening is not None:
+            opening.load.cancel()
+
+    def _show_rank(self, rank: int, data: ViewData, jump: Jump | None, pending: _Pending) -> None:
+        if jump is not None and jump.row < 0 and pending.step is not None and pending.window:
+            row = _step_row(data, pending.step, pending.window[0])
+            jump = Jump(row=row, start=jump.start, end=jump.end)
+        # Reopened: most recently used last.
+        self._views.pop(rank, None)
+        self._views[rank] = data
+        self.push_screen(RankTraceScreen(data, rank, jump))
+
+    def on_timeline_first_frame(self, message: Timeline.FirstFrame) -> None:
+        opening = self._opening
+        if opening is not None:
+            opening.load.first_frame_shown()
+
+    def close_rank(self, screen: RankTraceScreen) -> None:
+        """Back from a rank's own view to the screen below it (the overview)."""
+        while len(self.screen_stack) > 1 and self.screen is not screen:
+            self.pop_screen()
+        if len(self.screen_stack) > 1:
+            self.pop_screen()
+
+    def on_unmount(self) -> None:
+        self.load.unsubscribe()
+        if self._opening is not None:
+            self._opening.load.unsubscribe()
+            self._opening.load.cancel()
+
+
+@dataclass(frozen=True)
+class _Pending:
+    step: str | None
+    window: tuple[int, int] | None
+
+
+def _step_row(data: ViewData, step: str, start: int) -> int:
+    """The row of the step's event (its name, starting at `start`) in the rank's trace, or -1."""
+    import numpy as np
+
+    trace = data.trace
+    rows = np.flatnonzero(np.asarray(trace.start) == start)
+    for row in rows.tolist():
+        if trace.name_of(int(row)) == step:
+            return int(row)
+    return -1
