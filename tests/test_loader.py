@@ -132,8 +132,9 @@ def test_progress_is_coalesced(monkeypatch):
         for step in range(calls):  # about 0.6 s of reports, far more than 10 a second
             progress(step, calls, step)
             time.sleep(0.0002)
+        trace = real_load(path, progress=progress, **options)
         chatty_load.seconds = time.monotonic() - began
-        return real_load(path, progress=progress, **options)
+        return trace
 
     monkeypatch.setattr(loader_module, "load", chatty_load)
     sink = Recorder()
