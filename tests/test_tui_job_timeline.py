@@ -1,0 +1,271 @@
+"""The job's timeline (issue 15): every rank collapsed on one time axis, one window for all,
+clock offsets applied on request, a rank opened alone, two ranks side by side; on a job made
+here (rank 1 the straggler, clocks 100 µs ahead and 50 µs behind) and on the real 8-rank job."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kinetoscope.analysis.job import analyze_job, map_ranks
+from kinetoscope.parser.ranks import discover
+from kinetoscope.tui.job_timeline import (
+    JobTimelineScreen,
+    RankPairScreen,
+    RankTimeline,
+    RankTraceScreen,
+    collective_window,
+    open_job_timeline,
+)
+from kinetoscope.tui.theme import variables_for
+from test_job import DLRM, OFFSET, write_job
+from textual.app import App
+
+SIZE = (120, 40)
+TCSS = Path(__file__).resolve().parents[1] / "tui" / "kinetoscope.tcss"
+
+
+class JobHost(App):
+    """An app that shows a job's timeline, as the job viewer does."""
+
+    CSS_PATH = str(TCSS)
+
+    def __init__(self, job: Any, **options: Any) -> None:
+        super().__init__()
+        self.job = job
+        self.options = options
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        return variables_for(self.current_theme)
+
+    def on_mount(self) -> None:
+        open_job_timeline(self, self.job, **self.options)
+
+
+def job_in(folder: Path) -> Any:
+    files = discover([str(folder)])
+    return analyze_job(map_ranks([f.path for f in files.files], workers=1), files)
+
+
+@pytest.fixture
+def synthetic_job(tmp_path: Path) -> Any:
+    write_job(tmp_path)
+    return job_in(tmp_path)
+
+
+async def ready(pilot: Any, ranks: int) -> JobTimelineScreen:
+    """The job screen once every rank is drawn."""
+    for _ in range(600):
+        await pilot.pause(0.05)
+        screen = pilot.app.screen
+        if (
+            isinstance(screen, JobTimelineScreen)
+            and len(screen.views) + len(screen.errors) == ranks
+        ):
+            await pilot.pause()
+            return screen
+    raise AssertionError("the ranks did not load")
+
+
+def windows(screen: JobTimelineScreen) -> set[tuple[float, float]]:
+    return {(t.view_start - t.delta, t.ns_per_cell) for t in screen.timelines()}
+
+
+def line_text(timeline: Any, y: int) -> str:
+    return "".join(segment.text for segment in timeline.render_line(y))
+
+
+@pytest.mark.also_no_color
+async def test_every_rank_collapsed_on_one_axis(synthetic_job):
+    app = JobHost(synthetic_job)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(pilot, 3)
+        timelines = screen.timelines()
+        assert [t.rank for t in timelines] == [0, 1, 2]
+        for timeline in timelines:
+            assert [timeline.data.lanes[r.lane].short_label for r in timeline.rows] == [
+                "GPU compute",
+                "communication",
+                "CPU main thread",
+            ]
+        # One window: the whole job, the same on every rank.
+        assert len(windows(screen)) == 1
+        assert screen.window is not None and screen.window[0] == 0
+        # Each rank's rows: its compute kernel, its three collectives, its step.
+        view = screen.views[1]
+        assert [len(lane.levels[0]) for lane in view.lanes] == [1, 3, 1]
+        # As recorded: rank 1's kernel at 8,200 µs of its clock; the job starts at −50 µs.
+        assert screen.origin == -50_000
+        assert int(view.lanes[0].levels[0].start[0]) == 8_250_000
+        # The straggler is named on its block; the fastest (waits most) too.
+        assert screen.straggler == 1 and screen.fastest == 0
+        assert "rank 1 ◀ straggler" in line_text(timelines[1], 0)
+        assert "rank 0 · fastest" in line_text(timelines[0], 0)
+        assert "straggler rank 1" in str(screen.query_one("#job-title").render())
+
+
+@pytest.mark.also_no_color
+async def test_zoom_and_pan_move_every_rank_together(synthetic_job):
+    app = JobHost(synthetic_job)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(pilot, 3)
+        before = screen.window
+        await pilot.press("w")
+        await pilot.press("w")
+        (start, per_cell), *rest = windows(screen)
+        assert not rest
+        assert per_cell == pytest.approx(before[1] / 4)
+        await pilot.press("d")
+        (moved, _), *rest = windows(screen)
+        assert not rest and moved > start
+        await pilot.press("down", "down", "down")  # from rank 1's rows to rank 2's
+        assert screen.focused.rank == 2
+        await pilot.press("s")
+        assert windows(screen) == {(screen.window[0], per_cell * 2)}
+        await pilot.press("0")
+        assert windows(screen) == {(0.0, before[1])}
+
+
+@pytest.mark.also_no_color
+async def test_offsets_shift_each_rank_by_its_offset(synthetic_job):
+    app = JobHost(synthetic_job)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(pilot, 3)
+        starts = {r: int(v.lanes[0].levels[0].start[0]) for r, v in screen.views.items()}
+        window = screen.window
+        assert "offsets not applied" in str(screen.query_one("#job-title").render())
+        await pilot.press("c")
+        assert screen.aligned
+        title = str(screen.query_one("#job-title").render())
+        assert "offsets applied" in title and "up to 100 µs (rank 1)" in title
+        shifted = {r: int(v.lanes[0].levels[0].start[0]) for r, v in screen.views.items()}
+        for rank in (0, 1, 2):
+            assert starts[rank] - shifted[rank] == OFFSET[rank] * 1000
+        # The window stays; every rank still shows it.
+        assert screen.window == window and len(windows(screen)) == 1
+        await pilot.press("c")
+        again = {r: int(v.lanes[0].levels[0].start[0]) for r, v in screen.views.items()}
+        assert again == starts
+
+
+@pytest.mark.also_no_color
+async def test_enter_opens_the_rank_alone_in_the_same_window(synthetic_job):
+    app = JobHost(synthetic_job)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(pilot, 3)
+        await pilot.press("w", "w")
+        await pilot.press("down", "down", "down")  # rank 2
+        assert screen.focused.rank == 2
+        window = screen.window
+        await pilot.press("enter")
+        await pilot.pause()
+        alone = app.screen
+        assert isinstance(alone, RankTraceScreen) and alone.rank == 2
+        assert alone.data is screen.views[2].inner  # no second load
+        timeline = alone.timeline
+        assert timeline.ns_per_cell == window[1]
+        # The same instant: rank 2's own relative time is the job's plus the origins' gap.
+        delta = screen.views[2].origin - alone.data.origin
+        assert timeline.view_start == pytest.approx(window[0] + delta)
+        assert "rank 2 · kinetoscope" in str(alone.query_one("#title").render())
+        # Every lane of the rank (its streams by name, group headers), and its keys: g goes to
+        # a GPU idle gap.
+        labels = [lane.label for lane in timeline.data.lanes]
+        assert labels[:2] == ["GPU 0 / stream 7", "GPU 0 / stream 20"]
+        assert any(row.is_header for row in timeline.rows)
+        await pilot.press("g")
+        assert timeline.current_gap >= 0
+        await pilot.press("escape")  # Esc clears the gap and selection first, as on one trace
+        assert app.screen is alone and timeline.current_gap == -1
+        await pilot.press("escape")  # then goes back to the job
+        assert app.screen is screen
+
+
+@pytest.mark.also_no_color
+async def test_side_by_side_straggler_and_fastest_zoom_together(synthetic_job):
+    app = JobHost(synthetic_job)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(pilot, 3)
+        await pilot.press("x")
+        await pilot.pause()
+        pair = app.screen
+        assert isinstance(pair, RankPairScreen)
+        assert [rank for rank, _ in pair.ranks] == [1, 0]  # the straggler, then the fastest
+        top, bottom = pair.pair_timelines()
+        assert top.data is screen.views[1].inner and bottom.data is screen.views[0].inner
+        assert top.job_window()[:2] == bottom.job_window()[:2] == screen.window[:2]
+        # Both rulers count the job's time (the two traces start at different times).
+        assert top.data.origin != bottom.data.origin
+        ruler = line_text(top, 0)[top.label_width :]
+        assert "╵0" in ruler and ruler == line_text(bottom, 0)[bottom.label_width :]
+        await pilot.press("w", "d")
+        assert top.job_window()[:2] == bottom.job_window()[:2]
+        assert top.ns_per_cell == screen.window[1]
+        zoomed = screen.window
+        await pilot.press("escape")
+        assert app.screen is screen
+        assert windows(screen) == {zoomed[:2]}
+
+
+async def test_a_window_asked_for_shows_a_collective_on_every_rank(synthetic_job):
+    job = synthetic_job
+    lo, hi = collective_window(job, 0)  # the all-reduce: 1,000 to 2,096 µs as recorded
+    assert (lo, hi) == (1_000_000, 2_096_000)
+    app = JobHost(job, window=(lo, hi), ranks=[2])
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(pilot, 3)
+        await pilot.pause(0.2)
+        assert screen.focused.rank == 2
+        start, per_cell, cursor = screen.window
+        end = start + per_cell * screen.focused.cells_width
+        assert start <= lo - screen.origin and hi - screen.origin <= end
+        assert end - start < 2 * (hi - lo)
+        assert len(windows(screen)) == 1
+
+
+async def test_a_rank_that_cannot_be_read_says_so_on_its_rows(tmp_path):
+    write_job(tmp_path)
+    job = job_in(tmp_path)
+    (tmp_path / "rank2.json").write_text("{ not json")
+    app = JobHost(job)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(pilot, 3)
+        assert set(screen.views) == {0, 1} and 2 in screen.errors
+        block = screen.timeline_of(2)
+        assert block.data is None and "rank2.json" in line_text(block, 0)
+        await pilot.press("down", "down", "down", "down", "down", "down")
+        assert screen.focused.rank == 2
+        await pilot.press("enter")
+        assert app.screen is screen  # nothing to open; said in a notification
+
+
+@pytest.mark.corpus
+@pytest.mark.also_no_color
+async def test_dlrm_eight_ranks_on_one_axis():
+    if not DLRM.is_dir():
+        pytest.skip("../shared/corpus is absent")
+    job = await asyncio.to_thread(job_in, DLRM)
+    app = JobHost(job)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(pilot, 8)
+        timelines = screen.timelines()
+        assert [t.rank for t in timelines] == list(range(8))
+        assert all(isinstance(t, RankTimeline) and t.data is not None for t in timelines)
+        assert screen.straggler == 7 and screen.focused.rank == 7
+        assert len(windows(screen)) == 1
+        # Every rank's communication row holds its NCCL kernels.
+        for view in screen.views.values():
+            names = {view.trace.name_of(int(r)) for r in view.lanes[1].levels[0].rows}
+            assert names and all("nccl" in n.lower() for n in names)
+        await pilot.press("w")
+        assert len(windows(screen)) == 1
+        await pilot.press("x")
+        await pilot.pause()
+        pair = app.screen
+        assert isinstance(pair, RankPairScreen)
+        assert [rank for rank, _ in pair.ranks] == [7, screen.fastest]
+        await pilot.press("escape", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, RankTraceScreen) and app.screen.rank == 7
