@@ -101,16 +101,15 @@ def restrict(model: TableModel, keep: np.ndarray) -> TableModel:
         )
         for c in model.columns
     ]
-    restricted = TableModel(
+    return dataclasses.replace(
+        model,
         columns=columns,
         n=len(rows),
         names=None if model.names is None else model.names[rows],
-        name_text=model.name_text,
-        default_sort=model.default_sort,
         keys=None if model.keys is None else np.asarray(model.keys)[rows],
         source_rows=rows,
+        _distinct=None,
     )
-    return restricted
 
 
 def model_row(model: TableModel, row: int) -> int:
