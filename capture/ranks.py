@@ -23,8 +23,10 @@ import datetime as _dt
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -416,8 +418,9 @@ def launch_ranks(
 ) -> tuple[int, JobOutcome]:
     """Run `nproc` local ranks through torch's launcher; wait; collect the ranks' markers.
 
-    A Ctrl-C reaches the ranks (they write what they recorded) and the launcher; this process
-    keeps waiting for them, so the folder is still reported.
+    A Ctrl-C reaches the ranks (they write what they recorded) and the launcher, a SIGTERM is
+    passed on to the launcher; this process keeps waiting for them, so the folder is still
+    reported.
     """
     token = uuid.uuid4().hex
     env = dict(os.environ)
@@ -427,11 +430,22 @@ def launch_ranks(
         process = subprocess.Popen(command, env=env)
     except OSError as exc:
         raise CaptureError(f"cannot start torch's launcher: {exc.strerror or exc}") from None
-    while True:
-        try:
-            code = process.wait()
-            break
-        except KeyboardInterrupt:
-            announce("kinetoscope: stopping the ranks; their traces are being written...")
+    # A SIGTERM (a job scheduler's stop) is passed on to the launcher, which stops the ranks;
+    # they write what they recorded, and this process still reports on the folder.
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(
+            signal.SIGTERM, lambda signum, frame: process.send_signal(signal.SIGTERM)
+        )
+    try:
+        while True:
+            try:
+                code = process.wait()
+                break
+            except KeyboardInterrupt:
+                announce("kinetoscope: stopping the ranks; their traces are being written...")
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     job = wait_for_ranks(run_dir, nproc, token, timeout=timeout, announce=announce)
     return code, job

@@ -409,3 +409,66 @@ def test_nproc_one_command_and_the_straggler_is_named(ddp: Path) -> None:
     # It is late by its sleeps (3 recorded steps x 0.1 s), spent outside any profiled op.
     assert 0.25e6 < straggler["lateness_us"] < 1.5e6, straggler
     assert straggler["phase"] == "host_other", straggler
+
+
+FOREVER = textwrap.dedent(
+    """
+    import time
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    model = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = 0
+    while step < 5000:  # about a minute: stopped long before, unless something is wrong
+        model(torch.randn(2, 4)).sum().backward()
+        for parameter in model.parameters():
+            dist.all_reduce(parameter.grad)
+        optimizer.step()
+        optimizer.zero_grad()
+        step += 1
+        if step == 4:
+            open(f"started{dist.get_rank()}", "w").close()
+        time.sleep(0.01)
+    """
+)
+
+
+@pytest.mark.slow
+def test_nproc_stopped_by_sigterm_still_writes_and_reports(tmp_path: Path) -> None:
+    """A job scheduler's SIGTERM to `capture --nproc` reaches the ranks through the launcher:
+    each writes what it recorded, and the folder is reported."""
+    import signal
+    import time
+
+    pytest.importorskip("torch.distributed")
+    (tmp_path / "forever.py").write_text(FOREVER)
+    command = [sys.executable, "-m", "kinetoscope", "capture", "--nproc", "2", "--wait", "0"]
+    command += ["--warmup", "1", "--active", "100000", "-o", "run", "forever.py"]
+    process = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while not all((tmp_path / f"started{rank}").exists() for rank in (0, 1)):
+            assert process.poll() is None, process.communicate()[1]
+            assert time.monotonic() < deadline, "the ranks never reached step 4"
+            time.sleep(0.1)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=90)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    run_dir = tmp_path / "run"
+    assert _job_files(run_dir) == [rank_trace_name(0), rank_trace_name(1)]
+    for rank in (0, 1):
+        assert _trace(run_dir / rank_trace_name(rank))["distributedInfo"]["rank"] == rank
+    assert "kinetoscope: all 2 ranks wrote their traces into run" in stderr
