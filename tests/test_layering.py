@@ -8,6 +8,7 @@ reason they must. Only code counts: comments and strings are skipped (the check 
 
 from __future__ import annotations
 
+import ast
 import io
 import tokenize
 from pathlib import Path
@@ -98,3 +99,51 @@ def test_the_check_finds_what_it_looks_for(tmp_path):
         "settings = 1\n"
     )
     assert _reaches(sample) == [3, 4, 5, 6]
+
+
+# -- the parser's way in ------------------------------------------------------------------------
+
+INTERNAL = {"kinetoscope.parser.reader", "kinetoscope.parser.parallel"}
+
+
+def _internal_imports(path: Path) -> list[str]:
+    """`line: module` for each import of the parser's framing or worker machinery in `path`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        found += [f"{node.lineno}: {name}" for name in names if name in INTERNAL]
+    return found
+
+
+def test_the_parsers_workers_are_started_through_kinetoscope_parser_only():
+    """Framing (reader.py) and worker processes (parallel.py) are the parser's own business:
+    everything else loads through `kinetoscope.parser` (load, loads, prepare_workers)."""
+    outside = [
+        f"{path.relative_to(ROOT).as_posix()}:{found}"
+        for package in (*PACKAGES, "benchmarks")
+        if package != "parser"
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for found in _internal_imports(path)
+    ]
+    assert outside == []
+
+
+def test_the_import_check_sees_every_spelling(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from kinetoscope.parser.reader import read_bytes\n"
+        "from kinetoscope.parser import parallel\n"
+        "import kinetoscope.parser.parallel as p\n"
+        "from kinetoscope.parser import load, prepare_workers\n"
+        "from .reader import read_bytes\n"
+    )
+    assert _internal_imports(sample) == [
+        "1: kinetoscope.parser.reader",
+        "2: kinetoscope.parser.parallel",
+        "3: kinetoscope.parser.parallel",
+    ]

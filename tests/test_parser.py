@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 
@@ -468,3 +469,43 @@ def test_numpy_huge_page_advice_is_off_unless_asked_for(setting):
     )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.stdout.strip() == ("True" if setting == "1" else "False"), out.stderr
+
+
+_RELEASE = """
+import os, sys
+from kinetoscope.parser import load
+
+def children():
+    mine = str(os.getpid())
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[1] == mine:
+                    found.append(pid)
+        except OSError:
+            pass
+    return found
+
+trace = load(sys.argv[1], use_cache=False, workers=2, release=sys.argv[2] == "release")
+print(trace.workers, len(children()))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("release", [False, True])
+def test_a_load_with_release_leaves_no_worker_processes(write_trace, release):
+    """`load(release=True)` (kinetoscope summary) stops the worker server and multiprocessing's
+    resource tracker once the trace is read; a plain load keeps them for the next load."""
+    path = write_trace(doc(*[X(f"op{i % 9}", i, 1) for i in range(40000)]))
+    result = subprocess.run(
+        [sys.executable, "-c", _RELEASE, str(path), "release" if release else "keep"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "KINETOSCOPE_PARALLEL_MIN_BYTES": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    workers, children = map(int, result.stdout.split())
+    assert workers == 2  # decoded by worker processes, not the one-process fallback
+    assert (children == 0) if release else (children > 0)
