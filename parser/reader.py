@@ -8,8 +8,8 @@ Regions that still fail (malformed or cut-off data) are split exactly by a struc
 event is decoded on its own, so nothing that can be read is lost.
 
 This module decodes in the calling process. Decoding runs in worker processes is
-`parallel.py`'s job: it hands the `Reader` a `RunsAhead` that decodes the bulk of the events
-array before the serial loop here reads the rest.
+`parallel.py`'s job: it hands the `Reader` a `DecodeAhead` (parallel.RunsAhead) that decodes
+the bulk of the events array before the serial loop here reads the rest.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ MAX_CUT_TRIES = 8
 Progress = Callable[[int, int, int], None]
 # Decodes runs ahead of the serial loop (in worker processes), leaving the reader's position
 # where the serial loop goes on.
-RunsAhead = Callable[["Reader"], None]
+DecodeAhead = Callable[["Reader"], None]
 
 
 class Buffer:
@@ -188,7 +188,7 @@ def read_source(
     state: SourceState,
     blocks: Iterator[bytes],
     progress: Progress | None,
-    ahead: RunsAhead | None = None,
+    ahead: DecodeAhead | None = None,
 ) -> Trace:
     """Read the trace whose uncompressed bytes `blocks` yields (`state` says what they come
     from). Raises TraceError when nothing of a trace can be read; reads what it can of the rest."""
@@ -284,7 +284,7 @@ class Reader:
         state: SourceState,
         progress: Progress | None,
         warnings: list[str],
-        ahead: RunsAhead | None = None,
+        ahead: DecodeAhead | None = None,
     ):
         self.buf = buf
         self.builder = builder
