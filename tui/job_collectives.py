@@ -209,12 +209,13 @@ class CollectivesScreen(TableScreen):
         text.append(f"\nEnter: rank {waiter}'s timeline (it waited longest)", "dim")
         return text
 
-    def choose(self, row: int) -> None:
+    def target(self, row: int) -> tuple[int, tuple[int, int], int]:
+        """Where collective `row` is shown: (the rank that waited longest for it, the
+        collective's start and end on that rank (its clock), its event's row there or -1)."""
         job = self.job
         m = job.matched
         j = self.longest_waiter(row)
         rank = m.ranks[j]
-        start, end = int(m.start[row, j]), int(m.end[row, j])
         event = -1
         entry = job.entry(rank)
         position = int(m.position[row, j])
@@ -222,4 +223,8 @@ class CollectivesScreen(TableScreen):
             found = entry.digest.collectives.get(m.source)
             if found is not None and position < len(found):
                 event = int(found.row[position])
-        self.app.open_collective(rank, (start, end), event, row)
+        return rank, (int(m.start[row, j]), int(m.end[row, j])), event
+
+    def choose(self, row: int) -> None:
+        rank, window, event = self.target(row)
+        self.app.open_collective(rank, window, event, row)
