@@ -434,9 +434,15 @@ def breakdown_model(job: JobAnalysis) -> TableModel:
             return "–"
         return f"{fmt_duration(offset[i], 1)} ± {fmt_duration(spread[i], 1)}"
 
-    def time_col(title: str, key: str) -> Column:
+    def time_col(title: str, key: str, optional: bool = False) -> Column:
         data = column(key)
-        return Column(title, lambda i: _time(float(data[i])), key=data, width=max(10, len(title)))
+        return Column(
+            title,
+            lambda i: _time(float(data[i])),
+            key=data,
+            width=max(10, len(title)),
+            optional=optional,
+        )
 
     steps = column("steps")
     statuses = [r.status for r in rows]
@@ -453,11 +459,12 @@ def breakdown_model(job: JobAnalysis) -> TableModel:
             lambda i: "–" if math.isnan(steps[i]) else f"{int(steps[i])}",
             key=steps,
             width=5,
+            optional=True,
         ),
         time_col("step", "dur"),
         time_col("compute", "compute"),
         time_col("exp. comm", "comm"),
-        time_col("idle", "idle"),
+        time_col("idle", "idle", optional=True),
         time_col("waited", "wait"),
         Column("clock offset", clock, key=offset, width=18, optional=True),
         Column("rank from", lambda i: rules[i], width=15, numeric=False, optional=True),
@@ -483,7 +490,7 @@ class RanksScreen(Screen):
     DEFAULT_CSS = """
     RanksScreen #ranks-title, RanksScreen #ranks-cell { height: auto; max-height: 3; padding: 0 1; }
     RanksScreen #ranks-title { background: $panel; }
-    RanksScreen #ranks-breakdown-title { height: 1; padding: 0 1; border-top: solid $panel-lighten-2; }
+    RanksScreen #ranks-breakdown-title { height: 1; padding: 0 1; background: $panel; }
     RanksScreen DataView { height: 1fr; min-height: 3; }
     """
 
@@ -498,6 +505,12 @@ class RanksScreen(Screen):
             tooltip="Open the straggler's timeline at its slowest step",
         ),
         Binding("c", "collectives", "Collectives", tooltip="Matched collectives: skew, waits"),
+        Binding(
+            "t",
+            "timeline",
+            "Timeline",
+            tooltip="Every rank on one time axis, at this step (x there: two ranks side by side)",
+        ),
         Binding("w", "toggle_mode", "Time/wait", tooltip="Cells: step time or collective wait"),
         Binding(
             "a",
@@ -684,6 +697,14 @@ class RanksScreen(Screen):
         step = slowest_step(self.job, rank)
         self.matrix.go_to(rank, step)
         self.open_rank(rank, step)
+
+    def action_timeline(self) -> None:
+        """The job's timeline, at the cursor's step (as its rank recorded it), that rank in focus."""
+        row, step = self.matrix.current
+        if row is None:
+            return
+        window = step_window(row.entry, step) if row.entry is not None and step else None
+        self.open_timeline([row.rank], window)
 
     def action_collectives(self) -> None:
         from .job_collectives import CollectivesScreen
