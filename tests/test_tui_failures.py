@@ -211,3 +211,20 @@ async def test_a_table_sort_that_fails_is_said_so(monkeypatch):
         assert isinstance(screen.table, DataView)
         assert "sorting: could not be done" in shown_text(screen)
         assert any("sorting" in note for note in error_notes(app))
+
+
+async def test_operators_without_their_memory_columns_when_memory_failed(monkeypatch):
+    """The operators table shows its times when only its memory columns could not be made."""
+    monkeypatch.setattr("kinetoscope.analysis.memory_ops.compute_memory_ops", boom)
+    app = KinetoscopeApp(str(SAMPLE))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, TraceScreen)
+        await pilot.press("o")
+        screen = await settle(pilot, OperatorsScreen)
+        assert still_open(app)
+        assert screen.table.model is not None and screen.table.row_count > 0
+        titles = [c.title for c in screen.table.model.columns]
+        assert "self" in titles and "alloc'd" not in titles
+        text = shown_text(screen)
+        assert "memory columns: could not be computed (memory ops: ValueError" in text, text
+        assert any("memory columns" in note for note in error_notes(app))

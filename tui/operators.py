@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import numpy as np
 from kinetoscope.analysis.drilldown import (
+    ShapeGroups,
     child_split,
     group_by_shape,
     instances_of,
@@ -16,6 +17,7 @@ from kinetoscope.analysis.drilldown import (
 )
 from kinetoscope.analysis.operators import OperatorTable, compute_operators
 from kinetoscope.analysis.ranges import operators_in_range
+from kinetoscope.analysis.session import AnalysisFailed
 from kinetoscope.analysis.units import fmt_duration, plural
 from rich.text import Text
 from textual.app import ComposeResult
@@ -38,6 +40,7 @@ from .columns import (
     model_row as model_row,  # re-exported: the row of the whole table
 )
 from .drilldown import Jump
+from .failures import failure_message
 from .memory_view import operator_memory_columns
 from .rangetable import RangeTableScreen
 from .safe_text import clean, fit_name, shorten
@@ -45,6 +48,8 @@ from .table import Column, DataView, TableModel, TableScreen, string_ranks
 from .theme import PART_NAMES, palette_of
 
 if TYPE_CHECKING:
+    from textual.worker import Worker
+
     from .drilldown import DrilldownActions
 
 # Names of the palette's colours (theme.py) of an operator's self time and children.
@@ -54,11 +59,13 @@ OTHER_COLOUR = "part-other"
 
 
 class ShownOperators(NamedTuple):
-    """What the operators table shows: its groups' times, and per group its input shape
-    (a string id, -1: none recorded) when grouped by shape."""
+    """What the operators table shows: its groups' times, per group its input shape (a string
+    id, -1: none recorded) when grouped by shape, and why the memory columns are missing when
+    they could not be computed (the table is shown without them)."""
 
     table: OperatorTable
     shapes: np.ndarray | None
+    memory_failure: str | None = None
 
 
 class OperatorsScreen(RangeTableScreen[ShownOperators]):
@@ -81,9 +88,10 @@ class OperatorsScreen(RangeTableScreen[ShownOperators]):
     def __init__(self, host: DrilldownActions) -> None:
         super().__init__(host)
         self.by_shape = False
-        self._shaped = None  # ShapeGroups, computed on first use
+        self._shaped: ShapeGroups | None = None  # computed on first use
         self.category: int | None = None  # string id of the category shown, None for all
         self.hiding_python = False  # python_function rows left out (the timeline's P)
+        self._noted: str | None = None  # the memory columns' failure, once notified
 
     @property
     def table_data(self) -> OperatorTable | None:
@@ -108,16 +116,20 @@ class OperatorsScreen(RangeTableScreen[ShownOperators]):
             text.append(f" · category {clean(self.data.trace.strings[self.category])}", "bold")
         if self.data.hide_python:
             text.append(" · Python frames hidden (P)", "bold")
+        if self.result is not None and self.result.memory_failure is not None:
+            error = palette_of(self).style("error", bold=True)
+            text.append(f" · {self.result.memory_failure}", error)
         return text
 
     def compute(self, bounds: tuple[int, int] | None) -> tuple[ShownOperators, TableModel]:
         session = self.data.session
         trace = session.trace
         if self.by_shape:
-            if self._shaped is None:
-                self._shaped = group_by_shape(trace, session.classes.cpu, session.cpu_groups)
-            nesting, groups = self._shaped.nesting, self._shaped.groups
-            shapes = self._shaped.shape
+            shaped = self._shaped
+            if shaped is None:
+                shaped = group_by_shape(trace, session.classes.cpu, session.cpu_groups)
+                self._shaped = shaped
+            nesting, groups, shapes = shaped.nesting, shaped.groups, shaped.shape
         else:
             nesting, groups, shapes = session.nesting, session.cpu_groups, None
         if bounds is not None:
@@ -127,11 +139,28 @@ class OperatorsScreen(RangeTableScreen[ShownOperators]):
         else:
             table = session.operators
         # Memory columns (whole trace, by name) when the trace recorded allocations.
-        memory = (
-            operator_memory_columns(session, groups) if shapes is None and bounds is None else []
-        )
+        memory: list[Column] = []
+        memory_failure = None
+        if shapes is None and bounds is None:
+            try:
+                memory = operator_memory_columns(session, groups)
+            except AnalysisFailed as error:  # the times still show; the title says what is not
+                memory_failure = failure_message("memory columns", error)
         model = operator_model(trace, table, shapes, bounds is not None, memory)
-        return ShownOperators(table, shapes), model
+        return ShownOperators(table, shapes, memory_failure), model
+
+    def show_result(
+        self,
+        worker: Worker | None,
+        result: ShownOperators,
+        bounds: tuple[int, int] | None,
+        model: TableModel,
+    ) -> None:
+        super().show_result(worker, result, bounds, model)
+        failure = result.memory_failure
+        if self.result is result and failure is not None and failure != self._noted:
+            self._noted = failure
+            self.notify(failure, severity="error", timeout=8, markup=False)
 
     def scope(self, result: ShownOperators, model: TableModel) -> np.ndarray | None:
         # The category's mask is made for this model (another grouping or range has other rows).

@@ -505,7 +505,7 @@ class DataView(ReportsWorkerFailures, ScrollView, can_focus=True):
 
     def _row_strip(self, row: int, style: Style, width: int) -> Strip:
         assert self.model is not None
-        segments = []
+        segments: list[Segment] = []
         for column, w in zip(self.model.columns, self._widths(width)):
             if not w:
                 continue
