@@ -274,3 +274,36 @@ async def test_dlrm_8_ranks_straggler_and_collectives():
         await pilot.press("s")
         view = await rank_view(pilot, 7)
         assert covers(view, step_window(app.job.entry(7), "ProfilerStep#10"))
+
+
+async def test_the_loading_screen_shows_each_rank_as_its_digest_arrives(gloo_job):
+    from kinetoscope.tui.job_loader import JobLoad
+
+    load = JobLoad([str(gloo_job)], workers=1, start=False)
+    app = JobApp([str(gloo_job)], load=load)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, JobLoadingScreen), "loading")
+        listed = str(app.screen.query_one("#job-loading-list").render())
+        assert [line.split()[:2] for line in listed.splitlines()] == [
+            ["rank", "0"],
+            ["rank", "1"],
+            ["rank", "2"],
+        ]
+        assert listed.count("waiting…") == 3
+        loading = app.screen
+        load.start()
+        await overview(pilot)
+        listed = str(loading.ranks_text())
+        assert "waiting…" not in listed and listed.count(" events · ") == 3
+
+
+async def test_the_command_palette_runs_the_overviews_keys(gloo_job):
+    app = JobApp([str(gloo_job)], workers=1)
+    async with app.run_test(size=SIZE) as pilot:
+        await overview(pilot)
+        await pilot.press("ctrl+p")
+        await pilot.pause(0.3)
+        await pilot.press(*"matched collectives")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, CollectivesScreen), "collectives")
