@@ -325,16 +325,38 @@ class JobApp(App[int]):
         load.subscribe(lambda report: self.post_message(RankLoadMessage(load, report)))
 
     def open_collective(self, rank: int, window: tuple[int, int], row: int, index: int) -> None:
-        """Collective `index` (of the job's matched ones) on `rank`'s timeline over `window`,
-        its event (`row`) selected. The multi-rank timeline, where there is one, shows it
-        across every rank instead (`open_timeline`)."""
-        self.open_rank(rank, window=window, row=row)
+        """Collective `index` (of the job's matched ones) on the job's timeline, across every
+        rank taking part, `rank` in focus with its event (`row`) selected."""
+        from .job_timeline import collective_window
 
-    def open_timeline(self, ranks: list[int], window: tuple[int, int] | None) -> None:
-        """Show `ranks` over `window` (absolute ns, the first rank's clock; None: all). Without
-        a timeline of several ranks, the first rank's own timeline."""
-        if ranks:
-            self.open_rank(ranks[0], window=window)
+        if self.job is None:
+            return
+        select = (rank, row) if row >= 0 else None
+        self.open_timeline([rank], collective_window(self.job, index), select=select)
+
+    def open_timeline(
+        self,
+        ranks: list[int],
+        window: tuple[int, int] | None,
+        select: tuple[int, int] | None = None,
+    ) -> None:
+        """The job's timeline (every rank on one time axis, job_timeline.py) over `window`
+        (absolute ns, as recorded; None: the whole job), the first of `ranks` in focus and
+        `select` (rank, row) selected."""
+        from .job_timeline import open_job_timeline
+
+        if self.job is None:
+            return
+        name = os.path.basename(self.inputs[0].rstrip("/")) if len(self.inputs) == 1 else ""
+        open_job_timeline(
+            self,
+            self.job,
+            window=window,
+            ranks=ranks,
+            aligned=self.job.aligned,
+            name=name or f"{len(self.inputs)} files",
+            select=select,
+        )
 
     def on_rank_load_message(self, message: RankLoadMessage) -> None:
         opening = self._opening

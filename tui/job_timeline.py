@@ -35,9 +35,9 @@ from textual.screen import Screen
 from textual.strip import Strip
 from textual.widgets import Footer, Static
 
+from .job_app import RankTraceScreen as JobRankScreen
 from .render import PLAIN
 from .safe_text import clean, fit
-from .screens import TraceScreen
 from .theme import palette_of
 from .timeline import MIN_NS_PER_CELL, Timeline
 from .viewdata import GPU_KINDS, SLOT_COMM, DisplayRow, Group, LaneView, Level, ViewData
@@ -402,6 +402,7 @@ class JobTimelineScreen(Screen):
             tooltip="This rank and the straggler (or the fastest) side by side",
         ),
         Binding("enter", "open_current", "Open rank", tooltip="Open the rank alone, all its lanes"),
+        Binding("q", "back", "Back", tooltip="Back to the screen the timeline was opened from"),
         Binding("escape", "back", "Back", show=False),
     ]
 
@@ -413,9 +414,11 @@ class JobTimelineScreen(Screen):
         ranks: list[int] | None = None,
         aligned: bool = False,
         name: str = "job",
+        select: tuple[int, int] | None = None,
     ) -> None:
         """`window`: (start, end) ns in the job's clock (as recorded) to show first, else the
-        whole job; `ranks`: the ranks to show first (the first one focused)."""
+        whole job; `ranks`: the ranks to show first (the first one focused); `select`: (rank,
+        row) an event to select once that rank is drawn."""
         super().__init__()
         self.job = job
         self.title_name = name
@@ -438,6 +441,7 @@ class JobTimelineScreen(Screen):
         self.window: tuple[float, float, int] | None = None  # view start, ns/cell, cursor (job)
         self.pending_range = window
         self.first_ranks = ranks or []
+        self.to_select = select
         self.views: dict[int, CollapsedRank] = {}
         self.errors: dict[int, str] = {}
         self._requested: set[int] = set()
@@ -607,6 +611,11 @@ class JobTimelineScreen(Screen):
             return
         window = self.window
         timeline.show(view, window)
+        if self.to_select is not None and self.to_select[0] == rank:
+            row = self.to_select[1]
+            self.to_select = None
+            if 0 <= row < len(view.trace) and view.level_of_row(row)[0] >= 0:
+                timeline.select(row, move_cursor=False)
         if window is None and self.pending_range is not None:
             self.call_after_refresh(self._show_pending, timeline)
         self.update_status()
@@ -722,7 +731,7 @@ class JobTimelineScreen(Screen):
         self.app.push_screen(RankPairScreen(self, [(first, views[0]), (second, views[1])]))
 
     def action_back(self) -> None:
-        if len(self.app.screen_stack) > 1:
+        if len(self.app.screen_stack) > 2:  # above the app's default screen, another
             self.app.pop_screen()
 
     def show_collective(self, index: int) -> None:
@@ -747,21 +756,13 @@ def collective_window(job: JobAnalysis, index: int) -> tuple[int, int]:
     return int(matched.start[index][present].min()), int(matched.end[index][present].max())
 
 
-class RankTraceScreen(TraceScreen):
-    """A rank alone: the single-trace screen, with every view it has; Esc (with nothing
-    selected) goes back to the job."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "back", "Clear selection, or back to the job", show=False),
-    ]
+class RankTraceScreen(JobRankScreen):
+    """A rank alone, opened from the job's timeline: the job viewer's screen for one rank (the
+    single-trace screen, every view it has), with the rank's model the timeline loaded already;
+    q, and Esc with nothing selected, go back to the job's timeline."""
 
     def __init__(self, data: ViewData, rank: int) -> None:
-        super().__init__(data)
-        self.rank = rank
-
-    def _title(self) -> Text:
-        text = Text(f"rank {self.rank} · ", style="bold", no_wrap=True, overflow="ellipsis")
-        return text + super()._title()
+        super().__init__(data, rank, None)
 
     def show_window(self, start: float, per_cell: float, cursor: float) -> None:
         timeline = self.timeline
@@ -771,10 +772,6 @@ class RankTraceScreen(TraceScreen):
         timeline.cursor_time = int(cursor)
 
     def action_back(self) -> None:
-        timeline = self.timeline
-        if timeline.selected_row >= 0 or timeline.current_gap >= 0:
-            self.action_clear()
-            return
         self.app.pop_screen()
 
 
@@ -797,6 +794,7 @@ class RankPairScreen(Screen):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back to the job"),
+        Binding("q", "back", "Back to the job", show=False),
         Binding("tab", "switch", "Other rank", show=False),
     ]
 
@@ -890,9 +888,12 @@ def open_job_timeline(
     ranks: list[int] | None = None,
     aligned: bool = False,
     name: str = "job",
+    select: tuple[int, int] | None = None,
 ) -> JobTimelineScreen:
     """Push the job's timeline on `app`: `window` (start, end ns as recorded) or the whole job,
-    `ranks` first in focus. Returns the screen."""
-    screen = JobTimelineScreen(job, window=window, ranks=ranks, aligned=aligned, name=name)
+    `ranks` first in focus, `select` (rank, row) selected. Returns the screen."""
+    screen = JobTimelineScreen(
+        job, window=window, ranks=ranks, aligned=aligned, name=name, select=select
+    )
     app.push_screen(screen)
     return screen

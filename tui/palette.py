@@ -107,6 +107,7 @@ def job_help_sections() -> list[tuple[str, type, list[BindingType]]]:
     from .job_app import RankTraceScreen
     from .job_collectives import CollectivesScreen
     from .job_ranks import RanksScreen
+    from .job_timeline import JobTimelineScreen, RankPairScreen
     from .screens import TraceScreen
     from .table import DataView, TableScreen
     from .timeline import Timeline
@@ -122,9 +123,17 @@ def job_help_sections() -> list[tuple[str, type, list[BindingType]]]:
         *table,  # Enter's line above is the table's (the same action)
     ]
     rank = [*RankTraceScreen.BINDINGS, *Timeline.BINDINGS, *TraceScreen.BINDINGS]
+    # The job's timeline: the single-trace timeline's keys, on every rank at once.
+    job_timeline = [
+        *(b for b in Timeline.BINDINGS if isinstance(b, Binding) and b.key not in ("enter", "P")),
+        *JobTimelineScreen.BINDINGS,
+    ]
+    pair = [*RankPairScreen.BINDINGS, *Timeline.BINDINGS]
     return [
         ("Ranks overview", RanksScreen, ranks),
         ("Collectives (c)", CollectivesScreen, collectives),
+        ("Job timeline (t)", JobTimelineScreen, job_timeline),
+        ("Two ranks side by side (x)", RankPairScreen, pair),
         ("A rank's timeline (Enter, s)", RankTraceScreen, rank),
     ]
 
