@@ -95,6 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="a .json or .json.gz torch.profiler trace; or a job's folder, or several rank "
         "files, for the job viewer (ranks overview, collectives)",
     )
+    view.add_argument(
+        "--cycle",
+        type=_positive,
+        metavar="N",
+        help="a job's folder: view profiling cycle N (1 = the oldest) instead of the newest "
+        "complete one",
+    )
     for option in SUMMARY_ONLY_OPTIONS:  # accepted only to point at `summary`
         view.add_argument(
             option, nargs="?", const=True, dest=f"summary_{option[2:]}", help=argparse.SUPPRESS
@@ -287,7 +294,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         if len(paths) > 1:  # a job's rank files: the job viewer
             from kinetoscope.viewer import run_job_view
 
-            return run_job_view(paths)
+            return run_job_view(paths, cycle=args.cycle)
         used = [o for o in SUMMARY_ONLY_OPTIONS if getattr(args, f"summary_{o[2:]}") is not None]
         if used:
             from kinetoscope.tui.safe_text import clean
@@ -303,7 +310,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         if os.path.isdir(args.trace):  # a job's folder: the job viewer
             from kinetoscope.viewer import run_job_view
 
-            return run_job_view([args.trace])
+            return run_job_view([args.trace], cycle=args.cycle)
+        if args.cycle is not None:
+            return _error("--cycle picks a profiling cycle of a job (a folder or several files)")
         from kinetoscope.viewer import run_view
 
         return run_view(args.trace)

@@ -61,13 +61,14 @@ def run_view(path: str) -> int:
     return int(app.return_code or 0)
 
 
-def run_job_view(inputs: list[str]) -> int:
+def run_job_view(inputs: list[str], cycle: int | None = None) -> int:
     """The job viewer on a folder of rank files or several files; 0 on a normal quit, 1 (with
     a one-line message on stderr) when there is no job to show or no terminal."""
     from kinetoscope.tui.job_loader import JobLoad
     from kinetoscope.tui.safe_text import clean
 
-    load = JobLoad(inputs, start=False)  # the job's files found (the same errors as summary's)
+    # The job's files found first: a folder that holds no job gets summary's line.
+    load = JobLoad(inputs, cycle=cycle, start=False)
     if load.error is not None:
         print(f"kinetoscope: {clean(load.error)}", file=sys.stderr)
         return 1

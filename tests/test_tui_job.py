@@ -307,3 +307,53 @@ async def test_the_command_palette_runs_the_overviews_keys(gloo_job):
         await pilot.pause(0.5)
         await pilot.press("enter")
         await wait_until(pilot, lambda: isinstance(app.screen, CollectivesScreen), "collectives")
+
+
+async def test_two_profiling_cycles_the_newest_complete_and_another_by_choice(tmp_path):
+    write_job(tmp_path, name="host_{rank}.1700000000000.pt.trace.json", step="ProfilerStep#1")
+    write_job(
+        tmp_path,
+        name="host_{rank}.1700000060000.pt.trace.json",
+        ranks=(0, 1),
+        step="ProfilerStep#9",
+    )
+    app = JobApp([str(tmp_path)], workers=1)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await overview(pilot)
+        assert screen.matrix.steps == ["ProfilerStep#1"]
+        title = str(screen.query_one("#ranks-title").render())
+        assert "profiling cycle 1 of 2 (--cycle N picks another)" in title
+    app = JobApp([str(tmp_path)], workers=1, cycle=2)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await overview(pilot)
+        assert screen.matrix.steps == ["ProfilerStep#9"]
+        assert [(r.rank, r.status) for r in screen.matrix.rows] == [
+            (0, "ok"),
+            (1, "ok"),
+            (2, "missing"),
+        ]
+
+
+def test_cycle_is_an_option_of_a_jobs_viewer_only(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "one.json").write_text(json.dumps({"traceEvents": []}))
+    run = subprocess.run(
+        [sys.executable, "-m", "kinetoscope", str(tmp_path / "one.json"), "--cycle", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 1
+    assert run.stderr == (
+        "kinetoscope: --cycle picks a profiling cycle of a job (a folder or several files)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "kinetoscope", str(tmp_path), "--cycle", "3"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 1
+    assert run.stderr == "kinetoscope: no profiling cycle 3: the files hold 1 (1)\n"

@@ -580,6 +580,18 @@ class RanksScreen(Screen):
         text.append(f" · {plural(len(job.matched), 'collective')} matched")
         text.append(" · clocks aligned" if job.aligned else " · clocks as recorded")
         palette = palette_of(self)
+        files = job.files
+        if files is not None and len(files.cycles) > 1:
+            text.append(
+                f" · profiling cycle {files.chosen} of {len(files.cycles)} (--cycle N picks another)"
+            )
+        if files is not None and files.left_out:
+            first = clean(os.path.basename(files.left_out[0][0]))
+            text.append(
+                f" · {plural(len(files.left_out), 'file')} left out ({first}: "
+                f"{clean(files.left_out[0][1])})",
+                palette.style("warning"),
+            )
         problems = [r for r in rank_rows(job) if r.status != "ok"]
         if problems:
             shown = ", ".join(f"rank {r.rank} {r.status}" for r in problems[:6])
