@@ -228,3 +228,19 @@ async def test_operators_without_their_memory_columns_when_memory_failed(monkeyp
         text = shown_text(screen)
         assert "memory columns: could not be computed (memory ops: ValueError" in text, text
         assert any("memory columns" in note for note in error_notes(app))
+
+
+async def test_the_memory_view_without_steps(monkeypatch):
+    """The memory view's status line names the step under the cursor; with the steps broken
+    it works without them (it asked the session for them on the UI thread, which raised)."""
+    monkeypatch.setattr("kinetoscope.analysis.session.compute_steps", boom)
+    app = KinetoscopeApp(str(SAMPLE))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, TraceScreen)
+        await pilot.press("p")
+        screen = await settle(pilot, MemoryScreen)
+        await pilot.press("right", "right")
+        await pilot.pause()
+        assert still_open(app)
+        assert app.screen is screen
+        assert "allocated" in str(screen.query_one("#memory-status", Static).render())

@@ -23,7 +23,7 @@ from kinetoscope.analysis.memory_ops import (
     group_columns,
     innermost_slices,
 )
-from kinetoscope.analysis.session import TraceSession
+from kinetoscope.analysis.session import AnalysisFailed, TraceSession
 from kinetoscope.analysis.units import fmt_bytes, fmt_duration, fmt_tick, tick_step
 from kinetoscope.parser.model import NO_VALUE
 from rich.segment import Segment
@@ -433,6 +433,7 @@ class MemoryScreen(ReportsWorkerFailures, Screen[TimelineTarget | None]):
         super().__init__()
         self.data = data
         self.ops: MemoryOps | None = None
+        self.step_rows = np.zeros(0, dtype=np.int64)  # the ProfilerStep slices, once computed
         self.device_index = 0
         self.table_mode = 0
         self.table_rows: list[tuple[int, int, int]] = []  # (row to select, start, end) per line
@@ -464,15 +465,20 @@ class MemoryScreen(ReportsWorkerFailures, Screen[TimelineTarget | None]):
     @work(thread=True, exclusive=True, group="memory-view", exit_on_error=False)
     def compute(self) -> None:
         ops = memory_ops_for(self.data)
-        self.app.call_from_thread(self.show_ops, ops)
+        try:
+            steps = self.data.session.steps.rows
+        except AnalysisFailed:  # the steps' own screen says why; here no step is named
+            steps = np.zeros(0, dtype=np.int64)
+        self.app.call_from_thread(self.show_ops, ops, steps)
 
     def show_failure(self, message: str) -> None:
         """The memory per operator could not be computed: the title says why."""
         self.failure = message
         self.query_one("#memory-title", Static).update(self.title_text())
 
-    def show_ops(self, ops: MemoryOps) -> None:
+    def show_ops(self, ops: MemoryOps, steps: np.ndarray) -> None:
         self.ops = ops
+        self.step_rows = steps
         chart = self.chart
         view_start, ns_per_cell, cursor_time = self._initial
         if ns_per_cell is not None and view_start is not None:
@@ -544,7 +550,7 @@ class MemoryScreen(ReportsWorkerFailures, Screen[TimelineTarget | None]):
         text.append(fmt_bytes(int(device.allocated[last])), allocated)
         if device.reserved[last] != NO_VALUE:
             text.append(f" · reserved {fmt_bytes(int(device.reserved[last]))}")
-        step = _step_at(self.data, when)
+        step = _step_at(self.data, self.step_rows, when)
         if step >= 0:
             text.append(f" · {fit_name(trace.name_of(step), 24)}")
         nbytes = int(device.bytes[last])
@@ -720,9 +726,8 @@ class MemoryScreen(ReportsWorkerFailures, Screen[TimelineTarget | None]):
         self.dismiss(None)
 
 
-def _step_at(data: ViewData, when: int) -> int:
-    """The step slice (row) holding `when` (absolute ns), or -1."""
-    rows = data.session.steps.rows
+def _step_at(data: ViewData, rows: np.ndarray, when: int) -> int:
+    """The step slice (of `rows`, the steps') holding `when` (absolute ns), or -1."""
     if not len(rows):
         return -1
     start = data.trace.start[rows]
