@@ -269,3 +269,81 @@ async def test_dlrm_eight_ranks_on_one_axis():
         await pilot.press("escape", "enter")
         await pilot.pause()
         assert isinstance(app.screen, RankTraceScreen) and app.screen.rank == 7
+
+
+# -- from the job viewer ------------------------------------------------------------------------
+
+
+@pytest.mark.also_no_color
+async def test_from_the_overview_to_the_straggler_beside_the_fastest_in_a_few_keys(tmp_path):
+    from kinetoscope.tui.job_app import JobApp
+    from kinetoscope.tui.job_ranks import RanksScreen, slowest_step, step_window
+    from kinetoscope.tui.screens import HelpScreen
+
+    write_job(tmp_path)
+    app = JobApp([str(tmp_path)], workers=1)
+    async with app.run_test(size=SIZE) as pilot:
+        for _ in range(600):
+            await pilot.pause(0.05)
+            if isinstance(app.screen, RanksScreen):
+                break
+        overview = app.screen
+        assert isinstance(overview, RanksScreen)
+        overview.matrix.go_to(1, slowest_step(app.job, 1))  # where s leaves the cursor
+        await pilot.press("t")
+        screen = await ready(pilot, 3)
+        assert screen.focused.rank == 1 == screen.straggler
+        lo, hi = step_window(app.job.entry(1), slowest_step(app.job, 1))
+        start, per_cell, _ = screen.window
+        assert start <= lo - screen.origin
+        assert hi - screen.origin <= start + per_cell * screen.focused.cells_width
+        await pilot.press("question_mark")
+        await pilot.pause()
+        rows = app.screen.bindings
+        assert isinstance(app.screen, HelpScreen)
+        assert rows[0] == ("── Job timeline (t) · this screen", "")
+        keys = {k for row, _ in rows[: rows.index(("── Everywhere", ""))] for k in row.split()}
+        assert {"c", "x", "w", "a", "g"} <= keys
+        assert any("Open the rank alone" in text for _, text in rows)
+        await pilot.press("escape")
+        await pilot.press("x")
+        await pilot.pause()
+        pair = app.screen
+        assert isinstance(pair, RankPairScreen) and [r for r, _ in pair.ranks] == [1, 0]
+        await pilot.press("escape")
+        assert app.screen is screen
+        await pilot.press("q")
+        assert app.screen is overview
+
+
+async def test_a_collective_from_the_table_across_every_rank(tmp_path):
+    from kinetoscope.tui.job_app import JobApp
+    from kinetoscope.tui.job_ranks import RanksScreen
+
+    write_job(tmp_path)
+    app = JobApp([str(tmp_path)], workers=1)
+    async with app.run_test(size=SIZE) as pilot:
+        for _ in range(600):
+            await pilot.pause(0.05)
+            if isinstance(app.screen, RanksScreen):
+                break
+        job = app.job
+        index = next(i for i, kind in enumerate(job.matched.kind) if kind == "all_reduce")
+        j = job.matched.ranks.index(0)
+        row = int(job.entry(0).digest.collectives["gpu"].row[int(job.matched.position[index, j])])
+        app.open_collective(0, (0, 0), row, index)
+        screen = await ready(pilot, 3)
+        await pilot.pause(0.2)
+        timeline = screen.focused
+        assert timeline.rank == 0 and timeline.selected_row == row
+        assert timeline.data.lanes[timeline.rows[timeline.cursor_row].lane].short_label == (
+            "communication"
+        )
+        lo, hi = collective_window(job, index)
+        start, per_cell, _ = screen.window
+        assert (
+            start
+            <= lo - screen.origin
+            <= hi - screen.origin
+            <= (start + per_cell * timeline.cells_width)
+        )
