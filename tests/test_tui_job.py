@@ -97,6 +97,13 @@ async def test_the_overview_lists_the_ranks_and_marks_the_straggler(gloo_job):
         assert breakdown[2][1] == "ok" and breakdown[2][7] == "0 ns"  # waited
         title = str(screen.query_one("#ranks-title").render())
         assert "straggler: rank 2" in title
+        # Tab: the per-rank table; it sorts, Enter opens that rank's slowest step.
+        await pilot.press("tab")
+        assert screen.focused is screen.breakdown
+        await pilot.press("8")  # by waited, largest first
+        assert [r[0] for r in screen.breakdown.visible_texts()][-1] == "2 ◀ straggler"
+        await pilot.press("w")  # the screen's keys still work from the table
+        assert matrix.mode == "dur"
 
 
 async def test_from_the_overview_to_the_stragglers_slowest_step_in_one_key(gloo_job):

@@ -519,7 +519,7 @@ class RanksScreen(Screen):
             show=False,
             tooltip="Subtract (or not) each rank's estimated clock offset from waits and skews",
         ),
-        Binding("tab", "focus_next", "Matrix/table", show=False),
+        Binding("tab", "app.focus_next", "Matrix/table", show=False),
         Binding("question_mark", "app.help", "Keys"),
     ]
 
@@ -677,7 +677,7 @@ class RanksScreen(Screen):
         """The breakdown table has no filter: a letter is this screen's key."""
         for binding in self.BINDINGS:
             if isinstance(binding, Binding) and binding.key == message.character:
-                self.run_action(binding.action)
+                self.call_next(self.run_action, binding.action)
                 return
 
     def open_rank(self, rank: int, step: str | None) -> None:
