@@ -364,3 +364,20 @@ def test_cycle_is_an_option_of_a_jobs_viewer_only(tmp_path):
     )
     assert run.returncode == 1
     assert run.stderr == "kinetoscope: no profiling cycle 3: the files hold 1 (1)\n"
+
+
+async def test_ranks_without_steps_open_on_their_whole_trace(tmp_path):
+    for rank in range(2):
+        trace = gloo_rank(rank, late=1, world=2)
+        trace["traceEvents"] = [
+            e for e in trace["traceEvents"] if not e["name"].startswith("ProfilerStep")
+        ]
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps(trace))
+    app = JobApp([str(tmp_path)], workers=1)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await overview(pilot)
+        assert screen.matrix.steps == [] and screen.matrix.straggler == 1
+        assert "Enter opens the rank's whole trace" in str(screen.query_one("#ranks-cell").render())
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, RankTraceScreen), "rank 1")
+        assert app.screen.rank == 1

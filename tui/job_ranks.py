@@ -629,6 +629,10 @@ class RanksScreen(Screen):
         if problem is not None:
             text.append(f" {row.status}: {clean(problem)}", palette.style("error", bold=True))
         entry = row.entry
+        if step is None and entry is not None and entry.loaded:
+            text.append(
+                " · no rank recorded a ProfilerStep: Enter opens the rank's whole trace", "dim"
+            )
         if step is not None and entry is not None and entry.loaded:
             names = entry.digest.step_names
             text.append(f" · {clean(step)}", "bold")
