@@ -39,21 +39,26 @@ class RangeTableScreen(TableScreen, Generic[R]):
       `(result, model)`: the table's data (what `describe_row`/`choose_row` read) and its
       `TableModel`. A range table usually leaves out the rows with nothing in the range
       (`columns.restrict`); its model rows then map back to the whole table's by `model_row`.
-    - If `compute` raises, the heading and the detail pane say what could not be computed
-      and why, and an error notification says it too (TableScreen.show_failure); the table
-      stays empty until a later `reload()` succeeds. The app stays open.
     - Back on the UI thread, `show_result()` keeps `result` and `shown_range`, and shows the model
       keeping the sort, the filter, and the cursor on the row with the same key (`keys` of the
       model), restricted to `scope(result, model)` (None: all rows).
+    - If `compute` raises, the heading and the detail pane say what could not be computed
+      (FAILURE_SUBJECT) and why, and an error notification says it too
+      (TableScreen.show_failure); the table stays empty until a later `reload()` succeeds.
+      The app stays open and the other screens keep working.
     - `M` switches between the marked range and the whole trace (`use_range`).
     - The detail pane shows `describe_row(group)` of the highlighted row, Enter calls
       `choose_row(group)`; `group` is the row of the whole-trace table (`model_row`), and
       neither is called before a result is shown.
 
-    Subclasses set TITLE_TEXT and give `compute`, `table_title()` (the heading's start: what the
-    table is), optionally `table_state()` (what restricts it, after the "computing…"),
-    `describe_row`, `choose_row`, `scope` and `resumed`; and put "M" in their BINDINGS
-    (RANGE_BINDING) so that the help and the footer list it.
+    The host (the trace screen's DrilldownActions) gives the marked range (`range_bounds()`)
+    and the way back to the timeline (`show_on_timeline`); `self.data` is its ViewData, whose
+    origin the range is labelled from.
+
+    Subclasses set TITLE_TEXT and FAILURE_SUBJECT and give `compute`, `table_title()` (the
+    heading's start: what the table is), optionally `table_state()` (what restricts it, after
+    the "computing…"), `describe_row`, `choose_row`, `scope` and `resumed`; and put "M" in
+    their BINDINGS (RANGE_BINDING) so that the help and the footer list it.
     """
 
     RANGE_BINDING: ClassVar[BindingType] = Binding(
