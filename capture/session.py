@@ -178,6 +178,7 @@ class CaptureSession:
         self._counting = False
         self._in_step = False
         self._main_optimizer_id: int | None = None
+        self._distributed_noted = False
         check_output(self.output, force)
 
     # lifecycle -----------------------------------------------------------------------------
@@ -237,11 +238,42 @@ class CaptureSession:
             # switched and unable to stop cleanly; hold it until the step is done.
             with _sigint_deferred(None, reraise=True):
                 self._profiler.step()
+            if not self._distributed_noted:
+                self._note_distributed()
         finally:
             self._in_step = False
         if self.written is not None and self.options.windowed:
             # The window is saved; later steps need no bookkeeping at all.
             self._counting = False
+
+    def _note_distributed(self) -> None:
+        """Record `distributedInfo` (backend, rank, world size, process groups) in the trace when
+        the program set up its process group after the recording began.
+
+        torch.profiler notes it only when the recording starts: with --whole-run, or when the
+        program calls init_process_group() late, the trace would not say which rank it is.
+        """
+        profiler = self._profiler
+        try:
+            from torch.profiler import ProfilerAction
+
+            recording = profiler.current_action in (
+                ProfilerAction.RECORD,
+                ProfilerAction.RECORD_AND_SAVE,
+            )
+            if not recording:
+                return
+            if "distributedInfo" in getattr(profiler, "_trace_metadata", {}):
+                self._distributed_noted = True
+                return
+            info = profiler._get_distributed_info()
+            if info:
+                import json
+
+                profiler.add_metadata_json("distributedInfo", json.dumps(info, default=str))
+                self._distributed_noted = True
+        except Exception:  # noqa: BLE001 - a private API; without it, the file name gives the rank
+            self._distributed_noted = True
 
     def stop(self) -> CaptureResult:
         """Stop the step source and the profiler; write what was recorded if not yet written."""

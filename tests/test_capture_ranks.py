@@ -316,7 +316,9 @@ def ddp(tmp_path: Path) -> Path:
 
 @pytest.mark.slow
 def test_under_torchrun_each_rank_writes_into_one_folder(ddp: Path) -> None:
-    """torchrun starts the ranks; no -o: they agree on one folder; rank 0 reports it once."""
+    """torchrun starts the ranks; no -o: they agree on one folder; rank 0 reports it once.
+    With --whole-run the recording starts before the program sets up its process group, and
+    the trace still says which rank wrote it (distributedInfo)."""
     result = subprocess.run(
         [
             sys.executable,
@@ -328,12 +330,7 @@ def test_under_torchrun_each_rank_writes_into_one_folder(ddp: Path) -> None:
             "-m",
             "kinetoscope",
             "capture",
-            "--wait",
-            "0",
-            "--warmup",
-            "1",
-            "--active",
-            "2",
+            "--whole-run",
             "ddp.py",
             "4",
             "1",
