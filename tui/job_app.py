@@ -67,18 +67,19 @@ class JobLoadingScreen(Screen):
             if index:
                 text.append("\n")
             text.append(f"rank {file.rank:>4}  ", "bold")
-            text.append(clean(os.path.basename(file.path)))
             digest = self.load.digests[index] if index < len(self.load.digests) else None
             if digest is None:
-                text.append("  waiting…", "dim")
+                text.append(f"{'waiting…':<30}", "dim")
             elif digest.error is not None:
-                text.append(f"  not loaded: {clean(digest.error)}", palette.style("error"))
+                text.append(f"{'not loaded':<30}", palette.style("error", bold=True))
             elif not digest.complete:
-                text.append(
-                    f"  incomplete ({digest.events:,} events read)", palette.style("warning")
-                )
+                status = f"incomplete: {digest.events:,} events read"
+                text.append(f"{status:<30}", palette.style("warning"))
             else:
-                text.append(f"  {digest.events:,} events · {digest.seconds:.1f} s")
+                text.append(f"{f'{digest.events:,} events · {digest.seconds:.1f} s':<30}")
+            text.append("  " + clean(os.path.basename(file.path)))
+            if digest is not None and digest.error is not None:
+                text.append(f" ({clean(digest.error)})", palette.style("error"))
         return text
 
     def rank_done(self) -> None:
@@ -176,6 +177,7 @@ class JobApp(App[int]):
     ]
     DEFAULT_CSS = """
     #job-loading-ranks { height: auto; max-height: 20; }
+    #job-loading-list { text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def __init__(
