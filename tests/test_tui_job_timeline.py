@@ -347,3 +347,33 @@ async def test_a_collective_from_the_table_across_every_rank(tmp_path):
             <= hi - screen.origin
             <= (start + per_cell * timeline.cells_width)
         )
+
+
+async def test_ranks_drawn_at_once_keep_the_window_asked_for(synthetic_job, monkeypatch):
+    """Two ranks ready in the same moment: the second must not fit the whole job over the
+    window the first is about to show."""
+    from kinetoscope.analysis.session import TraceSession
+    from kinetoscope.parser import load
+    from kinetoscope.tui.job_timeline import CollapsedRank, collapsed_rows
+    from kinetoscope.tui.viewdata import build_view_data
+
+    monkeypatch.setattr(JobTimelineScreen, "wanted", lambda self, rank: None)
+    job = synthetic_job
+    lo, hi = collective_window(job, 0)
+    app = JobHost(job, window=(lo, hi), ranks=[1])
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        views = []
+        for rank in (1, 0, 2):
+            data = build_view_data(TraceSession(load(job.entry(rank).path)))
+            rows = collapsed_rows(data, "gpu")
+            views.append((rank, CollapsedRank(data, rank, rows, screen.origin, screen.span)))
+        for rank, view in views:
+            screen._ready(rank, view)
+        for _ in range(5):
+            await pilot.pause()
+        start, per_cell, _ = screen.window
+        assert start <= lo - screen.origin
+        assert start + per_cell * screen.focused.cells_width < 2 * (hi - lo) + start
+        assert len(windows(screen)) == 1

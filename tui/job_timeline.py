@@ -491,6 +491,13 @@ class JobTimelineScreen(Screen):
         if job.world_size:
             text.append(f" of {job.world_size}")
         text.append(f" · {fmt_duration(self.span)}")
+        if self.straggler is not None:
+            entry = job.entry(self.straggler)
+            wait = fmt_duration(entry.wait_ns) if entry is not None else "?"
+            text.append(f" · straggler rank {self.straggler} (waited {wait})", "bold")
+        missing = [*job.missing, *(e.rank for e in self.failed)]
+        if missing:
+            text.append(f" · missing: {', '.join(map(str, sorted(missing)))}", "bold")
         known = [e for e in self.entries if e.offset_ns is not None]
         if known:
             worst = max(known, key=lambda e: abs(e.offset_ns or 0))
@@ -503,13 +510,6 @@ class JobTimelineScreen(Screen):
             )
         else:
             text.append(" · no clock offsets (no synchronising collectives)")
-        if self.straggler is not None:
-            entry = job.entry(self.straggler)
-            wait = fmt_duration(entry.wait_ns) if entry is not None else "?"
-            text.append(f" · straggler rank {self.straggler} (waited {wait})", "bold")
-        missing = [*job.missing, *(e.rank for e in self.failed)]
-        if missing:
-            text.append(f" · missing: {', '.join(map(str, sorted(missing)))}", "bold")
         return text
 
     def timelines(self) -> list[RankTimeline]:
@@ -611,17 +611,23 @@ class JobTimelineScreen(Screen):
             return
         window = self.window
         timeline.show(view, window)
+        if window is None and self.pending_range is not None:
+            # The window asked for comes first: no rank fits the whole job meanwhile.
+            timeline._needs_fit = False
+            self.call_after_refresh(self._show_pending, timeline)
         if self.to_select is not None and self.to_select[0] == rank:
             row = self.to_select[1]
             self.to_select = None
             if 0 <= row < len(view.trace) and view.level_of_row(row)[0] >= 0:
                 timeline.select(row, move_cursor=False)
-        if window is None and self.pending_range is not None:
-            self.call_after_refresh(self._show_pending, timeline)
         self.update_status()
 
     def _show_pending(self, timeline: RankTimeline) -> None:
-        if self.pending_range is None:
+        if self.pending_range is None:  # another rank showed it first: take its window
+            if self.window is not None:
+                timeline.follow(*self.window)
+            else:
+                timeline.action_fit_all()
             return
         lo, hi = self.pending_range
         self.pending_range = None
