@@ -291,22 +291,23 @@ def _dispatch(args: argparse.Namespace) -> int:
         return run_summary(args.trace[0], output=output, width=args.width)
     if args.command == "view":
         paths, args.trace = args.trace, args.trace[0]
-        if len(paths) > 1:  # a job's rank files: the job viewer
-            from kinetoscope.viewer import run_job_view
-
-            return run_job_view(paths, cycle=args.cycle)
         used = [o for o in SUMMARY_ONLY_OPTIONS if getattr(args, f"summary_{o[2:]}") is not None]
         if used:
             from kinetoscope.tui.safe_text import clean
             from kinetoscope.viewer import _quoted
 
+            shown = " ".join(clean(_quoted(p)) for p in paths)
             print(
                 f"kinetoscope: the viewer has no {used[0]} option; for the analysis as text or "
-                f"JSON run: kinetoscope summary {clean(_quoted(args.trace))} {used[0]}"
+                f"JSON run: kinetoscope summary {shown} {used[0]}"
                 + ("" if used[0] == "--json" else " ..."),
                 file=sys.stderr,
             )
             return 2
+        if len(paths) > 1:  # a job's rank files: the job viewer
+            from kinetoscope.viewer import run_job_view
+
+            return run_job_view(paths, cycle=args.cycle)
         if os.path.isdir(args.trace):  # a job's folder: the job viewer
             from kinetoscope.viewer import run_job_view
 

@@ -381,3 +381,21 @@ async def test_ranks_without_steps_open_on_their_whole_trace(tmp_path):
         await pilot.press("enter")
         await wait_until(pilot, lambda: isinstance(app.screen, RankTraceScreen), "rank 1")
         assert app.screen.rank == 1
+
+
+def test_summary_options_on_several_files_point_to_the_jobs_summary(tmp_path):
+    import subprocess
+    import sys
+
+    first, second = str(tmp_path / "r0.json"), str(tmp_path / "r1.json")
+    run = subprocess.run(
+        [sys.executable, "-m", "kinetoscope", first, second, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2
+    assert run.stderr == (
+        "kinetoscope: the viewer has no --json option; for the analysis as text or JSON run: "
+        f"kinetoscope summary {first} {second} --json\n"
+    )
