@@ -173,11 +173,14 @@ async def test_a_range_table_that_fails_says_so_for_the_range_too(monkeypatch):
         assert still_open(app)
         assert "kernels: could not be computed" in shown_text(screen)
         assert screen.table.model is None
+        pane = screen.query_one("#table-detail", Static)
+        assert not pane.has_class("nowrap")  # the whole message, on as many lines as it takes
         await pilot.press("M")  # the whole trace
         await settle(pilot, KernelsScreen)
         assert still_open(app)
         assert screen.table.model is not None and screen.table.row_count > 0
         assert "could not be computed" not in shown_text(screen)
+        assert pane.has_class("nowrap")
 
 
 async def test_event_arguments_that_cannot_be_read_are_said_so(monkeypatch):

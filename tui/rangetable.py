@@ -125,7 +125,7 @@ class RangeTableScreen(TableScreen, Generic[R]):
     def reload(self) -> None:
         """Forget the table shown and compute it again (options or range changed)."""
         self.result = None
-        self.failure = None
+        self.clear_failure()
         self.computing = self.wanted_range()
         self.refresh_heading()
         self.run_worker(

@@ -655,7 +655,19 @@ class TableScreen(ReportsWorkerFailures, Screen):
         self.failure = message
         self.refresh_heading()
         if self.SHOW_DETAIL:
-            self.query_one("#table-detail", Static).update(self.failure_text())
+            pane = self.query_one("#table-detail", Static)
+            pane.remove_class("nowrap")  # the whole message, however long
+            pane.update(self.failure_text())
+
+    def clear_failure(self) -> None:
+        """Computing again: the failure said before no longer holds."""
+        if self.failure is None:
+            return
+        self.failure = None
+        if self.SHOW_DETAIL:
+            pane = self.query_one("#table-detail", Static)
+            pane.set_classes(self.DETAIL_CLASSES)
+            pane.update("")
 
     def failure_text(self) -> Text:
         return Text(self.failure or "", palette_of(self).style("error", bold=True))
