@@ -15,6 +15,8 @@
 
 The trace is written when the window closes or the block ends (also on Ctrl-C or an exception,
 which still propagate), then `prof.path` holds its path. torch is imported on entering the block.
+In a rank of a distributed job (torchrun), the default file is the rank's own in the job's run
+folder (`NAME_YYYYmmdd-HHMMSS/rank3.pt.trace.json.gz`), as `kinetoscope capture` names it.
 """
 
 from __future__ import annotations
@@ -104,7 +106,7 @@ class profile:
         if self._session is not None:
             raise RuntimeError("this profile() block is already running")
         label = self._name or _program_label()
-        output = self._output or default_output_path(label)
+        output = self._output or _default_output(label)
         self.result = None
         self._session = CaptureSession(
             output, self._options, force=self._force, announce=self._announce
@@ -144,6 +146,25 @@ class profile:
         block._session = None
         block.result = None
         return block
+
+
+def _default_output(label: str) -> Path:
+    """`<label>_<YYYYmmdd-HHMMSS>.pt.trace.json.gz` here; in a rank of a distributed job
+    (torchrun: RANK and WORLD_SIZE set), this rank's file in the job's run folder, as
+    `kinetoscope capture` names them, so that the ranks never race for one name."""
+    from kinetoscope.capture.ranks import (
+        RankEnv,
+        default_run_dir,
+        next_rank_trace,
+        prepare_run_dir,
+    )
+
+    env = RankEnv.from_environ()
+    if env is None:
+        return default_output_path(label)
+    run_dir = default_run_dir(label, env)
+    prepare_run_dir(run_dir)
+    return next_rank_trace(run_dir, env)
 
 
 def _program_label() -> str:

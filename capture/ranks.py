@@ -113,6 +113,19 @@ def rank_trace_name(rank: int, restart: int = 0) -> str:
     return f"rank{rank}{extra}{TRACE_SUFFIX}"
 
 
+def next_rank_trace(run_dir: Path, env: RankEnv) -> Path:
+    """This rank's next unused file in the run folder: `rank3.pt.trace.json.gz`, then
+    `rank3.2.pt.trace.json.gz`... (several profiled blocks of one program). Only this rank
+    writes names that start with its rank, so the ranks never race for a name."""
+    first = run_dir / rank_trace_name(env.rank, env.restart)
+    stem = first.name[: -len(TRACE_SUFFIX)]
+    candidate, counter = first, 2
+    while candidate.exists():
+        candidate = run_dir / f"{stem}.{counter}{TRACE_SUFFIX}"
+        counter += 1
+    return candidate
+
+
 def new_run_dir(label: str, directory: Path | None = None) -> Path:
     """An unused folder name `<label>_<YYYYmmdd-HHMMSS>` (with `_2`... on a clash)."""
     directory = Path.cwd() if directory is None else directory

@@ -205,6 +205,31 @@ def test_a_rank_that_cannot_start_says_so_to_rank_0(tmp_path: Path, monkeypatch,
     assert lines[0] == f"kinetoscope: the one rank wrote its trace into {run_dir}"
 
 
+def test_python_api_in_a_rank_writes_the_rank_file(tmp_path: Path, monkeypatch) -> None:
+    """`with profile(...)` in every rank of a torchrun job: each rank's own file in one run
+    folder (by default every rank would pick NAME_<second>.pt.trace.json.gz in the same folder
+    and race for it); a second block of the same rank gets the next name."""
+    torch = pytest.importorskip("torch")
+    from kinetoscope.capture import profile
+
+    monkeypatch.chdir(tmp_path)
+    for key, value in {**TORCHRUN_ENV, "RANK": "1", "WORLD_SIZE": "2"}.items():
+        monkeypatch.setenv(key, value)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    paths = []
+    for _ in range(2):
+        with profile(steps=1, wait=0, warmup=1, name="fit", quiet=True) as prof:
+            for _ in range(3):
+                model(torch.randn(2, 4)).sum().backward()
+                optimizer.step()
+        paths.append(prof.path)
+    assert tmp_path.joinpath("fit_job-77").is_dir()  # two machines: named after --rdzv-id
+    run_dir = tmp_path / "fit_job-77"
+    assert paths == [run_dir / "rank1.pt.trace.json.gz", run_dir / "rank1.2.pt.trace.json.gz"]
+    assert _job_files(run_dir) == ["rank1.2.pt.trace.json.gz", "rank1.pt.trace.json.gz"]
+
+
 # the arguments the ranks get from --nproc ----------------------------------------------------
 
 
