@@ -377,3 +377,41 @@ async def test_ranks_drawn_at_once_keep_the_window_asked_for(synthetic_job, monk
         assert start <= lo - screen.origin
         assert start + per_cell * screen.focused.cells_width < 2 * (hi - lo) + start
         assert len(windows(screen)) == 1
+
+
+async def test_a_big_job_loads_the_ranks_on_screen_and_keeps_a_bounded_number(
+    tmp_path, monkeypatch
+):
+    import json
+
+    from kinetoscope.tui import job_timeline
+    from test_job import gloo_rank
+
+    monkeypatch.setattr(job_timeline, "RESIDENT_RANKS", 6)
+    for rank in range(24):
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps(gloo_rank(rank, 20, world=24)))
+    job = job_in(tmp_path)
+    app = JobHost(job, ranks=[0])
+    async with app.run_test(size=(120, 24)) as pilot:
+        screen = None
+        for _ in range(200):
+            await pilot.pause(0.05)
+            screen = app.screen
+            if isinstance(screen, JobTimelineScreen) and {0, 1, 2, 3, 20} <= set(screen.views):
+                break
+        assert screen.straggler == 20 and screen.fastest == 0
+        # The ranks on screen and the straggler, not the others.
+        assert not {8, 12, 16} & set(screen.views)
+        await pilot.press("end")
+        for _ in range(80):  # down through every rank's rows, to the last rank
+            await pilot.press("down")
+        await pilot.pause(0.5)
+        assert screen.focused.rank == 23
+        for _ in range(200):
+            await pilot.pause(0.05)
+            if {21, 22, 23} <= set(screen.views):
+                break
+        assert {21, 22, 23} <= set(screen.views)
+        # At most RESIDENT_RANKS models, besides the ones on screen; the first ranks went.
+        assert len(screen.views) <= 6 + 1 and 1 not in screen.views
+        assert "loading" in line_text(screen.timeline_of(1), 0)

@@ -44,6 +44,9 @@ from .viewdata import GPU_KINDS, SLOT_COMM, DisplayRow, Group, LaneView, Level, 
 
 ROW_NAMES = ("GPU compute", "communication", "CPU main thread")
 LOAD_THREADS = 2  # ranks loaded at once
+# Ranks' models kept: past this, those of ranks farthest off screen go (loaded again when
+# scrolled back to), so that scrolling through a big job does not hold every rank's model.
+RESIDENT_RANKS = 32
 WINDOW_MARGIN = 0.1  # a window asked for (a collective) gets this share of margin each side
 
 
@@ -315,6 +318,16 @@ class RankTimeline(LinkedTimeline):
             return Strip.blank(width, PLAIN)
         label = Segment(fit(f"   {ROW_NAMES[y - 1]}", label_w), palette.style("label"))
         return Strip([label, Segment("│", palette.style("rule"))]).adjust_cell_length(width, PLAIN)
+
+    def unload(self, note: str) -> None:
+        """Forget the rank's model (it is off screen); `note` says so on its rows."""
+        self.data = None
+        self.rows = []
+        self.live = False
+        self._cells.clear()
+        self._strips.clear()
+        self.note = note
+        self.refresh()
 
     def on_focus(self) -> None:
         self._strips.clear()
@@ -609,6 +622,7 @@ class JobTimelineScreen(Screen):
         timeline = self.timeline_of(rank)
         if timeline is None:
             return
+        self._evict(keep=rank)
         window = self.window
         timeline.show(view, window)
         if window is None and self.pending_range is not None:
@@ -621,6 +635,28 @@ class JobTimelineScreen(Screen):
             if 0 <= row < len(view.trace) and view.level_of_row(row)[0] >= 0:
                 timeline.select(row, move_cursor=False)
         self.update_status()
+
+    def _evict(self, keep: int) -> None:
+        """Past RESIDENT_RANKS models, forget those of ranks off screen (never the straggler,
+        the fastest, the focused rank or `keep`)."""
+        extra = len(self.views) - RESIDENT_RANKS
+        if extra <= 0:
+            return
+        scroll = self.query_one("#job-ranks", VerticalScroll).region
+        current = self.current()
+        kept = {keep, self.straggler, self.fastest, current.rank if current else None}
+        off_screen = [
+            t
+            for t in self.timelines()
+            if t.data is not None and t.rank not in kept and not scroll.overlaps(t.region)
+        ]
+        middle = scroll.y + scroll.height // 2
+        off_screen.sort(key=lambda t: -abs(t.region.y - middle))  # the farthest first
+        for timeline in off_screen[:extra]:
+            del self.views[timeline.rank]
+            with self._lock:
+                self._requested.discard(timeline.rank)
+            timeline.unload("loading…")
 
     def _show_pending(self, timeline: RankTimeline) -> None:
         if self.pending_range is None:  # another rank showed it first: take its window
