@@ -5,9 +5,11 @@ here (rank 1 the straggler, clocks 100 µs ahead and 50 µs behind) and on the r
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from kinetoscope.analysis.job import analyze_job, map_ranks
 from kinetoscope.parser.ranks import discover
@@ -159,11 +161,18 @@ async def test_enter_opens_the_rank_alone_in_the_same_window(synthetic_job):
         await pilot.press("down", "down", "down")  # rank 2
         assert screen.focused.rank == 2
         window = screen.window
+        # Loaded with its lanes' top levels only; the rest is nested once the rank is opened.
+        assert not screen.views[2].inner.complete
         await pilot.press("enter")
         await pilot.pause()
         alone = app.screen
         assert isinstance(alone, RankTraceScreen) and alone.rank == 2
         assert alone.data is screen.views[2].inner  # no second load
+        for _ in range(100):
+            await pilot.pause(0.02)
+            if alone.data.complete:
+                break
+        assert alone.data.complete
         timeline = alone.timeline
         assert timeline.ns_per_cell == window[1]
         # The same instant: rank 2's own relative time is the job's plus the origins' gap.
@@ -415,3 +424,32 @@ async def test_a_big_job_loads_the_ranks_on_screen_and_keeps_a_bounded_number(
         # At most RESIDENT_RANKS models, besides the ones on screen; the first ranks went.
         assert len(screen.views) <= 6 + 1 and 1 not in screen.views
         assert "loading" in line_text(screen.timeline_of(1), 0)
+
+
+async def test_the_collapsed_rows_come_from_the_digest_when_it_names_the_same_events(
+    synthetic_job, monkeypatch
+):
+    from kinetoscope.analysis import collectives
+    from kinetoscope.analysis.session import TraceSession
+    from kinetoscope.parser import load
+    from kinetoscope.tui.job_timeline import collapsed_rows
+    from kinetoscope.tui.viewdata import build_view_data
+
+    entry = synthetic_job.entry(1)
+    data = build_view_data(TraceSession(load(entry.path)), staged=True)
+    calls = []
+    real = collectives.find_collectives
+    monkeypatch.setattr(
+        collectives, "find_collectives", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
+    rows = collapsed_rows(data, "gpu", entry.digest.collectives)
+    assert not calls and not data.session.nesting_ready  # nothing needed the nesting
+    expected = collapsed_rows(data, "gpu")  # found again, from the trace
+    assert calls and all(map(np.array_equal, rows, expected))
+    assert [len(r) for r in rows] == [1, 3, 1]
+    calls.clear()
+    # A digest that names other events (another version of the file) is not trusted.
+    other = {k: dataclasses.replace(v, row=v.row[::-1].copy()) for k, v in
+             entry.digest.collectives.items()}  # fmt: skip
+    rows = collapsed_rows(data, "gpu", other)
+    assert calls and all(map(np.array_equal, rows, expected))

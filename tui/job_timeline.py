@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
+from kinetoscope.analysis.collectives import RankCollectives
 from kinetoscope.analysis.job import JobAnalysis, RankEntry
 from kinetoscope.analysis.units import fmt_duration
 from kinetoscope.parser.model import KIND_OTHER, KIND_RUNTIME, Lane
@@ -38,6 +39,7 @@ from textual.widgets import Footer, Static
 from .job_app import RankTraceScreen as JobRankScreen
 from .render import PLAIN
 from .safe_text import clean, fit
+from .screens import TraceScreen
 from .theme import palette_of
 from .timeline import MIN_NS_PER_CELL, Timeline
 from .viewdata import GPU_KINDS, SLOT_COMM, DisplayRow, Group, LaneView, Level, ViewData
@@ -71,17 +73,37 @@ def _level(trace: Any, rows: np.ndarray, origin: int, slot: np.ndarray) -> Level
     )
 
 
-def collapsed_rows(data: ViewData, source: str | None = None) -> list[np.ndarray]:
+def _same_events(trace: Any, found: dict[str, RankCollectives]) -> bool:
+    """The collectives (a rank's digest, made in another process) name this trace's rows."""
+    for coll in found.values():
+        rows = coll.row
+        if not len(rows):
+            continue
+        if int(rows.min()) < 0 or int(rows.max()) >= len(trace):
+            return False
+        if not np.array_equal(trace.start[rows], coll.start):
+            return False
+        if [trace.name_of(int(r)) for r in rows[:64].tolist()] != coll.name[:64]:
+            return False
+    return True
+
+
+def collapsed_rows(
+    data: ViewData, source: str | None = None, found: dict[str, RankCollectives] | None = None
+) -> list[np.ndarray]:
     """The trace rows of a rank's three collapsed rows (ROW_NAMES): its GPU work other than
     communication, every stream together; its collectives (communication kernels, or the CPU
     backend's annotations; `source` "gpu" or "cpu" as the job's matching chose, else whichever
-    it has); the top-level slices of the CPU thread with the most CPU time."""
+    it has); the top-level slices of the CPU thread with the most CPU time. `found`: the rank's
+    collectives from its digest, used when they name this trace's rows (else found again,
+    which needs the trace's nesting)."""
     from kinetoscope.analysis.collectives import find_collectives
 
     trace = data.trace
     kind = data.kind
     gpu = np.isin(kind, GPU_KINDS)
-    found = find_collectives(data.session, read_args=False)
+    if not found or not {"gpu", "cpu"} <= set(found) or not _same_events(trace, found):
+        found = find_collectives(data.session, read_args=False)
     if source not in found or not len(found[source]):
         source = "gpu" if len(found["gpu"]) else "cpu"
     comm = np.unique(found[source].row.astype(np.int64))
@@ -148,6 +170,11 @@ class CollapsedRank:
             lane[order],
             entry[order],
         )
+
+    @property
+    def complete(self) -> bool:
+        """Its three rows are all there (the rank's own deeper levels may not be)."""
+        return True
 
     def display_rows(self, expanded: set[int]) -> list[DisplayRow]:
         return [DisplayRow(0, i, 0) for i in range(len(self.lanes))]
@@ -586,15 +613,17 @@ class JobTimelineScreen(Screen):
     def _load(self, entry: RankEntry, source: str | None) -> None:
         """In a worker thread: read the rank, lay it out and collapse it."""
         from kinetoscope.analysis.session import TraceSession
-        from kinetoscope.parser import TraceError, load
+        from kinetoscope.parser import TraceError, load, save_cache
 
         from .viewdata import build_view_data
 
         with self._slots:
             try:
-                trace = load(entry.path, workers=1)
-                data = build_view_data(TraceSession(trace))
-                rows = collapsed_rows(data, source)
+                trace = load(entry.path, workers=1, write_cache=False)
+                # Staged: the collapsed rows need the lanes' top levels only; the rest is
+                # nested when the rank is opened (`complete`).
+                data = build_view_data(TraceSession(trace), staged=True)
+                rows = collapsed_rows(data, source, entry.digest.collectives)
                 origin = self.origin + self.shift(entry)
                 view = CollapsedRank(data, entry.rank, rows, origin, self.span)
             except TraceError as error:
@@ -605,6 +634,10 @@ class JobTimelineScreen(Screen):
                 self.app.call_from_thread(self._failed, entry.rank, message)
                 return
         self.app.call_from_thread(self._ready, entry.rank, view)
+        try:  # the model cache, for the next open (after the rank is drawn)
+            save_cache(trace)
+        except Exception:  # the next open is slower; this one is unharmed
+            pass
 
     def _failed(self, rank: int, message: str) -> None:
         self.errors[rank] = message
@@ -728,6 +761,7 @@ class JobTimelineScreen(Screen):
             return
         screen = RankTraceScreen(view.inner, rank)
         self.app.push_screen(screen)
+        self.complete_levels(view.inner)
         if self.window is not None:
             delta = view.origin - view.inner.origin
             start, per_cell, cursor = self.window
@@ -771,6 +805,27 @@ class JobTimelineScreen(Screen):
             self.notify("; ".join(f"Rank {r} is {self._not_ready(r)}" for r in waiting), timeout=3)
             return
         self.app.push_screen(RankPairScreen(self, [(first, views[0]), (second, views[1])]))
+        for view in views:
+            self.complete_levels(view.inner)
+
+    def complete_levels(self, data: ViewData) -> None:
+        """Nest every slice of a rank opened on its own (loaded with its top levels only), in
+        the background; the screens showing it redraw then."""
+        if data.complete:
+            return
+
+        def work() -> None:
+            data.complete_levels()
+            self.app.call_from_thread(self._levels_complete, data)
+
+        self.run_worker(work, thread=True, group="levels", exit_on_error=False)
+
+    def _levels_complete(self, data: ViewData) -> None:
+        for screen in self.app.screen_stack:
+            if isinstance(screen, TraceScreen) and screen.data is data:
+                screen.levels_complete()
+            elif isinstance(screen, RankPairScreen):
+                screen.levels_complete(data)
 
     def action_back(self) -> None:
         if len(self.app.screen_stack) > 2:  # above the app's default screen, another
@@ -873,6 +928,12 @@ class RankPairScreen(Screen):
 
     def pair_timelines(self) -> list[LinkedTimeline]:
         return list(self.query(LinkedTimeline))
+
+    def levels_complete(self, data: ViewData) -> None:
+        """Every slice of `data` is placed now: its timeline lays its rows out again."""
+        for timeline in self.pair_timelines():
+            if timeline.data is data:
+                timeline.levels_complete()
 
     def on_mount(self) -> None:
         timelines = self.pair_timelines()
