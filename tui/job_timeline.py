@@ -8,8 +8,10 @@ origin (shifted by the rank's clock offset when offsets are applied), so that ev
 timeline shows the same window with the same numbers. The ranks' models are loaded lazily, in
 background threads (`LOAD_THREADS` at a time): a rank is loaded when its block is first drawn
 (so a big job loads the ranks on screen, not every rank), the straggler and the fastest rank
-first. Until then its rows say "loading". The rank's `ViewData` is kept for Enter (the
-single-trace screen) and x (side by side), which need no second load.
+first. Until then its rows say "loading". A rank is laid out with its lanes' top levels only,
+and its collectives come from its digest (no nesting needed); its `ViewData` is kept for Enter
+(the single-trace screen) and x (side by side), which need no second load and nest the rest in
+the background. Past RESIDENT_RANKS ranks loaded, those farthest off screen are forgotten.
 
 Times: a rank's own clock runs ahead of the reference's by its estimated offset (JobAnalysis's
 `RankEntry.offset_ns`); with offsets applied (c), an event at own time t is drawn at
