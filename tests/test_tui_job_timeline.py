@@ -216,6 +216,11 @@ async def test_side_by_side_straggler_and_fastest_zoom_together(synthetic_job):
         await pilot.press("escape")
         assert app.screen is screen
         assert windows(screen) == {zoomed[:2]}
+        # X: the focused rank beside the straggler.
+        screen.timeline_of(2).focus()
+        await pilot.press("X")
+        await pilot.pause()
+        assert [rank for rank, _ in app.screen.ranks] == [2, 1]
 
 
 async def test_a_window_asked_for_shows_a_collective_on_every_rank(synthetic_job):
