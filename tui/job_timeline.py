@@ -586,7 +586,8 @@ class JobTimelineScreen(Screen):
                 text.append(f" {fmt_duration(int(data.trace.dur[row]))}")
             elif timeline.data is None:
                 text.append(f" · {timeline.note}")
-        loading = len(self.entries) - len(self.views) - len(self.errors)
+        with self._lock:
+            loading = len(self._requested - set(self.views) - set(self.errors))
         if loading > 0:
             text.append(f" · {loading} loading", "dim")
         text.append(" · ? keys", "dim")
@@ -596,13 +597,13 @@ class JobTimelineScreen(Screen):
 
     def wanted(self, rank: int) -> None:
         """Load a rank (once) in the background: its block is on screen, or soon will be."""
+        entry = self.job.entry(rank)
+        if entry is None or not entry.loaded:
+            return
         with self._lock:
             if rank in self._requested:
                 return
             self._requested.add(rank)
-        entry = self.job.entry(rank)
-        if entry is None or not entry.loaded:
-            return
         source = self.job.matched.source if len(self.job.matched) else None
         self.run_worker(
             lambda: self._load(entry, source),
