@@ -387,9 +387,10 @@ def _rank_capture_args(args: argparse.Namespace, program: Program, run_dir: Path
 
 
 def _view_folder(run_dir: Path, *, view: bool) -> None:
-    """Open the viewer on the run folder when asked, on a terminal, and when it reads folders."""
-    if view and sys.stdout.isatty() and sys.stdin.isatty() and open_folder_viewer(run_dir):
-        _to_stderr(f"view it again with: kinetoscope {run_dir}")
+    """Open the job viewer on the run folder when asked and on a terminal (the commands are
+    printed before: the viewer's alternate screen leaves them in place)."""
+    if view and sys.stdout.isatty() and sys.stdin.isatty():
+        open_folder_viewer(run_dir)
 
 
 def handle_demo(args: argparse.Namespace) -> int:

@@ -365,19 +365,11 @@ def report_job(job: JobOutcome, announce: Callable[[str], None]) -> None:
 
 
 def open_folder_viewer(run_dir: Path) -> bool:
-    """Open the viewer on a run folder when this kinetoscope's viewer reads folders.
+    """Open the job viewer on a run folder (as `kinetoscope RUN_DIR` does); False when it
+    could not be opened (it said why in one line)."""
+    from kinetoscope.viewer import run_job_view
 
-    Returns False (nothing opened) when it does not: the caller has printed the commands.
-    """
-    try:
-        from kinetoscope import viewer
-    except ImportError:
-        return False
-    opener = getattr(viewer, "run_view_folder", None)
-    if opener is None:
-        return False
-    opener(str(run_dir))
-    return True
+    return run_job_view([str(run_dir)]) == 0
 
 
 # --nproc: starting the ranks ---------------------------------------------------------------

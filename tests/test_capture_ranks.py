@@ -230,6 +230,32 @@ def test_python_api_in_a_rank_writes_the_rank_file(tmp_path: Path, monkeypatch) 
     assert _job_files(run_dir) == ["rank1.2.pt.trace.json.gz", "rank1.pt.trace.json.gz"]
 
 
+def test_on_a_terminal_the_job_viewer_opens_on_the_folder(tmp_path: Path, monkeypatch) -> None:
+    from kinetoscope.capture import cli
+
+    import kinetoscope.viewer
+
+    opened: list[list[str]] = []
+
+    def fake_job_view(inputs: list[str], cycle: int | None = None) -> int:
+        opened.append(inputs)
+        return 0
+
+    class Terminal:
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(kinetoscope.viewer, "run_job_view", fake_job_view)
+    cli._view_folder(tmp_path, view=True)  # not a terminal here: nothing opens
+    assert opened == []
+    monkeypatch.setattr(sys, "stdin", Terminal())
+    monkeypatch.setattr(sys, "stdout", Terminal())
+    cli._view_folder(tmp_path, view=False)  # --no-view
+    assert opened == []
+    cli._view_folder(tmp_path, view=True)
+    assert opened == [[str(tmp_path)]]
+
+
 # the arguments the ranks get from --nproc ----------------------------------------------------
 
 
