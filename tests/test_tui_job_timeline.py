@@ -106,6 +106,13 @@ async def test_every_rank_collapsed_on_one_axis(synthetic_job):
         assert "rank 1 ◀ straggler" in line_text(timelines[1], 0)
         assert "rank 0 · fastest" in line_text(timelines[0], 0)
         assert "straggler rank 1" in str(screen.query_one("#job-title").render())
+        # One cursor row on the screen: the focused rank's (rank 1's, the straggler's).
+        assert screen.focused is timelines[1]
+        assert [list(t.render_line(1))[0].style.bgcolor is not None for t in timelines] == [
+            False,
+            True,
+            False,
+        ]
 
 
 @pytest.mark.also_no_color

@@ -218,6 +218,7 @@ class LinkedTimeline(Timeline):
         # watchers run once at mount with the defaults.
         self.live = False
         super().__init__(data, **kwargs)
+        self.cursor_row_shown = False  # until it has the focus
 
     # The job's window, in job relative time.
     def job_window(self) -> tuple[float, float, int]:
@@ -249,6 +250,21 @@ class LinkedTimeline(Timeline):
     def watch_cursor_time(self) -> None:
         super().watch_cursor_time()
         self._moved()
+
+    def on_focus(self) -> None:
+        self.cursor_row_shown = True
+        self._strips.clear()
+        self.refresh()
+        self.focus_changed()
+
+    def on_blur(self) -> None:
+        self.cursor_row_shown = False  # one cursor row on the screen: the focused timeline's
+        self._strips.clear()
+        self.refresh()
+        self.focus_changed()
+
+    def focus_changed(self) -> None:
+        """Focus came or went (the screen may say which timeline has it)."""
 
     def _clamp_view(self) -> None:
         if self.data is None:
@@ -358,14 +374,8 @@ class RankTimeline(LinkedTimeline):
         self.note = note
         self.refresh()
 
-    def on_focus(self) -> None:
-        self._strips.clear()
-        self.refresh()
+    def focus_changed(self) -> None:
         self.owner.update_status()
-
-    def on_blur(self) -> None:
-        self._strips.clear()
-        self.refresh()
 
     def _move_row(self, direction: int, step: int = 1) -> None:
         if self.data is not None and 0 <= self.cursor_row + direction < len(self.rows):

@@ -134,6 +134,8 @@ class Timeline(ScrollView, can_focus=True):
         # The time the ruler calls 0 (relative ns): another timeline's origin, when several
         # timelines of different traces show one window (the job's timeline).
         self.ruler_zero = 0.0
+        # The cursor's row is highlighted (off for the job's timelines without focus).
+        self.cursor_row_shown = True
         if data is not None:
             self.set_data(data)
 
@@ -376,7 +378,7 @@ class Timeline(ScrollView, can_focus=True):
         data = self.data
         assert data is not None
         row = self.rows[index]
-        current = index == self.cursor_row
+        current = index == self.cursor_row and self.cursor_row_shown
         cursor_col = self.column_of(self.cursor_time)
         selected = self.selected_row
         sel_lane, sel_level, sel_entry = (
