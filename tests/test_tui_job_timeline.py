@@ -197,6 +197,11 @@ async def test_enter_opens_the_rank_alone_in_the_same_window(synthetic_job):
         assert app.screen is alone and timeline.current_gap == -1
         await pilot.press("escape")  # then goes back to the job
         assert app.screen is screen
+        await pilot.press("enter")  # and q too
+        await pilot.pause()
+        assert isinstance(app.screen, RankTraceScreen)
+        await pilot.press("q")
+        assert app.screen is screen
 
 
 @pytest.mark.also_no_color

@@ -871,6 +871,10 @@ class RankTraceScreen(JobRankScreen):
     single-trace screen, every view it has), with the rank's model the timeline loaded already;
     q, and Esc with nothing selected, go back to the job's timeline."""
 
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "back", "Back to the job", tooltip="Back to the job's timeline"),
+    ]
+
     def __init__(self, data: ViewData, rank: int) -> None:
         super().__init__(data, rank, None)
 
