@@ -143,7 +143,9 @@ class CollapsedRank:
         self.rebase(origin, span)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.__dict__["inner"], name)
+        # Only for names this view does not define; `inner` itself is looked up plainly, so a
+        # half-built instance raises AttributeError instead of recursing.
+        return getattr(object.__getattribute__(self, "inner"), name)
 
     def _model_lane(self, rows: np.ndarray) -> Lane:
         trace = self.inner.trace
