@@ -36,7 +36,6 @@ PAN_FRACTION = 0.25
 DEFAULT_GAP_THRESHOLD = 10_000  # ns: g, G, i and the header's count skip shorter idle gaps
 
 
-
 class Timeline(ScrollView, can_focus=True):
     """Lanes of slices against time. State is in reactive attributes; changes go up as messages."""
 
