@@ -470,3 +470,28 @@ async def test_the_collapsed_rows_come_from_the_digest_when_it_names_the_same_ev
              entry.digest.collectives.items()}  # fmt: skip
     rows = collapsed_rows(data, "gpu", other)
     assert calls and all(map(np.array_equal, rows, expected))
+
+
+@pytest.mark.also_no_color
+async def test_a_cpu_only_rank_says_no_gpu_instead_of_an_empty_gpu_row(tmp_path):
+    import json
+
+    from test_job import gloo_rank
+
+    for rank in range(3):
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps(gloo_rank(rank, late=2)))
+    job = job_in(tmp_path)
+    app = JobHost(job)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(pilot, 3)
+        for timeline in screen.timelines():
+            assert [timeline.data.lanes[r.lane].short_label for r in timeline.rows] == [
+                "no GPU",
+                "communication",
+                "CPU main thread",
+            ]
+            assert "no GPU" in line_text(timeline, 1)
+        # Before a rank is drawn, its rows say the same (from its digest).
+        block = screen.timeline_of(0)
+        block.unload("loading…")
+        assert "no GPU" in line_text(block, 1) and "GPU compute" not in line_text(block, 1)

@@ -47,6 +47,7 @@ from .timeline import MIN_NS_PER_CELL, Timeline
 from .viewdata import GPU_KINDS, SLOT_COMM, DisplayRow, Group, LaneView, Level, ViewData
 
 ROW_NAMES = ("GPU compute", "communication", "CPU main thread")
+NO_GPU = "no GPU"  # the first row's name on a rank that recorded no GPU work (CPU only)
 LOAD_THREADS = 2  # ranks loaded at once
 # Ranks' models kept: past this, those of ranks farthest off screen go (loaded again when
 # scrolled back to), so that scrolling through a big job does not hold every rank's model.
@@ -128,6 +129,12 @@ def collapsed_rows(
     return [compute, comm, main]
 
 
+def row_names(has_gpu: bool) -> tuple[str, ...]:
+    """ROW_NAMES, with the GPU row named NO_GPU on a rank without GPU work (an empty "GPU
+    compute" row would read as a GPU left idle)."""
+    return ROW_NAMES if has_gpu else (NO_GPU, *ROW_NAMES[1:])
+
+
 class CollapsedRank:
     """A rank's `ViewData` seen as three lanes (ROW_NAMES) for the `Timeline`, with times
     relative to `origin` (the job's origin, plus the rank's offset when applied). Everything
@@ -138,6 +145,7 @@ class CollapsedRank:
         self.rank = rank
         self.groups = [Group(label=f"rank {rank}", is_gpu=False, lanes=[0, 1, 2])]
         self._rows = rows
+        self.row_names = row_names(has_gpu=bool(np.isin(data.kind, GPU_KINDS).any()))
         self._lane_of = [self._model_lane(r) for r in rows]
         self.lanes: list[LaneView] = []
         self.rebase(origin, span)
@@ -162,7 +170,7 @@ class CollapsedRank:
             LaneView(
                 lane=lane, group=0, short_label=name, levels=[_level(trace, rows, origin, slot)]
             )
-            for lane, name, rows in zip(self._lane_of, ROW_NAMES, self._rows)
+            for lane, name, rows in zip(self._lane_of, self.row_names, self._rows)
         ]
         placed = [(i, level.rows) for i, view in enumerate(self.lanes) for level in view.levels]
         rows = np.concatenate([r for _, r in placed]) if placed else np.zeros(0, np.int64)
@@ -363,7 +371,9 @@ class RankTimeline(LinkedTimeline):
             )
         if y > len(ROW_NAMES):
             return Strip.blank(width, PLAIN)
-        label = Segment(fit(f"   {ROW_NAMES[y - 1]}", label_w), palette.style("label"))
+        digest = self.entry.digest
+        names = row_names(has_gpu=digest.has_gpu or digest.error is not None)
+        label = Segment(fit(f"   {names[y - 1]}", label_w), palette.style("label"))
         return Strip([label, Segment("│", palette.style("rule"))]).adjust_cell_length(width, PLAIN)
 
     def unload(self, note: str) -> None:
