@@ -270,6 +270,23 @@ def _job_summary_on_cluster(args: argparse.Namespace, output: str) -> int:
         return _error(str(exc))
 
 
+def _usage_error(message: str) -> int:
+    """A usage error found after parsing: one line, exit status 2 (as argparse's)."""
+    _error(message)
+    return 2
+
+
+def _job_options_given(args: argparse.Namespace) -> list[str]:
+    """The options of a job's summary given on the command line, in their help's order."""
+    given = [
+        ("--align-clocks", args.align_clocks),
+        ("--cycle", args.cycle is not None),
+        ("--workers", args.workers is not None),
+        ("--scheduler", args.scheduler is not None),
+    ]
+    return [option for option, on in given if on]
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "summary":
         from kinetoscope.report import run_summary
@@ -278,6 +295,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         if len(args.trace) > 1 or os.path.isdir(args.trace[0]):
             from kinetoscope.report_job import run_job_summary
 
+            if args.scheduler is not None and args.workers is not None:
+                return _usage_error(
+                    "--workers sets the local worker processes, --scheduler digests the ranks "
+                    "on a Dask cluster instead: give one of them (local:N for N local Dask "
+                    "workers)"
+                )
             if args.scheduler is not None:
                 return _job_summary_on_cluster(args, output)
             return run_job_summary(
@@ -287,6 +310,12 @@ def _dispatch(args: argparse.Namespace) -> int:
                 align_clocks=args.align_clocks,
                 cycle=args.cycle,
                 workers=args.workers,
+            )
+        given = _job_options_given(args)
+        if given and os.path.exists(args.trace[0]):  # else: the missing file is the problem
+            return _usage_error(
+                f"{given[0]} is an option of a job's summary (a folder or several files), "
+                "not of one trace file"
             )
         return run_summary(args.trace[0], output=output, width=args.width)
     if args.command == "view":

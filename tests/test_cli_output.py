@@ -152,6 +152,37 @@ def test_viewer_options_of_summary_point_to_summary():
     assert line.endswith(f"kinetoscope summary {SAMPLE} --json")
 
 
+@pytest.mark.parametrize(
+    "option",
+    [["--scheduler", "local:2"], ["--workers", "2"], ["--align-clocks"], ["--cycle", "2"]],
+)
+def test_a_jobs_options_on_one_trace_file_are_a_usage_error(option, capsys):
+    from kinetoscope.cli import main
+
+    assert main(["summary", str(SAMPLE), "--json", *option]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (
+        f"kinetoscope: {option[0]} is an option of a job's summary (a folder or several "
+        f"files), not of one trace file\n"
+    )
+
+
+def test_workers_and_scheduler_together_are_a_usage_error(tmp_path, capsys):
+    from kinetoscope.cli import main
+
+    (tmp_path / "rank0.json").write_text('{"traceEvents": []}')
+    (tmp_path / "rank1.json").write_text('{"traceEvents": []}')
+    # Refused before any cluster is looked for (so also without Dask installed).
+    assert main(["summary", str(tmp_path), "--workers", "2", "--scheduler", "local:2"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (
+        "kinetoscope: --workers sets the local worker processes, --scheduler digests the ranks "
+        "on a Dask cluster instead: give one of them (local:N for N local Dask workers)\n"
+    )
+
+
 def test_version():
     result = kinetoscope("--version")
     assert result.returncode == 0
