@@ -1,0 +1,896 @@
+"""What changed between two traces (BASE and NEW), and whether it is a regression.
+
+Headless: numpy only (no Textual, no Rich). `kinetoscope diff` (kinetoscope/report_diff.py)
+prints it as tables or JSON; the diff viewer lays itself over the same `TraceDiff`.
+Every number is defined in docs/diff.md.
+
+API (stable; the viewer builds on it):
+
+- `diff_sessions(base, new, options=DiffOptions()) -> TraceDiff`: two `TraceSession`s, one per
+  trace. Nothing is stored on the sessions; everything they compute is theirs to share.
+- `TraceDiff`
+    - `pairs: list[StepPair]`: the compared windows. With common steps: the selected
+      `ProfilerStep#N` pairs (the k-th step of BASE with the k-th of NEW, by start);
+      otherwise one pair covering each whole trace (`whole` is True, `base_step == -1`).
+    - `overall: list[MetricDiff]` and `per_step: list[list[MetricDiff]]` (one list per pair, in
+      `METRICS` order).
+    - `operators`, `kernels: list[GroupDiff]`, sorted by |Δ total| (largest first, ties by name).
+    - `verdict: Verdict` (kind in VERDICTS, reasons, Δ %, threshold and noise).
+    - `alignment(pair) -> list[StreamAlignment]`: the GPU activities of each stream in that
+      pair's windows, aligned by a Myers diff on normalised names (computed on first ask, then
+      kept; thread-safe).
+- `GroupDiff`: one normalised (cat, name) of operators (CPU slices) or kernels (GPU
+  activities): counts, totals (ns), means, `delta`, `more_calls + slower_calls == delta`,
+  `status` (`common`, `added`, `removed`); `base_groups`/`new_groups` are the group indices in
+  each session's `cpu_groups`/`gpu_groups` it merges (for highlighting instances), and
+  `base_names`/`new_names` the original names when normalisation merged several.
+- `StreamAlignment`: `(device, stream)` per side, `base_rows`/`new_rows` (trace rows, by start)
+  and `ops`: a list of `(base index | -1, new index | -1, op)` with op in ALIGN_OPS, indices
+  into `base_rows`/`new_rows`; `capped` says the work cap was hit and the middle was paired by
+  position instead.
+- `normalise_name(name, templates=False)` and `parse_steps(spec)`.
+
+Times are int64 ns throughout; the JSON document (report_diff.diff_document) has µs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from kinetoscope.parser.model import KIND_KERNEL, NO_VALUE
+
+from .idle import CAUSES
+from .intervals import Union
+from .memory import CUDA_DEVICE_TYPE, device_properties
+from .names import SCAN_LIMIT
+from .session import TraceSession
+from .steps import COMM_NAME, DATALOADER_PREFIX, names_matching
+
+# -- options --------------------------------------------------------------------------------
+
+DEFAULT_THRESHOLD_PCT = 5.0
+NOISE_FACTOR = 2.0  # a Δ must exceed this many times each trace's step-to-step noise
+MIN_KERNEL_OVERLAP = 0.2  # below this share of common kernel names, the traces are not comparable
+ALIGN_MAX_D = 2000  # the most edits the Myers diff looks for per stream
+ALIGN_MAX_WORK = 4_000_000  # the most diagonal steps it takes per stream
+
+REGRESSION, IMPROVEMENT, NEUTRAL, INCONCLUSIVE = (
+    "regression",
+    "improvement",
+    "neutral",
+    "inconclusive",
+)
+VERDICTS = (REGRESSION, IMPROVEMENT, NEUTRAL, INCONCLUSIVE)
+EQUAL, CHANGED, ADDED, REMOVED = "equal", "changed", "added", "removed"
+ALIGN_OPS = (EQUAL, CHANGED, ADDED, REMOVED)
+
+# (key, label, unit): unit "ns" or "bytes".
+METRICS: tuple[tuple[str, str, str], ...] = (
+    ("step_time", "step time", "ns"),
+    ("gpu_busy", "GPU busy", "ns"),
+    *((f"idle_{c}", f"GPU idle: {c.replace('_', ' ')}", "ns") for c in CAUSES),
+    ("exposed_comm", "exposed communication", "ns"),
+    ("sync", "sync (host blocked)", "ns"),
+    ("dataloader", "DataLoader", "ns"),
+    ("memory_peak", "memory peak (allocated)", "bytes"),
+)
+METRIC_KEYS = tuple(key for key, _, _ in METRICS)
+
+
+@dataclass(frozen=True)
+class DiffOptions:
+    threshold_pct: float = DEFAULT_THRESHOLD_PCT
+    steps: list[int] | None = None  # 1-based pair numbers to compare; None: all common steps
+    templates: bool = False  # also fold C++ template arguments when matching names
+
+
+class StepSpecError(ValueError):
+    """A `--steps` value that cannot be read."""
+
+
+def parse_steps(spec: str) -> list[int]:
+    """`1,3-5,8-` -> pair numbers (1-based). `N-` means N and every later pair, written as
+    [N, -1] (the end is resolved against the pairs there are)."""
+    out: list[int] = []
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        match = re.fullmatch(r"(\d+)?(-(\d+)?)?", part)
+        if match is None or (match.group(1) is None and match.group(3) is None):
+            raise StepSpecError(f"--steps: cannot read {part!r} (use e.g. 2,4-6,8-)")
+        first = int(match.group(1) or 1)
+        if match.group(2) is None:
+            last = first
+        elif match.group(3) is None:
+            out.extend([first, -1])
+            continue
+        else:
+            last = int(match.group(3))
+        if first < 1 or last < first:
+            raise StepSpecError(f"--steps: {part!r} is not a range of step numbers from 1")
+        out.extend(range(first, last + 1))
+    if not out:
+        raise StepSpecError("--steps: no step given")
+    return out
+
+
+def _resolve_steps(selection: list[int], available: int) -> list[int]:
+    """0-based pair indices from `parse_steps`' numbers (those past `available` dropped)."""
+    picked: set[int] = set()
+    i = 0
+    while i < len(selection):
+        first = selection[i]
+        if i + 1 < len(selection) and selection[i + 1] == -1:
+            picked.update(range(first - 1, available))
+            i += 2
+            continue
+        if first - 1 < available:
+            picked.add(first - 1)
+        i += 1
+    return sorted(picked)
+
+
+# -- names ----------------------------------------------------------------------------------
+
+_HEX = re.compile(r"0x[0-9a-fA-F]+")
+_PY_LINE = re.compile(r"(\.pyx?)\(\d+\)")
+_STEP_NUMBER = re.compile(r"^ProfilerStep#\d+$")
+
+
+def _fold_templates(name: str) -> str:
+    """Every outermost `<...>` becomes `<…>` (`operator<<` and `a < b` are left alone when
+    nothing closes them)."""
+    out: list[str] = []
+    depth = 0
+    i = 0
+    while i < len(name):
+        ch = name[i]
+        if ch == "<" and depth == 0:
+            close = _matching_angle(name, i)
+            if close < 0:
+                out.append(ch)
+            else:
+                out.append("<…>")
+                i = close
+        else:
+            out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def _matching_angle(name: str, start: int) -> int:
+    depth = 0
+    for i in range(start, len(name)):
+        if name[i] == "<":
+            depth += 1
+        elif name[i] == ">":
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
+def normalise_name(name: str, templates: bool = False) -> str:
+    """The name two traces' events are matched by: hex addresses become `0x…`, Python line
+    numbers `file.py(…)`, `ProfilerStep#N` becomes `ProfilerStep#…`, and with `templates` every
+    outermost template argument list `<…>`. Only the first SCAN_LIMIT characters are kept."""
+    text = name if len(name) <= SCAN_LIMIT else name[:SCAN_LIMIT]
+    if _STEP_NUMBER.match(text):
+        return "ProfilerStep#…"
+    if "0x" in text:
+        text = _HEX.sub("0x…", text)
+    if ".py" in text:
+        text = _PY_LINE.sub(r"\1(…)", text)
+    if templates and "<" in text:
+        text = _fold_templates(text)
+    return text
+
+
+# -- results --------------------------------------------------------------------------------
+
+
+def _pct(delta: float, base: float) -> float | None:
+    return None if base == 0 else 100.0 * delta / base
+
+
+@dataclass(frozen=True)
+class MetricDiff:
+    key: str  # one of METRIC_KEYS
+    base: int | None  # ns or bytes; None: not in that trace (no memory events)
+    new: int | None
+
+    @property
+    def delta(self) -> int | None:
+        return None if self.base is None or self.new is None else self.new - self.base
+
+    @property
+    def delta_pct(self) -> float | None:
+        d = self.delta
+        return None if d is None or self.base is None else _pct(d, self.base)
+
+
+@dataclass(frozen=True)
+class StepPair:
+    """One compared window per trace: a pair of steps, or (whole) each trace's span."""
+
+    base_step: int  # index into base.steps, -1 for the whole trace
+    new_step: int
+    base_window: tuple[int, int]  # [start, end) ns
+    new_window: tuple[int, int]
+    base_name: str
+    new_name: str
+    number: int  # 1-based position among the common steps (what --steps picks); 0 when whole
+
+
+@dataclass(frozen=True)
+class GroupDiff:
+    kind: str  # "operator" or "kernel"
+    cat: str
+    name: str  # normalised
+    base_count: int
+    new_count: int
+    base_total: int  # ns
+    new_total: int
+    base_groups: tuple[int, ...]
+    new_groups: tuple[int, ...]
+    base_names: tuple[str, ...]  # original names, when more than one was merged
+    new_names: tuple[str, ...]
+
+    @property
+    def status(self) -> str:
+        if self.base_count == 0:
+            return ADDED
+        if self.new_count == 0:
+            return REMOVED
+        return "common"
+
+    @property
+    def delta(self) -> int:
+        return self.new_total - self.base_total
+
+    @property
+    def delta_pct(self) -> float | None:
+        return _pct(self.delta, self.base_total)
+
+    @property
+    def base_mean(self) -> float | None:
+        return self.base_total / self.base_count if self.base_count else None
+
+    @property
+    def new_mean(self) -> float | None:
+        return self.new_total / self.new_count if self.new_count else None
+
+    @property
+    def more_calls(self) -> float:
+        """(new count − base count) × base mean; for an added name, its whole new total."""
+        if self.base_count == 0:
+            return float(self.new_total)
+        return (self.new_count - self.base_count) * self.base_total / self.base_count
+
+    @property
+    def slower_calls(self) -> float:
+        """new count × (new mean − base mean), computed as Δ − more_calls so that the two add
+        up to Δ exactly; 0 for an added or removed name."""
+        if self.base_count == 0 or self.new_count == 0:
+            return 0.0
+        return self.delta - self.more_calls
+
+    @property
+    def merged(self) -> bool:
+        return len(self.base_names) > 1 or len(self.new_names) > 1
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: str  # one of VERDICTS
+    reasons: tuple[str, ...]  # why (always at least one line)
+    delta_pct: float | None  # mean step time, NEW vs BASE
+    threshold_pct: float
+    noise_base_pct: float | None  # step-to-step coefficient of variation, None: < 2 steps
+    noise_new_pct: float | None
+
+    def fails(self, fail_above: float | None) -> bool:
+        """A regression of more than `fail_above` % (the `--fail-above` exit status)."""
+        return (
+            fail_above is not None
+            and self.kind == REGRESSION
+            and self.delta_pct is not None
+            and self.delta_pct > fail_above
+        )
+
+
+@dataclass(frozen=True)
+class StreamAlignment:
+    base_key: tuple[int, int] | None  # (device, stream); None: no such stream on that side
+    new_key: tuple[int, int] | None
+    base_rows: np.ndarray  # int64 trace rows, by start
+    new_rows: np.ndarray
+    ops: list[tuple[int, int, str]]
+    capped: bool
+
+    def counts(self) -> dict[str, int]:
+        out = dict.fromkeys(ALIGN_OPS, 0)
+        for _, _, op in self.ops:
+            out[op] += 1
+        return out
+
+
+@dataclass
+class TraceDiff:
+    base: TraceSession
+    new: TraceSession
+    options: DiffOptions
+    whole: bool
+    pairs: list[StepPair]
+    steps_base: int  # steps in each trace
+    steps_new: int
+    common_steps: int  # min of the two: the pairs there are before --steps
+    overall: list[MetricDiff]
+    per_step: list[list[MetricDiff]]
+    operators: list[GroupDiff]
+    kernels: list[GroupDiff]
+    kernel_overlap: float  # common kernel names / kernel names of either trace
+    operator_overlap: float
+    verdict: Verdict
+    devices_base: list[str] = field(default_factory=list)
+    devices_new: list[str] = field(default_factory=list)
+    _alignments: dict[int, list[StreamAlignment]] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def alignment(self, pair: int) -> list[StreamAlignment]:
+        """Per stream, the GPU activities of pair `pair` aligned (see the module docstring)."""
+        with self._lock:
+            if pair not in self._alignments:
+                self._alignments[pair] = align_pair(
+                    self.base, self.new, self.pairs[pair], self.options.templates
+                )
+            return self._alignments[pair]
+
+
+# -- windows and metrics --------------------------------------------------------------------
+
+
+def _whole_window(session: TraceSession) -> tuple[int, int]:
+    trace = session.trace
+    lo = trace.slice_start_min if trace.slice_start_min is not None else 0
+    hi = trace.slice_end_max if trace.slice_end_max is not None else lo
+    return int(lo), int(hi)
+
+
+def _union_of(session: TraceSession, mask: np.ndarray) -> Union:
+    trace = session.trace
+    rows = np.flatnonzero(mask)
+    return Union.of(trace.start[rows], trace.start[rows] + trace.dur[rows])
+
+
+def _idle_by_cause(session: TraceSession, lo: np.ndarray, hi: np.ndarray) -> list[np.ndarray]:
+    """Per cause: Σ over devices of that device's idle gaps of the cause inside each window."""
+    gaps = session.idle.gaps
+    out = []
+    for cause in range(len(CAUSES)):
+        total = np.zeros(len(lo), dtype=np.int64)
+        of_cause = gaps.cause == cause
+        for dev in np.unique(gaps.device[of_cause]).tolist():
+            mine = of_cause & (gaps.device == dev)
+            total += Union.of(gaps.start[mine], gaps.end[mine]).covered(lo, hi)
+        out.append(total)
+    return out
+
+
+def _memory_peak(session: TraceSession, lo: np.ndarray, hi: np.ndarray) -> list[int | None]:
+    """Per window: the highest total allocated of GPU memory events inside it (any device)."""
+    memory = session.trace.memory
+    if len(memory) == 0:
+        return [None] * len(lo)
+    keep = (
+        (memory.ts != NO_VALUE)
+        & (memory.total_allocated != NO_VALUE)
+        & (memory.device_type == CUDA_DEVICE_TYPE)
+    )
+    ts = memory.ts[keep]
+    value = memory.total_allocated[keep]
+    order = np.argsort(ts, kind="stable")
+    ts, value = ts[order], value[order]
+    out: list[int | None] = []
+    for a, b in zip(lo.tolist(), hi.tolist()):
+        i, j = np.searchsorted(ts, a, side="left"), np.searchsorted(ts, b, side="left")
+        out.append(int(value[i:j].max()) if j > i else None)
+    return out
+
+
+def _step_metrics(session: TraceSession, steps: list[int]) -> dict[str, list[int | None]]:
+    """The metrics of the given steps, from the session's own per-step results."""
+    s = session.steps
+    idx = np.asarray(steps, dtype=np.int64)
+    lo, hi = s.start[idx], s.end[idx]
+    idle = _idle_by_cause(session, lo, hi)
+    metrics: dict[str, list[int | None]] = {
+        "step_time": s.dur[idx].tolist(),
+        "gpu_busy": s.gpu_busy[idx].tolist(),
+        "exposed_comm": s.comm[idx].tolist(),
+        "sync": session.sync.step_blocked[idx].tolist(),
+        "dataloader": s.dataloader[idx].tolist(),
+        "memory_peak": _memory_peak(session, lo, hi),
+    }
+    for cause, values in zip(CAUSES, idle):
+        metrics[f"idle_{cause}"] = values.tolist()
+    return metrics
+
+
+def _whole_metrics(session: TraceSession) -> dict[str, list[int | None]]:
+    """The same metrics over the trace's span, by the steps' definitions (analysis/steps.py)."""
+    trace = session.trace
+    c = session.classes
+    lo_i, hi_i = _whole_window(session)
+    lo, hi = np.array([lo_i]), np.array([hi_i])
+    kernel = c.gpu & (c.kind == KIND_KERNEL)
+    comm_kernel = kernel & names_matching(trace, COMM_NAME.search)[trace.name]
+    compute_union = _union_of(session, kernel & ~comm_kernel)
+    with_comm = compute_union.merge(_union_of(session, comm_kernel))
+    loader = names_matching(trace, lambda t: t.startswith(DATALOADER_PREFIX))[trace.name]
+    sync = session.sync
+    blocked = Union.of(trace.start[sync.rows], trace.start[sync.rows] + sync.dur)
+    idle = _idle_by_cause(session, lo, hi)
+    metrics: dict[str, list[int | None]] = {
+        "step_time": [hi_i - lo_i],
+        "gpu_busy": session.idle.all_busy.covered(lo, hi).tolist(),
+        "exposed_comm": (with_comm.covered(lo, hi) - compute_union.covered(lo, hi)).tolist(),
+        "sync": blocked.covered(lo, hi).tolist(),
+        "dataloader": _union_of(session, c.cpu & loader).covered(lo, hi).tolist(),
+        "memory_peak": _memory_peak(session, lo, hi),
+    }
+    for cause, values in zip(CAUSES, idle):
+        metrics[f"idle_{cause}"] = values.tolist()
+    return metrics
+
+
+def _overall(values: list[int | None], key: str) -> int | None:
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    return max(present) if key == "memory_peak" else sum(present)
+
+
+# -- operators and kernels ------------------------------------------------------------------
+
+
+def _in_windows(t: np.ndarray, windows: list[tuple[int, int]]) -> np.ndarray:
+    inside = np.zeros(len(t), dtype=bool)
+    for lo, hi in windows:
+        inside |= (t >= lo) & (t < hi)
+    return inside
+
+
+def _gpu_launch_time(session: TraceSession) -> tuple[np.ndarray, np.ndarray]:
+    """(GPU activity rows, the time each belongs to a window by): the launching runtime call's
+    start when linked (a kernel runs after its step's CPU side may have ended), else its own."""
+    trace, links = session.trace, session.links
+    rows = links.gpu_rows
+    linked = links.gpu_runtime >= 0
+    when = trace.start[rows].copy()
+    when[linked] = trace.start[links.gpu_runtime[linked]]
+    return rows, when
+
+
+def _aggregate(
+    session: TraceSession, kind: str, windows: list[tuple[int, int]] | None, templates: bool
+) -> dict[tuple[str, str], tuple[int, int, list[int], list[str]]]:
+    """(cat lower-cased, normalised name) -> (count, total ns, groups, original names)."""
+    trace = session.trace
+    if kind == "kernel":
+        groups = session.gpu_groups
+        rows, when = _gpu_launch_time(session)
+        if windows is not None:
+            rows = rows[_in_windows(when, windows)]
+        group = groups.index[rows].astype(np.int64)
+        count = np.bincount(group, minlength=len(groups))
+        total = np.bincount(group, weights=trace.dur[rows], minlength=len(groups))
+    else:
+        groups = session.cpu_groups
+        nesting = session.nesting
+        order = nesting.order
+        keep = np.ones(len(order), dtype=bool)
+        if windows is not None:
+            keep = _in_windows(trace.start[order], windows)
+        group = groups.index[order[keep]].astype(np.int64)
+        count = np.bincount(group, minlength=len(groups))
+        outer = keep & nesting.outermost
+        total = np.bincount(
+            groups.index[order[outer]].astype(np.int64),
+            weights=trace.dur[order[outer]],
+            minlength=len(groups),
+        )
+    out: dict[tuple[str, str], tuple[int, int, list[int], list[str]]] = {}
+    strings = trace.strings
+    for g in np.flatnonzero(count).tolist():
+        original = strings[int(groups.name[g])]
+        key = (strings[int(groups.cat[g])].lower(), normalise_name(original, templates))
+        n, t, gs, names = out.get(key, (0, 0, [], []))
+        gs.append(g)
+        if original not in names:
+            names.append(original)
+        out[key] = (n + int(count[g]), t + int(round(total[g])), gs, names)
+    return out
+
+
+def _group_diffs(
+    kind: str,
+    base: dict[tuple[str, str], tuple[int, int, list[int], list[str]]],
+    new: dict[tuple[str, str], tuple[int, int, list[int], list[str]]],
+) -> tuple[list[GroupDiff], float]:
+    empty: tuple[int, int, list[int], list[str]] = (0, 0, [], [])
+    out = []
+    for key in base.keys() | new.keys():
+        b, n = base.get(key, empty), new.get(key, empty)
+        out.append(
+            GroupDiff(
+                kind=kind,
+                cat=key[0],
+                name=key[1],
+                base_count=b[0],
+                new_count=n[0],
+                base_total=b[1],
+                new_total=n[1],
+                base_groups=tuple(b[2]),
+                new_groups=tuple(n[2]),
+                base_names=tuple(b[3]) if len(b[3]) > 1 else (),
+                new_names=tuple(n[3]) if len(n[3]) > 1 else (),
+            )
+        )
+    out.sort(key=lambda d: (-abs(d.delta), d.name, d.cat))
+    either = len(base.keys() | new.keys())
+    overlap = len(base.keys() & new.keys()) / either if either else 1.0
+    return out, overlap
+
+
+# -- alignment ------------------------------------------------------------------------------
+
+
+def myers(
+    a: list[int], b: list[int], max_d: int = ALIGN_MAX_D, max_work: int = ALIGN_MAX_WORK
+) -> list[tuple[int, int, str]] | None:
+    """The shortest edit script from `a` to `b` (Myers 1986, O((N+M)·D)) as
+    (index in a | -1, index in b | -1, EQUAL/REMOVED/ADDED), in order; None when it needs more
+    than `max_d` edits or `max_work` steps."""
+    n, m = len(a), len(b)
+    limit = min(n + m, max_d)
+    offset = limit + 1
+    v = [0] * (2 * limit + 3)
+    history: list[list[int]] = []
+    work = 0
+    for d in range(limit + 1):
+        history.append(v.copy())
+        for k in range(-d, d + 1, 2):
+            if k == -d or (k != d and v[offset + k - 1] < v[offset + k + 1]):
+                x = v[offset + k + 1]
+            else:
+                x = v[offset + k - 1] + 1
+            y = x - k
+            while x < n and y < m and a[x] == b[y]:
+                x += 1
+                y += 1
+            work += 1 + x - v[offset + k]
+            v[offset + k] = x
+            if x >= n and y >= m:
+                return _backtrack(history, offset, n, m)
+        if work > max_work:
+            return None
+    return None
+
+
+def _backtrack(history: list[list[int]], offset: int, n: int, m: int) -> list[tuple[int, int, str]]:
+    ops: list[tuple[int, int, str]] = []
+    x, y = n, m
+    for d in range(len(history) - 1, -1, -1):
+        v = history[d]
+        k = x - y
+        if k == -d or (k != d and v[offset + k - 1] < v[offset + k + 1]):
+            prev_k = k + 1
+        else:
+            prev_k = k - 1
+        prev_x = v[offset + prev_k]
+        prev_y = prev_x - prev_k
+        while x > prev_x and y > prev_y:
+            x, y = x - 1, y - 1
+            ops.append((x, y, EQUAL))
+        if d > 0:
+            if x == prev_x:
+                ops.append((-1, y - 1, ADDED))
+            else:
+                ops.append((x - 1, -1, REMOVED))
+        x, y = prev_x, prev_y
+    ops.reverse()
+    return ops
+
+
+def _pair_changes(ops: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """Within each run of removals and additions between two equal entries, the i-th removed
+    and the i-th added become one CHANGED entry (the kernel at that place was replaced)."""
+    out: list[tuple[int, int, str]] = []
+    i = 0
+    while i < len(ops):
+        if ops[i][2] == EQUAL:
+            out.append(ops[i])
+            i += 1
+            continue
+        j = i
+        while j < len(ops) and ops[j][2] != EQUAL:
+            j += 1
+        removed = [o[0] for o in ops[i:j] if o[2] == REMOVED]
+        added = [o[1] for o in ops[i:j] if o[2] == ADDED]
+        both = min(len(removed), len(added))
+        out.extend((removed[t], added[t], CHANGED) for t in range(both))
+        out.extend((r, -1, REMOVED) for r in removed[both:])
+        out.extend((-1, a, ADDED) for a in added[both:])
+        i = j
+    return out
+
+
+def align_sequences(
+    a: list[int], b: list[int], max_d: int = ALIGN_MAX_D, max_work: int = ALIGN_MAX_WORK
+) -> tuple[list[tuple[int, int, str]], bool]:
+    """Align two name sequences: common start and end first, Myers on the middle (replaced
+    runs paired as CHANGED). When the middle needs more than the caps allow, it is paired by
+    position instead (EQUAL where the names agree, CHANGED where not) and `capped` is True."""
+    n, m = len(a), len(b)
+    head = 0
+    while head < n and head < m and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < n - head and tail < m - head and a[n - 1 - tail] == b[m - 1 - tail]:
+        tail += 1
+    ops = [(i, i, EQUAL) for i in range(head)]
+    mid_a, mid_b = a[head : n - tail], b[head : m - tail]
+    middle = myers(mid_a, mid_b, max_d, max_work)
+    capped = middle is None
+    if middle is None:
+        both = min(len(mid_a), len(mid_b))
+        middle = [(i, i, EQUAL if mid_a[i] == mid_b[i] else CHANGED) for i in range(both)]
+        middle += [(i, -1, REMOVED) for i in range(both, len(mid_a))]
+        middle += [(-1, i, ADDED) for i in range(both, len(mid_b))]
+    else:
+        middle = _pair_changes(middle)
+    ops += [(i + head if i >= 0 else -1, j + head if j >= 0 else -1, op) for i, j, op in middle]
+    ops += [(n - tail + t, m - tail + t, EQUAL) for t in range(tail)]
+    return ops, capped
+
+
+def _streams(session: TraceSession, window: tuple[int, int]) -> dict[tuple[int, int], np.ndarray]:
+    trace = session.trace
+    rows, when = _gpu_launch_time(session)
+    rows = rows[_in_windows(when, [window])]
+    rows = rows[np.lexsort((rows, trace.start[rows]))]
+    out: dict[tuple[int, int], np.ndarray] = {}
+    keys = np.stack([trace.device[rows], trace.stream[rows]], axis=1) if len(rows) else None
+    if keys is None:
+        return out
+    for dev, stream in np.unique(keys, axis=0).tolist():
+        out[(int(dev), int(stream))] = rows[(keys[:, 0] == dev) & (keys[:, 1] == stream)]
+    return out
+
+
+def align_pair(
+    base: TraceSession, new: TraceSession, pair: StepPair, templates: bool = False
+) -> list[StreamAlignment]:
+    """Each stream's GPU activities in the pair's windows, aligned. Streams are matched by
+    (device, stream); those left over on both sides are matched in order of their ids."""
+    b_streams = _streams(base, pair.base_window)
+    n_streams = _streams(new, pair.new_window)
+    matched = [(k, k) for k in sorted(b_streams.keys() & n_streams.keys())]
+    b_left = sorted(b_streams.keys() - n_streams.keys())
+    n_left = sorted(n_streams.keys() - b_streams.keys())
+    both = min(len(b_left), len(n_left))
+    matched += list(zip(b_left[:both], n_left[:both]))
+    matched += [(k, None) for k in b_left[both:]]
+    matched += [(None, k) for k in n_left[both:]]
+    ids: dict[str, int] = {}
+
+    def coded(session: TraceSession, rows: np.ndarray) -> list[int]:
+        strings, names = session.trace.strings, session.trace.name[rows]
+        out = []
+        cache: dict[int, int] = {}
+        for s in names.tolist():
+            code = cache.get(s)
+            if code is None:
+                key = normalise_name(strings[s], templates)
+                code = cache[s] = ids.setdefault(key, len(ids))
+            out.append(code)
+        return out
+
+    empty = np.zeros(0, dtype=np.int64)
+    result = []
+    for b_key, n_key in matched:
+        b_rows = b_streams[b_key] if b_key is not None else empty
+        n_rows = n_streams[n_key] if n_key is not None else empty
+        ops, capped = align_sequences(coded(base, b_rows), coded(new, n_rows))
+        result.append(StreamAlignment(b_key, n_key, b_rows, n_rows, ops, capped))
+    return result
+
+
+# -- verdict --------------------------------------------------------------------------------
+
+
+def _noise_pct(durations: list[int]) -> float | None:
+    """Step-to-step noise: the sample standard deviation of step times over their mean, in %."""
+    if len(durations) < 2:
+        return None
+    mean = sum(durations) / len(durations)
+    if mean <= 0:
+        return None
+    var = sum((d - mean) ** 2 for d in durations) / (len(durations) - 1)
+    return 100.0 * math.sqrt(var) / mean
+
+
+def _verdict(
+    threshold: float,
+    base_times: list[int],
+    new_times: list[int],
+    not_comparable: list[str],
+) -> Verdict:
+    noise_b, noise_n = _noise_pct(base_times), _noise_pct(new_times)
+    mean_b = sum(base_times) / len(base_times) if base_times else 0.0
+    mean_n = sum(new_times) / len(new_times) if new_times else 0.0
+    delta_pct = _pct(mean_n - mean_b, mean_b) if base_times and new_times else None
+    if delta_pct is None and not not_comparable:
+        not_comparable = ["BASE has no time to compare with"]
+    if not_comparable:
+        return Verdict(INCONCLUSIVE, tuple(not_comparable), delta_pct, threshold, noise_b, noise_n)
+    assert delta_pct is not None
+    noise = max(noise_b or 0.0, noise_n or 0.0)
+    bar = max(threshold, NOISE_FACTOR * noise)
+    size = f"mean step time {delta_pct:+.2f} %"
+    if abs(delta_pct) <= threshold:
+        kind, why = NEUTRAL, f"{size}, within the ±{threshold:g} % threshold"
+    elif abs(delta_pct) <= NOISE_FACTOR * noise:
+        kind, why = (
+            NEUTRAL,
+            (f"{size}, within {NOISE_FACTOR:g}× the step-to-step noise ({noise:.2f} %)"),
+        )
+    else:
+        kind = REGRESSION if delta_pct > 0 else IMPROVEMENT
+        why = f"{size}, beyond ±{bar:.2f} % (threshold, {NOISE_FACTOR:g}× noise)"
+    reasons = [why]
+    if noise_b is None or noise_n is None:
+        reasons.append("fewer than two steps on a side: step-to-step noise unknown")
+    return Verdict(kind, tuple(reasons), delta_pct, threshold, noise_b, noise_n)
+
+
+def _device_names(session: TraceSession) -> list[str]:
+    return sorted(str(d.get("name")) for d in device_properties(session.trace) if d.get("name"))
+
+
+# -- the diff -------------------------------------------------------------------------------
+
+
+def diff_sessions(
+    base: TraceSession, new: TraceSession, options: DiffOptions | None = None
+) -> TraceDiff:
+    """Compare two traces (see the module docstring and docs/diff.md)."""
+    options = options or DiffOptions()
+    steps_b, steps_n = len(base.steps), len(new.steps)
+    common = min(steps_b, steps_n)
+    reasons: list[str] = []
+    if common:
+        chosen = (
+            list(range(common)) if options.steps is None else _resolve_steps(options.steps, common)
+        )
+        if not chosen:
+            reasons.append(f"--steps picks none of the {common} common steps")
+    else:
+        chosen = []
+        if steps_b or steps_n:
+            reasons.append(
+                f"no common steps (BASE has {steps_b}, NEW {steps_n}): whole traces compared"
+            )
+    whole = not common
+    pairs: list[StepPair] = []
+    if whole:
+        bw, nw = _whole_window(base), _whole_window(new)
+        pairs.append(StepPair(-1, -1, bw, nw, "whole trace", "whole trace", 0))
+        mb, mn = _whole_metrics(base), _whole_metrics(new)
+    else:
+        sb, sn = base.steps, new.steps
+        for i in chosen:
+            pairs.append(
+                StepPair(
+                    i,
+                    i,
+                    (int(sb.start[i]), int(sb.end[i])),
+                    (int(sn.start[i]), int(sn.end[i])),
+                    base.trace.name_of(int(sb.rows[i])),
+                    new.trace.name_of(int(sn.rows[i])),
+                    i + 1,
+                )
+            )
+        mb, mn = _step_metrics(base, chosen), _step_metrics(new, chosen)
+    per_step = [
+        [MetricDiff(key, mb[key][p], mn[key][p]) for key in METRIC_KEYS] for p in range(len(pairs))
+    ]
+    overall = [
+        MetricDiff(key, _overall(mb[key], key), _overall(mn[key], key)) for key in METRIC_KEYS
+    ]
+
+    windows_b = None if whole else [p.base_window for p in pairs]
+    windows_n = None if whole else [p.new_window for p in pairs]
+    operators, op_overlap = _group_diffs(
+        "operator",
+        _aggregate(base, "operator", windows_b, options.templates),
+        _aggregate(new, "operator", windows_n, options.templates),
+    )
+    kernels, k_overlap = _group_diffs(
+        "kernel",
+        _aggregate(base, "kernel", windows_b, options.templates),
+        _aggregate(new, "kernel", windows_n, options.templates),
+    )
+
+    # Comparable?
+    gpus_b, gpus_n = len(base.idle.devices), len(new.idle.devices)
+    names_b, names_n = _device_names(base), _device_names(new)
+    if gpus_b != gpus_n:
+        reasons.append(f"different GPU count (BASE {gpus_b}, NEW {gpus_n})")
+    if names_b and names_n and names_b != names_n:
+        reasons.append(
+            f"different GPU type (BASE {', '.join(sorted(set(names_b)))}; "
+            f"NEW {', '.join(sorted(set(names_n)))})"
+        )
+    if kernels and k_overlap < MIN_KERNEL_OVERLAP:
+        reasons.append(
+            f"little kernel-name overlap ({100 * k_overlap:.0f} % of kernel names in both, "
+            f"under {100 * MIN_KERNEL_OVERLAP:.0f} %)"
+        )
+    times_b = [m[0].base for m in per_step if m[0].base is not None]
+    times_n = [m[0].new for m in per_step if m[0].new is not None]
+    verdict = _verdict(options.threshold_pct, times_b, times_n, reasons)
+    return TraceDiff(
+        base=base,
+        new=new,
+        options=options,
+        whole=whole,
+        pairs=pairs,
+        steps_base=steps_b,
+        steps_new=steps_n,
+        common_steps=common,
+        overall=overall,
+        per_step=per_step,
+        operators=operators,
+        kernels=kernels,
+        kernel_overlap=k_overlap,
+        operator_overlap=op_overlap,
+        verdict=verdict,
+        devices_base=names_b,
+        devices_new=names_n,
+    )
+
+
+def metric_label(key: str) -> str:
+    return next(label for k, label, _ in METRICS if k == key)
+
+
+def metric_unit(key: str) -> str:
+    return next(unit for k, _, unit in METRICS if k == key)
+
+
+__all__: list[Any] = [
+    "ALIGN_OPS",
+    "METRICS",
+    "VERDICTS",
+    "DiffOptions",
+    "GroupDiff",
+    "MetricDiff",
+    "StepPair",
+    "StreamAlignment",
+    "TraceDiff",
+    "Verdict",
+    "align_pair",
+    "align_sequences",
+    "diff_sessions",
+    "myers",
+    "normalise_name",
+    "parse_steps",
+]
