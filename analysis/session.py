@@ -41,6 +41,7 @@ from .operators import OperatorInstance, OperatorTable, compute_operators, opera
 from .steps import Steps, compute_steps, step_rows
 
 if TYPE_CHECKING:
+    from .compile import CompileAnalysis, Efficiency
     from .memory_ops import MemoryOps
     from .rules import Finding
     from .sync import SyncCalls
@@ -210,6 +211,21 @@ class TraceSession:
         from .sync import compute_sync
 
         return compute_sync(self.trace, self.classes, self.nesting, self.links, self.idle.gaps)
+
+    @derived
+    def compiled(self) -> CompileAnalysis:
+        """The compile and graph-replay lens (analysis/compile.py)."""
+        from .compile import compute_compile
+
+        return compute_compile(self)
+
+    @derived
+    def kernel_efficiency(self) -> Efficiency:
+        """Achieved TFLOP/s and GB/s where kernels carry kernel_flop / kernel_num_gb; reads
+        those args back from the file (slow on big .gz files: ask off the UI thread)."""
+        from .compile import compute_efficiency
+
+        return compute_efficiency(self)
 
     @derived
     def findings(self) -> list[Finding]:

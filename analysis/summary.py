@@ -7,6 +7,7 @@ from typing import Any
 from kinetoscope.parser.model import Trace
 
 from .classify import Groups, ranked_groups
+from .compile import compile_section
 from .idle import CAUSES
 from .memory import device_properties
 from .memory_ops import memory_ops_section, peak_fields
@@ -223,5 +224,6 @@ def build_summary(of: Trace | TraceSession) -> dict[str, Any]:
         "memory": memory_section(analysis),
         "memory_ops": memory_ops_section(trace, analysis.memory_ops),
         "sync": sync_section(trace, analysis.sync),
+        "compile": compile_section(analysis),  # extension: docs/compile.md
         "findings": findings_section(analysis),
     }

@@ -1,0 +1,1048 @@
+"""The compile lens: did torch.compile (and CUDA/HIP graphs) do anything useful in this trace?
+
+Everything here is read from event names and the existing analyses (nesting, links, idle,
+steps); no Textual. docs/compile.md defines every number. The public API, stable for the
+viewer and the summary:
+
+- `compute_compile(session) -> CompileAnalysis` (the session's `compiled` result):
+  - `regions`: every compiled-region CPU slice (`Region`: row, lane, start, end, kind, frame,
+    compile_id, `label`), by start. Kinds: REGION_DYNAMO (`Torch-Compiled Region: F/C`),
+    REGION_AOT_FORWARD (`CompiledFunction`), REGION_AOT_BACKWARD (`CompiledFunctionBackward`),
+    REGION_FX_GRAPH (`## Call CompiledFxGraph ... ##`). `outer_regions()`: those not inside
+    another region on their lane (what the timeline marks).
+  - `on_gpu`, `total_ns`, `compiled_ns`, `share`: the share of kernel time (CPU-only traces:
+    operator time) spent in compiled code.
+  - `frames`: `FrameCompiles` per frame F (compile ids seen, calls); `recompiled_frames()`.
+  - `eager_islands`: `EagerIsland` per operator name outside compiled code, most GPU time first.
+  - `compiling`: `Compiling` (events inside the window that compile: `(dynamo_timed)`,
+    `Lazy Function Loading`).
+  - `guard_calls`, `guard_ns`: `TorchDynamo Cache Lookup` calls and their self time.
+  - `launch`: `LaunchEconomy` (launch calls, graph launches, kernels, CPU time launching).
+  - `inductor`: `InductorKernel` per distinct Inductor kernel name; `fusion_mix()` per kind.
+  - `kernels`, `short_kernels`: all kernels and those under SHORT_KERNEL_NS.
+  - `graphs`: `GraphLaunch` per graph launch call; `replay`: `Replay` (totals and the
+    `partial` notes: which numbers graph replay makes partial), None without graph launches.
+  - `steps`: `StepCompile` per ProfilerStep (the same numbers per step).
+  - `likely_graph_breaks`: `GraphBreak` per step (or for the whole trace without steps)
+    whose compiled regions come from more than one frame.
+- `compute_efficiency(session) -> Efficiency` (the session's `kernel_efficiency` result):
+  achieved TFLOP/s and GB/s from `kernel_flop` / `kernel_num_gb` args, per kernel name and
+  per operator, and the share of the device's peak memory bandwidth where PEAK_BANDWIDTH_GBS
+  knows the device. It reads those args back from the file (only Inductor kernels' rows).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from kinetoscope.parser.model import Trace
+
+from .intervals import Union
+from .steps import names_matching
+from .units import fmt_duration, us
+
+if TYPE_CHECKING:
+    from .session import TraceSession
+
+REGION_DYNAMO = "dynamo"
+REGION_AOT_FORWARD = "aot_forward"
+REGION_AOT_BACKWARD = "aot_backward"
+REGION_FX_GRAPH = "fx_graph"
+
+DYNAMO_REGION = re.compile(r"Torch-Compiled Region: (\d+)/(\d+)")
+GUARD_NAME = "TorchDynamo Cache Lookup"
+COMPILING_NAME = re.compile(r".*\(dynamo_timed\)|Lazy Function Loading")
+# Inductor kernels: triton_<kind>_<fused ops>_<n> on the GPU, cpp_fused_<ops>_<n> on the CPU.
+INDUCTOR_NAME = re.compile(r"triton_(poi|red|per|tem|for|spl|unk)_(\w*?)_?(\d+)|cpp_(\w*?)_?(\d+)")
+INDUCTOR_KINDS = {
+    "poi": "pointwise",
+    "red": "reduction",
+    "per": "persistent reduction",
+    "tem": "template",
+    "for": "foreach",
+    "spl": "split scan",
+    "unk": "unknown",
+    "cpp": "cpp (CPU)",
+}
+GRAPH_LAUNCH = re.compile(r"(cuda|cu|hip)GraphLaunch")
+SHORT_KERNEL_NS = 10_000
+# Categories whose self time is "operator time" on CPU-only traces.
+OPERATOR_CATEGORIES = frozenset({"cpu_op", "user_annotation"})
+
+# Peak memory bandwidth in GB/s (10^9 bytes/s) by the exact `deviceProperties` name; the
+# sources are named in docs/compile.md. Devices not listed get no share of peak.
+PEAK_BANDWIDTH_GBS: dict[str, float] = {
+    "NVIDIA H100 80GB HBM3": 3350.0,
+    "NVIDIA H100 PCIe": 2000.0,
+    "NVIDIA H200": 4800.0,
+    "NVIDIA A100-SXM4-80GB": 2039.0,
+    "NVIDIA A100-SXM4-40GB": 1555.0,
+    "NVIDIA A100-PCIE-40GB": 1555.0,
+    "NVIDIA A100 80GB PCIe": 1935.0,
+    "Tesla V100-SXM2-16GB": 900.0,
+    "Tesla V100-SXM2-32GB": 900.0,
+    "NVIDIA L4": 300.0,
+    "Tesla T4": 320.0,
+    "AMD Instinct MI300X": 5300.0,
+    "AMD Instinct MI250X": 3276.8,
+}
+
+
+@dataclass(frozen=True)
+class Region:
+    """One compiled-region CPU slice."""
+
+    row: int
+    lane: int
+    start: int
+    end: int
+    kind: str  # REGION_*
+    frame: int | None  # F of `Torch-Compiled Region: F/C`, else None
+    compile_id: int | None  # C of it, else None
+
+    @property
+    def label(self) -> str:
+        if self.frame is not None:
+            return f"{self.frame}/{self.compile_id}"
+        return self.kind
+
+
+@dataclass(frozen=True)
+class FrameCompiles:
+    """One dynamo frame F: the compile ids C seen for it, and its region calls per id."""
+
+    frame: int
+    compile_ids: tuple[int, ...]  # ascending
+    calls: tuple[int, ...]  # regions per compile id, same order
+    first_rows: tuple[int, ...]  # the first region of each compile id
+
+    @property
+    def recompiled_here(self) -> bool:
+        """More than one compile id inside the window: it recompiled while profiled."""
+        return len(self.compile_ids) > 1
+
+
+@dataclass(frozen=True)
+class EagerIsland:
+    """Operators of one name running outside compiled code (outermost `cpu_op` slices)."""
+
+    name: str
+    count: int
+    cpu_ns: int  # Σ dur
+    gpu_ns: int  # Σ dur of the GPU activities launched below them
+    rows: tuple[int, ...]  # the longest instances first (at most 5)
+
+
+@dataclass(frozen=True)
+class Compiling:
+    """Compilation inside the profiled window."""
+
+    count: int
+    ns: int  # union of the events' spans
+    rows: tuple[int, ...]  # longest first (at most 5)
+
+
+@dataclass(frozen=True)
+class LaunchEconomy:
+    launch_calls: int  # runtime calls linked to at least one kernel, plus every graph launch
+    graph_launches: int
+    kernels: int
+    graph_kernels: int  # kernels linked to graph launches
+    cpu_ns: int  # Σ dur of the launch calls
+
+    @property
+    def kernels_per_graph_launch(self) -> float | None:
+        return self.graph_kernels / self.graph_launches if self.graph_launches else None
+
+
+@dataclass(frozen=True)
+class InductorKernel:
+    """One distinct Inductor kernel name."""
+
+    name: str
+    kind: str  # key of INDUCTOR_KINDS
+    fused: tuple[str, ...]  # the `_`-separated words between the kind and the number
+    count: int
+    total_ns: int
+    short: int  # instances under SHORT_KERNEL_NS
+    on_gpu: bool  # a GPU kernel (else a CPU slice: cpp_fused_*)
+
+
+@dataclass(frozen=True)
+class KindMix:
+    kind: str
+    names: int
+    count: int
+    total_ns: int
+    short: int
+    fused_mean: float  # mean fused words per distinct name
+
+
+@dataclass(frozen=True)
+class GraphLaunch:
+    """One graph launch call and the GPU work that shares its correlation id."""
+
+    row: int
+    operator_row: int  # the CPU slice holding the launch call, -1 for none
+    device: int | None
+    kernels: int  # GPU activities linked to it (kernels, memcpys, memsets)
+    gpu_ns: int  # Σ their dur
+    span_start: int | None
+    span_end: int | None
+    busy_ns: int  # union of their spans
+    gap_ns: int  # span - busy: idle inside the replay, not the host's doing
+
+
+@dataclass(frozen=True)
+class Replay:
+    launches: int
+    kernels: int
+    gpu_ns: int
+    gap_ns: int  # Σ idle inside replays (GraphLaunch.gap_ns)
+    host_wait_inside_ns: int  # of the spec's host_wait idle, the part inside replay spans
+    idle_inside_ns: int  # of the spec's idle (any cause), the part inside replay spans
+    capture_calls: int  # stream capture / graph instantiate calls seen (capture in the window)
+    partial: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class StepCompile:
+    row: int
+    start: int
+    end: int
+    total_ns: int  # kernel (CPU-only: operator) time in the step
+    compiled_ns: int
+    eager_ns: int  # Σ dur of eager islands starting in the step
+    regions: int
+    frames: tuple[int, ...]
+    guard_calls: int
+    guard_ns: int
+    compiling_ns: int
+    launch_calls: int
+    graph_launches: int
+    kernels: int
+    launch_cpu_ns: int
+
+    @property
+    def share(self) -> float | None:
+        return self.compiled_ns / self.total_ns if self.total_ns else None
+
+
+@dataclass(frozen=True)
+class GraphBreak:
+    """A step (or the whole trace, step_row -1) whose regions come from several frames."""
+
+    step_row: int
+    start: int
+    end: int
+    frames: tuple[int, ...]
+    rows: tuple[int, ...]  # the first region of each frame
+
+
+@dataclass(frozen=True)
+class CompileAnalysis:
+    regions: tuple[Region, ...]
+    on_gpu: bool
+    total_ns: int
+    compiled_ns: int
+    frames: tuple[FrameCompiles, ...]
+    eager_islands: tuple[EagerIsland, ...]
+    compiling: Compiling
+    guard_calls: int
+    guard_ns: int
+    launch: LaunchEconomy
+    inductor: tuple[InductorKernel, ...]
+    kernels: int
+    short_kernels: int
+    graphs: tuple[GraphLaunch, ...]
+    replay: Replay | None
+    steps: tuple[StepCompile, ...]
+    likely_graph_breaks: tuple[GraphBreak, ...]
+    # Per row of the trace: the CPU slice is a compiled region or inside one.
+    in_compiled: np.ndarray = field(repr=False)
+
+    @property
+    def share(self) -> float | None:
+        return self.compiled_ns / self.total_ns if self.total_ns else None
+
+    @property
+    def has_compiled(self) -> bool:
+        """Any compiled code at all: regions, Inductor kernels or compilation."""
+        return bool(self.regions or self.inductor or self.compiling.count)
+
+    def outer_regions(self) -> tuple[Region, ...]:
+        """Regions not inside another region (on their lane)."""
+        out: list[Region] = []
+        reach: dict[int, int] = {}
+        for region in self.regions:
+            if region.start < reach.get(region.lane, -1) or (out and out[-1].row == region.row):
+                continue
+            reach[region.lane] = max(reach.get(region.lane, -1), region.end)
+            out.append(region)
+        return tuple(out)
+
+    def recompiled_frames(self) -> tuple[FrameCompiles, ...]:
+        return tuple(f for f in self.frames if f.recompiled_here)
+
+    def fusion_mix(self) -> tuple[KindMix, ...]:
+        """Inductor kernels by kind, in INDUCTOR_KINDS order (kinds present only)."""
+        out = []
+        for kind in INDUCTOR_KINDS:
+            mine = [k for k in self.inductor if k.kind == kind]
+            if not mine:
+                continue
+            out.append(
+                KindMix(
+                    kind=kind,
+                    names=len(mine),
+                    count=sum(k.count for k in mine),
+                    total_ns=sum(k.total_ns for k in mine),
+                    short=sum(k.short for k in mine),
+                    fused_mean=sum(len(k.fused) for k in mine) / len(mine),
+                )
+            )
+        return tuple(out)
+
+
+def region_kind(name: str) -> tuple[str, int | None, int | None] | None:
+    """(kind, frame, compile id) of a compiled-region name, or None."""
+    match = DYNAMO_REGION.fullmatch(name)
+    if match:
+        return REGION_DYNAMO, int(match.group(1)), int(match.group(2))
+    if name == "CompiledFunction":
+        return REGION_AOT_FORWARD, None, None
+    if name == "CompiledFunctionBackward":
+        return REGION_AOT_BACKWARD, None, None
+    if name.startswith("## Call CompiledFxGraph"):
+        return REGION_FX_GRAPH, None, None
+    return None
+
+
+def inductor_kind(name: str) -> tuple[str, tuple[str, ...]] | None:
+    """(kind, fused words) of an Inductor kernel name, or None."""
+    match = INDUCTOR_NAME.fullmatch(name)
+    if not match:
+        return None
+    if match.group(1):
+        kind, body = match.group(1), match.group(2)
+    else:
+        kind, body = "cpp", match.group(4)
+        if not body.startswith("fused"):
+            return None
+    body = body[len("fused") :] if body.startswith("fused") else body
+    return kind, tuple(word for word in body.split("_") if word)
+
+
+def _cat_mask(trace: Trace, cats: frozenset[str]) -> np.ndarray:
+    return np.fromiter(
+        (s[:64].lower() in cats for s in trace.strings), dtype=bool, count=len(trace.strings)
+    )
+
+
+def _in_window(times: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per time: the index of the window [start, end) holding it (windows by start, the last
+    one that starts by it), or -1."""
+    if not len(start):
+        return np.full(len(times), -1, np.int64)
+    slot = np.searchsorted(start, times, side="right") - 1
+    ok = slot >= 0
+    ok[ok] &= times[ok] < end[slot[ok]]
+    return np.where(ok, slot, -1)
+
+
+def _per_window(slot: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    keep = slot >= 0
+    return np.bincount(slot[keep], weights=values[keep], minlength=n).astype(np.int64)
+
+
+def compute_compile(session: TraceSession) -> CompileAnalysis:
+    trace = session.trace
+    classes = session.classes
+    nesting = session.nesting
+    links = session.links
+    n_rows = len(trace)
+    order = nesting.order
+    names = trace.name
+
+    # -- regions and what lies inside them ---------------------------------------------------
+    region_names = names_matching(trace, lambda s: region_kind(s) is not None)
+    region_rows = np.flatnonzero(classes.cpu & region_names[names])
+    region_rows = region_rows[np.argsort(trace.start[region_rows], kind="stable")]
+    regions = []
+    for row in region_rows.tolist():
+        kind, frame, compile_id = region_kind(trace.name_of(row)) or ("", None, None)
+        start = int(trace.start[row])
+        regions.append(
+            Region(
+                row,
+                int(trace.lane[row]),
+                start,
+                start + int(trace.dur[row]),
+                kind,
+                frame,
+                compile_id,
+            )
+        )
+    mark = np.zeros(len(order) + 1, dtype=np.int64)
+    region_pos = nesting.position[region_rows].astype(np.int64)
+    np.add.at(mark, region_pos, 1)
+    np.add.at(mark, nesting.subtree_stop[region_pos].astype(np.int64), -1)
+    inside_pos = np.cumsum(mark[:-1]) > 0
+    in_compiled = np.zeros(n_rows, dtype=bool)
+    in_compiled[order[inside_pos]] = True
+
+    # -- kernels: compiled, Inductor, short --------------------------------------------------
+    inductor_names = names_matching(trace, lambda s: inductor_kind(s) is not None)
+    kernel_rows = np.flatnonzero(classes.kernel)
+    gpu_rows = links.gpu_rows
+    runtime_of_gpu = links.gpu_runtime
+    runtime_of_kernel = np.full(n_rows, -1, dtype=np.int64)
+    runtime_of_kernel[gpu_rows] = runtime_of_gpu
+    k_runtime = runtime_of_kernel[kernel_rows]
+    k_dur = trace.dur[kernel_rows]
+    k_compiled = inductor_names[names[kernel_rows]].copy()
+    linked = k_runtime >= 0
+    k_compiled[linked] |= in_compiled[k_runtime[linked]]
+    on_gpu = bool(classes.gpu.any())
+
+    op_cats = _cat_mask(trace, OPERATOR_CATEGORIES)
+    step_rows_ = session.steps.rows
+    is_step = np.zeros(n_rows, dtype=bool)
+    is_step[step_rows_] = True
+    op_pos = np.flatnonzero(op_cats[trace.cat[order]] & ~is_step[order])
+    if on_gpu:
+        total_ns = int(k_dur.sum())
+        compiled_ns = int(k_dur[k_compiled].sum())
+    else:
+        self_time = nesting.self_time[op_pos]
+        total_ns = int(self_time.sum())
+        compiled_ns = int(self_time[inside_pos[op_pos]].sum())
+
+    # -- frames and recompiles ---------------------------------------------------------------
+    by_frame: dict[int, dict[int, list[int]]] = {}
+    for region in regions:
+        if region.frame is not None and region.compile_id is not None:
+            by_frame.setdefault(region.frame, {}).setdefault(region.compile_id, []).append(
+                region.row
+            )
+    frames = tuple(
+        FrameCompiles(
+            frame=f,
+            compile_ids=tuple(sorted(ids)),
+            calls=tuple(len(ids[c]) for c in sorted(ids)),
+            first_rows=tuple(ids[c][0] for c in sorted(ids)),
+        )
+        for f, ids in sorted(by_frame.items())
+    )
+
+    # -- guard overhead, compilation in the window ------------------------------------------
+    guard_id = trace.string_id(GUARD_NAME)
+    guard_rows = (
+        np.flatnonzero(classes.cpu & (names == guard_id))
+        if guard_id >= 0
+        else np.zeros(0, np.int64)
+    )
+    guard_self = nesting.self_time[nesting.position[guard_rows]].astype(np.int64)
+    compiling_names = names_matching(trace, COMPILING_NAME.fullmatch)
+    compiling_rows = np.flatnonzero(classes.cpu & compiling_names[names])
+    compiling_union = Union.of(
+        trace.start[compiling_rows], trace.start[compiling_rows] + trace.dur[compiling_rows]
+    )
+    compiling = Compiling(
+        count=len(compiling_rows),
+        ns=compiling_union.total,
+        rows=_longest(trace, compiling_rows, 5),
+    )
+
+    # -- eager islands -----------------------------------------------------------------------
+    eager_islands: tuple[EagerIsland, ...] = ()
+    eager_rows = np.zeros(0, np.int64)
+    if regions:
+        eager_rows, eager_islands = _eager_islands(session, in_compiled, guard_id, compiling_names)
+
+    # -- launches and graph replay ------------------------------------------------------------
+    graph_names = names_matching(trace, GRAPH_LAUNCH.match)
+    graph_rows = np.flatnonzero(classes.runtime & graph_names[names])
+    kernel_launchers = np.unique(k_runtime[linked])
+    launch_rows = np.union1d(kernel_launchers, graph_rows).astype(np.int64)
+    is_graph_kernel = np.isin(k_runtime, graph_rows) & linked
+    launch = LaunchEconomy(
+        launch_calls=len(launch_rows),
+        graph_launches=len(graph_rows),
+        kernels=len(kernel_rows),
+        graph_kernels=int(is_graph_kernel.sum()),
+        cpu_ns=int(trace.dur[launch_rows].sum()),
+    )
+    graphs = tuple(_graph_launch(session, int(row)) for row in graph_rows.tolist())
+    replay = _replay(session, graphs, kernel_rows[is_graph_kernel]) if len(graph_rows) else None
+
+    # -- Inductor kernels --------------------------------------------------------------------
+    inductor = _inductor(trace, classes, inductor_names, kernel_rows, on_gpu)
+
+    # -- per step ----------------------------------------------------------------------------
+    steps = session.steps
+    n_steps = len(steps)
+    s_start, s_end = steps.start, steps.end
+
+    def slot_of(rows: np.ndarray) -> np.ndarray:
+        return _in_window(trace.start[rows], s_start, s_end)
+
+    k_slot = slot_of(kernel_rows)
+    if on_gpu:
+        step_total = _per_window(k_slot, k_dur, n_steps)
+        step_compiled = _per_window(k_slot, np.where(k_compiled, k_dur, 0), n_steps)
+    else:
+        op_rows = order[op_pos]
+        o_slot = slot_of(op_rows)
+        self_time = nesting.self_time[op_pos]
+        step_total = _per_window(o_slot, self_time, n_steps)
+        step_compiled = _per_window(o_slot, np.where(inside_pos[op_pos], self_time, 0), n_steps)
+    e_slot = slot_of(eager_rows)
+    step_eager = _per_window(e_slot, trace.dur[eager_rows], n_steps)
+    g_slot = slot_of(guard_rows)
+    step_guard = _per_window(g_slot, guard_self, n_steps)
+    step_guard_calls = _per_window(g_slot, np.ones(len(guard_rows), np.int64), n_steps)
+    step_compiling = compiling_union.covered(s_start, s_end) if n_steps else np.zeros(0, np.int64)
+    l_slot = slot_of(launch_rows)
+    step_launch = _per_window(l_slot, np.ones(len(launch_rows), np.int64), n_steps)
+    step_launch_ns = _per_window(l_slot, trace.dur[launch_rows], n_steps)
+    gr_slot = slot_of(graph_rows)
+    step_graph = _per_window(gr_slot, np.ones(len(graph_rows), np.int64), n_steps)
+    step_kernels = _per_window(k_slot, np.ones(len(kernel_rows), np.int64), n_steps)
+    r_slot = slot_of(region_rows)
+    step_list = []
+    breaks = []
+    for i in range(n_steps):
+        mine = [regions[j] for j in np.flatnonzero(r_slot == i).tolist()]
+        step_frames = _frames_of(mine)
+        step_list.append(
+            StepCompile(
+                row=int(steps.rows[i]),
+                start=int(s_start[i]),
+                end=int(s_end[i]),
+                total_ns=int(step_total[i]),
+                compiled_ns=int(step_compiled[i]),
+                eager_ns=int(step_eager[i]),
+                regions=sum(1 for r in mine if r.kind == REGION_DYNAMO),
+                frames=tuple(step_frames),
+                guard_calls=int(step_guard_calls[i]),
+                guard_ns=int(step_guard[i]),
+                compiling_ns=int(step_compiling[i]),
+                launch_calls=int(step_launch[i]),
+                graph_launches=int(step_graph[i]),
+                kernels=int(step_kernels[i]),
+                launch_cpu_ns=int(step_launch_ns[i]),
+            )
+        )
+        if len(step_frames) > 1:
+            breaks.append(
+                GraphBreak(
+                    int(steps.rows[i]),
+                    int(s_start[i]),
+                    int(s_end[i]),
+                    tuple(step_frames),
+                    tuple(step_frames.values()),
+                )
+            )
+    if not n_steps:
+        whole = _frames_of(regions)
+        if len(whole) > 1:
+            start = min(r.start for r in regions)
+            end = max(r.end for r in regions)
+            breaks.append(GraphBreak(-1, start, end, tuple(whole), tuple(whole.values())))
+
+    kernel_short = int((k_dur < SHORT_KERNEL_NS).sum())
+    return CompileAnalysis(
+        regions=tuple(regions),
+        on_gpu=on_gpu,
+        total_ns=total_ns,
+        compiled_ns=compiled_ns,
+        frames=frames,
+        eager_islands=eager_islands,
+        compiling=compiling,
+        guard_calls=len(guard_rows),
+        guard_ns=int(guard_self.sum()),
+        launch=launch,
+        inductor=inductor,
+        kernels=len(kernel_rows),
+        short_kernels=kernel_short,
+        graphs=graphs,
+        replay=replay,
+        steps=tuple(step_list),
+        likely_graph_breaks=tuple(breaks),
+        in_compiled=in_compiled,
+    )
+
+
+def _frames_of(regions: list[Region]) -> dict[int, int]:
+    """Frame -> its first region's row, for the dynamo regions given (by start)."""
+    out: dict[int, int] = {}
+    for region in regions:
+        if region.frame is not None and region.frame not in out:
+            out[region.frame] = region.row
+    return dict(sorted(out.items()))
+
+
+def _longest(trace: Trace, rows: np.ndarray, limit: int) -> tuple[int, ...]:
+    ranked = sorted(rows.tolist(), key=lambda r: (-int(trace.dur[r]), r))
+    return tuple(ranked[:limit])
+
+
+def _eager_islands(
+    session: TraceSession, in_compiled: np.ndarray, guard_id: int, compiling_names: np.ndarray
+) -> tuple[np.ndarray, tuple[EagerIsland, ...]]:
+    """Outermost `cpu_op` slices (no `cpu_op` ancestor) outside compiled code, by name."""
+    from .operators import gpu_launched_per_position
+
+    trace = session.trace
+    nesting = session.nesting
+    order = nesting.order
+    cpu_op = _cat_mask(trace, frozenset({"cpu_op"}))
+    is_op_pos = cpu_op[trace.cat[order]]
+    # Ops with a cpu_op ancestor: a running count of open cpu_op subtrees over positions.
+    op_positions = np.flatnonzero(is_op_pos)
+    mark = np.zeros(len(order) + 1, dtype=np.int64)
+    np.add.at(mark, op_positions + 1, 1)
+    np.add.at(mark, nesting.subtree_stop[op_positions].astype(np.int64), -1)
+    under_op = np.cumsum(mark[:-1]) > 0
+    machinery = compiling_names.copy()
+    if guard_id >= 0:
+        machinery[guard_id] = True
+    island_pos = np.flatnonzero(
+        is_op_pos & ~under_op & ~in_compiled[order] & ~machinery[trace.name[order]]
+    )
+    rows = order[island_pos]
+    if not len(rows):
+        return rows, ()
+    launched = gpu_launched_per_position(nesting, session.links, trace)
+    prefix = np.concatenate(([0], np.cumsum(launched)))
+    gpu = prefix[nesting.subtree_stop[island_pos].astype(np.int64)] - prefix[island_pos]
+    by_name: dict[int, list[int]] = {}
+    for i, name in enumerate(trace.name[rows].tolist()):
+        by_name.setdefault(name, []).append(i)
+    islands = []
+    for name, members in by_name.items():
+        idx = np.asarray(members)
+        islands.append(
+            EagerIsland(
+                name=trace.strings[name],
+                count=len(members),
+                cpu_ns=int(trace.dur[rows[idx]].sum()),
+                gpu_ns=int(gpu[idx].sum()),
+                rows=_longest(trace, rows[idx], 5),
+            )
+        )
+    islands.sort(key=lambda e: (-e.gpu_ns, -e.cpu_ns, e.name))
+    return rows, tuple(islands)
+
+
+def _graph_launch(session: TraceSession, row: int) -> GraphLaunch:
+    trace = session.trace
+    gpu = session.links.gpu_of(row)
+    starts, ends = trace.start[gpu], trace.start[gpu] + trace.dur[gpu]
+    union = Union.of(starts, ends)
+    window = union.window if len(gpu) else None
+    devices = np.unique(trace.device[gpu])
+    busy = union.total
+    return GraphLaunch(
+        row=row,
+        operator_row=int(session.nesting.parent[row]),
+        device=int(devices[0]) if len(devices) == 1 else None,
+        kernels=len(gpu),
+        gpu_ns=int(trace.dur[gpu].sum()),
+        span_start=int(window[0]) if window else None,
+        span_end=int(window[1]) if window else None,
+        busy_ns=busy,
+        gap_ns=(window[1] - window[0] - busy) if window else 0,
+    )
+
+
+CAPTURE_NAME = re.compile(r"(cuda|cu|hip)(StreamBeginCapture|StreamEndCapture|GraphInstantiate)")
+
+
+def _replay(session: TraceSession, graphs: tuple[GraphLaunch, ...], replayed: np.ndarray) -> Replay:
+    from .idle import HOST_WAIT
+
+    trace = session.trace
+    gaps = session.idle.gaps
+    host_wait_inside = idle_inside = 0
+    for device in sorted({g.device for g in graphs if g.device is not None}):
+        spans = [g for g in graphs if g.device == device and g.span_start is not None]
+        union = Union.of(
+            np.array([g.span_start for g in spans], np.int64),
+            np.array([g.span_end for g in spans], np.int64),
+        )
+        mine = gaps.device == device
+        covered = union.covered(gaps.start[mine], gaps.end[mine])
+        idle_inside += int(covered.sum())
+        host_wait_inside += int(covered[gaps.cause[mine] == HOST_WAIT].sum())
+    capture_names = names_matching(trace, CAPTURE_NAME.match)
+    capture_calls = int((session.classes.runtime & capture_names[trace.name]).sum())
+    launches = len(graphs)
+    kernels = sum(g.kernels for g in graphs)
+    gpu_ns = sum(g.gpu_ns for g in graphs)
+    gap_ns = sum(g.gap_ns for g in graphs)
+    partial = [
+        f"operators: the {kernels:,} GPU activities of {launches:,} graph launches count under "
+        "the operator holding each launch call (gpu_self_us / gpu_total_us), not under the "
+        "operators that were captured",
+        "kernels: a replayed kernel has no CPU operator, input shapes or stack of its own",
+        "launch economy: one graph launch call stands for all the kernels it replays",
+    ]
+    if idle_inside:
+        partial.append(
+            "gpu.idle_by_cause / idle_gaps: idle inside graph replays counts as "
+            f"{'host_wait' if host_wait_inside else 'kernel_wait or other'} although no host "
+            f"call is involved ({fmt_duration(idle_inside)} inside replays, "
+            f"{fmt_duration(host_wait_inside)} of it host_wait)"
+        )
+    if capture_calls:
+        partial.append(
+            "graph capture happened inside the window: kernel launches during capture run "
+            "nothing on the GPU"
+        )
+    del replayed
+    return Replay(
+        launches=launches,
+        kernels=kernels,
+        gpu_ns=gpu_ns,
+        gap_ns=gap_ns,
+        host_wait_inside_ns=host_wait_inside,
+        idle_inside_ns=idle_inside,
+        capture_calls=capture_calls,
+        partial=tuple(partial),
+    )
+
+
+def _inductor(
+    trace: Trace,
+    classes: Any,
+    inductor_names: np.ndarray,
+    kernel_rows: np.ndarray,
+    on_gpu: bool,
+) -> tuple[InductorKernel, ...]:
+    """Inductor kernels by name: GPU kernels named triton_*, and on the CPU the cpp_fused_*
+    slices (CPU slices named triton_* are the GPU kernels' launch events, not counted)."""
+    gpu_rows = kernel_rows[inductor_names[trace.name[kernel_rows]]]
+    cpu_rows = np.flatnonzero(classes.cpu & inductor_names[trace.name])
+    cpp = np.fromiter(
+        (trace.strings[n].startswith("cpp_") for n in trace.name[cpu_rows].tolist()),
+        dtype=bool,
+        count=len(cpu_rows),
+    )
+    cpu_rows = cpu_rows[cpp]
+    out = []
+    for rows, gpu in ((gpu_rows, True), (cpu_rows, False)):
+        names, inverse = np.unique(trace.name[rows], return_inverse=True)
+        dur = trace.dur[rows]
+        for i, name_id in enumerate(names.tolist()):
+            mine = dur[inverse.reshape(-1) == i]
+            name = trace.strings[name_id]
+            kind, fused = inductor_kind(name) or ("unk", ())
+            out.append(
+                InductorKernel(
+                    name=name,
+                    kind=kind,
+                    fused=fused,
+                    count=len(mine),
+                    total_ns=int(mine.sum()),
+                    short=int((mine < SHORT_KERNEL_NS).sum()),
+                    on_gpu=gpu,
+                )
+            )
+    out.sort(key=lambda k: (-k.total_ns, k.name))
+    del on_gpu
+    return tuple(out)
+
+
+# -- kernel efficiency --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Achieved:
+    """Kernels (by name or by operator) that carry kernel_flop / kernel_num_gb."""
+
+    name: str
+    count: int
+    dur_ns: int  # Σ dur of the instances with the args
+    flop: float | None  # Σ kernel_flop (None: no instance had it)
+    gb: float | None  # Σ kernel_num_gb
+    peak_gbs: float | None  # the device's peak bandwidth when known
+
+    @property
+    def tflops(self) -> float | None:
+        return self.flop / self.dur_ns / 1e3 if self.flop is not None and self.dur_ns else None
+
+    @property
+    def gbs(self) -> float | None:
+        return self.gb / (self.dur_ns * 1e-9) if self.gb is not None and self.dur_ns else None
+
+    @property
+    def bandwidth_share(self) -> float | None:
+        gbs = self.gbs
+        return gbs / self.peak_gbs if gbs is not None and self.peak_gbs else None
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    kernels: tuple[Achieved, ...]  # per kernel name, most time first
+    operators: tuple[Achieved, ...]  # per operator (the CPU slice holding the launch call)
+    rows_read: int  # events whose args were read back
+    readable: bool  # the file could be read back (False: no numbers could be had)
+
+
+def device_peak_gbs(trace: Trace, device: int) -> float | None:
+    from .memory import device_properties
+
+    for entry in device_properties(trace):
+        if entry.get("id") == device:
+            return PEAK_BANDWIDTH_GBS.get(str(entry.get("name")))
+    return None
+
+
+def _number(value: Any) -> float | None:
+    if type(value) in (int, float) and np.isfinite(value) and value >= 0:
+        return float(value)
+    return None
+
+
+def compute_efficiency(session: TraceSession) -> Efficiency:
+    """Achieved throughput from `kernel_flop` / `kernel_num_gb`, read from the GPU kernels'
+    own args or else from their Inductor launch event (the CPU slice of the same name that
+    holds the launch call)."""
+    from kinetoscope.parser.access import read_events
+
+    trace = session.trace
+    classes = session.classes
+    nesting = session.nesting
+    links = session.links
+    inductor_names = names_matching(trace, lambda s: inductor_kind(s) is not None)
+    kernel_rows = np.flatnonzero(classes.kernel)
+    gpu = kernel_rows[inductor_names[trace.name[kernel_rows]]]
+    # The launch event: the nearest ancestor of the linked runtime call with the kernel's name.
+    launch_event: dict[int, int] = {}
+    for row in gpu.tolist():
+        runtime = links.runtime_of(row)
+        parent = int(nesting.parent[runtime]) if runtime >= 0 else -1
+        while parent >= 0 and trace.name[parent] != trace.name[row]:
+            parent = int(nesting.parent[parent])
+        if parent >= 0:
+            launch_event[row] = parent
+    wanted = np.concatenate((gpu, np.asarray(list(launch_event.values()), np.int64)))
+    events = read_events(trace, wanted, needle=b"kernel_") if len(wanted) else {}
+    peaks: dict[int, float | None] = {}
+    per_kernel: dict[str, list[tuple[int, float | None, float | None]]] = {}
+    per_op: dict[str, list[tuple[int, float | None, float | None]]] = {}
+    device_of: dict[str, int] = {}
+    for row in gpu.tolist():
+        args: dict[str, Any] = {}
+        for source in (launch_event.get(row), row):
+            event = events.get(source) if source is not None else None
+            if event and isinstance(event.get("args"), dict):
+                args.update(event["args"])
+        flop, gb = _number(args.get("kernel_flop")), _number(args.get("kernel_num_gb"))
+        if flop is None and gb is None:
+            continue
+        entry = (int(trace.dur[row]), flop, gb)
+        name = trace.name_of(row)
+        per_kernel.setdefault(name, []).append(entry)
+        # The operator: what holds the launch event (else the launch call).
+        below = launch_event.get(row, links.runtime_of(row))
+        holder = int(nesting.parent[below]) if below >= 0 else -1
+        op_name = trace.name_of(holder) if holder >= 0 else "(no operator)"
+        per_op.setdefault(op_name, []).append(entry)
+        device_of.setdefault(name, int(trace.device[row]))
+        device_of.setdefault(op_name, int(trace.device[row]))
+
+    def peak(name: str) -> float | None:
+        device = device_of[name]
+        if device not in peaks:
+            peaks[device] = device_peak_gbs(trace, device)
+        return peaks[device]
+
+    def table(groups: dict[str, list[tuple[int, float | None, float | None]]]) -> tuple:
+        out = []
+        for name, entries in groups.items():
+            flops = [f for _, f, _ in entries if f is not None]
+            gbs = [g for _, _, g in entries if g is not None]
+            out.append(
+                Achieved(
+                    name=name,
+                    count=len(entries),
+                    dur_ns=sum(d for d, _, _ in entries),
+                    flop=sum(flops) if flops else None,
+                    gb=sum(gbs) if gbs else None,
+                    peak_gbs=peak(name),
+                )
+            )
+        out.sort(key=lambda a: (-a.dur_ns, a.name))
+        return tuple(out)
+
+    return Efficiency(
+        kernels=table(per_kernel),
+        operators=table(per_op),
+        rows_read=len(events),
+        readable=trace.chunks is not None,
+    )
+
+
+# -- the summary's `compile` section ------------------------------------------------------------
+
+TOP_ISLANDS = 20
+TOP_INDUCTOR = 20
+TOP_GRAPHS = 10
+TOP_EFFICIENCY = 20
+
+
+def _share(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _achieved_json(entry: Achieved) -> dict[str, Any]:
+    return {
+        "name": entry.name,
+        "count": entry.count,
+        "dur_us": us(entry.dur_ns),
+        "tflops": _round(entry.tflops),
+        "gbs": _round(entry.gbs),
+        "peak_gbs": entry.peak_gbs,
+        "bandwidth_share": _round(entry.bandwidth_share, 4),
+    }
+
+
+def compile_section(session: TraceSession) -> dict[str, Any]:
+    """Extension key `compile` of the summary (docs/compile.md defines every field)."""
+    trace = session.trace
+    c = session.compiled
+    eff = session.kernel_efficiency
+    kinds: dict[str, int] = {}
+    for region in c.regions:
+        kinds[region.kind] = kinds.get(region.kind, 0) + 1
+    replay = c.replay
+    return {
+        "has_compiled": c.has_compiled,
+        "measured_on": "kernels" if c.on_gpu else "operators",
+        "total_us": us(c.total_ns),
+        "compiled_us": us(c.compiled_ns),
+        "compiled_share": _share(c.compiled_ns, c.total_ns),
+        "regions": kinds,
+        "frames": [
+            {"frame": f.frame, "compile_ids": list(f.compile_ids), "calls": list(f.calls)}
+            for f in c.frames
+        ],
+        "recompiled_frames": [f.frame for f in c.recompiled_frames()],
+        "likely_graph_breaks": [
+            {
+                "step": trace.name_of(b.step_row) if b.step_row >= 0 else None,
+                "start_us": us(b.start),
+                "dur_us": us(b.end - b.start),
+                "frames": list(b.frames),
+            }
+            for b in c.likely_graph_breaks
+        ],
+        "compiling": {
+            "events": c.compiling.count,
+            "us": us(c.compiling.ns),
+            "longest": [trace.name_of(r) for r in c.compiling.rows],
+        },
+        "guard": {
+            "calls": c.guard_calls,
+            "self_us": us(c.guard_ns),
+            "mean_us": round(c.guard_ns / c.guard_calls / 1000, 3) if c.guard_calls else None,
+        },
+        "eager_islands": [
+            {"name": e.name, "count": e.count, "cpu_us": us(e.cpu_ns), "gpu_us": us(e.gpu_ns)}
+            for e in c.eager_islands[:TOP_ISLANDS]
+        ],
+        "launch": {
+            "launch_calls": c.launch.launch_calls,
+            "graph_launches": c.launch.graph_launches,
+            "kernels": c.launch.kernels,
+            "graph_kernels": c.launch.graph_kernels,
+            "kernels_per_graph_launch": _round(c.launch.kernels_per_graph_launch),
+            "cpu_us": us(c.launch.cpu_ns),
+        },
+        "fusion": {
+            "kernels": c.kernels,
+            "short_kernels": c.short_kernels,
+            "short_share": _share(c.short_kernels, c.kernels),
+            "by_kind": [
+                {
+                    "kind": m.kind,
+                    "label": INDUCTOR_KINDS[m.kind],
+                    "names": m.names,
+                    "count": m.count,
+                    "total_us": us(m.total_ns),
+                    "short": m.short,
+                    "fused_mean": round(m.fused_mean, 3),
+                }
+                for m in c.fusion_mix()
+            ],
+            "inductor_kernels": [
+                {
+                    "name": k.name,
+                    "kind": k.kind,
+                    "fused": list(k.fused),
+                    "count": k.count,
+                    "total_us": us(k.total_ns),
+                    "short": k.short,
+                }
+                for k in c.inductor[:TOP_INDUCTOR]
+            ],
+        },
+        "graph_replay": None
+        if replay is None
+        else {
+            "launches": replay.launches,
+            "kernels": replay.kernels,
+            "gpu_us": us(replay.gpu_ns),
+            "gap_us": us(replay.gap_ns),
+            "idle_inside_us": us(replay.idle_inside_ns),
+            "host_wait_inside_us": us(replay.host_wait_inside_ns),
+            "capture_calls": replay.capture_calls,
+            "longest": [
+                {
+                    "operator": trace.name_of(g.operator_row) if g.operator_row >= 0 else None,
+                    "start_us": us(trace.start[g.row]),
+                    "kernels": g.kernels,
+                    "gpu_us": us(g.gpu_ns),
+                    "span_us": us(g.span_end - g.span_start)
+                    if g.span_start is not None and g.span_end is not None
+                    else None,
+                    "gap_us": us(g.gap_ns),
+                }
+                for g in sorted(c.graphs, key=lambda g: (-g.gpu_ns, g.row))[:TOP_GRAPHS]
+            ],
+            "partial": list(replay.partial),
+        },
+        "efficiency": {
+            "kernels": [_achieved_json(a) for a in eff.kernels[:TOP_EFFICIENCY]],
+            "operators": [_achieved_json(a) for a in eff.operators[:TOP_EFFICIENCY]],
+        },
+        "steps": [
+            {
+                "name": trace.name_of(s.row),
+                "total_us": us(s.total_ns),
+                "compiled_us": us(s.compiled_ns),
+                "compiled_share": _share(s.compiled_ns, s.total_ns),
+                "eager_us": us(s.eager_ns),
+                "regions": s.regions,
+                "frames": list(s.frames),
+                "guard_calls": s.guard_calls,
+                "guard_us": us(s.guard_ns),
+                "compiling_us": us(s.compiling_ns),
+                "launch_calls": s.launch_calls,
+                "graph_launches": s.graph_launches,
+                "kernels": s.kernels,
+                "launch_cpu_us": us(s.launch_cpu_ns),
+            }
+            for s in c.steps
+        ],
+    }
