@@ -190,6 +190,15 @@ def default_workers(ranks: int) -> int:
     return max(1, min(ranks, cpus))
 
 
+def worker_context() -> Any:
+    """The context of the local pool digesting ranks: the parser's (one forkserver for every
+    pool; forkserver, not fork, since the caller may run threads: the viewer loads from one),
+    its server also preloading this module."""
+    from kinetoscope.parser import worker_context as parser_context
+
+    return parser_context(__name__)
+
+
 def map_ranks(
     paths: Sequence[str],
     executor: Any = None,
@@ -218,14 +227,10 @@ def map_ranks(
         return digests
     own_pool = None
     if executor is None:
-        import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        # forkserver, not fork: the caller may run threads (the viewer loads from one).
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["kinetoscope.analysis.job"])
         own_pool = executor = ProcessPoolExecutor(
-            max_workers=workers or default_workers(len(paths)), mp_context=context
+            max_workers=workers or default_workers(len(paths)), mp_context=worker_context()
         )
     try:
         futures = [executor.submit(digest_rank, path, options) for path in paths]

@@ -1,7 +1,9 @@
 """Bytes -> Trace: streaming msgspec parser of torch.profiler (Kineto) Chrome-trace JSON.
 
 This module is the parser's way in: `load`, `loads`, `save_cache`, and `prepare_workers` for a
-program that must start the decoding workers before a terminal UI takes the standard streams.
+program that must start the decoding workers before a terminal UI takes the standard streams;
+`worker_context(*modules)` for another pool of worker processes (the job's digests), which shares
+the decoding workers' server and adds the modules it wants preloaded.
 Framing and salvage are in reader.py; the worker processes (parallel.py) are started from
 `load` alone.
 """
@@ -10,7 +12,7 @@ from . import cache
 from .access import file_changed, read_event
 from .builder import no_hugepage_advice, release_heap
 from .model import NO_VALUE, Lane, MemoryEvents, Source, Trace
-from .parallel import prepare_workers, read_trace, release_workers
+from .parallel import prepare_workers, read_trace, release_workers, worker_context
 from .reader import Progress, read_bytes
 from .source import TraceError
 
@@ -90,6 +92,7 @@ __all__ = [
     "prepare_workers",
     "read_event",
     "save_cache",
+    "worker_context",
 ]
 
 no_hugepage_advice()  # before any big array is made

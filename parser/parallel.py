@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import threading
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -66,12 +67,24 @@ def workers_for(state: SourceState, workers: int | None) -> int:
     return default_workers() if state.size >= threshold else 1
 
 
-def _worker_context() -> Any:
+# The modules the worker server imports once, before it forks any worker. Every pool of
+# kinetoscope's worker processes (this parser's decoding, the job's digests) shares one
+# forkserver and so one list: it is kept here, the union of what every user asked for.
+_PRELOAD = ["kinetoscope.parser.parallel"]
+_PRELOAD_LOCK = threading.Lock()
+
+
+def worker_context(*preload: str) -> Any:
+    """The multiprocessing context of every pool of worker processes: forkserver, not fork (the
+    viewer loads from a thread, and forking a threaded process is unsafe), its server preloading
+    this module, `preload` and whatever earlier callers asked for. The list is read when the
+    server starts: a module added once it runs is imported by each worker when first used."""
     import multiprocessing
 
-    # forkserver, not fork: the viewer loads from a thread, and forking a threaded process is unsafe.
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["kinetoscope.parser.parallel"])
+    with _PRELOAD_LOCK:
+        _PRELOAD.extend(name for name in dict.fromkeys(preload) if name not in _PRELOAD)
+        context.set_forkserver_preload(list(_PRELOAD))
     return context
 
 
@@ -97,7 +110,7 @@ def prepare_workers(path: str, workers: int | None = None) -> None:
             return  # it will be read from the model cache, not decoded
         from multiprocessing import forkserver
 
-        _worker_context()
+        worker_context()
         forkserver.ensure_running()
     except (TraceError, OSError, ValueError):
         pass  # the load itself will report the problem, or read in one process
@@ -154,7 +167,7 @@ def _read_source(state: SourceState, progress: Progress | None, workers: int | N
 
     pool = None
     try:
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=_worker_context())
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=worker_context())
         _start_workers(pool, workers)
     except (BrokenProcessPool, OSError, ValueError):
         # Workers cannot start here (no usable standard streams, no /dev/shm, ...).

@@ -580,3 +580,29 @@ def test_any_executor_with_submit_digests_the_ranks(tmp_path):
         "rank1.json: the worker digesting it failed: MemoryError: worker killed"
     )
     assert document["matching"]["matched"] == 3  # ranks 0 and 2
+
+
+@pytest.mark.parametrize("first", ["parser", "job"])
+def test_the_worker_server_preloads_what_the_parser_and_the_job_need(tmp_path, first):
+    # The parser's decoding pool and the job's digesting pool share one forkserver; whichever
+    # is used first, afterwards its preload list holds both modules (kept by the parser).
+    write_job(tmp_path)
+    code = (
+        "import json, sys\n"
+        "from multiprocessing import forkserver\n"
+        "from kinetoscope.analysis.job import map_ranks\n"
+        "from kinetoscope.parser import prepare_workers\n"
+        "paths = sys.argv[2:]\n"
+        "steps = [lambda: prepare_workers(paths[0], workers=2),\n"
+        "         lambda: map_ranks(paths, workers=2)]\n"
+        "for step in steps if sys.argv[1] == 'parser' else steps[::-1]:\n"
+        "    step()\n"
+        "print(json.dumps(forkserver._forkserver._preload_modules))\n"
+    )
+    paths = [str(p) for p in sorted(tmp_path.glob("rank*.json"))]
+    run = subprocess.run(
+        [sys.executable, "-c", code, first, *paths], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    preload = json.loads(run.stdout)
+    assert {"kinetoscope.parser.parallel", "kinetoscope.analysis.job"} <= set(preload), preload

@@ -113,11 +113,11 @@ class JobLoad:
         if (self.workers or default_workers(len(paths))) <= 1:
             return
         try:
-            import multiprocessing
             from multiprocessing import forkserver
 
-            context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload(["kinetoscope.analysis.job"])
+            from kinetoscope.analysis.job import worker_context
+
+            worker_context()
             forkserver.ensure_running()
         except (OSError, ValueError):
             pass  # map_ranks starts it itself, or says why it could not
