@@ -141,6 +141,7 @@ def _resolve_steps(selection: list[int], available: int) -> list[int]:
 _HEX = re.compile(r"0x[0-9a-fA-F]+")
 _PY_LINE = re.compile(r"(\.pyx?)\(\d+\)")
 _STEP_NUMBER = re.compile(r"^ProfilerStep#\d+$")
+STEP_KEY = "ProfilerStep#…"
 
 
 def _fold_templates(name: str) -> str:
@@ -182,7 +183,7 @@ def normalise_name(name: str, templates: bool = False) -> str:
     outermost template argument list `<…>`. Only the first SCAN_LIMIT characters are kept."""
     text = name if len(name) <= SCAN_LIMIT else name[:SCAN_LIMIT]
     if _STEP_NUMBER.match(text):
-        return "ProfilerStep#…"
+        return STEP_KEY
     if "0x" in text:
         text = _HEX.sub("0x…", text)
     if ".py" in text:
@@ -513,7 +514,7 @@ def _aggregate(
         key = (strings[int(groups.cat[g])].lower(), normalise_name(original, templates))
         n, t, gs, names = out.get(key, (0, 0, [], []))
         gs.append(g)
-        if original not in names:
+        if original not in names and key[1] != STEP_KEY:  # steps merge by design
             names.append(original)
         out[key] = (n + int(count[g]), t + int(round(total[g])), gs, names)
     return out

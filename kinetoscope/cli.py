@@ -11,7 +11,7 @@ from typing import Any
 
 from kinetoscope import __version__
 
-SUBCOMMANDS = ("view", "summary", "capture", "demo")
+SUBCOMMANDS = ("view", "summary", "diff", "capture", "demo")
 FORMATS = ("text", "md", "tsv", "json")
 
 # Options of `summary` that people also try on the viewer: they get pointed at `summary`.
@@ -162,10 +162,62 @@ def build_parser() -> argparse.ArgumentParser:
         "distributed extra)",
     )
 
+    _add_diff_command(sub)
+
     from kinetoscope.capture.cli import add_capture_commands
 
     add_capture_commands(sub)
     return parser
+
+
+def _add_diff_command(sub: Any) -> None:
+    diff = sub.add_parser(
+        "diff",
+        help="compare two traces (BASE, then NEW): what changed, and is it a regression",
+        description="Compare two traces: steps paired in order, operators and kernels by "
+        "normalised name, GPU sequences aligned per stream, and a verdict (docs/diff.md).",
+        epilog="Exit status: 0 done, 1 an error, 2 a usage error, 3 (with --fail-above) a "
+        "regression of more than PCT %%.",
+    )
+    diff.add_argument("base", metavar="BASE", help="the trace before the change")
+    diff.add_argument("new", metavar="NEW", help="the trace after it")
+    diff.add_argument("--format", choices=FORMATS, default="text", help="as for summary")
+    diff.add_argument("--json", action="store_true", help="the JSON document (= --format json)")
+    diff.add_argument("--width", type=_width, metavar="N", help="as for summary")
+    diff.add_argument(
+        "--steps",
+        metavar="LIST",
+        help="which paired steps to compare, 1 = the first of each trace: e.g. 2-, 1,3-5 "
+        "(default: every step both traces have)",
+    )
+    diff.add_argument(
+        "--threshold",
+        type=_percent,
+        metavar="PCT",
+        help="the smallest step-time change, in %%, that is a regression or an improvement "
+        "(default 5)",
+    )
+    diff.add_argument(
+        "--fail-above",
+        type=_percent,
+        metavar="PCT",
+        help="exit with status 3 when the verdict is a regression of more than PCT %%",
+    )
+    diff.add_argument(
+        "--fold-templates",
+        action="store_true",
+        help="also match C++ kernel names without their template arguments",
+    )
+
+
+def _percent(text: str) -> float:
+    try:
+        value = float(text.rstrip("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a percentage: {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"a percentage of 0 or more, not {text}")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -288,6 +340,19 @@ def _job_options_given(args: argparse.Namespace) -> list[str]:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "diff":
+        from kinetoscope.report_diff import run_diff
+
+        return run_diff(
+            args.base,
+            args.new,
+            output="json" if args.json else args.format,
+            width=args.width,
+            threshold_pct=args.threshold,
+            steps=args.steps,
+            templates=args.fold_templates,
+            fail_above=args.fail_above,
+        )
     if args.command == "summary":
         from kinetoscope.report import run_summary
 
