@@ -1,0 +1,428 @@
+"""`kinetoscope diff`: two traces built here with known changes, the corpus's vendor pair, the
+CI exit status and the noise rule (docs/diff.md). Times in the built traces are µs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from kinetoscope.analysis import TraceSession
+from kinetoscope.analysis.diff import (
+    ADDED,
+    CHANGED,
+    EQUAL,
+    IMPROVEMENT,
+    INCONCLUSIVE,
+    NEUTRAL,
+    REGRESSION,
+    REMOVED,
+    DiffOptions,
+    align_sequences,
+    diff_sessions,
+    myers,
+    normalise_name,
+    parse_steps,
+)
+from kinetoscope.parser import loads
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "tracelens"
+
+
+def X(name, ts, dur, cat="cpu_op", tid=1):
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
+
+
+def launch(events, op, kernel, ts, op_dur, k_dur, corr):
+    """`op` at ts launching `kernel` (on GPU 0, stream 7) 10 µs later."""
+    events.append(X(op, ts, op_dur))
+    events.append(
+        {**X("cudaLaunchKernel", ts + 2, 3, cat="cuda_runtime"), "args": {"correlation": corr}}
+    )
+    events.append(
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": kernel,
+            "pid": 0,
+            "tid": 7,
+            "ts": ts + 10,
+            "dur": k_dur,
+            "args": {"device": 0, "stream": 7, "correlation": corr},
+        }
+    )
+
+
+def load(events):
+    return loads(json.dumps({"schemaVersion": 1, "traceEvents": events}).encode())
+
+
+def base_events(steps=3, step_dur=1000, durations=None):
+    """Per step: relu -> old_kernel (10), mm -> gemm (50), add -> add_kernel (10)."""
+    events, corr = [], 0
+    durations = durations or [step_dur] * steps
+    for k, dur in enumerate(durations):
+        t0 = k * 2000
+        events.append(X(f"ProfilerStep#{k + 1}", t0, dur, cat="user_annotation"))
+        for op, kernel, at, op_dur, k_dur in (
+            ("aten::relu", "old_kernel", 10, 30, 10),
+            ("aten::mm", "gemm", 100, 100, 50),
+            ("aten::add", "add_kernel", 300, 20, 10),
+        ):
+            corr += 1
+            launch(events, op, kernel, t0 + at, op_dur, k_dur, corr)
+    return events
+
+
+def new_events(steps=3, step_dur=1100, first_step=1, durations=None):
+    """Per step: gemm twice as slow, add called twice, old_kernel gone, new_kernel added."""
+    events, corr = [], 0
+    durations = durations or [step_dur] * steps
+    for k, dur in enumerate(durations):
+        t0 = 50_000 + k * 2000  # absolute times differ from BASE's: they mean nothing
+        events.append(X(f"ProfilerStep#{k + first_step}", t0, dur, cat="user_annotation"))
+        for op, kernel, at, op_dur, k_dur in (
+            ("aten::mm", "gemm", 100, 100, 100),
+            ("aten::add", "add_kernel", 300, 20, 10),
+            ("aten::add", "add_kernel", 400, 20, 10),
+            ("aten::gelu", "new_kernel", 500, 30, 10),
+        ):
+            corr += 1
+            launch(events, op, kernel, t0 + at, op_dur, k_dur, corr)
+    return events
+
+
+def diff_of(base, new, **options):
+    return diff_sessions(TraceSession(load(base)), TraceSession(load(new)), DiffOptions(**options))
+
+
+def by_name(rows):
+    return {row.name: row for row in rows}
+
+
+def write(path, events):
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    return str(path)
+
+
+# -- the built pair: every Δ, the split, the alignment and the verdict -----------------------
+
+
+def test_kernels_every_delta_and_split():
+    diff = diff_of(base_events(), new_events(first_step=7))  # step numbers differ: paired anyway
+    k = by_name(diff.kernels)
+    assert set(k) == {"gemm", "add_kernel", "old_kernel", "new_kernel"}
+    expected = {  # name: (status, base n, new n, base total, new total, more calls, slower)
+        "gemm": ("common", 3, 3, 150_000, 300_000, 0, 150_000),  # twice as slow
+        "add_kernel": ("common", 3, 6, 30_000, 60_000, 30_000, 0),  # called twice as often
+        "old_kernel": ("removed", 3, 0, 30_000, 0, -30_000, 0),
+        "new_kernel": ("added", 0, 3, 0, 30_000, 30_000, 0),
+    }
+    for name, (status, bn, nn, bt, nt, more, slower) in expected.items():
+        g = k[name]
+        assert (g.status, g.base_count, g.new_count, g.base_total, g.new_total) == (
+            status,
+            bn,
+            nn,
+            bt,
+            nt,
+        ), name
+        assert (g.more_calls, g.slower_calls) == (more, slower), name
+        assert g.more_calls + g.slower_calls == g.delta == nt - bt
+    assert k["gemm"].base_mean == 50_000 and k["gemm"].new_mean == 100_000
+    assert k["gemm"].delta_pct == 100.0 and k["old_kernel"].delta_pct == -100.0
+    assert k["new_kernel"].delta_pct is None
+    # Sorted by |Δ|, ties by name.
+    assert [g.name for g in diff.kernels] == ["gemm", "add_kernel", "new_kernel", "old_kernel"]
+    assert diff.kernel_overlap == 0.5
+
+
+def test_operators_every_delta_and_split():
+    o = by_name(diff_of(base_events(), new_events()).operators)
+    expected = {
+        "aten::add": ("common", 3, 6, 60_000, 120_000, 60_000, 0),
+        "aten::mm": ("common", 3, 3, 300_000, 300_000, 0, 0),
+        "aten::relu": ("removed", 3, 0, 90_000, 0, -90_000, 0),
+        "aten::gelu": ("added", 0, 3, 0, 90_000, 90_000, 0),
+        "cudaLaunchKernel": ("common", 9, 12, 27_000, 36_000, 9_000, 0),
+        "ProfilerStep#…": ("common", 3, 3, 3_000_000, 3_300_000, 0, 300_000),
+    }
+    assert set(o) == set(expected)
+    for name, (status, bn, nn, bt, nt, more, slower) in expected.items():
+        g = o[name]
+        got = (g.status, g.base_count, g.new_count, g.base_total, g.new_total)
+        assert got == (status, bn, nn, bt, nt), name
+        assert (g.more_calls, g.slower_calls) == (more, slower), name
+    assert not o["ProfilerStep#…"].merged  # step numbers merge by design, not shown
+
+
+def test_split_adds_up_exactly_with_uneven_means():
+    base, new = [], []
+    for i, d in enumerate((7, 8, 10)):
+        launch(base, "aten::mul", "mul_kernel", i * 100, 20, d, i + 1)
+    for i, d in enumerate((3, 11, 13, 2, 9)):
+        launch(new, "aten::mul", "mul_kernel", i * 100, 20, d, i + 1)
+    g = by_name(diff_of(base, new).kernels)["mul_kernel"]
+    assert g.delta == 38_000 - 25_000
+    assert g.more_calls == pytest.approx(2 * 25_000 / 3)
+    assert g.slower_calls == pytest.approx(5 * (38_000 / 5 - 25_000 / 3))
+    assert g.more_calls + g.slower_calls == g.delta
+
+
+def test_steps_and_overall_metrics():
+    diff = diff_of(base_events(), new_events())
+    assert not diff.whole and len(diff.pairs) == 3
+    assert [(p.base_name, p.new_name, p.number) for p in diff.pairs][0] == (
+        "ProfilerStep#1",
+        "ProfilerStep#1",
+        1,
+    )
+    first = {m.key: m for m in diff.per_step[0]}
+    assert (first["step_time"].base, first["step_time"].new) == (1_000_000, 1_100_000)
+    assert first["step_time"].delta == 100_000 and first["step_time"].delta_pct == 10.0
+    # GPU busy: 10 + 50 + 10 µs before, 100 + 10 + 10 + 10 after.
+    assert (first["gpu_busy"].base, first["gpu_busy"].new) == (70_000, 130_000)
+    assert first["memory_peak"].base is None and first["memory_peak"].delta is None
+    overall = {m.key: m for m in diff.overall}
+    assert (overall["step_time"].base, overall["step_time"].new) == (3_000_000, 3_300_000)
+    assert (overall["gpu_busy"].base, overall["gpu_busy"].new) == (210_000, 390_000)
+    # The same numbers as the single summary's steps.
+    assert [m[0].base for m in diff.per_step] == diff.base.steps.dur.tolist()
+
+
+def test_alignment_in_place():
+    diff = diff_of(base_events(), new_events())
+    (stream,) = diff.alignment(0)
+    assert stream.base_key == stream.new_key == (0, 7)
+    base_names = [diff.base.trace.name_of(int(r)) for r in stream.base_rows]
+    new_names = [diff.new.trace.name_of(int(r)) for r in stream.new_rows]
+    assert base_names == ["old_kernel", "gemm", "add_kernel"]
+    assert new_names == ["gemm", "add_kernel", "add_kernel", "new_kernel"]
+    assert stream.ops == [
+        (0, -1, REMOVED),
+        (1, 0, EQUAL),
+        (2, 1, EQUAL),
+        (-1, 2, ADDED),
+        (-1, 3, ADDED),
+    ]
+    assert not stream.capped
+    assert diff.alignment(0) is diff.alignment(0)  # computed once
+
+
+def test_verdict_regression_then_improvement():
+    v = diff_of(base_events(), new_events()).verdict
+    assert v.kind == REGRESSION and v.delta_pct == 10.0
+    assert (v.noise_base_pct, v.noise_new_pct) == (0.0, 0.0)
+    assert v.fails(5) and not v.fails(10) and not v.fails(None)
+    back = diff_of(new_events(), base_events()).verdict
+    assert back.kind == IMPROVEMENT and back.delta_pct == pytest.approx(-100 / 11)
+    assert not back.fails(5)
+    assert diff_of(base_events(), new_events(), threshold_pct=15).verdict.kind == NEUTRAL
+
+
+def test_noise_makes_a_small_delta_neutral():
+    jitter = [900, 1100] * 5  # ±10 %: about 10.5 % step-to-step noise
+    base = base_events(durations=jitter)
+    slower = new_events(durations=[d + 70 for d in jitter])  # +7 %: above the 5 % threshold
+    v = diff_of(base, slower).verdict
+    assert v.kind == NEUTRAL and v.delta_pct == pytest.approx(7.0)
+    assert v.noise_base_pct == pytest.approx(10.54, abs=0.01)
+    assert "noise" in v.reasons[0]
+    steady = diff_of(base_events(steps=10), new_events(durations=[1070] * 10)).verdict
+    assert steady.kind == REGRESSION  # the same Δ without the jitter
+
+
+def test_steps_flag_picks_pairs():
+    diff = diff_of(
+        base_events(durations=[5000, 1000, 1000]),  # a slow first (warm-up) step
+        new_events(durations=[1000, 1000, 1000]),
+        steps=parse_steps("2-"),
+    )
+    assert [p.number for p in diff.pairs] == [2, 3]
+    assert diff.verdict.kind == NEUTRAL and diff.verdict.delta_pct == 0.0
+    assert diff_of(base_events(), new_events(), steps=[1, 3]).pairs[1].number == 3
+    assert parse_steps("1,3-5,8-") == [1, 3, 4, 5, 8, -1]
+    for bad in ("x", "3-1", "0", ""):
+        with pytest.raises(ValueError):
+            parse_steps(bad)
+
+
+def test_not_comparable_is_inconclusive_with_the_reason():
+    no_steps = [e for e in new_events() if not e["name"].startswith("ProfilerStep")]
+    diff = diff_of(base_events(), no_steps)
+    assert diff.whole and diff.pairs[0].base_step == -1
+    assert diff.verdict.kind == INCONCLUSIVE
+    assert "no common steps" in diff.verdict.reasons[0]
+    # Neither has steps: the whole traces are compared, and that is comparable.
+    whole = diff_of(
+        [e for e in base_events() if not e["name"].startswith("ProfilerStep")], no_steps
+    )
+    assert whole.whole and whole.verdict.kind != INCONCLUSIVE
+    # Few common kernel names.
+    other = [{**e, "name": e["name"] + "_x"} if e["cat"] == "kernel" else e for e in new_events()]
+    reasons = diff_of(base_events(), other).verdict.reasons
+    assert any("kernel-name overlap" in r for r in reasons)
+    # Different GPU counts.
+    two = new_events() + [
+        {**e, "pid": 1, "args": {**e["args"], "device": 1}}
+        for e in new_events()
+        if e["cat"] == "kernel"
+    ]
+    assert any("GPU count" in r for r in diff_of(base_events(), two).verdict.reasons)
+
+
+def test_names_normalised_and_merges_shown():
+    assert normalise_name("fn at 0x7f12ab") == "fn at 0x…"
+    assert normalise_name("models/bert.py(112): forward") == "models/bert.py(…): forward"
+    assert normalise_name("ProfilerStep#12") == "ProfilerStep#…"
+    kernel = "void at::native::kern<float, at::native::Mul<float> >(int)"
+    assert normalise_name(kernel) == kernel
+    assert normalise_name(kernel, templates=True) == "void at::native::kern<…>(int)"
+    base, new = [], []
+    launch(base, "m.py(10): forward", "k<float>", 0, 20, 5, 1)
+    launch(base, "m.py(12): forward", "k<half>", 100, 20, 5, 2)
+    launch(new, "m.py(40): forward", "k<float>", 0, 20, 5, 1)
+    diff = diff_of(base, new)
+    g = by_name(diff.operators)["m.py(…): forward"]
+    assert (g.base_count, g.new_count, g.merged) == (2, 1, True)
+    assert g.base_names == ("m.py(10): forward", "m.py(12): forward")
+    assert set(by_name(diff.kernels)) == {"k<float>", "k<half>"}
+    folded = by_name(diff_of(base, new, templates=True).kernels)
+    assert folded["k<…>"].base_names == ("k<float>", "k<half>")
+
+
+# -- the alignment itself ---------------------------------------------------------------------
+
+
+def _lcs(a, b):
+    table = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
+    for i in range(len(a) - 1, -1, -1):
+        for j in range(len(b) - 1, -1, -1):
+            table[i][j] = (
+                table[i + 1][j + 1] + 1 if a[i] == b[j] else max(table[i + 1][j], table[i][j + 1])
+            )
+    return table[0][0]
+
+
+def _check_script(a, b, ops):
+    i = j = 0
+    for x, y, op in ops:
+        if op == EQUAL:
+            assert (x, y) == (i, j) and a[x] == b[y]
+            i, j = i + 1, j + 1
+        elif op == REMOVED:
+            assert (x, y) == (i, -1)
+            i += 1
+        else:
+            assert (x, y) == (-1, j)
+            j += 1
+    assert (i, j) == (len(a), len(b))
+
+
+def test_myers_is_a_shortest_edit_script():
+    import random
+
+    rng = random.Random(16)
+    for _ in range(300):
+        a = [rng.randrange(4) for _ in range(rng.randrange(12))]
+        b = [rng.randrange(4) for _ in range(rng.randrange(12))]
+        ops = myers(a, b)
+        _check_script(a, b, ops)
+        assert sum(op == EQUAL for _, _, op in ops) == _lcs(a, b)
+
+
+def test_alignment_pairs_replacements_and_caps_work():
+    ops, capped = align_sequences([1, 2, 3, 4], [1, 9, 3, 4])
+    assert ops == [(0, 0, EQUAL), (1, 1, CHANGED), (2, 2, EQUAL), (3, 3, EQUAL)] and not capped
+    a = list(range(3000))
+    b = list(range(3000, 6000))
+    ops, capped = align_sequences(a, b, max_d=100)
+    assert capped and len(ops) == 3000 and {op for _, _, op in ops} == {CHANGED}
+
+
+# -- the corpus's vendor pair -------------------------------------------------------------------
+
+
+def corpus_pair(base, new):
+    from kinetoscope.parser import load as load_file
+
+    paths = [CORPUS / base, CORPUS / new]
+    if not all(p.exists() for p in paths):
+        pytest.skip("corpus not present")
+    return diff_sessions(*(TraceSession(load_file(str(p), use_cache=False)) for p in paths))
+
+
+def test_corpus_bert_h100_vs_mi300():
+    diff = corpus_pair(
+        "h100_gaunernst_bert-small-uncased__1016001.json.gz",
+        "mi300_gaunernst_bert-small-uncased__1016001.json.gz",
+    )
+    assert diff.operator_overlap > 0.8  # most operators match
+    common = [g for g in diff.operators if g.status == "common"]
+    assert sum(g.base_total for g in common) > 0.9 * sum(g.base_total for g in diff.operators)
+    alone = [g for g in diff.kernels if g.status in (ADDED, REMOVED)]
+    assert any("cutlass" in g.name for g in alone if g.status == REMOVED)
+    assert any(g.name.startswith("Cijk_") for g in alone if g.status == ADDED)
+    assert diff.verdict.kind == INCONCLUSIVE
+    assert any("GPU type" in r for r in diff.verdict.reasons)
+    streams = diff.alignment(0)
+    assert streams and all(len(s.ops) >= max(len(s.base_rows), len(s.new_rows)) for s in streams)
+
+
+def test_corpus_different_models_are_inconclusive():
+    diff = corpus_pair(
+        "h100_google_owlv2-large-patch14-ensemble__1016001.json.gz",
+        "mi300_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+    )
+    assert diff.verdict.kind == INCONCLUSIVE
+    assert any("kernel-name overlap" in r for r in diff.verdict.reasons)
+
+
+# -- the command, as CI runs it ---------------------------------------------------------------
+
+
+def run_cli(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "kinetoscope", "diff", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_ci_exit_status(tmp_path):
+    base = write(tmp_path / "base.json", base_events())
+    new = write(tmp_path / "new.json", new_events())
+    worse = run_cli(base, new, "--json", "--fail-above", "5")
+    assert worse.returncode == 3, worse.stderr
+    document = json.loads(worse.stdout)
+    assert document["verdict"]["verdict"] == "regression"
+    assert document["verdict"]["step_time_delta_pct"] == 10.0
+    assert document["kernels"]["added"] == ["new_kernel"]
+    assert document["kernels"]["removed"] == ["old_kernel"]
+    gemm = next(r for r in document["kernels"]["rows"] if r["name"] == "gemm")
+    assert (gemm["delta_us"], gemm["more_calls_us"], gemm["slower_calls_us"]) == (150, 0, 150)
+    assert document["alignment"]["streams"][0]["removed"] == 1
+    better = run_cli(new, base, "--json", "--fail-above", "5")
+    assert better.returncode == 0, better.stderr
+    assert json.loads(better.stdout)["verdict"]["verdict"] == "improvement"
+    # A regression under the limit, and no limit at all: 0.
+    assert run_cli(base, new, "--fail-above", "20").returncode == 0
+    assert run_cli(base, new).returncode == 0
+    bad = run_cli(base, new, "--steps", "x")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    missing = run_cli(base, str(tmp_path / "nope.json"))
+    assert missing.returncode == 1 and "no such file" in missing.stderr
+
+
+def test_text_formats(tmp_path):
+    base = write(tmp_path / "base.json", base_events())
+    new = write(tmp_path / "new.json", new_events())
+    text = run_cli(base, new, "--width", "100").stdout
+    assert "REGRESSION" in text and "old_kernel" in text and "more calls" in text
+    md = run_cli(base, new, "--format", "md").stdout
+    assert "## Verdict" in md
+    tsv = run_cli(base, new, "--format", "tsv").stdout
+    assert "# Verdict" in tsv
