@@ -181,7 +181,9 @@ def _add_diff_command(sub: Any) -> None:
     )
     diff.add_argument("base", metavar="BASE", help="the trace before the change")
     diff.add_argument("new", metavar="NEW", help="the trace after it")
-    diff.add_argument("--format", choices=FORMATS, default="text", help="as for summary")
+    diff.add_argument(
+        "--format", choices=FORMATS, help="text (default), md, tsv or json, as for summary"
+    )
     diff.add_argument("--json", action="store_true", help="the JSON document (= --format json)")
     diff.add_argument("--width", type=_width, metavar="N", help="as for summary")
     diff.add_argument(
@@ -346,7 +348,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return run_diff(
             args.base,
             args.new,
-            output="json" if args.json else args.format,
+            output="json" if args.json else args.format or "text",
             width=args.width,
             threshold_pct=args.threshold,
             steps=args.steps,

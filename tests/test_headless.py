@@ -63,6 +63,15 @@ def test_summary_error_path_imports_no_textual(tmp_path):
     assert [m for m in FORBIDDEN if m in modules] == []
 
 
+@pytest.mark.parametrize("output", ["text", "json"])
+def test_diff_imports_no_textual_or_torch(tmp_path, output):
+    """`kinetoscope diff` in its headless forms (tables, JSON) stays headless too."""
+    result, modules = imported_by(tmp_path, "diff", str(TRACE), str(TRACE), "--format", output)
+    assert result.returncode == 0, result.stderr
+    assert "neutral" in result.stdout.lower()
+    assert [m for m in FORBIDDEN if m in modules] == []
+
+
 def test_formatting_module_imports_no_textual_or_rich():
     """The one formatting module of the report and the viewer is plain Python."""
     code = (
