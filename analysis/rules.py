@@ -66,6 +66,13 @@ UNINSTRUMENTED_WARNING = 0.30
 # memory_near_capacity: peak reserved (else allocated) memory as a share of the device's memory.
 MEMORY_WARNING = 0.90
 MEMORY_CRITICAL = 0.97
+# compile_in_window: compilation inside the profiled window, critical from this share of the
+# profiled span.
+COMPILE_CRITICAL = 0.20
+# guard_overhead: self time of `TorchDynamo Cache Lookup` as a share of a step (of the profiled
+# span without steps), from at least GUARD_MIN_NS.
+GUARD_WARNING = 0.05
+GUARD_MIN_NS = 100_000
 
 
 @dataclass(frozen=True)
@@ -293,7 +300,7 @@ def pageable_memcpy(a: TraceSession) -> list[Finding]:
     mine = np.isin(calls.rows, calls_rows)
     idle = int(calls.idle[mine].sum())
     names = sorted({trace.name_of(int(r)) for r in calls_rows})
-    directions = {}
+    directions: dict[str, int] = {}
     for row in copy_rows.tolist():
         label = trace.name_of(row)
         directions[label] = directions.get(label, 0) + 1
@@ -635,6 +642,127 @@ def memory_near_capacity(a: TraceSession) -> list[Finding]:
     return out
 
 
+def _span(a: TraceSession) -> tuple[int, int]:
+    trace = a.trace
+    if trace.slice_start_min is None or trace.slice_end_max is None:
+        return 0, 0
+    return trace.slice_start_min, trace.slice_end_max - trace.slice_start_min
+
+
+def recompiles(a: TraceSession) -> list[Finding]:
+    """Frames seen with more than one compile id inside the window (docs/compile.md)."""
+    c = a.compiled
+    frames = c.recompiled_frames()
+    if not frames:
+        return []
+    rows = tuple(r for f in frames for r in f.first_rows)
+    listed = ", ".join(
+        f"frame {f.frame}: ids {', '.join(map(str, f.compile_ids))}" for f in frames[:5]
+    )
+    start = min(int(a.trace.start[r]) for r in rows)
+    end = max(int(a.trace.end[r]) for r in rows)
+    message = (
+        f"{len(frames)} compiled frame{'s' if len(frames) != 1 else ''} recompiled inside the "
+        f"window ({listed}): a guard failed (a new shape, dtype, or a changed Python value), and "
+        "each recompile costs compile time. Run with TORCH_LOGS=recompiles to see which guard; "
+        "mark varying sizes dynamic (torch._dynamo.mark_dynamic) or keep them constant."
+    )
+    return [Finding("recompiles", WARNING, message, start, end - start, rows=rows[:8])]
+
+
+def compile_in_window(a: TraceSession) -> list[Finding]:
+    """Compilation (`(dynamo_timed)` events, `Lazy Function Loading`) inside the window."""
+    compiling = a.compiled.compiling
+    if not compiling.count:
+        return []
+    start, span = _span(a)
+    share = compiling.ns / span if span else 0.0
+    severity = CRITICAL if share >= COMPILE_CRITICAL else WARNING
+    first = min(int(a.trace.start[r]) for r in compiling.rows)
+    last = max(int(a.trace.end[r]) for r in compiling.rows)
+    message = (
+        f"torch.compile compiled inside the profiled window: {compiling.count:,} compile "
+        f"event{'s' if compiling.count != 1 else ''} covering {ms(compiling.ns)} "
+        f"({pct(share)} of the trace). The numbers of this trace mix compilation with the "
+        "steady state: profile after more warm-up steps (torch.profiler.schedule(wait=..., "
+        "warmup=...)), or call the compiled model once before profiling."
+    )
+    return [
+        Finding("compile_in_window", severity, message, first, last - first, rows=compiling.rows)
+    ]
+
+
+def likely_graph_breaks(a: TraceSession) -> list[Finding]:
+    """Steps (or the whole trace) whose compiled regions come from more than one frame."""
+    breaks = a.compiled.likely_graph_breaks
+    if not breaks:
+        return []
+    worst = max(breaks, key=lambda b: (len(b.frames), -b.start))
+    where = (
+        f"{len(breaks)} step{'s' if len(breaks) != 1 else ''} run"
+        if worst.step_row >= 0
+        else "the trace runs"
+    )
+    message = (
+        f"{where} compiled code from more than one frame (up to {len(worst.frames)}: frames "
+        f"{', '.join(map(str, worst.frames[:8]))}): likely graph breaks, each one a return to "
+        "eager Python between compiled graphs (or several compiled functions). Find them with "
+        "TORCH_LOGS=graph_breaks or torch._dynamo.explain(model)(inputs), or compile with "
+        "fullgraph=True to make them errors."
+    )
+    rows = tuple(worst.rows[:8])
+    if worst.step_row >= 0:
+        rows = (worst.step_row, *rows)
+    return [
+        Finding(
+            "likely_graph_breaks", WARNING, message, worst.start, worst.end - worst.start, rows=rows
+        )
+    ]
+
+
+def guard_overhead(a: TraceSession) -> list[Finding]:
+    """Self time of `TorchDynamo Cache Lookup` (guard evaluation) per step."""
+    c = a.compiled
+    if not c.guard_calls:
+        return []
+    if c.steps:
+        worst = max(c.steps, key=lambda s: (s.guard_ns / max(s.end - s.start, 1), -s.start))
+        ns, length, start = worst.guard_ns, worst.end - worst.start, worst.start
+        calls, rows = worst.guard_calls, (worst.row,)
+        what = f"in {a.trace.name_of(worst.row)}"
+    else:
+        start, length = _span(a)
+        ns, calls, rows, what = c.guard_ns, c.guard_calls, (), "over the trace"
+    if ns < GUARD_MIN_NS or not length or ns / length < GUARD_WARNING:
+        return []
+    message = (
+        f"Guard evaluation (TorchDynamo Cache Lookup) takes {ms(ns)} in {calls:,} "
+        f"call{'s' if calls != 1 else ''} {what} ({pct(ns / length)}): many small compiled "
+        "calls or many guards. Compile a larger function, reduce the Python state the "
+        "compiled code reads, or try torch.compiler.set_stance / guard filtering."
+    )
+    return [Finding("guard_overhead", WARNING, message, start, length, rows=rows)]
+
+
+def graph_replay(a: TraceSession) -> list[Finding]:
+    """CUDA/HIP graph replay is present: say which numbers it makes partial."""
+    c = a.compiled
+    replay = c.replay
+    if replay is None:
+        return []
+    longest = sorted(c.graphs, key=lambda g: (-g.gpu_ns, g.row))[:5]
+    start, length = _span(a)
+    message = (
+        f"{replay.launches:,} graph launch{'es' if replay.launches != 1 else ''} replay "
+        f"{replay.kernels:,} GPU activities ({ms(replay.gpu_ns)}). Partial because of it: "
+        + "; ".join(replay.partial)
+        + ". The compile section (summary --json) has the replay-aware numbers."
+    )
+    return [
+        Finding("graph_replay", INFO, message, start, length, rows=tuple(g.row for g in longest))
+    ]
+
+
 RULES = {
     "dataloader_bound": dataloader_bound,
     "low_gpu_utilization": low_gpu_utilization,
@@ -647,6 +775,11 @@ RULES = {
     "uninstrumented_step_time": uninstrumented_step_time,
     "memory_near_capacity": memory_near_capacity,
     "trace_oddities": oddity_findings,
+    "recompiles": recompiles,
+    "compile_in_window": compile_in_window,
+    "likely_graph_breaks": likely_graph_breaks,
+    "guard_overhead": guard_overhead,
+    "graph_replay": graph_replay,
 }
 SEVERITY_ORDER = {CRITICAL: 0, WARNING: 1, INFO: 2}
 

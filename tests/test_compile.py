@@ -1,0 +1,420 @@
+"""The compile and graph-replay lens (analysis/compile.py, docs/compile.md): every number on
+hand-built traces (times in µs), the summary's `compile` section, its triage rules and report
+table, and the real traces of the corpus that hold compiled code and graph replay."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import CORPUS
+from kinetoscope.analysis import TraceSession
+from kinetoscope.analysis.compile import (
+    PEAK_BANDWIDTH_GBS,
+    REGION_AOT_FORWARD,
+    REGION_DYNAMO,
+    REGION_FX_GRAPH,
+    inductor_kind,
+    region_kind,
+)
+from kinetoscope.analysis.summary import build_summary
+from kinetoscope.parser import load as load_file
+from kinetoscope.parser import loads
+
+PID, TID = 1, 1
+
+
+def X(name, ts, dur, cat="cpu_op", pid=PID, tid=TID, **args):
+    event = {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur}
+    if args:
+        event["args"] = args
+    return event
+
+
+def R(name, ts, dur, corr):
+    return X(name, ts, dur, cat="cuda_runtime", correlation=corr)
+
+
+def G(name, ts, dur, corr, device=0, **args):
+    return {
+        "ph": "X",
+        "cat": "kernel",
+        "name": name,
+        "pid": device,
+        "tid": 7,
+        "ts": ts,
+        "dur": dur,
+        "args": {"device": device, "stream": 7, "correlation": corr, **args},
+    }
+
+
+def load(events, **header):
+    return loads(json.dumps({"schemaVersion": 1, "traceEvents": events, **header}).encode())
+
+
+def gpu_events():
+    """One step: a guard, frame 0 compiled (an Inductor kernel and an mm inside), an eager
+    add_, frame 1 (a graph break), frame 0 recompiled while compiling inside the window, and a
+    graph replay of two kernels with a 5 µs gap between them."""
+    return [
+        X("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+        X("TorchDynamo Cache Lookup", 10, 5),
+        X("Torch-Compiled Region: 0/0", 20, 200),
+        X("CompiledFunction", 25, 190),
+        X("## Call CompiledFxGraph abc ##", 30, 180, cat="user_annotation"),
+        X("triton_poi_fused_add_mul_0", 40, 20, kernel_file="/x.py", grid="grid(1)"),
+        R("cudaLaunchKernel", 45, 5, corr=1),
+        G("triton_poi_fused_add_mul_0", 300, 8, corr=1),
+        X("aten::mm", 70, 20),
+        R("cudaLaunchKernel", 75, 5, corr=2),
+        G("ampere_sgemm", 308, 50, corr=2),
+        X("aten::add_", 230, 20),
+        R("cudaLaunchKernel", 235, 5, corr=3),
+        G("vectorized_elementwise", 360, 20, corr=3),
+        X("Torch-Compiled Region: 1/0", 260, 40),
+        X("triton_red_fused_sum_1", 265, 15),
+        R("cudaLaunchKernel", 268, 4, corr=4),
+        G("triton_red_fused_sum_1", 400, 30, corr=4),
+        X("Torch-Compiled Region: 0/1", 500, 60),
+        X("compile_fx_inner (dynamo_timed)", 505, 50),
+        X("replay", 595, 25),
+        R("cudaGraphLaunch", 600, 10, corr=5),
+        G("graph_a", 700, 10, corr=5),
+        G("graph_b", 715, 30, corr=5),
+    ]
+
+
+def test_compiled_regions_and_the_share_of_kernel_time_in_compiled_code():
+    c = TraceSession(load(gpu_events())).compiled
+    assert [(r.kind, r.label) for r in c.regions] == [
+        (REGION_DYNAMO, "0/0"),
+        (REGION_AOT_FORWARD, "aot_forward"),
+        (REGION_FX_GRAPH, "fx_graph"),
+        (REGION_DYNAMO, "1/0"),
+        (REGION_DYNAMO, "0/1"),
+    ]
+    assert [r.label for r in c.outer_regions()] == ["0/0", "1/0", "0/1"]
+    assert c.on_gpu
+    # Kernels: 8 + 50 + 20 + 30 + 10 + 30; compiled: the Inductor kernel (8), the mm inside
+    # region 0/0 (50) and the Inductor kernel of region 1/0 (30).
+    assert (c.total_ns, c.compiled_ns) == (148_000, 88_000)
+    assert c.share == pytest.approx(88 / 148)
+    assert c.has_compiled
+
+
+def test_recompiles_graph_breaks_compilation_and_guards():
+    c = TraceSession(load(gpu_events())).compiled
+    assert [(f.frame, f.compile_ids, f.calls) for f in c.frames] == [
+        (0, (0, 1), (1, 1)),
+        (1, (0,), (1,)),
+    ]
+    assert [f.frame for f in c.recompiled_frames()] == [0]
+    (brk,) = c.likely_graph_breaks
+    assert brk.frames == (0, 1) and (brk.start, brk.end) == (0, 1_000_000)
+    assert (c.compiling.count, c.compiling.ns) == (1, 50_000)
+    assert (c.guard_calls, c.guard_ns) == (1, 5_000)
+
+
+def test_eager_islands_are_outermost_operators_outside_compiled_code():
+    c = TraceSession(load(gpu_events())).compiled
+    # The guard and the compile event are dynamo's own machinery, never islands.
+    assert [(e.name, e.count, e.cpu_ns, e.gpu_ns) for e in c.eager_islands] == [
+        ("replay", 1, 25_000, 40_000),
+        ("aten::add_", 1, 20_000, 20_000),
+    ]
+
+
+def test_launch_economy_and_fusion_mix():
+    c = TraceSession(load(gpu_events())).compiled
+    launch = c.launch
+    assert (launch.launch_calls, launch.graph_launches, launch.kernels, launch.graph_kernels) == (
+        5,
+        1,
+        6,
+        2,
+    )
+    assert launch.kernels_per_graph_launch == 2.0
+    assert launch.cpu_ns == 29_000  # 5 + 5 + 5 + 4 + 10
+    assert (c.kernels, c.short_kernels) == (6, 1)  # only the 8 µs kernel is under 10 µs
+    mix = {m.kind: (m.names, m.count, m.total_ns, m.short, m.fused_mean) for m in c.fusion_mix()}
+    assert mix == {"poi": (1, 1, 8_000, 1, 2.0), "red": (1, 1, 30_000, 0, 1.0)}
+    assert {k.name: k.fused for k in c.inductor} == {
+        "triton_poi_fused_add_mul_0": ("add", "mul"),
+        "triton_red_fused_sum_1": ("sum",),
+    }
+
+
+def test_graph_replay_is_attributed_to_the_launch_and_its_gaps_are_not_the_hosts():
+    session = TraceSession(load(gpu_events()))
+    c = session.compiled
+    (graph,) = c.graphs
+    trace = session.trace
+    assert trace.name_of(graph.operator_row) == "replay"
+    assert (graph.kernels, graph.gpu_ns, graph.busy_ns, graph.gap_ns) == (2, 40_000, 40_000, 5_000)
+    assert (graph.span_start, graph.span_end) == (700_000, 745_000)
+    replay = c.replay
+    assert replay is not None
+    assert (replay.launches, replay.kernels, replay.gpu_ns, replay.gap_ns) == (1, 2, 40_000, 5_000)
+    # The spec's idle gap [710, 715) lies inside the replay; it is kernel_wait, not host_wait.
+    assert (replay.idle_inside_ns, replay.host_wait_inside_ns) == (5_000, 0)
+    assert any(note.startswith("operators:") for note in replay.partial)
+    assert any(note.startswith("gpu.idle_by_cause") for note in replay.partial)
+
+
+def test_per_step_numbers():
+    c = TraceSession(load(gpu_events())).compiled
+    (step,) = c.steps
+    assert (step.total_ns, step.compiled_ns, step.eager_ns) == (148_000, 88_000, 45_000)
+    assert (step.regions, step.frames) == (3, (0, 1))
+    assert (step.guard_calls, step.guard_ns, step.compiling_ns) == (1, 5_000, 50_000)
+    assert (step.launch_calls, step.graph_launches, step.kernels, step.launch_cpu_ns) == (
+        5,
+        1,
+        6,
+        29_000,
+    )
+
+
+def test_cpu_only_trace_measures_operator_self_time():
+    events = [
+        X("ProfilerStep#1", 0, 100, cat="user_annotation"),
+        X("Torch-Compiled Region: 0/0", 10, 50),
+        X("cpp_fused_add_relu_0", 20, 10),
+        X("aten::mm", 35, 20),
+        X("aten::sum", 70, 10),
+    ]
+    c = TraceSession(load(events)).compiled
+    assert not c.on_gpu
+    # Self times: region 50 - 10 - 20 = 20, cpp 10, mm 20 (compiled); sum 10 (eager).
+    assert (c.total_ns, c.compiled_ns) == (60_000, 50_000)
+    assert [(k.name, k.kind, k.fused, k.on_gpu) for k in c.inductor] == [
+        ("cpp_fused_add_relu_0", "cpp", ("add", "relu"), False)
+    ]
+    assert [(e.name, e.cpu_ns, e.gpu_ns) for e in c.eager_islands] == [("aten::sum", 10_000, 0)]
+    (step,) = c.steps
+    assert (step.total_ns, step.compiled_ns, step.eager_ns) == (60_000, 50_000, 10_000)
+    assert c.likely_graph_breaks == ()
+
+
+def test_graph_breaks_over_the_whole_trace_without_steps():
+    events = [X("Torch-Compiled Region: 0/0", 0, 10), X("Torch-Compiled Region: 2/0", 20, 10)]
+    c = TraceSession(load(events)).compiled
+    (brk,) = c.likely_graph_breaks
+    assert (brk.step_row, brk.frames, brk.start, brk.end) == (-1, (0, 2), 0, 30_000)
+    # One frame called many times is no graph break.
+    events = [X("Torch-Compiled Region: 0/0", t, 10) for t in (0, 20, 40)]
+    assert TraceSession(load(events)).compiled.likely_graph_breaks == ()
+
+
+def test_eager_trace_has_nothing_compiled():
+    events = [
+        X("aten::mm", 0, 20),
+        R("cudaLaunchKernel", 5, 5, corr=1),
+        G("ampere_sgemm", 30, 50, corr=1),
+    ]
+    c = TraceSession(load(events)).compiled
+    assert not c.has_compiled
+    assert (c.total_ns, c.compiled_ns, c.eager_islands, c.replay) == (50_000, 0, (), None)
+
+
+def test_names():
+    assert region_kind("Torch-Compiled Region: 12/3") == (REGION_DYNAMO, 12, 3)
+    assert region_kind("Torch-Compiled Region: x/3") is None
+    assert region_kind("CompiledFunctionBackward") == ("aot_backward", None, None)
+    assert inductor_kind("triton_per_fused__softmax_2") == ("per", ("softmax",))
+    assert inductor_kind("triton_tem_fused_mm_0") == ("tem", ("mm",))
+    assert inductor_kind("triton_poi_fused_0") == ("poi", ())
+    assert inductor_kind("cpp_fused_mul_3") == ("cpp", ("mul",))
+    assert inductor_kind("triton_kernel") is None
+    assert inductor_kind("cpp_something_1") is None
+
+
+def efficiency_trace(device_name):
+    events = [
+        X("Torch-Compiled Region: 0/0", 0, 100),
+        X("triton_poi_fused_add_0", 10, 20, kernel_flop=2_000_000_000, kernel_num_gb=0.5),
+        R("cudaLaunchKernel", 12, 5, corr=1),
+        G("triton_poi_fused_add_0", 200, 1000, corr=1),
+        X("triton_red_fused_sum_1", 40, 20, kernel_num_gb=0.25),
+        R("cudaLaunchKernel", 42, 5, corr=2),
+        G("triton_red_fused_sum_1", 1300, 500, corr=2),
+    ]
+    return {
+        "schemaVersion": 1,
+        "deviceProperties": [{"id": 0, "name": device_name, "totalGlobalMem": 1 << 30}],
+        "traceEvents": events,
+    }
+
+
+def test_kernel_efficiency_from_kernel_flop_and_num_gb(write_trace):
+    session = TraceSession(load_file(str(write_trace(efficiency_trace("NVIDIA H100 80GB HBM3")))))
+    eff = session.kernel_efficiency
+    by_name = {a.name: a for a in eff.kernels}
+    add = by_name["triton_poi_fused_add_0"]
+    # 2e9 FLOP in 1 ms: 2 TFLOP/s; 0.5 GB in 1 ms: 500 GB/s, of the H100 SXM's 3350 GB/s.
+    assert add.tflops == pytest.approx(2.0)
+    assert add.gbs == pytest.approx(500.0)
+    assert add.bandwidth_share == pytest.approx(500 / PEAK_BANDWIDTH_GBS["NVIDIA H100 80GB HBM3"])
+    red = by_name["triton_red_fused_sum_1"]
+    assert red.tflops is None and red.gbs == pytest.approx(500.0)
+    # Per operator: both launch events sit in the compiled region.
+    (op,) = eff.operators
+    assert (op.name, op.count, op.dur_ns) == ("Torch-Compiled Region: 0/0", 2, 1_500_000)
+    assert op.gbs == pytest.approx(0.75 / 1.5e-3)
+
+
+def test_kernel_efficiency_never_guesses_a_peak(write_trace):
+    session = TraceSession(load_file(str(write_trace(efficiency_trace("Some Future GPU")))))
+    (add, _red) = session.kernel_efficiency.kernels
+    assert add.gbs == pytest.approx(500.0)
+    assert add.peak_gbs is None and add.bandwidth_share is None
+
+
+def test_summary_compile_section():
+    doc = build_summary(load(gpu_events()))
+    section = doc["compile"]
+    assert section["measured_on"] == "kernels"
+    assert (section["total_us"], section["compiled_us"]) == (148.0, 88.0)
+    assert section["compiled_share"] == round(88 / 148, 4)
+    assert section["recompiled_frames"] == [0]
+    assert section["likely_graph_breaks"][0]["frames"] == [0, 1]
+    assert section["guard"] == {"calls": 1, "self_us": 5.0, "mean_us": 5.0}
+    assert section["launch"]["kernels_per_graph_launch"] == 2.0
+    assert section["graph_replay"]["idle_inside_us"] == 5.0
+    assert section["graph_replay"]["partial"]
+    assert section["steps"][0]["compiled_us"] == 88.0
+    # The spec's own numbers keep their meaning: the replay's launch still holds its kernels.
+    replay = next(op for op in doc["operators"] if op["name"] == "replay")
+    assert replay["gpu_total_us"] == 40.0
+
+
+# -- triage rules ----------------------------------------------------------------------------
+
+
+def test_compile_rules_fire_with_evidence():
+    session = TraceSession(load(gpu_events()))
+    found = {f.rule: f for f in session.findings}
+    trace = session.trace
+    recompile = found["recompiles"]
+    assert recompile.severity == "warning" and "frame 0: ids 0, 1" in recompile.message
+    assert [trace.name_of(r) for r in recompile.rows] == [
+        "Torch-Compiled Region: 0/0",
+        "Torch-Compiled Region: 0/1",
+    ]
+    compiling = found["compile_in_window"]
+    # 50 µs of a 1000 µs trace: a warning, not critical (under 20 %).
+    assert compiling.severity == "warning"
+    assert (compiling.start, compiling.dur) == (505_000, 50_000)
+    brk = found["likely_graph_breaks"]
+    assert [trace.name_of(r) for r in brk.rows] == [
+        "ProfilerStep#1",
+        "Torch-Compiled Region: 0/0",
+        "Torch-Compiled Region: 1/0",
+    ]
+    replay = found["graph_replay"]
+    assert replay.severity == "info" and "Partial because of it" in replay.message
+    assert [trace.name_of(r) for r in replay.rows] == ["cudaGraphLaunch"]
+    # 5 µs of guards in a 1 ms step: under the threshold.
+    assert "guard_overhead" not in found
+
+
+def test_guard_overhead_fires_from_five_percent_of_a_step():
+    def trace(guard_us):
+        events = [X("ProfilerStep#1", 0, 1000, cat="user_annotation")]
+        for i in range(10):
+            events += [
+                X("TorchDynamo Cache Lookup", i * 100, guard_us),
+                X("Torch-Compiled Region: 0/0", i * 100 + 50, 20),
+            ]
+        return load(events)
+
+    rules = {f.rule: f for f in TraceSession(trace(20)).findings}
+    assert "guard_overhead" in rules  # 200 µs of 1000
+    assert "10 calls" in rules["guard_overhead"].message
+    assert "guard_overhead" not in {f.rule for f in TraceSession(trace(4)).findings}  # 4 %
+
+
+def test_compile_rules_stay_silent_on_an_eager_trace():
+    events = [
+        X("aten::mm", 0, 20),
+        R("cudaLaunchKernel", 5, 5, corr=1),
+        G("ampere_sgemm", 30, 50, corr=1),
+    ]
+    rules = {f.rule for f in TraceSession(load(events)).findings}
+    assert not rules & {
+        "recompiles",
+        "compile_in_window",
+        "likely_graph_breaks",
+        "guard_overhead",
+        "graph_replay",
+    }
+
+
+# -- the corpus ------------------------------------------------------------------------------
+
+TRACELENS = CORPUS / "tracelens"
+
+
+def corpus_session(name):
+    path = TRACELENS / name
+    if not path.exists():
+        pytest.skip(f"{name} is not in the corpus")
+    return TraceSession(load_file(str(path)))
+
+
+@pytest.mark.corpus
+def test_corpus_torch_compile_triton_trace():
+    """One compiled frame (0/0) with its FX graph, four Inductor kernels, one guard call."""
+    session = corpus_session("torch_compile_triton_trace.json.gz")
+    c = session.compiled
+    assert [r.label for r in c.outer_regions()] == ["0/0"]
+    assert [(f.frame, f.compile_ids) for f in c.frames] == [(0, (0,))]
+    assert c.guard_calls == 1 and c.guard_ns > 0
+    mix = {m.kind: m.count for m in c.fusion_mix()}
+    assert mix == {"poi": 2, "red": 2}
+    # Every kernel is launched from inside the compiled region.
+    assert c.total_ns > 0 and c.compiled_ns == c.total_ns
+    assert c.replay is None and c.likely_graph_breaks == () and not c.recompiled_frames()
+    section = build_summary(session)["compile"]
+    assert section["compiled_share"] == 1.0 and section["graph_replay"] is None
+
+
+@pytest.mark.corpus
+def test_corpus_vllm_full_graph_replay_is_noted():
+    """One hipGraphLaunch replays 421 of the trace's 425 kernels."""
+    session = corpus_session("vllm_decode_full_graph_execution.json.gz")
+    c = session.compiled
+    assert (c.launch.graph_launches, c.launch.graph_kernels) == (1, 421)
+    (graph,) = c.graphs
+    assert graph.kernels == 421 and session.trace.name_of(graph.row) == "hipGraphLaunch"
+    replay = c.replay
+    assert replay is not None and replay.gap_ns == graph.gap_ns
+    assert replay.gpu_ns == graph.gpu_ns > 0.9 * c.total_ns
+    # The Inductor kernels replayed are compiled code; the rest of the graph is not named so.
+    assert 0 < c.compiled_ns < c.total_ns
+    rules = {f.rule: f for f in session.findings}
+    assert rules["graph_replay"].severity == "info"
+    section = build_summary(session)["compile"]
+    assert section["graph_replay"]["kernels"] == 421 and section["graph_replay"]["partial"]
+    assert section["launch"]["kernels_per_graph_launch"] == 421.0
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize(
+    "name",
+    [
+        "vllm_piecewise_graph_capture_rank_0.1773709679453551615.pt.trace.json.gz",
+        "sglang_decode_capture_bs_32_rank0.json.gz",
+    ],
+)
+def test_corpus_graph_capture_traces(name):
+    """Capture-phase traces: graph capture in the window, sensible compile sections."""
+    session = corpus_session(name)
+    c = session.compiled
+    section = build_summary(session)["compile"]
+    assert 0 <= c.compiled_ns <= c.total_ns
+    assert section["launch"]["kernels"] == c.kernels == int(session.classes.kernel.sum())
+    if c.replay is not None:
+        assert section["graph_replay"]["partial"]
+        assert "graph_replay" in {f.rule for f in session.findings}
+    json.dumps(section)
