@@ -74,6 +74,13 @@ DRILLDOWN_BINDINGS: list[BindingType] = [
         "v", "overview", "Overview", show=False, tooltip="Per-step breakdown and GPU utilisation"
     ),
     Binding(
+        "c",
+        "compile",
+        "Compile",
+        show=False,
+        tooltip="torch.compile: compiled share, eager islands, recompiles, launches, fusion",
+    ),
+    Binding(
         "m", "mark", "Mark", show=False, tooltip="Mark a range start, then its end (tables use it)"
     ),
     Binding(
@@ -164,6 +171,17 @@ class DrilldownActions:
         from .overview import OverviewScreen
 
         self.app.push_screen(OverviewScreen(self))
+
+    def action_compile(self) -> None:
+        from .compile_view import CompileScreen
+
+        self._open("compile", lambda: CompileScreen(self))
+
+    def mark_compiled_regions(self) -> None:
+        """Find the trace's compiled regions in a worker, then mark them on the timeline."""
+        from .compile_view import mark_compiled_regions
+
+        mark_compiled_regions(self)
 
     # -- jumping back -----------------------------------------------------------------------
 

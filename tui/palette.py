@@ -15,6 +15,7 @@ from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 def drilldown_help_sections() -> list[tuple[str, list[BindingType]]]:
     """(screen title, bindings) of every drill-down screen, for the help screen."""
+    from .compile_view import CompileScreen
     from .findings import FindingsScreen
     from .kernels import KernelDetailScreen, KernelsScreen
     from .operators import OperatorDetailScreen, OperatorsScreen
@@ -31,6 +32,7 @@ def drilldown_help_sections() -> list[tuple[str, list[BindingType]]]:
         ("Kernel details", list(KernelDetailScreen.BINDINGS)),
         ("Findings (t)", list(FindingsScreen.BINDINGS)),
         ("Overview (v)", list(OverviewScreen.BINDINGS)),
+        ("Compile (c)", list(CompileScreen.BINDINGS)),
         ("Search (/)", list(SearchScreen.BINDINGS)),
     ]
 
@@ -54,6 +56,7 @@ def binding_rows(app: Any, bindings: Iterable[BindingType]) -> list[tuple[str, s
 def viewer_help_sections() -> list[tuple[str, type, list[BindingType]]]:
     """(title, screen class, bindings) of every screen of the viewer: the timeline, the
     drill-down tables, the memory view and the sync view."""
+    from .compile_view import CompileScreen
     from .findings import FindingsScreen
     from .kernels import KernelDetailScreen, KernelsScreen
     from .memory_view import MemoryChart, MemoryScreen
@@ -90,6 +93,7 @@ def viewer_help_sections() -> list[tuple[str, type, list[BindingType]]]:
         "Kernel details": KernelDetailScreen,
         "Findings (t)": FindingsScreen,
         "Overview (v)": OverviewScreen,
+        "Compile (c)": CompileScreen,
         "Search (/)": SearchScreen,
         "Any table": TableScreen,
     }
@@ -112,29 +116,53 @@ def job_help_sections() -> list[tuple[str, type, list[BindingType]]]:
     from .table import DataView, TableScreen
     from .timeline import Timeline
 
-    ranks = [
+    ranks: list[BindingType] = [
         Binding("up,down,left,right", "matrix_move", "Move over ranks and steps"),
         *(b for b in RanksScreen.BINDINGS if isinstance(b, Binding) and b.key != "tab"),
         Binding("tab", "focus_next", "Between the matrix and the per-rank table (< > sort it)"),
     ]
     table = list(DataView.BINDINGS) + list(TableScreen.BINDINGS)
-    collectives = [
+    collectives: list[BindingType] = [
         Binding("enter", "choose", "Show it on the timeline of the rank that waited longest"),
         *table,  # Enter's line above is the table's (the same action)
     ]
-    rank = [*RankTraceScreen.BINDINGS, *Timeline.BINDINGS, *TraceScreen.BINDINGS]
+    rank: list[BindingType] = [*RankTraceScreen.BINDINGS, *Timeline.BINDINGS, *TraceScreen.BINDINGS]
     # The job's timeline: the single-trace timeline's keys, on every rank at once.
-    job_timeline = [
+    job_timeline: list[BindingType] = [
         *(b for b in Timeline.BINDINGS if isinstance(b, Binding) and b.key not in ("enter", "P")),
         *JobTimelineScreen.BINDINGS,
     ]
-    pair = [*RankPairScreen.BINDINGS, *Timeline.BINDINGS]
+    pair: list[BindingType] = [*RankPairScreen.BINDINGS, *Timeline.BINDINGS]
     return [
         ("Ranks overview", RanksScreen, ranks),
         ("Collectives (c)", CollectivesScreen, collectives),
         ("Job timeline (t)", JobTimelineScreen, job_timeline),
         ("Two ranks side by side (x)", RankPairScreen, pair),
         ("A rank's timeline (Enter, s)", RankTraceScreen, rank),
+    ]
+
+
+def diff_help_sections() -> list[tuple[str, type, list[BindingType]]]:
+    """(title, screen class, bindings) of the diff viewer's own screens (`kinetoscope diff`),
+    listed before the single-trace viewer's (a trace opened alone)."""
+    from .diff_table import DiffScreen
+    from .diff_timeline import DiffPairScreen, HalfTraceScreen
+    from .screens import TraceScreen
+    from .table import DataView, TableScreen
+    from .timeline import Timeline
+
+    table: list[BindingType] = [
+        Binding("enter", "choose", "Both timelines at the paired step, the row's instances lit"),
+        *DataView.BINDINGS,  # Enter's line above is the table's (the same action)
+        *(b for b in TableScreen.BINDINGS if isinstance(b, Binding) and b.key != "escape"),
+        *DiffScreen.BINDINGS,
+    ]
+    pair: list[BindingType] = [*DiffPairScreen.BINDINGS, *Timeline.BINDINGS]
+    alone: list[BindingType] = [*HalfTraceScreen.BINDINGS, *Timeline.BINDINGS, *TraceScreen.BINDINGS]
+    return [
+        ("Diff table", DiffScreen, table),
+        ("Both timelines (Enter)", DiffPairScreen, pair),
+        ("A trace alone (O)", HalfTraceScreen, alone),
     ]
 
 

@@ -233,3 +233,17 @@ def cells_to_segments(
             text = SHADE_CHARS[sh] * (b - a)
         segments.append(Segment(text, style))
     return segments
+
+
+def band_cells(starts: np.ndarray, ends: np.ndarray, t0: float, ns_per_cell: float, width: int):
+    """Per cell of the window of `width` cells from `t0`: whether one of the intervals
+    [starts, ends) (relative ns, sorted and disjoint, as `viewdata.merge_spans` makes them)
+    reaches into it. Two `searchsorted` over the cell edges: the cost depends on the width."""
+    if not len(starts) or width <= 0:
+        return np.zeros(max(width, 0), dtype=bool)
+    edges = cell_edges(t0, ns_per_cell, width)
+    left, right = edges[:-1], edges[1:]
+    first = np.searchsorted(ends, left, "right")  # the first interval ending after the cell starts
+    inside = first < len(starts)
+    inside[inside] = starts[first[inside]] < right[inside]
+    return inside

@@ -193,6 +193,7 @@ class TraceScreen(DrilldownActions, Screen):
     def on_mount(self) -> None:
         self.query_one(Timeline).focus()
         self.set_interval(FILE_CHECK_INTERVAL_S, self.check_file)
+        self.mark_compiled_regions()
         warnings = self.data.trace.warnings
         if warnings:  # what the parser skipped or could not make sense of: said, not hidden
             shown = [shorten(w, 200) for w in warnings[:WARNINGS_SHOWN]]

@@ -87,6 +87,7 @@ DESIGNED: dict[str, str] = {
     "reserved": "#243038",  # memory reserved (a background)
     "memory-cursor": "#4b4224",  # the memory chart's cursor column (a background)
     "idle": "#3a3f4b",  # idle time in the overview's bars
+    "compiled": "#c678dd",  # torch.compile'd regions (the timeline's band, the compile view)
     # Parts of a whole (an operator's self time and its children), in order.
     "part-self": "#61afef",
     "part-1": "#98c379",
@@ -208,6 +209,7 @@ def derived(theme: Theme) -> dict[str, str]:
         "reserved": mix(bg, primary, 0.15),
         "memory-cursor": mix(bg, warning, 0.3),
         "idle": mix(bg, fg, 0.2),
+        "compiled": ink(_shift(primary, 90)),
         "part-self": ink(primary),
         "part-1": ink(success),
         "part-2": ink(warning),

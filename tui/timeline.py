@@ -22,12 +22,13 @@ from textual.strip import Strip
 from .render import (
     PLAIN,
     CellRow,
+    band_cells,
     cells_to_segments,
     compute_cells,
 )
 from .safe_text import fit
 from .search import highlight_segments
-from .theme import palette_of
+from .theme import Palette, palette_of
 from .viewdata import SLOT_KERNEL, DisplayRow, Level, ViewData
 
 MIN_NS_PER_CELL = 1.0
@@ -135,6 +136,8 @@ class Timeline(ScrollView, can_focus=True):
         self.ruler_zero = 0.0
         # The cursor's row is highlighted (off for the job's timelines without focus).
         self.cursor_row_shown = True
+        # torch.compile'd regions per CPU group (relative ns, merged): a band on its header row.
+        self.compiled_spans: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         if data is not None:
             self.set_data(data)
 
@@ -406,7 +409,9 @@ class Timeline(ScrollView, can_focus=True):
             group = data.groups[row.group]
             device = data.lanes[group.lanes[0]].device if group.is_gpu else None
             level = self._device_levels.get(device) if device is not None else None
-            if level is None:
+            if level is None and row.group in self.compiled_spans:
+                body = self._compiled_band(self.compiled_spans[row.group], palette)
+            elif level is None:
                 body = [Segment("─" * self.cells_width, palette.style("rule"))]
             else:
                 cells = self._cells_for(("device", device) + self._view_key(), level)
@@ -435,14 +440,49 @@ class Timeline(ScrollView, can_focus=True):
                 current_row=current,
                 palette=palette,
             )
-            if self._highlight is not None:
-                body = highlight_segments(
-                    body, cells, level, data.trace.name, self._highlight, entry, palette
-                )
+            body = self.decorate_row(body, cells, level, entry, palette)
         separator = Segment("│", palette.style("rule"))
         strip = Strip(label + [separator] + body).adjust_cell_length(width, PLAIN)
         self._strips[key] = strip
         return strip
+
+    def set_compiled_spans(self, spans: dict[int, tuple[np.ndarray, np.ndarray]]) -> None:
+        """Mark these spans (per group: merged starts, ends, relative ns) on the groups'
+        header rows as compiled code, and redraw."""
+        self.compiled_spans = spans
+        self._strips.clear()
+        self.refresh()
+
+    def _compiled_band(
+        self, spans: tuple[np.ndarray, np.ndarray], palette: Palette
+    ) -> list[Segment]:
+        """A CPU group's header: `━` where compiled regions run (named where wide enough),
+        the rule elsewhere; O(width) (render.band_cells)."""
+        width = self.cells_width
+        band = band_cells(spans[0], spans[1], self.view_start, self.ns_per_cell, width)
+        compiled, rule = palette.style("compiled", bold=True), palette.style("rule")
+        segments: list[Segment] = []
+        change = np.flatnonzero(np.diff(band.astype(np.int8))) + 1
+        for a, b in zip([0, *change.tolist()], [*change.tolist(), width]):
+            if not band[a]:
+                segments.append(Segment("─" * (b - a), rule))
+            elif b - a >= 12:
+                label = " compiled "
+                segments.append(Segment("━" + label + "━" * (b - a - 1 - len(label)), compiled))
+            else:
+                segments.append(Segment("━" * (b - a), compiled))
+        return segments
+
+    def decorate_row(
+        self, body: list[Segment], cells: CellRow, level: Level, entry: int, palette: Palette
+    ) -> list[Segment]:
+        """A lane row's drawn cells, restyled: the search matches highlighted (all but the
+        selected `entry`). A subclass may mark more (the diff's added and removed kernels);
+        what it marks must change `_highlight_version` (the drawn rows are cached by it)."""
+        if self._highlight is None or self.data is None:
+            return body
+        names = self.data.trace.name
+        return highlight_segments(body, cells, level, names, self._highlight, entry, palette)
 
     def _force_selected(self, cells: CellRow, level: Level, entry: int) -> CellRow:
         """Draw the selected slice over every cell it touches, even where others dominate."""

@@ -537,6 +537,33 @@ class ViewData:
     def gpu_lanes_of_device(self, device: int) -> list[int]:
         return [i for i, lane in enumerate(self.lanes) if lane.is_gpu and lane.device == device]
 
+    def spans_by_group(self, rows: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """The time `rows` (trace rows, e.g. the compiled regions) cover, per group of the lanes
+        they are on: (starts, ends), relative ns, merged (`merge_spans`)."""
+        trace = self.trace
+        group_of = {lane.lane.id: lane.group for lane in self.lanes}
+        rows = np.asarray(rows, dtype=np.int64)
+        groups = np.array([group_of.get(int(i), -1) for i in trace.lane[rows]], dtype=np.int64)
+        out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for group in np.unique(groups[groups >= 0]).tolist():
+            mine = rows[groups == group]
+            start = trace.start[mine] - self.origin
+            out[int(group)] = merge_spans(start, start + trace.dur[mine])
+        return out
+
+
+def merge_spans(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Intervals [starts, ends) merged where they overlap or touch: sorted and disjoint."""
+    if not len(starts):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], np.maximum.accumulate(ends[order])
+    new = np.ones(len(starts), dtype=bool)
+    new[1:] = starts[1:] > ends[:-1]
+    first = np.flatnonzero(new)
+    last = np.append(first[1:], len(starts)) - 1
+    return starts[first].astype(np.int64), ends[last].astype(np.int64)
+
 
 def _in_thread(function: Any, *args: Any) -> Any:
     """Run `function(*args)` in a thread of its own; `.result()` waits for it."""

@@ -1,0 +1,158 @@
+"""The compile view (`c`) and the compiled regions marked on the timeline, driven like a user:
+the numbers shown are the compile lens's (TraceSession.compiled), Enter goes to the timeline."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from kinetoscope.analysis import TraceSession
+from kinetoscope.parser import load
+from kinetoscope.tui.app import KinetoscopeApp
+from kinetoscope.tui.compile_view import CompileScreen
+from kinetoscope.tui.screens import HelpScreen, TraceScreen
+from test_tui_drilldown import column_index, press, settle, shown_rows
+
+SIZE = (120, 40)
+CORPUS_COMPILE = (
+    Path(__file__).resolve().parents[1]
+    / ".."
+    / "shared"
+    / "corpus"
+    / "tracelens"
+    / "torch_compile_triton_trace.json.gz"
+)
+
+
+def X(name, ts, dur, cat="cpu_op", pid=1, tid=1):
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur}
+
+
+def compiled_cpu_events() -> list[dict]:
+    """Two steps of a CPU-only run: an eager embedding and topk around a compiled region;
+    step 2 recompiles frame 0 (compile id 1). Times in µs."""
+    return [
+        X("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+        X("aten::embedding", 10, 50),
+        X("TorchDynamo Cache Lookup", 60, 10),
+        X("Torch-Compiled Region: 0/0", 70, 430),
+        X("CompiledFunction", 80, 410),
+        X("cpp_fused_add_relu_0", 100, 200),
+        X("cpp_fused_sum_1", 310, 150),
+        X("aten::topk", 600, 200),
+        X("ProfilerStep#2", 1000, 1000, cat="user_annotation"),
+        X("TorchDynamo Cache Lookup", 1010, 10),
+        X("Torch-Compiled Region: 0/1", 1020, 380),
+        X("CompiledFunction", 1030, 360),
+        X("cpp_fused_add_relu_0", 1040, 300),
+        X("aten::topk", 1500, 100),
+    ]
+
+
+@pytest.fixture
+def compiled_trace(tmp_path: Path) -> Path:
+    path = tmp_path / "compiled.pt.trace.json.gz"
+    document = {"schemaVersion": 1, "traceEvents": compiled_cpu_events()}
+    path.write_bytes(gzip.compress(json.dumps(document).encode()))
+    return path
+
+
+async def open_compile_view(pilot) -> CompileScreen:
+    await settle(pilot, TraceScreen)
+    return await press(pilot, "c", until=CompileScreen)
+
+
+def summary_of(screen: CompileScreen) -> str:
+    return str(screen.query_one("#compile-summary").render())
+
+
+@pytest.mark.also_no_color
+async def test_compile_view_shows_the_lens_numbers_and_jumps(compiled_trace: Path) -> None:
+    result = TraceSession(load(str(compiled_trace))).compiled
+    # The lens's own numbers, which the view must show.
+    assert [i.name for i in result.eager_islands] == ["aten::topk", "aten::embedding"]
+    topk = result.eager_islands[0]
+    assert (topk.count, topk.cpu_ns) == (2, 300_000)
+    app = KinetoscopeApp(str(compiled_trace))
+    async with app.run_test(size=SIZE) as pilot:
+        trace_screen = await settle(pilot, TraceScreen)
+        timeline = trace_screen.timeline
+        # Compiled regions marked on the CPU process's header row.
+        assert set(timeline.compiled_spans) == {0}
+        starts, ends = timeline.compiled_spans[0]
+        origin = timeline.data.origin
+        assert starts.tolist() == [70_000, 1_020_000]
+        assert ends.tolist() == [500_000, 1_400_000]
+        header = timeline.render_line(1).text
+        assert "━" in header and "compiled" in header
+
+        screen = await press(pilot, "c", until=CompileScreen)
+        summary = summary_of(screen)
+        share = round(100 * result.compiled_ns / result.total_ns)
+        assert f"Compiled code: {share}% of CPU operator self time" in summary
+        assert "2 compiled regions" in summary
+        assert "Eager islands: 2 operators outside compiled code (3 calls, 350 µs)" in summary
+        assert "Recompiles: frame 0: compile ids 0, 1 (1, 1 calls)" in summary
+        assert "Guards: TorchDynamo Cache Lookup 2 calls, 20 µs self" in summary
+        assert "cpp (CPU) 3 (2 names" in summary
+
+        # The eager islands, as the lens counts them.
+        rows = shown_rows(screen)
+        calls = column_index(screen, "calls")
+        assert [(r[0].strip(), r[calls].strip()) for r in rows] == [
+            ("aten::topk", "2"),
+            ("aten::embedding", "1"),
+        ]
+        # Enter on the first island: its longest instance, selected on the timeline.
+        back = await press(pilot, "enter", until=TraceScreen)
+        assert back is trace_screen
+        assert timeline.selected_row == topk.rows[0]
+        assert timeline.data.trace.start[topk.rows[0]] - origin == 600_000
+
+        # S: the steps, with the lens's per-step compiled share.
+        screen = await press(pilot, "c", until=CompileScreen)
+        await press(pilot, "S")
+        rows = shown_rows(screen)
+        compiled_col = column_index(screen, "compiled")
+        assert [r[0].strip() for r in rows] == ["ProfilerStep#1", "ProfilerStep#2"]
+        for row, step in zip(rows, result.steps):
+            assert row[compiled_col].strip() == f"{100 * step.share:.0f}%"
+        await press(pilot, "down")
+        back = await press(pilot, "enter", until=TraceScreen)
+        assert timeline.selected_row == result.steps[1].row
+
+        # `?` lists the compile view's keys.
+        help_screen = await press(pilot, "question_mark", until=HelpScreen)
+        rows = [(key, text) for key, text in help_screen.bindings]
+        assert (
+            "c",
+            "torch.compile: compiled share, eager islands, recompiles, launches, fusion",
+        ) in rows
+        assert ("── Compile (c)", "") in rows
+        assert ("S", "Switch between the eager islands and the per-step table") in rows
+
+
+@pytest.mark.corpus
+@pytest.mark.also_no_color
+@pytest.mark.skipif(not CORPUS_COMPILE.exists(), reason="corpus trace missing")
+async def test_compile_view_on_the_corpus_triton_trace() -> None:
+    result = TraceSession(load(str(CORPUS_COMPILE))).compiled
+    app = KinetoscopeApp(str(CORPUS_COMPILE))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_compile_view(pilot)
+        summary = summary_of(screen)
+        share = round(100 * result.compiled_ns / result.total_ns)
+        assert f"Compiled code: {share}% of GPU kernel time" in summary
+        assert "1 compiled region" in summary
+        assert "Guards: TorchDynamo Cache Lookup 1 call" in summary
+        # Two reductions and two pointwise Triton kernels.
+        assert "reduction 2" in summary and "pointwise 2" in summary
+        assert "Recompiles: none in the window" in summary
+        assert result.eager_islands == ()
+        assert "Eager islands: none: every top-level operator ran inside compiled code" in summary
+        assert shown_rows(screen) == []
+        # The compiled region is marked on its process's header row.
+        timeline = pilot.app.screen_stack[-2].timeline
+        assert len(timeline.compiled_spans) == 1
