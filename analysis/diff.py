@@ -739,7 +739,7 @@ def _verdict(
     mean_n = sum(new_times) / len(new_times) if new_times else 0.0
     delta_pct = _pct(mean_n - mean_b, mean_b) if base_times and new_times else None
     if delta_pct is None and not not_comparable:
-        not_comparable = ["BASE has no time to compare with"]
+        not_comparable = ["nothing to compare: no step time on a side"]
     if not_comparable:
         return Verdict(INCONCLUSIVE, tuple(not_comparable), delta_pct, threshold, noise_b, noise_n)
     assert delta_pct is not None
