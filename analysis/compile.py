@@ -42,7 +42,7 @@ from kinetoscope.parser.model import Trace
 
 from .intervals import Union
 from .steps import names_matching
-from .units import fmt_duration, us
+from .units import fmt_duration, plural, us
 
 if TYPE_CHECKING:
     from .session import TraceSession
@@ -686,9 +686,10 @@ def _replay(session: TraceSession, graphs: tuple[GraphLaunch, ...], replayed: np
     gpu_ns = sum(g.gpu_ns for g in graphs)
     gap_ns = sum(g.gap_ns for g in graphs)
     partial = [
-        f"operators: the {kernels:,} GPU activities of {launches:,} graph launches count under "
-        "the operator holding each launch call (gpu_self_us / gpu_total_us), not under the "
-        "operators that were captured",
+        f"operators: the {plural(kernels, 'GPU activity', 'GPU activities')} of "
+        f"{plural(launches, 'graph launch', 'graph launches')} count under the operator holding "
+        "each launch call (gpu_self_us / gpu_total_us), not under the operators that were "
+        "captured",
         "kernels: a replayed kernel has no CPU operator, input shapes or stack of its own",
         "launch economy: one graph launch call stands for all the kernels it replays",
     ]

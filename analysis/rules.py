@@ -753,7 +753,7 @@ def graph_replay(a: TraceSession) -> list[Finding]:
     longest = sorted(c.graphs, key=lambda g: (-g.gpu_ns, g.row))[:5]
     start, length = _span(a)
     message = (
-        f"{replay.launches:,} graph launch{'es' if replay.launches != 1 else ''} replay "
+        f"{replay.launches:,} graph launch{'es replay' if replay.launches != 1 else ' replays'} "
         f"{replay.kernels:,} GPU activities ({ms(replay.gpu_ns)}). Partial because of it: "
         + "; ".join(replay.partial)
         + ". The compile section (summary --json) has the replay-aware numbers."

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from kinetoscope.analysis.units import fmt_bytes, fmt_percent, fmt_table_time
+from kinetoscope.analysis.units import fmt_bytes, fmt_percent, fmt_table_time, plural
 
 # Rich-only helpers (no Textual): the viewer's cutting, measured in the same cells.
 from kinetoscope.tui.safe_text import cut_end, cut_front
@@ -413,6 +413,7 @@ def summary_tables(analysis: Any, document: dict[str, Any]) -> list[Any]:
         kernels_table(analysis, document),
         memory_table(document),
         *memory_sync_tables(document),
+        *compile_tables(document),
         findings_table(document),
     ]
     return [s for s in sections if s is not None]
@@ -705,6 +706,131 @@ def memory_table(document: dict[str, Any]) -> Any:
             share,
         )
     return table
+
+
+def compile_tables(document: dict[str, Any]) -> list[Any]:
+    """The `compile` section (docs/compile.md): facts, eager islands, per step; nothing for a
+    trace without compiled code or graph replay."""
+    c = document.get("compile")
+    if not c or not (c["has_compiled"] or c["graph_replay"]):
+        return []
+    facts = _table("Compiled code and graph replay (docs/compile.md)", "fact", "value")
+    facts.show_header = False
+    measured = "kernel time" if c["measured_on"] == "kernels" else "operator self time"
+    facts.add_row(
+        f"compiled share of {measured}",
+        f"{_dur(c['compiled_us'])} of {_dur(c['total_us'])} {_pct(c['compiled_us'], c['total_us'])}",
+    )
+    regions = c["regions"]
+    if regions:
+        facts.add_row("regions", ", ".join(f"{kind} {n:,}" for kind, n in regions.items()))
+    for frame in c["frames"]:
+        ids = ", ".join(
+            f"{i} ({plural(n, 'call')})" for i, n in zip(frame["compile_ids"], frame["calls"])
+        )
+        facts.add_row(f"frame {frame['frame']}", f"compile ids {ids}")
+    for brk in c["likely_graph_breaks"][:5]:
+        where = brk["step"] or "the trace"
+        facts.add_row("likely graph breaks", _data(f"{where}: frames {brk['frames']}"))
+    if c["compiling"]["events"]:
+        facts.add_row(
+            "compiling in the window",
+            f"{c['compiling']['events']:,} events, {_dur(c['compiling']['us'])}",
+        )
+    guard = c["guard"]
+    if guard["calls"]:
+        facts.add_row(
+            "guards (TorchDynamo Cache Lookup)",
+            f"{plural(guard['calls'], 'call')}, {_dur(guard['self_us'])} self, "
+            f"{_dur(guard['mean_us'])} each",
+        )
+    launch = c["launch"]
+    per_graph = launch["kernels_per_graph_launch"]
+    facts.add_row(
+        "launch calls",
+        f"{launch['launch_calls']:,} ({plural(launch['graph_launches'], 'graph launch', 'graph launches')}"
+        + (f", {per_graph:,.1f} kernels each" if per_graph is not None else "")
+        + f"), {_dur(launch['cpu_us'])} on the CPU, for {launch['kernels']:,} kernels",
+    )
+    fusion = c["fusion"]
+    if fusion["kernels"]:
+        facts.add_row(
+            "kernels under 10 µs",
+            f"{fusion['short_kernels']:,} of {fusion['kernels']:,} "
+            f"{_pct(fusion['short_kernels'], fusion['kernels'])}",
+        )
+    for kind in fusion["by_kind"]:
+        facts.add_row(
+            f"Inductor {kind['label']}",
+            f"{plural(kind['count'], 'run')} of {plural(kind['names'], 'kernel')}, "
+            f"{_dur(kind['total_us'])}, "
+            f"{kind['fused_mean']:.1f} fused names each, {kind['short']:,} under 10 µs",
+        )
+    replay = c["graph_replay"]
+    if replay:
+        facts.add_row(
+            "graph replay",
+            f"{plural(replay['launches'], 'launch', 'launches')}, "
+            f"{plural(replay['kernels'], 'GPU activity', 'GPU activities')}, "
+            f"{_dur(replay['gpu_us'])}; idle inside replays {_dur(replay['idle_inside_us'])} "
+            f"({_dur(replay['host_wait_inside_us'])} of it counted host_wait)",
+        )
+        for note in replay["partial"]:
+            facts.add_row("partial", _data(note))
+    tables = [facts]
+    if c["eager_islands"]:
+        numbers = ("count", "CPU time", "GPU time")
+        islands = _table(
+            "Eager islands: operators outside compiled code",
+            "operator",
+            *numbers,
+            right=numbers,
+            names=("operator",),
+        )
+        for island in c["eager_islands"][:10]:
+            islands.add_row(
+                _data(island["name"]),
+                f"{island['count']:,}",
+                _dur(island["cpu_us"]),
+                _dur(island["gpu_us"]),
+            )
+        tables.append(islands)
+    efficiency = c["efficiency"]["kernels"]
+    if efficiency:
+        numbers = ("count", "time", "TFLOP/s", "GB/s", "of peak GB/s")
+        eff = _table(
+            "Kernel efficiency (kernel_flop, kernel_num_gb)",
+            "kernel",
+            *numbers,
+            right=numbers,
+            names=("kernel",),
+        )
+        for entry in efficiency[:10]:
+            share = entry["bandwidth_share"]
+            eff.add_row(
+                _data(entry["name"]),
+                f"{entry['count']:,}",
+                _dur(entry["dur_us"]),
+                "–" if entry["tflops"] is None else f"{entry['tflops']:.2f}",
+                "–" if entry["gbs"] is None else f"{entry['gbs']:.1f}",
+                "–" if share is None else fmt_percent(share),
+            )
+        tables.append(eff)
+    if c["steps"] and c["has_compiled"]:
+        numbers = ("compiled", "eager islands", "guards", "compiling", "launches", "kernels")
+        steps = _table("Compiled code per step", "step", *numbers, right=numbers)
+        for step in c["steps"]:
+            steps.add_row(
+                _data(step["name"]),
+                f"{_dur(step['compiled_us'])} {_pct(step['compiled_us'], step['total_us'])}",
+                _dur(step["eager_us"]),
+                _dur(step["guard_us"]),
+                _dur(step["compiling_us"]),
+                f"{step['launch_calls']:,}",
+                f"{step['kernels']:,}",
+            )
+        tables.append(steps)
+    return tables
 
 
 def findings_table(document: dict[str, Any]) -> Any:

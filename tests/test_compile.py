@@ -418,3 +418,28 @@ def test_corpus_graph_capture_traces(name):
         assert section["graph_replay"]["partial"]
         assert "graph_replay" in {f.rule for f in session.findings}
     json.dumps(section)
+
+
+# -- the text report ---------------------------------------------------------------------------
+
+
+def report_text(trace):
+    from kinetoscope.report import render_text, summary_tables
+
+    session = TraceSession(trace)
+    return render_text(summary_tables(session, build_summary(session)), 120)
+
+
+def test_report_shows_the_compile_tables():
+    text = report_text(load(gpu_events()))
+    assert "Compiled code and graph replay" in text
+    assert "88.000 µs of 148.000 µs 59%" in text
+    assert "compile ids 0 (1 call), 1 (1 call)" in text
+    assert "Eager islands: operators outside compiled code" in text
+    assert "Compiled code per step" in text
+    assert "1 graph launch, 2.0 kernels each" in text
+
+
+def test_report_has_no_compile_tables_for_an_eager_trace():
+    events = [X("aten::mm", 0, 20), R("cudaLaunchKernel", 5, 5, corr=1), G("k", 30, 50, corr=1)]
+    assert "Compiled code" not in report_text(load(events))
