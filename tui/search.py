@@ -75,9 +75,10 @@ def highlight_segments(
     name_mask: np.ndarray,
     keep_entry: int = -1,
     palette: Palette = DEFAULT,
+    role: str = "match",
 ) -> list[Segment]:
     """Restyle the cells of one lane row whose drawn event matches (all but `keep_entry`, the
-    selected one, which keeps its own style)."""
+    selected one, which keeps its own style): ink on the palette's `role` colour."""
     entry = cells.entry
     if not len(entry) or not len(level):
         return segments
@@ -94,7 +95,7 @@ def highlight_segments(
     out: list[Segment] = []
     for piece, first in zip(pieces, bounds[:-1]):
         if hit[first]:
-            highlight = palette.style("ink", "match", bold=True)
+            highlight = palette.style("ink", role, bold=True)
             out.extend(Segment.apply_style(list(piece), post_style=highlight))
         else:
             out.extend(piece)
