@@ -412,6 +412,7 @@ def run_diff(
         diff_sessions,
         parse_steps,
     )
+    from kinetoscope.analysis.session import AnalysisFailed
     from kinetoscope.cli import trace_path_problem
     from kinetoscope.parser import TraceError
     from kinetoscope.tui.safe_text import clean
@@ -448,6 +449,9 @@ def run_diff(
                 emit(tsv(sections))
             else:
                 emit(render_text(sections, width))
+    except AnalysisFailed as exc:  # one result could not be computed: say which, in one line
+        print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
+        return 1
     except MemoryError:
         print("kinetoscope: out of memory comparing the two traces", file=sys.stderr)
         return 1

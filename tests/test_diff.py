@@ -426,3 +426,24 @@ def test_text_formats(tmp_path):
     assert "## Verdict" in md
     tsv = run_cli(base, new, "--format", "tsv").stdout
     assert "# Verdict" in tsv
+
+
+def test_steps_picking_none_and_traces_without_gpu():
+    diff = diff_of(base_events(), new_events(), steps=[9])
+    assert diff.pairs == [] and diff.verdict.kind == INCONCLUSIVE
+    assert "picks none" in diff.verdict.reasons[0]
+    assert all(m.base is None and m.delta is None for m in diff.overall)
+    cpu_only = [e for e in base_events() if e["cat"] != "kernel"]
+    diff = diff_of(cpu_only, cpu_only)
+    assert diff.kernels == [] and diff.verdict.kind == NEUTRAL
+    assert [s.ops for s in diff.alignment(0)] == []
+
+
+def test_windows_with_overlap_and_many_steps():
+    import numpy as np
+    from kinetoscope.analysis.diff import _in_windows
+
+    t = np.array([0, 5, 10, 15, 20, 25, 99])
+    got = _in_windows(t, [(20, 30), (0, 12), (3, 6)])
+    assert got.tolist() == [True, True, True, False, True, True, False]
+    assert _in_windows(t, []).tolist() == [False] * 7
