@@ -156,3 +156,41 @@ async def test_compile_view_on_the_corpus_triton_trace() -> None:
         # The compiled region is marked on its process's header row.
         timeline = pilot.app.screen_stack[-2].timeline
         assert len(timeline.compiled_spans) == 1
+
+
+CORPUS_VLLM = CORPUS_COMPILE.with_name("vllm_decode_full_graph_execution.json.gz")
+
+
+@pytest.mark.corpus
+@pytest.mark.skipif(not CORPUS_VLLM.exists(), reason="corpus trace missing")
+async def test_compile_view_says_what_graph_replay_makes_partial() -> None:
+    result = TraceSession(load(str(CORPUS_VLLM))).compiled
+    assert result.replay is not None
+    app = KinetoscopeApp(str(CORPUS_VLLM))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_compile_view(pilot)
+        summary = " ".join(summary_of(screen).split())
+        assert "Graph replay: 1 graph launch replays 421 GPU activities" in summary
+        for note in result.replay.partial:
+            assert f"partial: {' '.join(note.split())}" in summary
+        assert "1 graph launch replaying 421 (421.0 per launch)" in summary
+
+
+def test_compiled_band_cells_and_merged_spans() -> None:
+    import numpy as np
+    from kinetoscope.tui.render import band_cells
+    from kinetoscope.tui.viewdata import merge_spans
+
+    # Overlapping and touching spans merge; a nested one disappears into its outer one.
+    starts, ends = merge_spans(np.array([50, 0, 10, 30, 90]), np.array([60, 20, 15, 50, 95]))
+    assert starts.tolist() == [0, 30, 90] and ends.tolist() == [20, 60, 95]
+    # Ten cells of 10 ns from 0: a span reaching into a cell marks it.
+    band = band_cells(starts, ends, 0.0, 10.0, 10)
+    assert band.tolist() == [1, 1, 0, 1, 1, 1, 0, 0, 0, 1]
+    # Off screen: nothing marked; and the cost is per cell, whatever the number of spans.
+    assert not band_cells(starts, ends, 1000.0, 10.0, 10).any()
+    many = np.arange(0, 10_000_000, 10, dtype=np.int64)
+    assert (
+        band_cells(many, many + 5, 0.0, 1.0, 20).tolist()
+        == [True] * 5 + [False] * 5 + [True] * 5 + [False] * 5
+    )

@@ -181,12 +181,15 @@ def describe_compile(trace: Any, result: CompileAnalysis, palette: Any) -> Text:
     of = "GPU kernel time" if result.on_gpu else "CPU operator self time"
     dynamo = [r for r in result.regions if r.frame is not None]
     if result.has_compiled:
+        regions = (
+            f"{plural(len(dynamo), 'compiled region')} · {plural(len(result.frames), 'frame')}"
+            if dynamo
+            else "no Torch-Compiled Region spans (Inductor kernels only)"
+        )
         line(
             "Compiled code",
             f"{_pct(result.compiled_ns, result.total_ns)} of {of} "
-            f"({fmt_duration(result.compiled_ns)} of {fmt_duration(result.total_ns)}) · "
-            f"{plural(len(dynamo), 'compiled region')} · "
-            f"{plural(len(result.frames), 'frame')}",
+            f"({fmt_duration(result.compiled_ns)} of {fmt_duration(result.total_ns)}) · " + regions,
         )
     islands = result.eager_islands
     if islands:
@@ -262,13 +265,16 @@ def describe_compile(trace: Any, result: CompileAnalysis, palette: Any) -> Text:
         )
     replay = result.replay
     if replay is not None:
+        verb = "replays" if replay.launches == 1 else "replay"
         line(
             "Graph replay",
-            f"{plural(replay.launches, 'graph launch', 'graph launches')} replay "
+            f"{plural(replay.launches, 'graph launch', 'graph launches')} {verb} "
             f"{replay.kernels:,} GPU activities ({fmt_duration(replay.gpu_ns)}); "
-            f"{fmt_duration(replay.gap_ns)} idle inside replays is not the host's doing. "
-            "Partial because of replay: " + "; ".join(replay.partial),
+            f"{fmt_duration(replay.gap_ns)} idle inside replays is not the host's doing",
         )
+        for note in replay.partial:
+            text.append("\n  partial: ", key)
+            text.append(note)
     return text
 
 
