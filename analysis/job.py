@@ -29,6 +29,7 @@ Definitions (docs/summary-ranks.md says the same with examples):
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
 
 JOB_VERSION = 1
 TOP_COLLECTIVES = 50
+CANCEL_POLL_S = 0.05  # how often map_ranks looks at its `cancel` event while it waits
 PHASES = ("compute", "data_loading", "host_launch", "synchronisation", "host_other")
 PHASE_TEXT = {
     "compute": "compute",
@@ -181,6 +183,10 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+class DigestsCancelled(Exception):
+    """`map_ranks` was cancelled before every digest arrived."""
+
+
 def default_workers(ranks: int) -> int:
     """min(ranks, the CPUs this process may use)."""
     try:
@@ -205,12 +211,15 @@ def map_ranks(
     workers: int | None = None,
     options: DigestOptions | None = None,
     on_done: Callable[[int, RankDigest], None] | None = None,
+    cancel: threading.Event | None = None,
 ) -> list[RankDigest]:
     """`digest_rank` of every path, in the paths' order. `executor`: anything with
     `submit(fn, *args)` returning futures with `result()` (a `concurrent.futures` executor, a
     `dask.distributed.Client`); by default a local process pool of `workers` processes
     (default min(ranks, CPUs)); with one worker or one path, this process does the work.
-    `on_done(index, digest)` is called as each digest arrives (in this process)."""
+    `on_done(index, digest)` is called as each digest arrives (in this process). Once `cancel`
+    is set, the digests not arrived are abandoned: pending ones cancelled, the local pool's
+    worker processes ended at once, and `DigestsCancelled` raised."""
     paths = list(paths)
     if options is None:
         # Ranks are the parallelism when there are as many as CPUs; with fewer (or with one
@@ -221,6 +230,8 @@ def map_ranks(
     if executor is None and (len(paths) <= 1 or (workers or default_workers(len(paths))) <= 1):
         digests = []
         for index, path in enumerate(paths):
+            if cancel is not None and cancel.is_set():
+                raise DigestsCancelled
             digests.append(digest_rank(path, options))
             if on_done is not None:
                 on_done(index, digests[-1])
@@ -232,10 +243,16 @@ def map_ranks(
         own_pool = executor = ProcessPoolExecutor(
             max_workers=workers or default_workers(len(paths)), mp_context=worker_context()
         )
+    futures: list[Any] = []
+    finished = False
     try:
         futures = [executor.submit(digest_rank, path, options) for path in paths]
         results: list[RankDigest] = []
         for index, future in enumerate(futures):
+            if cancel is not None:
+                while not future.done():
+                    if cancel.wait(CANCEL_POLL_S):
+                        raise DigestsCancelled
             try:
                 digest = future.result()
             except Exception as exc:  # a worker that died (killed, out of memory)
@@ -248,10 +265,31 @@ def map_ranks(
             results.append(digest)
             if on_done is not None:
                 on_done(index, digest)
+        finished = True
         return results
     finally:
+        if not finished:  # cancelled (or failed): nothing more is waited for
+            for future in futures:
+                future.cancel()
+            if own_pool is not None:
+                _stop_workers(own_pool)
         if own_pool is not None:
-            own_pool.shutdown(wait=True, cancel_futures=True)
+            own_pool.shutdown(wait=finished, cancel_futures=True)
+
+
+def _stop_workers(pool: Any) -> None:
+    """End a local pool's worker processes now, their digests abandoned: its shutdown (and the
+    interpreter's exit) would otherwise wait for every digest running."""
+    terminate = getattr(pool, "terminate_workers", None)  # Python 3.14
+    if callable(terminate):
+        terminate()
+        return
+    processes = getattr(pool, "_processes", None) or {}
+    for process in list(processes.values()):
+        try:
+            process.terminate()
+        except (OSError, ValueError, AttributeError):
+            pass  # already gone
 
 
 # -- across ranks, locally ------------------------------------------------------------------

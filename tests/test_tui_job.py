@@ -399,3 +399,81 @@ def test_summary_options_on_several_files_point_to_the_jobs_summary(tmp_path):
         "kinetoscope: the viewer has no --json option; for the analysis as text or JSON run: "
         f"kinetoscope summary {first} {second} --json\n"
     )
+
+
+class _StuckExecutor:
+    """Digests that never arrive (ranks on a stalled file system): futures no one completes."""
+
+    def __init__(self) -> None:
+        self.futures: list = []
+
+    def submit(self, function, *args):
+        from concurrent.futures import Future
+
+        future: Future = Future()
+        self.futures.append(future)
+        return future
+
+
+async def test_quitting_while_ranks_are_digested_cancels_the_digests(gloo_job):
+    from kinetoscope.tui.job_loader import JobLoad
+
+    executor = _StuckExecutor()
+    load = JobLoad([str(gloo_job)], executor=executor)
+    app = JobApp([str(gloo_job)], load=load)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: len(executor.futures) == 3, "the digests submitted")
+        began = time.monotonic()
+        await pilot.press("q")
+    load.join(2.0)
+    assert time.monotonic() - began < 2.0
+    assert not load.running and load.cancelled
+    assert all(future.cancelled() for future in executor.futures)
+    assert load.job is None and load.error is None  # cancelled, not failed
+
+
+def test_quitting_the_job_viewer_stops_its_digesting_processes_at_once(gloo_job):
+    import os
+    import subprocess
+    import sys
+
+    # Every rank file becomes a named pipe whose writer (this program) never writes: each
+    # worker process waits in its digest for as long as the program lives (a slow producer).
+    # Quitting must not wait for them.
+    code = (
+        "import asyncio, os, sys, time\n"
+        "from kinetoscope.tui.job_app import JobApp\n"
+        "from kinetoscope.tui.job_loader import JobLoad\n"
+        "load = JobLoad([sys.argv[1]], workers=2, start=False)\n"
+        "writers = []\n"
+        "for path in load.paths:\n"
+        "    os.remove(path)\n"
+        "    os.mkfifo(path)\n"
+        "    writers.append(os.open(path, os.O_RDWR))\n"
+        "load.start()\n"
+        "async def main():\n"
+        "    app = JobApp([sys.argv[1]], load=load)\n"
+        "    async with app.run_test(size=(100, 30)) as pilot:\n"
+        "        await pilot.pause(1.5)\n"
+        "        await pilot.press('q')\n"
+        "asyncio.run(main())\n"
+        "print(time.monotonic(), flush=True)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, str(gloo_job)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "KINETOSCOPE_CACHE_DIR": str(gloo_job.parent / "cache")},
+        start_new_session=True,  # its worker processes too, to be stopped together
+    )
+    try:
+        stdout, stderr = child.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, 9)
+        child.communicate()
+        raise AssertionError("the viewer did not exit: it waited for its worker processes") from None
+    ended = time.monotonic()
+    run = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
+    assert run.returncode == 0, run.stderr
+    assert ended - float(run.stdout.split()[-1]) < 2.0

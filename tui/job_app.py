@@ -428,7 +428,7 @@ class JobApp(App[int]):
             self.pop_screen()
 
     def on_unmount(self) -> None:
-        self.load.unsubscribe()
+        self.load.cancel()  # quitting does not wait for the ranks still being digested
         if self._opening is not None:
             self._opening.load.unsubscribe()
             self._opening.load.cancel()

@@ -5,7 +5,8 @@ processes (`map_ranks`, as `summary DIR` does), then the ranks merged (`analyze_
 becomes `error`) and starts a thread that digests the ranks and merges them. It reports to one
 sink the UI subscribes (`subscribe`), replaying what a late subscriber missed, in order:
 `RankDone` per rank as its digest arrives, then `JobDone` (the merged `JobAnalysis`) or
-`JobFailed` (one line). A rank whose file is damaged or missing does not fail the job: its
+`JobFailed` (one line); `cancel()` (the viewer closing) abandons the digests not arrived
+without waiting for them. A rank whose file is damaged or missing does not fail the job: its
 digest says why, and the views show it. No rank's full model is loaded here: the viewer
 loads one (tui/loader.py:TraceLoad) when the user opens that rank.
 
@@ -78,6 +79,7 @@ class JobLoad:
         self._sink: JobSink | None = None
         self._reported: list[JobReport] = []
         self._thread: threading.Thread | None = None
+        self._cancel = threading.Event()
         try:
             self.files = discover(self.inputs, cycle=cycle)
         except JobError as exc:
@@ -139,6 +141,23 @@ class JobLoad:
         if self._thread is not None and self._thread.is_alive():
             self._thread.join(timeout)
 
+    def cancel(self, wait: float = 1.0) -> None:
+        """Abandon the digests not arrived yet (the viewer is closing): pending ones are
+        cancelled and the local pool's worker processes ended, so that quitting does not wait
+        for them; nothing more is reported. Waits up to `wait` seconds for that to be done."""
+        self._cancel.set()
+        self.unsubscribe()
+        self.join(wait)
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    @property
+    def running(self) -> bool:
+        """The ranks are being digested or merged."""
+        return self._thread is not None and self._thread.is_alive()
+
     @property
     def done(self) -> int:
         """Ranks digested so far."""
@@ -173,7 +192,7 @@ class JobLoad:
         self._report(JobFailed(message))
 
     def _run(self) -> None:
-        from kinetoscope.analysis.job import analyze_job, map_ranks
+        from kinetoscope.analysis.job import DigestsCancelled, analyze_job, map_ranks
 
         def arrived(index: int, digest: RankDigest) -> None:
             self.digests[index] = digest
@@ -181,10 +200,16 @@ class JobLoad:
 
         try:
             digests = map_ranks(
-                self.paths, executor=self.executor, workers=self.workers, on_done=arrived
+                self.paths,
+                executor=self.executor,
+                workers=self.workers,
+                on_done=arrived,
+                cancel=self._cancel,
             )
             assert self.files is not None
             job = analyze_job(digests, self.files, align_clocks=self.align_clocks)
+        except DigestsCancelled:
+            return  # no one is listening any more
         except Exception as exc:  # the views say it; the viewer stays up
             self._fail(f"the job could not be analysed ({type(exc).__name__}: {exc})")
             return
