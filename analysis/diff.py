@@ -26,7 +26,7 @@ API (stable; the viewer builds on it):
   `base_names`/`new_names` the original names when normalisation merged several.
 - `StreamAlignment`: `(device, stream)` per side, `base_rows`/`new_rows` (trace rows, by start)
   and `ops`: a list of `(base index | -1, new index | -1, op)` with op in ALIGN_OPS, indices
-  into `base_rows`/`new_rows`; `capped` says the work cap was hit and the middle was paired by
+  into `base_rows`/`new_rows` (`row_ops()`: the same with trace rows); `capped` says the work cap was hit and the middle was paired by
   position instead.
 - `normalise_name(name, templates=False)` and `parse_steps(spec)`.
 
@@ -314,6 +314,11 @@ class StreamAlignment:
     new_rows: np.ndarray
     ops: list[tuple[int, int, str]]
     capped: bool
+
+    def row_ops(self) -> list[tuple[int, int, str]]:
+        """`ops` with trace rows instead of indices: (base row | -1, new row | -1, op)."""
+        b, n = self.base_rows.tolist(), self.new_rows.tolist()
+        return [(b[i] if i >= 0 else -1, n[j] if j >= 0 else -1, op) for i, j, op in self.ops]
 
     def counts(self) -> dict[str, int]:
         out = dict.fromkeys(ALIGN_OPS, 0)
@@ -772,6 +777,16 @@ def _device_names(session: TraceSession) -> list[str]:
 
 
 # -- the diff -------------------------------------------------------------------------------
+
+
+def prepare(session: TraceSession) -> None:
+    """Compute what a diff asks of one trace (for a thread to do while the other trace loads).
+    A failure is remembered by the session and reported when the diff asks for that result."""
+    for name in ("steps", "idle", "sync", "nesting", "gpu_groups"):
+        try:
+            getattr(session, name)
+        except Exception:  # remembered: `diff_sessions` raises AnalysisFailed where it is needed
+            pass
 
 
 def diff_sessions(

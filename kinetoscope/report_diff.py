@@ -381,14 +381,27 @@ def _stream(key: tuple[int, int] | None) -> str:
 # -- the command --------------------------------------------------------------------------------
 
 
-def load_pair(base_path: str, new_path: str) -> tuple[Any, Any]:
-    """Both traces, one after the other, each decoded by the parser's own worker processes (the
-    one CPU-bound stage; see docs/diff.md for why this is the fastest order on few cores)."""
+def load_sessions(base_path: str, new_path: str, overlap: bool = True) -> tuple[Any, Any]:
+    """Both traces as sessions: BASE loaded first, then, while NEW loads, BASE's analysis runs
+    in a thread (`overlap`). Each load decodes with the parser's own worker processes, the
+    CPU-bound stage that already uses every core; the analysis is mostly one core's work and
+    fills the time the loading process waits on its workers (docs/diff.md, BENCHMARKS.md)."""
+    import threading
+
+    from kinetoscope.analysis import TraceSession
+    from kinetoscope.analysis.diff import prepare
     from kinetoscope.parser import load
 
-    base = load(base_path, write_cache=False)
-    # `release` after the last one: the analysis needs the memory more than idle workers.
-    new = load(new_path, write_cache=False, release=True)
+    base = TraceSession(load(base_path, write_cache=False))
+    worker = threading.Thread(target=prepare, args=(base,), name="diff-base", daemon=True)
+    if overlap:
+        worker.start()
+    try:
+        # `release` after the last load: the analysis needs the memory more than idle workers.
+        new = TraceSession(load(new_path, write_cache=False, release=True))
+    finally:
+        if overlap:
+            worker.join()
     return base, new
 
 
@@ -404,7 +417,6 @@ def run_diff(
 ) -> int:
     """Print the diff; 0, or EXIT_REGRESSION for a regression above `fail_above`, or 1 with
     one line when a trace cannot be read, or 2 for a bad `--steps`."""
-    from kinetoscope.analysis import TraceSession
     from kinetoscope.analysis.diff import (
         DEFAULT_THRESHOLD_PCT,
         DiffOptions,
@@ -428,7 +440,7 @@ def run_diff(
             print(f"kinetoscope: {problem}", file=sys.stderr)
             return 1
     try:
-        base, new = load_pair(base_path, new_path)
+        base, new = load_sessions(base_path, new_path)
     except TraceError as exc:
         print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
         return 1
@@ -438,7 +450,7 @@ def run_diff(
         templates=templates,
     )
     try:
-        diff = diff_sessions(TraceSession(base), TraceSession(new), options)
+        diff = diff_sessions(base, new, options)
         if output == "json":
             emit(summary_json(diff_document(diff, base_path, new_path)) + "\n")
         else:

@@ -208,6 +208,9 @@ def test_alignment_in_place():
         (-1, 3, ADDED),
     ]
     assert not stream.capped
+    rows = stream.row_ops()
+    assert rows[0] == (int(stream.base_rows[0]), -1, REMOVED)
+    assert rows[-1] == (-1, int(stream.new_rows[3]), ADDED)
     assert diff.alignment(0) is diff.alignment(0)  # computed once
 
 

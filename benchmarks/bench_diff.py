@@ -1,0 +1,116 @@
+"""`kinetoscope diff` of two big traces against one `kinetoscope summary`, in the same run.
+
+    python benchmarks/bench_diff.py [BASE [NEW]] [--runs 3] [--variants]
+
+By default BASE is benchmarks/data/h100_google_owlv2-large-patch14-ensemble_1000mb.json and NEW
+its .json.gz (the same 1 GB trace, once plain and once gzip'd: the two sides cost what two
+different 1 GB traces do, since nothing is shared between them). Every command runs in a fresh
+process with an empty model cache; the table gives the median wall time and the peak resident
+memory of the process tree (benchmarks/run.py's `measure`). The target: the diff in under 1.5x
+the time of one summary of BASE.
+
+`--variants` also times the other ways of loading the two traces that were considered:
+sequential (load BASE, load NEW, then analyse both) and two processes side by side (each loading
+and analysing its trace: a lower bound for a diff split over processes, before any result is
+sent back).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from run import measure  # noqa: E402  (benchmarks/run.py: wall time and tree RSS)
+
+DATA = HERE / "data"
+DEFAULT = DATA / "h100_google_owlv2-large-patch14-ensemble_1000mb.json"
+
+SEQUENTIAL = """
+import sys
+from kinetoscope.analysis import TraceSession
+from kinetoscope.analysis.diff import diff_sessions
+from kinetoscope.parser import load
+from kinetoscope.report_diff import diff_document, summary_json
+base = TraceSession(load(sys.argv[1], write_cache=False))
+new = TraceSession(load(sys.argv[2], write_cache=False, release=True))
+summary_json(diff_document(diff_sessions(base, new), sys.argv[1], sys.argv[2]))
+"""
+
+ONE_SIDE = """
+import sys
+from kinetoscope.analysis import TraceSession
+from kinetoscope.analysis.diff import prepare
+from kinetoscope.parser import load
+prepare(TraceSession(load(sys.argv[1], write_cache=False, release=True)))
+"""
+
+TWO_PROCESSES = """
+import subprocess, sys
+procs = [subprocess.Popen([sys.executable, "-c", sys.argv[1], p]) for p in sys.argv[2:]]
+sys.exit(max(p.wait() for p in procs))
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("base", nargs="?", default=str(DEFAULT))
+    parser.add_argument("new", nargs="?")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--variants", action="store_true")
+    args = parser.parse_args()
+    new = args.new or (args.base + ".gz" if not args.base.endswith(".gz") else args.base)
+    for path in (args.base, new):
+        if not Path(path).exists():
+            sys.exit(f"missing {path}: run benchmarks/run.py once to make the 1 GB trace")
+
+    py = sys.executable
+    tasks = {
+        "summary --json (BASE)": [py, "-m", "kinetoscope", "summary", args.base, "--json"],
+        "diff --json (BASE, NEW)": [py, "-m", "kinetoscope", "diff", args.base, new, "--json"],
+    }
+    if args.variants:
+        tasks["diff, loads then analyses in sequence"] = [py, "-c", SEQUENTIAL, args.base, new]
+        tasks["two processes, one trace each (no diff)"] = [
+            py, "-c", TWO_PROCESSES, ONE_SIDE, args.base, new,
+        ]  # fmt: skip
+
+    cache = Path(tempfile.mkdtemp(prefix="kinetoscope-bench-cache-"))
+    env = dict(os.environ, KINETOSCOPE_CACHE_DIR=str(cache))
+    times: dict[str, list[float]] = {name: [] for name in tasks}
+    peaks: dict[str, int] = dict.fromkeys(tasks, 0)
+    try:
+        for run in range(args.runs):
+            for name, argv in tasks.items():  # interleaved: drift hits every row alike
+                shutil.rmtree(cache, ignore_errors=True)
+                cache.mkdir()
+                wall, peak = measure(argv, env)
+                times[name].append(wall)
+                peaks[name] = max(peaks[name], peak)
+                print(f"run {run + 1}: {name}: {wall:.2f} s, {peak} MiB", file=sys.stderr)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+    print(f"BASE {args.base}\nNEW  {new}\n")
+    print("| what | median time (runs) | peak RSS (process tree) |")
+    print("|---|---:|---:|")
+    for name in tasks:
+        runs = " ".join(f"{t:.2f}" for t in times[name])
+        print(f"| {name} | {statistics.median(times[name]):.2f} s ({runs}) | {peaks[name]} MiB |")
+    ratio = statistics.median(times["diff --json (BASE, NEW)"]) / statistics.median(
+        times["summary --json (BASE)"]
+    )
+    print(
+        f"\ndiff / summary: {ratio:.2f}x (target: under 1.5x: {'met' if ratio < 1.5 else 'NOT met'})"
+    )
+
+
+if __name__ == "__main__":
+    main()
