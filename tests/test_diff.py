@@ -450,3 +450,19 @@ def test_windows_with_overlap_and_many_steps():
     got = _in_windows(t, [(20, 30), (0, 12), (3, 6)])
     assert got.tolist() == [True, True, True, False, True, True, False]
     assert _in_windows(t, []).tolist() == [False] * 7
+
+
+def test_different_gpu_type_is_inconclusive():
+    def with_gpu(events, name):
+        document = {
+            "schemaVersion": 1,
+            "deviceProperties": [{"id": 0, "name": name}, {"id": 1, "name": name}],
+            "traceEvents": events,
+        }
+        return TraceSession(loads(json.dumps(document).encode()))
+
+    same = diff_sessions(with_gpu(base_events(), "H100"), with_gpu(new_events(), "H100"))
+    assert same.verdict.kind == REGRESSION and same.devices_base == ["H100"]
+    other = diff_sessions(with_gpu(base_events(), "H100"), with_gpu(new_events(), "MI300X"))
+    assert other.verdict.kind == INCONCLUSIVE
+    assert other.verdict.reasons == ("different GPU type (BASE H100; NEW MI300X)",)
