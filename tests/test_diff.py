@@ -466,3 +466,17 @@ def test_different_gpu_type_is_inconclusive():
     other = diff_sessions(with_gpu(base_events(), "H100"), with_gpu(new_events(), "MI300X"))
     assert other.verdict.kind == INCONCLUSIVE
     assert other.verdict.reasons == ("different GPU type (BASE H100; NEW MI300X)",)
+
+
+def test_unreadable_and_empty_traces(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("garbage")
+    good = write(tmp_path / "good.json", base_events())
+    result = run_cli(str(bad), good)
+    assert result.returncode == 1 and result.stderr.startswith("kinetoscope: ")
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    empty = write(tmp_path / "empty.json", [])
+    result = run_cli(empty, empty, "--json", "--fail-above", "0")
+    assert result.returncode == 0, result.stderr
+    verdict = json.loads(result.stdout)["verdict"]
+    assert verdict["verdict"] == "inconclusive" and verdict["step_time_delta_pct"] is None
