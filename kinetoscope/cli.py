@@ -344,7 +344,20 @@ def _job_options_given(args: argparse.Namespace) -> list[str]:
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "diff":
         from kinetoscope.report_diff import run_diff
+        from kinetoscope.viewer import terminal_problem
 
+        # No output asked for (format, width, exit status) and a terminal: the viewer.
+        printed = args.json or args.format or args.width is not None
+        if not printed and args.fail_above is None and terminal_problem() is None:
+            from kinetoscope.viewer import run_diff_view
+
+            return run_diff_view(
+                args.base,
+                args.new,
+                threshold_pct=args.threshold,
+                steps=args.steps,
+                templates=args.fold_templates,
+            )
         return run_diff(
             args.base,
             args.new,

@@ -92,6 +92,56 @@ def run_job_view(inputs: list[str], cycle: int | None = None) -> int:
     return int(app.return_code or 0)
 
 
+def run_diff_view(
+    base: str,
+    new: str,
+    *,
+    threshold_pct: float | None = None,
+    steps: str | None = None,
+    templates: bool = False,
+) -> int:
+    """The diff viewer on BASE and NEW (both loaded at once); 0 on a normal quit, 1 (with a
+    one-line message on stderr) when a trace cannot be shown, 2 for a bad `steps`. Off a
+    terminal the caller prints the text form instead (`diff_view_wanted`)."""
+    from kinetoscope.analysis.diff import (
+        DEFAULT_THRESHOLD_PCT,
+        DiffOptions,
+        StepSpecError,
+        parse_steps,
+    )
+    from kinetoscope.cli import trace_path_problem
+    from kinetoscope.tui.safe_text import clean
+
+    try:
+        selection = parse_steps(steps) if steps is not None else None
+    except StepSpecError as exc:
+        print(f"kinetoscope: {exc}", file=sys.stderr)
+        return 2
+    for path in (base, new):
+        problem = trace_path_problem(path)
+        if problem is not None:
+            print(f"kinetoscope: {problem}", file=sys.stderr)
+            return 1
+    options = DiffOptions(
+        threshold_pct=DEFAULT_THRESHOLD_PCT if threshold_pct is None else threshold_pct,
+        steps=selection,
+        templates=templates,
+    )
+    # Both reads start before Textual is imported, each in its own thread.
+    from kinetoscope.tui.loader import TraceLoad
+
+    loads = (TraceLoad(base, staged=False), TraceLoad(new, staged=False))
+    from kinetoscope.tui.diff_app import DiffApp
+
+    app = DiffApp(base, new, loads=loads, options=options)
+    app.run()
+    for load in loads:
+        load.cancel()
+    if app.exit_message:
+        print(f"kinetoscope: {clean(app.exit_message)}", file=sys.stderr)
+    return int(app.return_code or 0)
+
+
 def _quoted(path: str) -> str:
     """The path as a shell would need it, so the suggested command can be pasted."""
     import shlex

@@ -106,7 +106,7 @@ async def test_the_table_shows_the_kernels_by_largest_change(pair):
         assert column(screen, "name") == ["gemm_kernel", "new_kernel", "old_kernel", "relu_kernel"]
         assert column(screen, "Δ") == ["+200.000 µs", "+80.000 µs", "-60.000 µs", "0 ns"]
         assert column(screen, "Δ %") == ["+100.0", "new", "-100.0", "+0.0"]
-        assert column(screen, "±") == ["", "+ added", "− removed", ""]
+        assert column(screen, "±") == ["", "added", "removed", ""]
         # twice as slow, as often: all of the Δ is slower calls
         assert column(screen, "slower calls")[0] == "+200.000 µs"
         assert column(screen, "more calls")[0] == "0 ns"
@@ -240,3 +240,24 @@ def test_instances_are_the_rows_groups(pair):
     rows = group_instances(new, "kernel", gemm.new_groups)
     assert [new.trace.name_of(int(r)) for r in rows] == ["gemm_kernel"] * STEPS
     assert np.all(np.diff(new.trace.start[rows]) > 0)
+
+
+def test_the_command_opens_the_viewer_on_a_terminal_and_prints_the_text_off_one(
+    pair, capsys, monkeypatch
+):
+    """`kinetoscope diff BASE NEW`: the viewer on a terminal; the text form off one, or when
+    an output (--json, --format, --width) or an exit status (--fail-above) is asked for."""
+    from kinetoscope import viewer
+    from kinetoscope.cli import main
+
+    assert main(["diff", *pair]) == 0  # the test's stdout is not a terminal
+    assert "REGRESSION" in capsys.readouterr().out
+    opened: list[tuple] = []
+    monkeypatch.setattr(viewer, "terminal_problem", lambda: None)
+    monkeypatch.setattr(viewer, "run_diff_view", lambda *a, **k: opened.append((a, k)) or 0)
+    assert main(["diff", *pair, "--threshold", "20"]) == 0
+    assert opened == [(pair, {"threshold_pct": 20.0, "steps": None, "templates": False})]
+    for printed in (["--json"], ["--format", "md"], ["--width", "100"], ["--fail-above", "50"]):
+        assert main(["diff", *pair, *printed]) == 0
+        assert capsys.readouterr().out
+    assert len(opened) == 1

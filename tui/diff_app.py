@@ -10,7 +10,7 @@ Enter on a row opens both timelines stacked (diff_timeline.py).
 from __future__ import annotations
 
 import os
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
 from textual.app import App, ComposeResult
@@ -28,6 +28,9 @@ from .safe_text import clean
 from .screens import ErrorScreen, HelpScreen, TraceScreen
 from .theme import variables_for
 from .viewdata import ViewData
+
+if TYPE_CHECKING:
+    from kinetoscope.analysis.diff import DiffOptions
 
 SIDES = ("base", "new")
 
@@ -89,8 +92,9 @@ class LoadReport(Message):
 
 class DiffApp(App[int]):
     """`DiffApp(base, new)` compares two trace files (see the module docstring);
-    `exit_message` holds the reason it failed. `options`: passed to the diff's computation
-    (e.g. which steps to pair)."""
+    `exit_message` holds the reason it failed. `options`: the diff's (analysis/diff.py's
+    DiffOptions: threshold, steps, template folding); `loads`: the two loads, when the caller
+    started them (before importing Textual)."""
 
     CSS_PATH = "kinetoscope.tcss"
     TITLE = "kinetoscope diff"
@@ -106,13 +110,13 @@ class DiffApp(App[int]):
         new: str,
         *,
         loads: tuple[TraceLoad, TraceLoad] | None = None,
-        options: dict[str, Any] | None = None,
+        options: DiffOptions | None = None,
     ) -> None:
         super().__init__()
         self.paths = (base, new)
         # Started before the app takes over the standard streams, both at once.
         self.loads = loads or (TraceLoad(base, staged=False), TraceLoad(new, staged=False))
-        self.options = dict(options or {})
+        self.options = options
         self.views: list[ViewData | None] = [None, None]
         self.diff: Any = None
         self.exit_message: str | None = None
@@ -205,7 +209,9 @@ class DiffApp(App[int]):
             from kinetoscope.analysis.diff import diff_sessions
 
             try:
-                diff = diff_sessions(base.session, new.session, **self.options)
+                diff = diff_sessions(base.session, new.session, self.options)
+                if diff.pairs:
+                    diff.alignment(0)  # what the timelines mark: made here, not on Enter
             except Exception as error:  # said on the error screen, the app stays
                 message = failure_message("the diff", error)
                 self.call_from_thread(self.fail, message)

@@ -9,6 +9,7 @@ and its first step pair's alignment (the kernels added and removed, marked on th
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -41,6 +42,8 @@ from .theme import Palette, palette_of
 from .viewdata import ViewData
 
 ADDED, REMOVED, BOTH = 1, -1, 0  # a row's status: only in the new trace, only in the base, both
+DELTA_COLUMN = 6  # the Δ column, sorted by first
+NAME_ROOM = 20  # cells the names keep before optional columns are hidden
 ORDERS = ("|Δ|", "Δ ↓ regressions first", "Δ ↑ improvements first")
 
 
@@ -166,44 +169,27 @@ def table_model(rows: NameRows, order: int = 0) -> TableModel:
     def mean_cell(values: np.ndarray) -> Callable[[int], str]:
         return lambda r: "–" if np.isnan(values[r]) else fmt_table_time(float(values[r]))
 
-    marks = {ADDED: "+ added", REMOVED: "− removed", BOTH: ""}
+    marks = {ADDED: "added", REMOVED: "removed", BOTH: ""}
     widest_kind = max((len(k) for k in rows.kinds), default=4)
+    kinds = sorted(set(rows.kinds))
+    name_order = np.empty(n, np.int64)
+    name_order[sorted(range(n), key=lambda r: rows.names[r].lower())] = np.arange(n)
+    # Optional columns are hidden from the right as the terminal narrows: the kind and the
+    # means first, the counts last.
     columns = [
-        Column("name", lambda r: rows.names[r], key=None, width=0, numeric=False, name=True),
+        Column("name", lambda r: rows.names[r], key=name_order, width=0, numeric=False, name=True),
         Column(
             "±",
             lambda r: marks[int(status[r])],
             key=status.astype(np.int64),
-            width=10,
+            width=8,
             numeric=False,
             largest_first=True,
         ),
-        Column(
-            "kind",
-            lambda r: rows.kinds[r],
-            key=None,
-            width=max(5, min(widest_kind + 1, 14)),
-            numeric=False,
-            optional=True,
-        ),
-        count_column("base #", rows.base_count),
+        dataclasses.replace(count_column("base #", rows.base_count), optional=True),
         time_column("base total", rows.base_total),
-        Column(
-            "base mean",
-            mean_cell(base_mean),
-            key=np.nan_to_num(base_mean, nan=-1),
-            width=11,
-            optional=True,
-        ),
-        count_column("new #", rows.new_count),
+        dataclasses.replace(count_column("new #", rows.new_count), optional=True),
         time_column("new total", rows.new_total),
-        Column(
-            "new mean",
-            mean_cell(new_mean),
-            key=np.nan_to_num(new_mean, nan=-1),
-            width=11,
-            optional=True,
-        ),
         Column("Δ", signed_time(delta), key=delta_key, width=12),
         Column("Δ %", pct_cell, key=np.nan_to_num(pct, nan=np.inf), width=8),
         Column(
@@ -220,25 +206,38 @@ def table_model(rows: NameRows, order: int = 0) -> TableModel:
             width=13,
             optional=True,
         ),
+        Column(
+            "base mean",
+            mean_cell(base_mean),
+            key=np.nan_to_num(base_mean, nan=-1),
+            width=11,
+            optional=True,
+        ),
+        Column(
+            "new mean",
+            mean_cell(new_mean),
+            key=np.nan_to_num(new_mean, nan=-1),
+            width=11,
+            optional=True,
+        ),
+        Column(
+            "kind",
+            lambda r: rows.kinds[r],
+            key=np.array([kinds.index(k) for k in rows.kinds], dtype=np.int64),
+            width=max(5, min(widest_kind + 1, 14)),
+            numeric=False,
+            optional=True,
+        ),
     ]
-    # The name column sorts by name.
-    ranks = np.empty(n, np.int64)
-    ranks[sorted(range(n), key=lambda r: rows.names[r].lower())] = np.arange(n)
-    columns[0].key = ranks
-    columns[2].key = np.array(
-        [sorted(set(rows.kinds)).index(k) for k in rows.kinds], dtype=np.int64
-    )
     return TableModel(
         columns=columns,
         n=n,
         names=names,
         name_text=lambda r: (rows.names[r], rows.kinds[r], marks[int(status[r])]),
-        default_sort=9,
+        default_sort=DELTA_COLUMN,
         keys=names,
+        name_room=NAME_ROOM,
     )
-
-
-DELTA_COLUMN = 9
 
 
 def verdict_text(diff: TraceDiff, palette: Palette) -> Text:

@@ -174,13 +174,13 @@ class DiffPairScreen(Screen):
         yield Footer()
 
     def _label(self, side: int) -> Text:
+        """`base · 4 instances · 47 removed (47 replaced) · ProfilerStep#6 · file`: the counts
+        first, where a narrow terminal keeps them."""
         half = self.halves[side]
         text = Text(no_wrap=True, overflow="ellipsis")
         text.append("base" if side == 0 else "new", "bold")
-        text.append(f" · {clean(half.label)}")
-        count = len(self.instances[side])
         if self.name_masks[side] is not None:
-            text.append(f" · {plural(count, 'instance')}")
+            text.append(f" · {plural(len(self.instances[side]), 'instance')}")
         marked = len(half.marked)
         if marked:
             word = "added" if half.role == ADDED_ROLE else "removed"
@@ -190,7 +190,7 @@ class DiffPairScreen(Screen):
             if half.replaced:
                 which = "in place of others" if half.role == ADDED_ROLE else "replaced"
                 text.append(f" ({half.replaced:,} {which})")
-            text.append(" in the step's alignment", "dim")
+        text.append(f" · {clean(half.label)}")
         return text
 
     def timelines(self) -> list[DiffTimeline]:
@@ -209,6 +209,8 @@ class DiffPairScreen(Screen):
             timeline._needs_fit = False
             timeline.live = True
         timelines[0].action_fit_all()  # the step, shared with the other half
+        if not len(self.instances[0]) and len(self.instances[1]):
+            timelines[1].focus()  # only the new trace has the row (an added kernel)
         self._select(0, move=False)
         self.update_status()
 
