@@ -56,8 +56,8 @@ from .steps import COMM_NAME, DATALOADER_PREFIX, names_matching
 DEFAULT_THRESHOLD_PCT = 5.0
 NOISE_FACTOR = 2.0  # a Δ must exceed this many times each trace's step-to-step noise
 MIN_KERNEL_OVERLAP = 0.2  # below this share of common kernel names, the traces are not comparable
-ALIGN_MAX_D = 2000  # the most edits the Myers diff looks for per stream
-ALIGN_MAX_WORK = 4_000_000  # the most diagonal steps it takes per stream
+ALIGN_MAX_D = 1000  # the most edits the Myers diff looks for per stream
+ALIGN_MAX_WORK = 2_000_000  # the most diagonal steps it takes per stream
 
 REGRESSION, IMPROVEMENT, NEUTRAL, INCONCLUSIVE = (
     "regression",
@@ -576,36 +576,38 @@ def myers(
     history: list[list[int]] = []
     work = 0
     for d in range(limit + 1):
-        history.append(v.copy())
+        # Only the diagonals step d reads, -d-1 .. d+1: O(D²) memory over the whole search.
+        history.append(v[offset - d - 1 : offset + d + 2])
         for k in range(-d, d + 1, 2):
             if k == -d or (k != d and v[offset + k - 1] < v[offset + k + 1]):
                 x = v[offset + k + 1]
             else:
                 x = v[offset + k - 1] + 1
             y = x - k
+            start = x
             while x < n and y < m and a[x] == b[y]:
                 x += 1
                 y += 1
-            work += 1 + x - v[offset + k]
+            work += 1 + x - start
             v[offset + k] = x
             if x >= n and y >= m:
-                return _backtrack(history, offset, n, m)
+                return _backtrack(history, n, m)
         if work > max_work:
             return None
     return None
 
 
-def _backtrack(history: list[list[int]], offset: int, n: int, m: int) -> list[tuple[int, int, str]]:
+def _backtrack(history: list[list[int]], n: int, m: int) -> list[tuple[int, int, str]]:
     ops: list[tuple[int, int, str]] = []
     x, y = n, m
     for d in range(len(history) - 1, -1, -1):
-        v = history[d]
+        v = history[d]  # diagonal k is at k + d + 1
         k = x - y
-        if k == -d or (k != d and v[offset + k - 1] < v[offset + k + 1]):
+        if k == -d or (k != d and v[k - 1 + d + 1] < v[k + 1 + d + 1]):
             prev_k = k + 1
         else:
             prev_k = k - 1
-        prev_x = v[offset + prev_k]
+        prev_x = v[prev_k + d + 1]
         prev_y = prev_x - prev_k
         while x > prev_x and y > prev_y:
             x, y = x - 1, y - 1

@@ -480,3 +480,17 @@ def test_unreadable_and_empty_traces(tmp_path):
     assert result.returncode == 0, result.stderr
     verdict = json.loads(result.stdout)["verdict"]
     assert verdict["verdict"] == "inconclusive" and verdict["step_time_delta_pct"] is None
+
+
+def test_alignment_of_long_sequences_with_few_edits_is_exact():
+    import random
+
+    rng = random.Random(16)
+    a = [rng.randrange(50) for _ in range(20_000)]
+    b = list(a)
+    for _ in range(200):
+        b.insert(rng.randrange(len(b)), 99)  # a name BASE never has
+    ops, capped = align_sequences(a, b)
+    assert not capped
+    assert sum(op == ADDED for _, _, op in ops) == 200
+    assert sum(op == EQUAL for _, _, op in ops) == 20_000
