@@ -80,6 +80,7 @@ class JobLoad:
         self._reported: list[JobReport] = []
         self._thread: threading.Thread | None = None
         self._cancel = threading.Event()
+        self._local_pool = False  # digested by worker processes of this program's own
         try:
             self.files = discover(self.inputs, cycle=cycle)
         except JobError as exc:
@@ -114,6 +115,7 @@ class JobLoad:
             return
         if (self.workers or default_workers(len(paths))) <= 1:
             return
+        self._local_pool = True
         try:
             from multiprocessing import forkserver
 
@@ -144,10 +146,13 @@ class JobLoad:
     def cancel(self, wait: float = 1.0) -> None:
         """Abandon the digests not arrived yet (the viewer is closing): pending ones are
         cancelled and the local pool's worker processes ended, so that quitting does not wait
-        for them; nothing more is reported. Waits up to `wait` seconds for that to be done."""
+        for them; nothing more is reported. Waits up to `wait` seconds for the workers to be
+        ended (a digest in this process's own thread is not waited for: the thread goes with
+        the process)."""
         self._cancel.set()
         self.unsubscribe()
-        self.join(wait)
+        if self._local_pool:
+            self.join(wait)
 
     @property
     def cancelled(self) -> bool:
