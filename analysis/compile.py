@@ -204,7 +204,8 @@ class Replay:
     gap_ns: int  # Σ idle inside replays (GraphLaunch.gap_ns)
     host_wait_inside_ns: int  # of the spec's host_wait idle, the part inside replay spans
     idle_inside_ns: int  # of the spec's idle (any cause), the part inside replay spans
-    capture_calls: int  # stream capture / graph instantiate calls seen (capture in the window)
+    captures: int  # graph captures inside the window (begin/end capture pairs)
+    captured_launches: int  # launch calls inside those captures: nothing ran for them
     partial: tuple[str, ...]
 
 
@@ -477,7 +478,7 @@ def compute_compile(session: TraceSession) -> CompileAnalysis:
         cpu_ns=int(trace.dur[launch_rows].sum()),
     )
     graphs = tuple(_graph_launch(session, int(row)) for row in graph_rows.tolist())
-    replay = _replay(session, graphs, kernel_rows[is_graph_kernel]) if len(graph_rows) else None
+    replay = _replay(session, graphs)
 
     # -- Inductor kernels --------------------------------------------------------------------
     inductor = _inductor(trace, classes, inductor_names, kernel_rows, on_gpu)
@@ -660,13 +661,47 @@ def _graph_launch(session: TraceSession, row: int) -> GraphLaunch:
     )
 
 
-CAPTURE_NAME = re.compile(r"(cuda|cu|hip)(StreamBeginCapture|StreamEndCapture|GraphInstantiate)")
+CAPTURE_BEGIN = re.compile(r"(cuda|cu|hip)StreamBeginCapture")
+CAPTURE_END = re.compile(r"(cuda|cu|hip)StreamEndCapture")
+LAUNCH_NAME = re.compile(r"(cuda|cu|hip)\w*Launch")
 
 
-def _replay(session: TraceSession, graphs: tuple[GraphLaunch, ...], replayed: np.ndarray) -> Replay:
+def _captures(session: TraceSession) -> tuple[int, int]:
+    """(captures, launch calls inside them): per lane, each begin-capture call is paired with
+    the next end-capture call; launch calls (runtime calls named `…Launch…`) between the two
+    were recorded into a graph, not run."""
+    trace = session.trace
+    runtime = np.flatnonzero(session.classes.runtime)
+    names = trace.name[runtime]
+    begin = names_matching(trace, CAPTURE_BEGIN.match)[names]
+    end = names_matching(trace, CAPTURE_END.match)[names]
+    if not begin.any():
+        return 0, 0
+    launch = names_matching(trace, LAUNCH_NAME.match)[names]
+    captures = captured = 0
+    for lane in np.unique(trace.lane[runtime[begin]]).tolist():
+        mask = trace.lane[runtime] == lane
+        order = np.argsort(trace.start[runtime[mask]], kind="stable")
+        b, e, ln = begin[mask][order], end[mask][order], launch[mask][order]
+        open_at = -1
+        for i in np.flatnonzero(b | e).tolist():
+            if b[i] and open_at < 0:
+                open_at = i
+            elif e[i] and open_at >= 0:
+                captures += 1
+                captured += int(ln[open_at + 1 : i].sum())
+                open_at = -1
+    return captures, captured
+
+
+def _replay(session: TraceSession, graphs: tuple[GraphLaunch, ...]) -> Replay | None:
+    """Graph replay and capture inside the window, with the notes on what they make partial;
+    None when there is neither."""
     from .idle import HOST_WAIT
 
-    trace = session.trace
+    captures, captured = _captures(session)
+    if not graphs and not captures:
+        return None
     gaps = session.idle.gaps
     host_wait_inside = idle_inside = 0
     for device in sorted({g.device for g in graphs if g.device is not None}):
@@ -679,20 +714,20 @@ def _replay(session: TraceSession, graphs: tuple[GraphLaunch, ...], replayed: np
         covered = union.covered(gaps.start[mine], gaps.end[mine])
         idle_inside += int(covered.sum())
         host_wait_inside += int(covered[gaps.cause[mine] == HOST_WAIT].sum())
-    capture_names = names_matching(trace, CAPTURE_NAME.match)
-    capture_calls = int((session.classes.runtime & capture_names[trace.name]).sum())
     launches = len(graphs)
     kernels = sum(g.kernels for g in graphs)
     gpu_ns = sum(g.gpu_ns for g in graphs)
     gap_ns = sum(g.gap_ns for g in graphs)
-    partial = [
-        f"operators: the {plural(kernels, 'GPU activity', 'GPU activities')} of "
-        f"{plural(launches, 'graph launch', 'graph launches')} count under the operator holding "
-        "each launch call (gpu_self_us / gpu_total_us), not under the operators that were "
-        "captured",
-        "kernels: a replayed kernel has no CPU operator, input shapes or stack of its own",
-        "launch economy: one graph launch call stands for all the kernels it replays",
-    ]
+    partial = []
+    if launches:
+        partial += [
+            f"operators: the {plural(kernels, 'GPU activity', 'GPU activities')} of "
+            f"{plural(launches, 'graph launch', 'graph launches')} count under the operator "
+            "holding each launch call (gpu_self_us / gpu_total_us), not under the operators "
+            "that were captured",
+            "kernels: a replayed kernel has no CPU operator, input shapes or stack of its own",
+            "launch economy: one graph launch call stands for all the kernels it replays",
+        ]
     if idle_inside:
         partial.append(
             "gpu.idle_by_cause / idle_gaps: idle inside graph replays counts as "
@@ -700,12 +735,13 @@ def _replay(session: TraceSession, graphs: tuple[GraphLaunch, ...], replayed: np
             f"call is involved ({fmt_duration(idle_inside)} inside replays, "
             f"{fmt_duration(host_wait_inside)} of it host_wait)"
         )
-    if capture_calls:
+    if captures:
         partial.append(
-            "graph capture happened inside the window: kernel launches during capture run "
-            "nothing on the GPU"
+            f"graph capture inside the window ({plural(captures, 'capture')}): the "
+            f"{plural(captured, 'launch call')} made while capturing recorded kernels into a "
+            "graph and ran nothing, so the kernels, compiled share, GPU busy time and launch "
+            "economy miss them"
         )
-    del replayed
     return Replay(
         launches=launches,
         kernels=kernels,
@@ -713,7 +749,8 @@ def _replay(session: TraceSession, graphs: tuple[GraphLaunch, ...], replayed: np
         gap_ns=gap_ns,
         host_wait_inside_ns=host_wait_inside,
         idle_inside_ns=idle_inside,
-        capture_calls=capture_calls,
+        captures=captures,
+        captured_launches=captured,
         partial=tuple(partial),
     )
 
@@ -738,9 +775,12 @@ def _inductor(
     out = []
     for rows, gpu in ((gpu_rows, True), (cpu_rows, False)):
         names, inverse = np.unique(trace.name[rows], return_inverse=True)
-        dur = trace.dur[rows]
+        inverse = inverse.reshape(-1)
+        by_name = np.argsort(inverse, kind="stable")
+        bounds = np.searchsorted(inverse[by_name], np.arange(len(names) + 1))
+        dur = trace.dur[rows][by_name]
         for i, name_id in enumerate(names.tolist()):
-            mine = dur[inverse.reshape(-1) == i]
+            mine = dur[bounds[i] : bounds[i + 1]]
             name = trace.strings[name_id]
             kind, fused = inductor_kind(name) or ("unk", ())
             out.append(
@@ -833,7 +873,8 @@ def compute_efficiency(session: TraceSession) -> Efficiency:
         if parent >= 0:
             launch_event[row] = parent
     wanted = np.concatenate((gpu, np.asarray(list(launch_event.values()), np.int64)))
-    events = read_events(trace, wanted, needle=b"kernel_") if len(wanted) else {}
+    # Inductor writes kernel_num_gb whenever it writes kernel_flop: runs without it are skipped.
+    events = read_events(trace, wanted, needle=b"kernel_num_gb") if len(wanted) else {}
     peaks: dict[int, float | None] = {}
     per_kernel: dict[str, list[tuple[int, float | None, float | None]]] = {}
     per_op: dict[str, list[tuple[int, float | None, float | None]]] = {}
@@ -1007,7 +1048,8 @@ def compile_section(session: TraceSession) -> dict[str, Any]:
             "gap_us": us(replay.gap_ns),
             "idle_inside_us": us(replay.idle_inside_ns),
             "host_wait_inside_us": us(replay.host_wait_inside_ns),
-            "capture_calls": replay.capture_calls,
+            "captures": replay.captures,
+            "captured_launches": replay.captured_launches,
             "longest": [
                 {
                     "operator": trace.name_of(g.operator_row) if g.operator_row >= 0 else None,

@@ -18,9 +18,9 @@ from .intervals import Union
 from .memory import CUDA_DEVICE_TYPE, device_properties
 from .oddities import oddity_findings
 from .steps import COMM_NAME, names_matching
+from .units import fmt_bytes, us
 from .units import fmt_ms as ms
 from .units import fmt_percent as pct
-from .units import us
 
 if TYPE_CHECKING:
     from .session import TraceSession
@@ -631,7 +631,7 @@ def memory_near_capacity(a: TraceSession) -> list[Finding]:
         at = int(memory.ts[with_ts[0]]) if len(with_ts) else (a.trace.slice_start_min or 0)
         severity = CRITICAL if share >= MEMORY_CRITICAL else WARNING
         message = (
-            f"GPU {group.device_id} reaches {peak / 2**30:.1f} GiB of {total / 2**30:.1f} GiB "
+            f"GPU {group.device_id} reaches {fmt_bytes(peak)} of {fmt_bytes(total)} "
             f"({pct(share)}) of memory. Try a smaller batch, activation checkpointing, mixed "
             "precision, or PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True when reserved memory "
             "is much larger than allocated."
@@ -660,7 +660,7 @@ def recompiles(a: TraceSession) -> list[Finding]:
         f"frame {f.frame}: ids {', '.join(map(str, f.compile_ids))}" for f in frames[:5]
     )
     start = min(int(a.trace.start[r]) for r in rows)
-    end = max(int(a.trace.end[r]) for r in rows)
+    end = max(int(a.trace.start[r] + a.trace.dur[r]) for r in rows)
     message = (
         f"{len(frames)} compiled frame{'s' if len(frames) != 1 else ''} recompiled inside the "
         f"window ({listed}): a guard failed (a new shape, dtype, or a changed Python value), and "
@@ -679,7 +679,7 @@ def compile_in_window(a: TraceSession) -> list[Finding]:
     share = compiling.ns / span if span else 0.0
     severity = CRITICAL if share >= COMPILE_CRITICAL else WARNING
     first = min(int(a.trace.start[r]) for r in compiling.rows)
-    last = max(int(a.trace.end[r]) for r in compiling.rows)
+    last = max(int(a.trace.start[r] + a.trace.dur[r]) for r in compiling.rows)
     message = (
         f"torch.compile compiled inside the profiled window: {compiling.count:,} compile "
         f"event{'s' if compiling.count != 1 else ''} covering {ms(compiling.ns)} "
@@ -745,16 +745,21 @@ def guard_overhead(a: TraceSession) -> list[Finding]:
 
 
 def graph_replay(a: TraceSession) -> list[Finding]:
-    """CUDA/HIP graph replay is present: say which numbers it makes partial."""
+    """CUDA/HIP graph replay (or capture) is present: say which numbers it makes partial."""
     c = a.compiled
     replay = c.replay
     if replay is None:
         return []
     longest = sorted(c.graphs, key=lambda g: (-g.gpu_ns, g.row))[:5]
     start, length = _span(a)
-    message = (
+    seen = (
         f"{replay.launches:,} graph launch{'es replay' if replay.launches != 1 else ' replays'} "
-        f"{replay.kernels:,} GPU activities ({ms(replay.gpu_ns)}). Partial because of it: "
+        f"{replay.kernels:,} GPU activities ({ms(replay.gpu_ns)})"
+        if replay.launches
+        else "CUDA/HIP graphs were captured inside the window"
+    )
+    message = (
+        f"{seen}. Partial because of it: "
         + "; ".join(replay.partial)
         + ". The compile section (summary --json) has the replay-aware numbers."
     )

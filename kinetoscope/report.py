@@ -773,7 +773,12 @@ def compile_tables(document: dict[str, Any]) -> list[Any]:
             f"{plural(replay['launches'], 'launch', 'launches')}, "
             f"{plural(replay['kernels'], 'GPU activity', 'GPU activities')}, "
             f"{_dur(replay['gpu_us'])}; idle inside replays {_dur(replay['idle_inside_us'])} "
-            f"({_dur(replay['host_wait_inside_us'])} of it counted host_wait)",
+            f"({_dur(replay['host_wait_inside_us'])} of it counted host_wait)"
+            + (
+                f"; {plural(replay['captures'], 'capture')} in the window"
+                if replay["captures"]
+                else ""
+            ),
         )
         for note in replay["partial"]:
             facts.add_row("partial", _data(note))

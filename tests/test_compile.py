@@ -161,6 +161,28 @@ def test_graph_replay_is_attributed_to_the_launch_and_its_gaps_are_not_the_hosts
     assert any(note.startswith("gpu.idle_by_cause") for note in replay.partial)
 
 
+def test_graph_capture_in_the_window_is_noted():
+    events = [
+        R("cudaStreamBeginCapture", 0, 2, corr=1),
+        R("cudaLaunchKernel", 5, 2, corr=2),
+        R("cudaLaunchKernel", 8, 2, corr=3),
+        R("cudaStreamEndCapture", 12, 2, corr=4),
+        R("cudaGraphInstantiate", 15, 2, corr=5),
+        R("cudaLaunchKernel", 20, 2, corr=6),
+        G("after_capture", 25, 5, corr=6),
+        R("cudaStreamBeginCapture", 40, 2, corr=7),  # never ended inside the window
+        R("cudaLaunchKernel", 45, 2, corr=8),
+    ]
+    c = TraceSession(load(events)).compiled
+    replay = c.replay
+    assert replay is not None
+    assert (replay.launches, replay.captures, replay.captured_launches) == (0, 1, 2)
+    (note,) = replay.partial
+    assert note.startswith("graph capture inside the window (1 capture): the 2 launch calls")
+    # Only the launch that ran a kernel is a launch call of the launch economy.
+    assert (c.launch.launch_calls, c.launch.kernels) == (1, 1)
+
+
 def test_per_step_numbers():
     c = TraceSession(load(gpu_events())).compiled
     (step,) = c.steps
@@ -414,10 +436,29 @@ def test_corpus_graph_capture_traces(name):
     section = build_summary(session)["compile"]
     assert 0 <= c.compiled_ns <= c.total_ns
     assert section["launch"]["kernels"] == c.kernels == int(session.classes.kernel.sum())
-    if c.replay is not None:
-        assert section["graph_replay"]["partial"]
-        assert "graph_replay" in {f.rule for f in session.findings}
+    # Launch calls made while capturing ran nothing: the note says so.
+    replay = c.replay
+    assert replay is not None and replay.captures >= 1 and replay.captured_launches > 0
+    assert replay.launches == 0
+    assert section["graph_replay"]["captures"] == replay.captures
+    assert any(note.startswith("graph capture inside the window") for note in replay.partial)
+    assert "graph_replay" in {f.rule for f in session.findings}
     json.dumps(section)
+
+
+@pytest.mark.corpus
+def test_corpus_vllm_piecewise_capture_runs_attention_eager():
+    """vLLM's piecewise compilation: 25 compiled FX graphs, each captured into a graph (their
+    kernels never ran in the window); the attention ops between the pieces run eager."""
+    session = corpus_session(
+        "vllm_piecewise_graph_capture_rank_0.1773709679453551615.pt.trace.json.gz"
+    )
+    c = session.compiled
+    assert {r.kind for r in c.regions} == {REGION_FX_GRAPH} and len(c.regions) == 25
+    assert c.replay is not None and c.replay.captures == 25
+    islands = [e.name for e in c.eager_islands]
+    assert "vllm::unified_attention_with_output" in islands[:3]
+    assert c.compiled_ns == 0
 
 
 # -- the text report ---------------------------------------------------------------------------
