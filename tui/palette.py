@@ -157,7 +157,11 @@ def diff_help_sections() -> list[tuple[str, type, list[BindingType]]]:
         *(b for b in TableScreen.BINDINGS if isinstance(b, Binding) and b.key != "escape"),
         *DiffScreen.BINDINGS,
     ]
-    pair: list[BindingType] = [*DiffPairScreen.BINDINGS, *Timeline.BINDINGS]
+    pair: list[BindingType] = [
+        *DiffPairScreen.BINDINGS,
+        Binding("0", "fit_all", "The paired step, whole (the longer of the two)"),
+        *Timeline.BINDINGS,  # 0's line above is the timeline's (the same action)
+    ]
     alone: list[BindingType] = [*HalfTraceScreen.BINDINGS, *Timeline.BINDINGS, *TraceScreen.BINDINGS]
     return [
         ("Diff table", DiffScreen, table),
