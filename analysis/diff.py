@@ -23,7 +23,7 @@ API (stable; the viewer builds on it):
   activities): counts, totals (ns), means, `delta`, `more_calls + slower_calls == delta`,
   `status` (`common`, `added`, `removed`); `base_groups`/`new_groups` are the group indices in
   each session's `cpu_groups`/`gpu_groups` it merges (for highlighting instances), and
-  `base_names`/`new_names` the original names when normalisation merged several.
+  `base_names`/`new_names` the original names (`merged`: normalisation matched several).
 - `StreamAlignment`: `(device, stream)` per side, `base_rows`/`new_rows` (trace rows, by start)
   and `ops`: a list of `(base index | -1, new index | -1, op)` with op in ALIGN_OPS, indices
   into `base_rows`/`new_rows` (`row_ops()`: the same with trace rows); `capped` says the work cap was hit and the middle was paired by
@@ -177,16 +177,17 @@ def _matching_angle(name: str, start: int) -> int:
     return -1
 
 
-def normalise_name(name: str, templates: bool = False) -> str:
+def normalise_name(name: str, templates: bool = False, lines: bool = True) -> str:
     """The name two traces' events are matched by: hex addresses become `0x…`, Python line
-    numbers `file.py(…)`, `ProfilerStep#N` becomes `ProfilerStep#…`, and with `templates` every
-    outermost template argument list `<…>`. Only the first SCAN_LIMIT characters are kept."""
+    numbers `file.py(…)` (unless not `lines`), `ProfilerStep#N` becomes `ProfilerStep#…`, and
+    with `templates` every outermost template argument list `<…>`. Only the first SCAN_LIMIT
+    characters are kept."""
     text = name if len(name) <= SCAN_LIMIT else name[:SCAN_LIMIT]
     if _STEP_NUMBER.match(text):
         return STEP_KEY
     if "0x" in text:
         text = _HEX.sub("0x…", text)
-    if ".py" in text:
+    if lines and ".py" in text:
         text = _PY_LINE.sub(r"\1(…)", text)
     if templates and "<" in text:
         text = _fold_templates(text)
@@ -240,7 +241,7 @@ class GroupDiff:
     new_total: int
     base_groups: tuple[int, ...]
     new_groups: tuple[int, ...]
-    base_names: tuple[str, ...]  # original names, when more than one was merged
+    base_names: tuple[str, ...]  # the original names (none for the steps' own row)
     new_names: tuple[str, ...]
 
     @property
@@ -284,7 +285,8 @@ class GroupDiff:
 
     @property
     def merged(self) -> bool:
-        return len(self.base_names) > 1 or len(self.new_names) > 1
+        """Normalisation matched more than one original name into this row."""
+        return len(set(self.base_names) | set(self.new_names)) > 1
 
 
 @dataclass(frozen=True)
@@ -521,7 +523,7 @@ def _aggregate(
     strings = trace.strings
     for g in np.flatnonzero(count).tolist():
         original = strings[int(groups.name[g])]
-        key = (strings[int(groups.cat[g])].lower(), normalise_name(original, templates))
+        key = (strings[int(groups.cat[g])].lower(), normalise_name(original, templates, False))
         n, t, gs, names = out.get(key, (0, 0, [], []))
         gs.append(g)
         if original not in names and key[1] != STEP_KEY:  # steps merge by design
@@ -530,11 +532,46 @@ def _aggregate(
     return out
 
 
+Aggregate = dict[tuple[str, str], tuple[int, int, list[int], list[str]]]
+
+
+def _match_moved_lines(base: Aggregate, new: Aggregate) -> None:
+    """Python frames that match nothing on the other side are matched again without their line
+    numbers (an edit moved the function): every such unmatched key of BASE and of NEW with the
+    same `file.py(…): fn` is merged into one. Frames that match exactly are left alone, so two
+    functions of one file that share a name stay apart when their lines did not move."""
+
+    def loose(key: tuple[str, str]) -> tuple[str, str] | None:
+        if ".py" not in key[1]:
+            return None
+        folded = _PY_LINE.sub(r"\1(…)", key[1])
+        return (key[0], folded) if folded != key[1] else None
+
+    unmatched: list[dict[tuple[str, str], list[tuple[str, str]]]] = []
+    for mine, other in ((base, new), (new, base)):
+        by_loose: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        for key in mine.keys() - other.keys():
+            folded = loose(key)
+            if folded is not None:
+                by_loose.setdefault(folded, []).append(key)
+        unmatched.append(by_loose)
+    for folded in unmatched[0].keys() & unmatched[1].keys():
+        for side, by_loose in ((base, unmatched[0]), (new, unmatched[1])):
+            count, total, groups, names = side.pop(folded, (0, 0, [], []))
+            for key in sorted(by_loose[folded]):
+                c, t, g, n = side.pop(key)
+                count, total = count + c, total + t
+                groups = groups + g
+                names = names + [name for name in n if name not in names]
+            side[folded] = (count, total, groups, names)
+
+
 def _group_diffs(
     kind: str,
     base: dict[tuple[str, str], tuple[int, int, list[int], list[str]]],
     new: dict[tuple[str, str], tuple[int, int, list[int], list[str]]],
 ) -> tuple[list[GroupDiff], float]:
+    _match_moved_lines(base, new)
     empty: tuple[int, int, list[int], list[str]] = (0, 0, [], [])
     out = []
     for key in base.keys() | new.keys():
@@ -550,8 +587,8 @@ def _group_diffs(
                 new_total=n[1],
                 base_groups=tuple(b[2]),
                 new_groups=tuple(n[2]),
-                base_names=tuple(b[3]) if len(b[3]) > 1 else (),
-                new_names=tuple(n[3]) if len(n[3]) > 1 else (),
+                base_names=tuple(b[3]),
+                new_names=tuple(n[3]),
             )
         )
     out.sort(key=lambda d: (-abs(d.delta), d.name, d.cat))

@@ -56,8 +56,9 @@ def _group(g: Any) -> dict[str, Any]:
         "delta_pct": _round(g.delta_pct),
         "more_calls_us": round(g.more_calls / 1000, 3),
         "slower_calls_us": round(g.slower_calls / 1000, 3),
-        "merged_base_names": list(g.base_names),
-        "merged_new_names": list(g.new_names),
+        # The original names, when normalisation matched more than one into this row.
+        "merged_base_names": list(g.base_names) if g.merged else [],
+        "merged_new_names": list(g.new_names) if g.merged else [],
     }
 
 

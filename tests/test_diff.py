@@ -294,6 +294,16 @@ def test_names_normalised_and_merges_shown():
     assert set(by_name(diff.kernels)) == {"k<float>", "k<half>"}
     folded = by_name(diff_of(base, new, templates=True).kernels)
     assert folded["k<…>"].base_names == ("k<float>", "k<half>")
+    # Frames that match exactly stay apart: line numbers are dropped only for the unmatched.
+    base, new = [], []
+    for events in (base, new):
+        launch(events, "m.py(10): forward", "k", 0, 20, 5, 1)
+        launch(events, "m.py(90): forward", "k", 100, 30, 5, 2)
+    launch(new, "other.py(5): forward", "k", 200, 30, 5, 3)
+    rows = by_name(diff_of(base, new).operators)
+    assert rows["m.py(10): forward"].status == rows["m.py(90): forward"].status == "common"
+    assert not rows["m.py(10): forward"].merged
+    assert rows["other.py(5): forward"].status == "added"
 
 
 # -- the alignment itself ---------------------------------------------------------------------
