@@ -33,6 +33,7 @@ viewer and the summary:
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -845,9 +846,15 @@ def device_peak_gbs(trace: Trace, device: int) -> float | None:
 
 
 def _number(value: Any) -> float | None:
-    if type(value) in (int, float) and np.isfinite(value) and value >= 0:
-        return float(value)
-    return None
+    """A finite, non-negative JSON number as a float; None for anything else (booleans,
+    strings, NaN, numbers too large for a float)."""
+    if type(value) not in (int, float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) and number >= 0 else None
 
 
 def compute_efficiency(session: TraceSession) -> Efficiency:

@@ -14,6 +14,7 @@ from kinetoscope.analysis.compile import (
     REGION_AOT_FORWARD,
     REGION_DYNAMO,
     REGION_FX_GRAPH,
+    _number,
     inductor_kind,
     region_kind,
 )
@@ -290,6 +291,17 @@ def test_kernel_efficiency_never_guesses_a_peak(write_trace):
     (add, _red) = session.kernel_efficiency.kernels
     assert add.gbs == pytest.approx(500.0)
     assert add.peak_gbs is None and add.bandwidth_share is None
+
+
+def test_kernel_efficiency_ignores_args_that_are_not_numbers(write_trace):
+    doc = efficiency_trace("NVIDIA H100 80GB HBM3")
+    doc["traceEvents"][1]["args"] = {"kernel_flop": "many", "kernel_num_gb": True}
+    doc["traceEvents"][4]["args"] = {"kernel_flop": 10**400, "kernel_num_gb": -1.0}
+    session = TraceSession(load_file(str(write_trace(doc))))
+    eff = session.kernel_efficiency
+    assert eff.kernels == () and eff.operators == ()
+    # An integer too large for a float is no number (numpy's isfinite raises on it).
+    assert _number(10**400) is None and _number(float("inf")) is None and _number(2) == 2.0
 
 
 def test_summary_compile_section():
