@@ -119,6 +119,13 @@ async def test_the_table_shows_the_kernels_by_largest_change(pair):
         assert {"aten::new_op", "aten::old_op", "aten::mm"} <= set(names)
         assert column(screen, "Δ")[0] == "+200.000 µs"
         await pilot.press("T")
+        # D: regressions first, then improvements first (the worst regression: D, Enter)
+        await pilot.press("D")
+        assert column(screen, "name") == ["gemm_kernel", "new_kernel", "relu_kernel", "old_kernel"]
+        await pilot.press("D")
+        assert column(screen, "name")[0] == "old_kernel"
+        await pilot.press("D")
+        assert column(screen, "name")[0] == "gemm_kernel"
         # typing filters
         await pilot.press("r", "e", "l", "u", "enter")
         assert column(screen, "name") == ["relu_kernel"]
@@ -261,3 +268,20 @@ def test_the_command_opens_the_viewer_on_a_terminal_and_prints_the_text_off_one(
         assert main(["diff", *pair, *printed]) == 0
         assert capsys.readouterr().out
     assert len(opened) == 1
+
+
+async def test_with_no_step_pair_the_timelines_show_the_whole_traces(pair):
+    """--steps that picks none of the common steps: the timelines start at each trace's
+    start, nothing marked."""
+    from kinetoscope.analysis.diff import DiffOptions
+
+    app = DiffApp(*pair, options=DiffOptions(steps=[9]))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await diff_screen(pilot)
+        assert not screen.diff.pairs and not screen.table.row_count
+        await pilot.press("B")  # both timelines, no row
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, DiffPairScreen)
+        for timeline in app.screen.timelines():
+            assert timeline.delta == 0
+            assert not len(timeline.half.marked)

@@ -164,7 +164,7 @@ def table_model(rows: NameRows, order: int = 0) -> TableModel:
         if status[r] == ADDED:
             return "new"
         value = float(pct[r])
-        return "?" if np.isnan(value) else f"{value:+.1f}"
+        return "?" if np.isnan(value) else pct_text(value)
 
     def mean_cell(values: np.ndarray) -> Callable[[int], str]:
         return lambda r: "–" if np.isnan(values[r]) else fmt_table_time(float(values[r]))
@@ -240,11 +240,18 @@ def table_model(rows: NameRows, order: int = 0) -> TableModel:
     )
 
 
+def pct_text(pct: float | None) -> str:
+    """A Δ % for a narrow column: one decimal, none from 10,000 % on (`+75,803`)."""
+    if pct is None:
+        return ""
+    return f"{pct:+,.0f}" if abs(pct) >= 10_000 else f"{pct:+.1f}"
+
+
 def verdict_text(diff: TraceDiff, palette: Palette) -> Text:
     """The verdict in a coloured box, then why, and which windows were compared."""
     verdict = diff.verdict
     role = {REGRESSION: "error", IMPROVEMENT: "info", NEUTRAL: "muted"}.get(verdict.kind, "warning")
-    text = Text(no_wrap=True, overflow="ellipsis")
+    text = Text(overflow="ellipsis")  # the reasons may take a second line
     text.append(f" {verdict.kind.upper()} ", palette.style("ink", role, bold=True))
     text.append(" " + "; ".join(clean(r) for r in verdict.reasons))
     if diff.whole:
@@ -259,7 +266,8 @@ def metrics_text(diff: TraceDiff, palette: Palette) -> Text:
     line per metric that either trace has, base, new, Δ and Δ % in columns."""
     text = Text(no_wrap=True, overflow="ellipsis")
     what = "whole trace" if diff.whole else "per step (mean)"
-    text.append(f"{what:<24}{'base':>12}{'new':>12}{'Δ':>12}{'Δ %':>9}", palette.style("heading"))
+    heading = f"{what:<24}{'base':>12}{'new':>12}{'Δ':>12} {'Δ %':>9}"
+    text.append(heading, palette.style("heading"))
     for metric in diff.overall:
         if not metric.base and not metric.new and metric.key != "step_time":
             continue
@@ -280,7 +288,7 @@ def metrics_text(diff: TraceDiff, palette: Palette) -> Text:
         if delta and pct is not None and abs(pct) >= 1:
             style = palette.style("error" if delta > 0 else "info")
         text.append(f"{shown(delta, signed=True):>12}", style)
-        text.append(f"{'' if pct is None else f'{pct:+.1f}':>9}", style)
+        text.append(f" {pct_text(pct):>9}", style)
     return text
 
 
@@ -294,10 +302,11 @@ class DiffScreen(TableScreen):
         Binding(
             "D", "cycle_order", "Δ order", tooltip="Δ by |Δ|, regressions or improvements first"
         ),
+        Binding("B", "both", "Both timelines", tooltip="Both timelines, no row highlighted"),
         Binding("question_mark", "app.help", "Keys"),
     ]
     DEFAULT_CSS = """
-    #diff-verdict { height: 1; padding: 0 1; }
+    #diff-verdict { height: auto; max-height: 2; padding: 0 1; }
     #diff-metrics { height: auto; max-height: 12; padding: 0 1; }
     """
     SHOW_DETAIL = True
@@ -398,17 +407,28 @@ class DiffScreen(TableScreen):
     def choose(self, row: int) -> None:
         self.open_pair(row)
 
+    def action_both(self) -> None:
+        self.open_pair(None)
+
     def open_pair(self, row: int | None) -> DiffPairScreen:
         """Both timelines stacked at the paired step, row `row`'s instances highlighted (None:
         nothing highlighted), the kernels the alignment added and removed marked."""
         diff = self.diff
         base_view, new_view = self.views
-        pair = diff.pairs[self.pair]
-        removed, added, replaced = aligned_changes(diff, self.pair)
-        (b0, b1), (n0, n1) = pair.base_window, pair.new_window
-        base = Half(base_view, b0, b1 - b0, _label(self.names[0], pair.base_name), removed)
+        if diff.pairs:
+            pair = diff.pairs[self.pair]
+            removed, added, replaced = aligned_changes(diff, self.pair)
+            (b0, b1), (n0, n1) = pair.base_window, pair.new_window
+            names = pair.base_name, pair.new_name
+        else:  # --steps picked none: the whole traces, nothing aligned
+            removed = added = np.zeros(0, np.int64)
+            replaced = 0
+            b0, b1 = base_view.origin, base_view.origin + base_view.span
+            n0, n1 = new_view.origin, new_view.origin + new_view.span
+            names = "whole trace", "whole trace"
+        base = Half(base_view, b0, b1 - b0, _label(self.names[0], names[0]), removed)
         base.role, base.replaced = REMOVED_ROLE, replaced
-        new = Half(new_view, n0, n1 - n0, _label(self.names[1], pair.new_name), added)
+        new = Half(new_view, n0, n1 - n0, _label(self.names[1], names[1]), added)
         new.replaced = replaced
         masks: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
         instances: tuple[np.ndarray, np.ndarray] | None = None
