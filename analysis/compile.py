@@ -388,13 +388,18 @@ def compute_compile(session: TraceSession) -> CompileAnalysis:
                 compile_id,
             )
         )
-    mark = np.zeros(len(order) + 1, dtype=np.int64)
     region_pos = nesting.position[region_rows].astype(np.int64)
-    np.add.at(mark, region_pos, 1)
-    np.add.at(mark, nesting.subtree_stop[region_pos].astype(np.int64), -1)
-    inside_pos = np.cumsum(mark[:-1]) > 0
+    inside_pos = _covered(nesting, region_pos)
     in_compiled = np.zeros(n_rows, dtype=bool)
     in_compiled[order[inside_pos]] = True
+    # Compilation inside the window: its events and everything below them (autotuning runs
+    # kernels there) are compile work, neither compiled nor eager code.
+    compiling_names = names_matching(trace, COMPILING_NAME.fullmatch)
+    compiling_rows = np.flatnonzero(classes.cpu & compiling_names[names])
+    compiling_pos = nesting.position[compiling_rows].astype(np.int64)
+    in_compiling_pos = _covered(nesting, compiling_pos)
+    in_compiling = np.zeros(n_rows, dtype=bool)
+    in_compiling[order[in_compiling_pos]] = True
 
     # -- kernels: compiled, Inductor, short --------------------------------------------------
     inductor_names = names_matching(trace, lambda s: inductor_kind(s) is not None)
@@ -404,9 +409,13 @@ def compute_compile(session: TraceSession) -> CompileAnalysis:
     runtime_of_kernel = np.full(n_rows, -1, dtype=np.int64)
     runtime_of_kernel[gpu_rows] = runtime_of_gpu
     k_runtime = runtime_of_kernel[kernel_rows]
+    linked = k_runtime >= 0
+    # Kernels launched by compile work (autotuning) are left out of everything below.
+    k_work = np.ones(len(kernel_rows), dtype=bool)
+    k_work[linked] = ~in_compiling[k_runtime[linked]]
+    kernel_rows, k_runtime, linked = kernel_rows[k_work], k_runtime[k_work], linked[k_work]
     k_dur = trace.dur[kernel_rows]
     k_compiled = inductor_names[names[kernel_rows]].copy()
-    linked = k_runtime >= 0
     k_compiled[linked] |= in_compiled[k_runtime[linked]]
     on_gpu = bool(classes.gpu.any())
 
@@ -414,7 +423,7 @@ def compute_compile(session: TraceSession) -> CompileAnalysis:
     step_rows_ = session.steps.rows
     is_step = np.zeros(n_rows, dtype=bool)
     is_step[step_rows_] = True
-    op_pos = np.flatnonzero(op_cats[trace.cat[order]] & ~is_step[order])
+    op_pos = np.flatnonzero(op_cats[trace.cat[order]] & ~is_step[order] & ~in_compiling_pos)
     if on_gpu:
         total_ns = int(k_dur.sum())
         compiled_ns = int(k_dur[k_compiled].sum())
@@ -448,8 +457,6 @@ def compute_compile(session: TraceSession) -> CompileAnalysis:
         else np.zeros(0, np.int64)
     )
     guard_self = nesting.self_time[nesting.position[guard_rows]].astype(np.int64)
-    compiling_names = names_matching(trace, COMPILING_NAME.fullmatch)
-    compiling_rows = np.flatnonzero(classes.cpu & compiling_names[names])
     compiling_union = Union.of(
         trace.start[compiling_rows], trace.start[compiling_rows] + trace.dur[compiling_rows]
     )
@@ -463,7 +470,12 @@ def compute_compile(session: TraceSession) -> CompileAnalysis:
     eager_islands: tuple[EagerIsland, ...] = ()
     eager_rows = np.zeros(0, np.int64)
     if regions:
-        eager_rows, eager_islands = _eager_islands(session, in_compiled, guard_id, compiling_names)
+        markers = np.concatenate(
+            (region_pos, compiling_pos, nesting.position[guard_rows].astype(np.int64))
+        )
+        eager_rows, eager_islands = _eager_islands(
+            session, in_compiled | in_compiling, np.unique(markers)
+        )
 
     # -- launches and graph replay ------------------------------------------------------------
     graph_names = names_matching(trace, GRAPH_LAUNCH.match)
@@ -593,29 +605,38 @@ def _longest(trace: Trace, rows: np.ndarray, limit: int) -> tuple[int, ...]:
     return tuple(ranked[:limit])
 
 
+def _covered(nesting: Any, positions: np.ndarray) -> np.ndarray:
+    """Per position of the nesting: is it one of `positions` or below one of them."""
+    mark = np.zeros(len(nesting.order) + 1, dtype=np.int64)
+    np.add.at(mark, positions, 1)
+    np.add.at(mark, nesting.subtree_stop[positions].astype(np.int64), -1)
+    return np.cumsum(mark[:-1]) > 0
+
+
 def _eager_islands(
-    session: TraceSession, in_compiled: np.ndarray, guard_id: int, compiling_names: np.ndarray
+    session: TraceSession, excluded: np.ndarray, markers: np.ndarray
 ) -> tuple[np.ndarray, tuple[EagerIsland, ...]]:
-    """Outermost `cpu_op` slices (no `cpu_op` ancestor) outside compiled code, by name."""
+    """Eager islands by name: the `cpu_op` slices that are not `excluded` (compiled code or
+    compile work, per row), are no marker (a region, compile event or guard: positions,
+    ascending) and hold none below them, and have no such slice above them."""
     from .operators import gpu_launched_per_position
 
     trace = session.trace
     nesting = session.nesting
     order = nesting.order
     cpu_op = _cat_mask(trace, frozenset({"cpu_op"}))
-    is_op_pos = cpu_op[trace.cat[order]]
-    # Ops with a cpu_op ancestor: a running count of open cpu_op subtrees over positions.
-    op_positions = np.flatnonzero(is_op_pos)
-    mark = np.zeros(len(order) + 1, dtype=np.int64)
-    np.add.at(mark, op_positions + 1, 1)
-    np.add.at(mark, nesting.subtree_stop[op_positions].astype(np.int64), -1)
-    under_op = np.cumsum(mark[:-1]) > 0
-    machinery = compiling_names.copy()
-    if guard_id >= 0:
-        machinery[guard_id] = True
-    island_pos = np.flatnonzero(
-        is_op_pos & ~under_op & ~in_compiled[order] & ~machinery[trace.name[order]]
+    positions = np.arange(len(order))
+    stop = nesting.subtree_stop.astype(np.int64)
+    holds_marker = np.searchsorted(markers, stop, side="left") > np.searchsorted(
+        markers, positions, side="left"
     )
+    candidate = cpu_op[trace.cat[order]] & ~excluded[order] & ~holds_marker
+    candidate_pos = np.flatnonzero(candidate)
+    below = np.zeros(len(order) + 1, dtype=np.int64)
+    np.add.at(below, candidate_pos + 1, 1)
+    np.add.at(below, stop[candidate_pos], -1)
+    under_candidate = np.cumsum(below[:-1]) > 0
+    island_pos = np.flatnonzero(candidate & ~under_candidate)
     rows = order[island_pos]
     if not len(rows):
         return rows, ()

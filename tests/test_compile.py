@@ -496,3 +496,46 @@ def test_report_shows_the_compile_tables():
 def test_report_has_no_compile_tables_for_an_eager_trace():
     events = [X("aten::mm", 0, 20), R("cudaLaunchKernel", 5, 5, corr=1), G("k", 30, 50, corr=1)]
     assert "Compiled code" not in report_text(load(events))
+
+
+def test_compile_work_is_neither_compiled_nor_eager():
+    """A first call compiles inside the window: the compile events (and an autotuning kernel
+    launched below them) count as compiling only; a `dynamo` slice holding them, and an op
+    holding a compiled region, are containers, not eager islands (their eager children are)."""
+    events = [
+        X("dynamo", 0, 100),
+        X("compile_fx_inner (dynamo_timed)", 10, 80),
+        X("triton_poi_fused_add_0", 20, 10),
+        R("cudaLaunchKernel", 22, 2, corr=1),
+        G("triton_poi_fused_add_0", 30, 5, corr=1),  # autotuning: compile work
+        X("wrapper", 200, 100),
+        X("aten::zeros", 205, 10),
+        R("cudaLaunchKernel", 207, 2, corr=2),
+        G("fill_kernel", 210, 4, corr=2),
+        X("Torch-Compiled Region: 0/0", 220, 60),
+        X("triton_poi_fused_add_0", 230, 10),
+        R("cudaLaunchKernel", 232, 2, corr=3),
+        G("triton_poi_fused_add_0", 240, 6, corr=3),
+    ]
+    c = TraceSession(load(events)).compiled
+    assert (c.total_ns, c.compiled_ns) == (10_000, 6_000)  # the autotuning kernel left out
+    assert (c.kernels, c.launch.kernels, c.launch.launch_calls) == (2, 2, 2)
+    assert [(k.name, k.count) for k in c.inductor] == [("triton_poi_fused_add_0", 1)]
+    assert [(e.name, e.cpu_ns, e.gpu_ns) for e in c.eager_islands] == [
+        ("aten::zeros", 10_000, 4_000)
+    ]
+    assert (c.compiling.count, c.compiling.ns) == (1, 80_000)
+
+
+def test_cpu_only_operator_time_leaves_compile_work_out():
+    events = [
+        X("compile_fx_inner (dynamo_timed)", 0, 50),
+        X("aten::empty", 10, 5),
+        X("Torch-Compiled Region: 0/0", 100, 20),
+        X("cpp_fused_mul_0", 105, 10),
+        X("aten::add", 130, 10),
+    ]
+    c = TraceSession(load(events)).compiled
+    # Operator self time: region 10 + cpp 10 (compiled) + add 10; the compile event and the
+    # op below it are compile work.
+    assert (c.total_ns, c.compiled_ns) == (30_000, 20_000)
