@@ -207,6 +207,15 @@ async def test_the_added_kernel_is_marked_on_the_new_timeline(pair):
         assert added == ["new_kernel"] * STEPS or added == ["new_kernel"]
         assert removed == ["old_kernel"] * len(removed) and removed
         assert "added" in str(pair_screen.query_one("#diff-title-1").render())
+        # only the new trace has it: the new half has the focus; the status line says, in
+        # words, that its selected instance is an added kernel
+        assert pair_screen.focused is new
+        status = pair_screen.query_one("#diff-pair-status")
+        assert " · new · new_kernel 40 µs ADDED" in str(status.render())
+        await pilot.press("tab")  # the base has none: nothing selected there
+        await pilot.pause()
+        assert pair_screen.focused is base
+        assert " · base · Tab" in str(status.render())
         # its cells are drawn in the "added" colour, on the GPU lane's row
         row = int(new.half.marked[0])
         new.selected_row = -1  # a selected slice keeps its own style

@@ -80,6 +80,15 @@ class DiffTimeline(LinkedTimeline):
             body, cells, level, self._row_ids, self._marked, entry, palette, role=self.half.role
         )
 
+    def focus_changed(self) -> None:
+        screen = self.screen if self.is_attached else None
+        if isinstance(screen, DiffPairScreen):
+            screen.update_status()  # it speaks of the focused half
+
+    def is_marked(self, row: int) -> bool:
+        """The alignment found trace row `row` added (new half) or removed (base half)."""
+        return 0 <= row < len(self._marked) and bool(self._marked[row])
+
     def _clamp_view(self) -> None:
         if self.data is None:
             return
@@ -272,6 +281,9 @@ class DiffPairScreen(Screen):
             text.append(" · ")
             text.append(shorten(trace.name_of(row), 50), "bold")
             text.append(f" {fmt_duration(int(trace.dur[row]))}")
+            if focused.is_marked(row):  # said in words too: NO_COLOR greys the mark's colour
+                word = "ADDED" if focused.half.role == ADDED_ROLE else "REMOVED"
+                text.append(f" {word}", palette_of(self).style("ink", focused.half.role, bold=True))
             other = timelines[1 - side]
             if other.selected_row >= 0:
                 dur = int(other.data.trace.dur[other.selected_row])
@@ -293,7 +305,6 @@ class DiffPairScreen(Screen):
         focused = self.focused
         if focused in timelines:
             timelines[1 - timelines.index(focused)].focus()
-        self.update_status()
 
     def action_step_instance(self, direction: int) -> None:
         if not any(len(rows) for rows in self.instances):
