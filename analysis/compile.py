@@ -878,10 +878,15 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) and number >= 0 else None
 
 
+EFFICIENCY_SAMPLE = 256
+
+
 def compute_efficiency(session: TraceSession) -> Efficiency:
-    """Achieved throughput from `kernel_flop` / `kernel_num_gb`, read from the GPU kernels'
-    own args or else from their Inductor launch event (the CPU slice of the same name that
-    holds the launch call)."""
+    """Achieved throughput from `kernel_flop` / `kernel_num_gb`, read from each Inductor GPU
+    kernel's launch event (the CPU slice of the kernel's name above its launch call), or from
+    the kernel itself when it has none. Inductor sets those args for a whole process
+    (config.benchmark_kernel, profile_bandwidth): when none of the first EFFICIENCY_SAMPLE
+    events read carry either, the rest are not read."""
     from kinetoscope.parser.access import read_events
 
     trace = session.trace
@@ -891,69 +896,93 @@ def compute_efficiency(session: TraceSession) -> Efficiency:
     inductor_names = names_matching(trace, lambda s: inductor_kind(s) is not None)
     kernel_rows = np.flatnonzero(classes.kernel)
     gpu = kernel_rows[inductor_names[trace.name[kernel_rows]]]
-    # The launch event: the nearest ancestor of the linked runtime call with the kernel's name.
-    launch_event: dict[int, int] = {}
-    for row in gpu.tolist():
-        runtime = links.runtime_of(row)
-        parent = int(nesting.parent[runtime]) if runtime >= 0 else -1
-        while parent >= 0 and trace.name[parent] != trace.name[row]:
-            parent = int(nesting.parent[parent])
-        if parent >= 0:
-            launch_event[row] = parent
-    wanted = np.concatenate((gpu, np.asarray(list(launch_event.values()), np.int64)))
+    runtime_of = np.full(len(trace), -1, dtype=np.int64)
+    runtime_of[links.gpu_rows] = links.gpu_runtime
+    runtime = runtime_of[gpu]
+    # The launch event: the nearest ancestor of the launch call with the kernel's name (a few
+    # levels up at most: the launch call sits right below it).
+    launch = np.full(len(gpu), -1, dtype=np.int64)
+    cursor = np.where(runtime >= 0, nesting.parent[np.maximum(runtime, 0)], -1).astype(np.int64)
+    for _ in range(8):
+        open_ = (launch < 0) & (cursor >= 0)
+        if not open_.any():
+            break
+        same = open_.copy()
+        same[open_] = trace.name[cursor[open_]] == trace.name[gpu[open_]]
+        launch[same] = cursor[same]
+        step = open_ & ~same
+        cursor[step] = nesting.parent[cursor[step]]
+        cursor[~step] = -1
+    source = np.where(launch >= 0, launch, gpu)
     # Inductor writes kernel_num_gb whenever it writes kernel_flop: runs without it are skipped.
-    events = read_events(trace, wanted, needle=b"kernel_num_gb") if len(wanted) else {}
-    peaks: dict[int, float | None] = {}
-    per_kernel: dict[str, list[tuple[int, float | None, float | None]]] = {}
-    per_op: dict[str, list[tuple[int, float | None, float | None]]] = {}
-    device_of: dict[str, int] = {}
-    for row in gpu.tolist():
-        args: dict[str, Any] = {}
-        for source in (launch_event.get(row), row):
-            event = events.get(source) if source is not None else None
-            if event and isinstance(event.get("args"), dict):
-                args.update(event["args"])
-        flop, gb = _number(args.get("kernel_flop")), _number(args.get("kernel_num_gb"))
-        if flop is None and gb is None:
-            continue
-        entry = (int(trace.dur[row]), flop, gb)
-        name = trace.name_of(row)
-        per_kernel.setdefault(name, []).append(entry)
-        # The operator: what holds the launch event (else the launch call).
-        below = launch_event.get(row, links.runtime_of(row))
-        holder = int(nesting.parent[below]) if below >= 0 else -1
-        op_name = trace.name_of(holder) if holder >= 0 else "(no operator)"
-        per_op.setdefault(op_name, []).append(entry)
-        device_of.setdefault(name, int(trace.device[row]))
-        device_of.setdefault(op_name, int(trace.device[row]))
+    by_file = np.sort(source)
+    events = read_events(trace, by_file[:EFFICIENCY_SAMPLE], needle=b"kernel_num_gb")
+    flop = np.full(len(gpu), np.nan)
+    gb = np.full(len(gpu), np.nan)
 
-    def peak(name: str) -> float | None:
-        device = device_of[name]
+    def fill(found: dict[int, dict[str, Any]]) -> None:
+        """Each kernel's numbers from its source's args (a launch event that launched several
+        kernels gives each of them its args)."""
+        if not found:
+            return
+        for i, row in enumerate(source.tolist()):
+            event = found.get(row)
+            args = event.get("args") if event is not None else None
+            if not isinstance(args, dict):
+                continue
+            f, g = _number(args.get("kernel_flop")), _number(args.get("kernel_num_gb"))
+            flop[i] = np.nan if f is None else f
+            gb[i] = np.nan if g is None else g
+
+    fill(events)
+    if len(by_file) > EFFICIENCY_SAMPLE and (~np.isnan(flop) | ~np.isnan(gb)).any():
+        rest = read_events(trace, by_file[EFFICIENCY_SAMPLE:], needle=b"kernel_num_gb")
+        fill(rest)
+        events = {**events, **rest}
+    has = ~np.isnan(flop) | ~np.isnan(gb)
+    below = np.where(launch >= 0, launch, runtime)
+    holder = np.where(below >= 0, nesting.parent[np.maximum(below, 0)], -1)
+    holder_name = np.where(holder >= 0, trace.name[np.maximum(holder, 0)], -1)
+    peaks: dict[int, float | None] = {}
+
+    def peak(device: int) -> float | None:
         if device not in peaks:
             peaks[device] = device_peak_gbs(trace, device)
         return peaks[device]
 
-    def table(groups: dict[str, list[tuple[int, float | None, float | None]]]) -> tuple:
-        out = []
-        for name, entries in groups.items():
-            flops = [f for _, f, _ in entries if f is not None]
-            gbs = [g for _, _, g in entries if g is not None]
-            out.append(
-                Achieved(
-                    name=name,
-                    count=len(entries),
-                    dur_ns=sum(d for d, _, _ in entries),
-                    flop=sum(flops) if flops else None,
-                    gb=sum(gbs) if gbs else None,
-                    peak_gbs=peak(name),
-                )
+    def table(keys: np.ndarray) -> tuple[Achieved, ...]:
+        rows = np.flatnonzero(has)
+        if not len(rows):
+            return ()
+        ids, inverse = np.unique(keys[rows], return_inverse=True)
+        inverse = inverse.reshape(-1)
+        n = len(ids)
+        dur = np.bincount(inverse, weights=trace.dur[gpu[rows]], minlength=n)
+        f, g = flop[rows], gb[rows]
+        flop_sum = np.bincount(inverse, weights=np.nan_to_num(f), minlength=n)
+        gb_sum = np.bincount(inverse, weights=np.nan_to_num(g), minlength=n)
+        flop_n = np.bincount(inverse, weights=~np.isnan(f), minlength=n)
+        gb_n = np.bincount(inverse, weights=~np.isnan(g), minlength=n)
+        count = np.bincount(inverse, minlength=n)
+        first = np.full(n, len(rows), dtype=np.int64)
+        np.minimum.at(first, inverse, np.arange(len(rows)))
+        out = [
+            Achieved(
+                name=trace.strings[int(key)] if key >= 0 else "(no operator)",
+                count=int(count[i]),
+                dur_ns=int(dur[i]),
+                flop=float(flop_sum[i]) if flop_n[i] else None,
+                gb=float(gb_sum[i]) if gb_n[i] else None,
+                peak_gbs=peak(int(trace.device[gpu[rows[first[i]]]])),
             )
+            for i, key in enumerate(ids.tolist())
+        ]
         out.sort(key=lambda a: (-a.dur_ns, a.name))
         return tuple(out)
 
     return Efficiency(
-        kernels=table(per_kernel),
-        operators=table(per_op),
+        kernels=table(trace.name[gpu].astype(np.int64)),
+        operators=table(holder_name.astype(np.int64)),
         rows_read=len(events),
         readable=trace.chunks is not None,
     )

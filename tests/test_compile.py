@@ -10,6 +10,7 @@ import pytest
 from conftest import CORPUS
 from kinetoscope.analysis import TraceSession
 from kinetoscope.analysis.compile import (
+    EFFICIENCY_SAMPLE,
     PEAK_BANDWIDTH_GBS,
     REGION_AOT_FORWARD,
     REGION_DYNAMO,
@@ -291,6 +292,27 @@ def test_kernel_efficiency_never_guesses_a_peak(write_trace):
     (add, _red) = session.kernel_efficiency.kernels
     assert add.gbs == pytest.approx(500.0)
     assert add.peak_gbs is None and add.bandwidth_share is None
+
+
+def test_kernel_efficiency_reads_past_the_sample_and_shares_a_launch_events_args(write_trace):
+    """More kernels than EFFICIENCY_SAMPLE, all with args: every one is read. A launch event
+    that launched two kernels gives both its args."""
+    n = EFFICIENCY_SAMPLE + 44
+    events = [X("Torch-Compiled Region: 0/0", 0, 100 * n + 100)]
+    for i in range(n):
+        t = 10 + 100 * i
+        events += [
+            X("triton_poi_fused_add_0", t, 20, kernel_num_gb=0.001),
+            R("cudaLaunchKernel", t + 2, 5, corr=i + 1),
+            G("triton_poi_fused_add_0", t + 10, 2, corr=i + 1),
+        ]
+    events += [G("triton_poi_fused_add_0", 100 * n + 50, 2, corr=n)]  # a second kernel
+    doc = {"schemaVersion": 1, "traceEvents": events}
+    session = TraceSession(load_file(str(write_trace(doc))))
+    (add,) = session.kernel_efficiency.kernels
+    assert add.count == n + 1
+    assert add.gb == pytest.approx(0.001 * (n + 1))
+    assert add.gbs == pytest.approx(0.001 / 2e-6)  # 0.001 GB in 2 µs: 500 GB/s
 
 
 def test_kernel_efficiency_ignores_args_that_are_not_numbers(write_trace):
