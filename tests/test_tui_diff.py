@@ -126,6 +126,19 @@ async def test_the_table_shows_the_kernels_by_largest_change(pair):
         assert column(screen, "name")[0] == "old_kernel"
         await pilot.press("D")
         assert column(screen, "name")[0] == "gemm_kernel"
+        # S: the step pair the timelines open at
+        pairs = screen.query_one("#diff-pairs")
+        assert "[#1 +10.0] #2 +10.0" in str(pairs.render())
+        await pilot.press("S")
+        assert screen.pair == 1 and "#1 +10.0 [#2 +10.0]" in str(pairs.render())
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        for timeline in app.screen.timelines():
+            assert (
+                timeline.delta == int(timeline.data.session.steps.start[1]) - timeline.data.origin
+            )
+        await pilot.press("escape", "S")
+        assert screen.pair == 0
         # typing filters
         await pilot.press("r", "e", "l", "u", "enter")
         assert column(screen, "name") == ["relu_kernel"]

@@ -261,6 +261,30 @@ def verdict_text(diff: TraceDiff, palette: Palette) -> Text:
     return text
 
 
+def pairs_text(diff: TraceDiff, chosen: int, palette: Palette, limit: int = 12) -> Text:
+    """Each step pair's step-time Δ % (`#3 +10.2 %`), the pair the timelines open at (S) in
+    brackets; past `limit` pairs, those around it."""
+    text = Text(no_wrap=True, overflow="ellipsis")
+    if diff.whole or not diff.pairs:
+        return text
+    text.append("step time by pair (S: the timelines' pair): ", palette.style("heading"))
+    first = max(0, min(chosen - limit // 2, len(diff.pairs) - limit))
+    shown = range(first, min(len(diff.pairs), first + limit))
+    if first:
+        text.append("… ")
+    for index in shown:
+        pair, metrics = diff.pairs[index], diff.per_step[index]
+        step = next((m for m in metrics if m.key == "step_time"), None)
+        pct = step.delta_pct if step is not None else None
+        label = f"#{pair.number} {pct_text(pct) or '?'}"
+        style = palette.style("ink", "cursor", bold=True) if index == chosen else ""
+        text.append(f"[{label}]" if index == chosen else label, style)
+        text.append(" ")
+    if shown.stop < len(diff.pairs):
+        text.append("…")
+    return text
+
+
 def metrics_text(diff: TraceDiff, palette: Palette) -> Text:
     """The step comparison (per step, the mean of the pairs; whole traces without steps): a
     line per metric that either trace has, base, new, Δ and Δ % in columns."""
@@ -303,11 +327,13 @@ class DiffScreen(TableScreen):
             "D", "cycle_order", "Δ order", tooltip="Δ by |Δ|, regressions or improvements first"
         ),
         Binding("B", "both", "Both timelines", tooltip="Both timelines, no row highlighted"),
+        Binding("S", "next_pair", "Step pair", tooltip="The step pair the timelines open at"),
         Binding("question_mark", "app.help", "Keys"),
     ]
     DEFAULT_CSS = """
     #diff-verdict { height: auto; max-height: 2; padding: 0 1; }
     #diff-metrics { height: auto; max-height: 12; padding: 0 1; }
+    #diff-pairs { height: auto; max-height: 1; padding: 0 1; }
     """
     SHOW_DETAIL = True
     DETAIL_CLASSES = "table-detail nowrap"
@@ -331,6 +357,7 @@ class DiffScreen(TableScreen):
     def compose(self) -> ComposeResult:
         yield Static(Text(), id="diff-verdict")
         yield Static(Text(), id="diff-metrics")
+        yield Static(Text(), id="diff-pairs")
         yield from super().compose()
 
     @property
@@ -346,6 +373,7 @@ class DiffScreen(TableScreen):
         palette = palette_of(self)
         self.query_one("#diff-verdict", Static).update(verdict_text(self.diff, palette))
         self.query_one("#diff-metrics", Static).update(metrics_text(self.diff, palette))
+        self.query_one("#diff-pairs", Static).update(pairs_text(self.diff, self.pair, palette))
         super().recolour()
 
     def heading(self) -> Text:
@@ -409,6 +437,23 @@ class DiffScreen(TableScreen):
 
     def action_both(self) -> None:
         self.open_pair(None)
+
+    def action_next_pair(self) -> None:
+        """The next step pair (after the last, the first) for the timelines."""
+        pairs = self.diff.pairs
+        if len(pairs) < 2:
+            self.notify("One window compared: no other step pair", timeout=3)
+            return
+        self.pair = (self.pair + 1) % len(pairs)
+        pair = pairs[self.pair]
+        self.query_one("#diff-pairs", Static).update(
+            pairs_text(self.diff, self.pair, palette_of(self))
+        )
+        self.notify(
+            f"Timelines open at pair #{pair.number}: {pair.base_name} · {pair.new_name}",
+            timeout=3,
+            markup=False,
+        )
 
     def open_pair(self, row: int | None) -> DiffPairScreen:
         """Both timelines stacked at the paired step, row `row`'s instances highlighted (None:
