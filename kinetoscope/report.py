@@ -735,7 +735,7 @@ def compile_tables(document: dict[str, Any]) -> list[Any]:
     if c["compiling"]["events"]:
         facts.add_row(
             "compiling in the window",
-            f"{c['compiling']['events']:,} events, {_dur(c['compiling']['us'])}",
+            f"{plural(c['compiling']['events'], 'event')}, {_dur(c['compiling']['us'])}",
         )
     guard = c["guard"]
     if guard["calls"]:
