@@ -307,3 +307,32 @@ async def test_with_no_step_pair_the_timelines_show_the_whole_traces(pair):
         for timeline in app.screen.timelines():
             assert timeline.delta == 0
             assert not len(timeline.half.marked)
+
+
+BERT = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "tracelens"
+
+
+@pytest.mark.also_no_color
+async def test_the_same_model_on_two_gpu_vendors():
+    """bert-small on an H100 and on an MI300: the table marks the kernels with no counterpart,
+    and Enter on the first shows its instances on the trace that has them."""
+    pair = [
+        BERT / f"{gpu}_gaunernst_bert-small-uncased__1016001.json.gz" for gpu in ("h100", "mi300")
+    ]
+    if not all(p.is_file() for p in pair):
+        pytest.skip("../shared/corpus is absent")
+    app = DiffApp(*(str(p) for p in pair))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await diff_screen(pilot)
+        assert "INCONCLUSIVE" in str(screen.query_one("#diff-verdict").render())
+        marks = column(screen, "±")
+        assert "added" in marks and "removed" in marks and "" in marks
+        added = marks.index("added")
+        await pilot.press(*["down"] * added, "enter")
+        await pilot.pause(0.3)
+        pair_screen = app.screen
+        assert isinstance(pair_screen, DiffPairScreen)
+        base, new = pair_screen.timelines()
+        assert not len(pair_screen.instances[0]) and len(pair_screen.instances[1])
+        assert pair_screen.focused is new and new.selected_row >= 0
+        assert len(new.half.marked) and len(base.half.marked)
