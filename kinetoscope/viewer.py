@@ -136,7 +136,9 @@ def run_diff_view(
     app = DiffApp(base, new, loads=loads, options=options)
     app.run()
     for load in loads:
-        load.cancel()
+        load.cancel()  # a load still running is of no use now
+    for load in loads:
+        load.join(CACHE_WRITE_WAIT_S)  # let a cache being written finish, for the next open
     if app.exit_message:
         print(f"kinetoscope: {clean(app.exit_message)}", file=sys.stderr)
     return int(app.return_code or 0)
