@@ -154,6 +154,8 @@ async def test_enter_opens_both_timelines_aligned_at_the_step_start(pair):
         await pilot.pause(0.2)
         pair_screen = app.screen
         assert isinstance(pair_screen, DiffPairScreen)
+        heading = str(pair_screen.query_one("#diff-pair-heading").render())
+        assert "gemm_kernel · Δ +200 µs (+100.0 %)" in heading
         base, new = pair_screen.timelines()
         for timeline, origin, lead in ((base, 1_000_000, 100), (new, 5_000_000, 500)):
             data = timeline.data

@@ -489,7 +489,9 @@ class DiffScreen(TableScreen):
                 group_instances(diff.base, kind, group.base_groups),
                 group_instances(diff.new, kind, group.new_groups),
             )
-            title = group.name
+            pct = group.delta_pct
+            title = f"{group.name} · Δ {_signed(group.delta)}"
+            title += f" ({pct_text(pct)} %)" if pct is not None else f" ({group.status})"
         screen = DiffPairScreen(base, new, title=title, name_masks=masks, instances=instances)
         self.app.push_screen(screen)
         return screen
