@@ -561,3 +561,65 @@ def test_cpu_only_operator_time_leaves_compile_work_out():
     # Operator self time: region 10 + cpp 10 (compiled) + add 10; the compile event and the
     # op below it are compile work.
     assert (c.total_ns, c.compiled_ns) == (30_000, 20_000)
+
+
+# -- any mix of markers ------------------------------------------------------------------------
+
+MARKER_NAMES = [
+    "Torch-Compiled Region: 0/0",
+    "Torch-Compiled Region: 0/1",
+    "Torch-Compiled Region: 3/0",
+    "Torch-Compiled Region: 99999999999999999999/0",
+    "CompiledFunction",
+    "## Call CompiledFxGraph x ##",
+    "TorchDynamo Cache Lookup",
+    "compile_fx_inner (dynamo_timed)",
+    "Lazy Function Loading",
+    "triton_red_fused_sum_1",
+    "cpp_fused_add_0",
+    "aten::mm",
+    "ProfilerStep#1",
+]
+RUNTIME_NAMES = [
+    "cudaLaunchKernel",
+    "cudaGraphLaunch",
+    "hipStreamBeginCapture",
+    "hipStreamEndCapture",
+]
+
+
+def test_any_mix_of_markers_gives_consistent_numbers():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    cpu = st.tuples(st.sampled_from(MARKER_NAMES), st.integers(0, 200), st.integers(-5, 120)).map(
+        lambda e: X(e[0], e[1], e[2], cat="user_annotation" if "Step" in e[0] else "cpu_op")
+    )
+    runtime = st.tuples(
+        st.sampled_from(RUNTIME_NAMES), st.integers(0, 200), st.integers(0, 10), st.integers(1, 6)
+    ).map(lambda e: R(e[0], e[1], e[2], corr=e[3]))
+    gpu = st.tuples(
+        st.sampled_from(["triton_poi_fused_add_0", "k", "cpp_fused_x_1"]),
+        st.integers(0, 400),
+        st.integers(0, 30),
+        st.integers(1, 8),
+        st.integers(-1, 1),
+    ).map(lambda e: G(e[0], e[1], e[2], corr=e[3], device=e[4]))
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(st.one_of(cpu, runtime, gpu), max_size=30))
+    def check(events):
+        session = TraceSession(load(events))
+        c = session.compiled
+        assert 0 <= c.compiled_ns <= c.total_ns
+        assert c.short_kernels <= c.kernels == c.launch.kernels
+        assert c.launch.graph_kernels <= c.launch.kernels
+        assert sum(s.total_ns for s in c.steps) <= c.total_ns
+        for step in c.steps:
+            assert 0 <= step.compiled_ns <= step.total_ns
+        if c.replay is not None:
+            assert 0 <= c.replay.host_wait_inside_ns <= c.replay.idle_inside_ns
+        json.dumps(build_summary(session)["compile"])
+        assert isinstance(session.findings, list)  # every rule runs
+
+    check()
