@@ -20,8 +20,12 @@ viewer and the summary:
   - `launch`: `LaunchEconomy` (launch calls, graph launches, kernels, CPU time launching).
   - `inductor`: `InductorKernel` per distinct Inductor kernel name; `fusion_mix()` per kind.
   - `kernels`, `short_kernels`: all kernels and those under SHORT_KERNEL_NS.
-  - `graphs`: `GraphLaunch` per graph launch call; `replay`: `Replay` (totals and the
-    `partial` notes: which numbers graph replay makes partial), None without graph launches.
+  - `graphs`: `GraphLaunch` per graph launch call (its `operator_row`, kernels, span, gaps);
+    `replay`: `Replay` (totals, graph captures inside the window and the `partial` notes:
+    which numbers replay and capture make partial), None without graph launches or captures.
+  - `in_compiled`: per trace row, the CPU slice is a region or inside one.
+  Compile work (compile events and all below them) is left out of every kernel and operator
+  number: it counts under `compiling` only.
   - `steps`: `StepCompile` per ProfilerStep (the same numbers per step).
   - `likely_graph_breaks`: `GraphBreak` per step (or for the whole trace without steps)
     whose compiled regions come from more than one frame.
