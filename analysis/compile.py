@@ -23,12 +23,12 @@ viewer and the summary:
   - `graphs`: `GraphLaunch` per graph launch call (its `operator_row`, kernels, span, gaps);
     `replay`: `Replay` (totals, graph captures inside the window and the `partial` notes:
     which numbers replay and capture make partial), None without graph launches or captures.
-  - `in_compiled`: per trace row, the CPU slice is a region or inside one.
-  Compile work (compile events and all below them) is left out of every kernel and operator
-  number: it counts under `compiling` only.
   - `steps`: `StepCompile` per ProfilerStep (the same numbers per step).
   - `likely_graph_breaks`: `GraphBreak` per step (or for the whole trace without steps)
     whose compiled regions come from more than one frame.
+  - `in_compiled`: per trace row, the CPU slice is a region or inside one.
+  Compile work (compile events and all below them) is left out of every kernel and operator
+  number: it counts under `compiling` only.
 - `compute_efficiency(session) -> Efficiency` (the session's `kernel_efficiency` result):
   achieved TFLOP/s and GB/s from `kernel_flop` / `kernel_num_gb` args, per kernel name and
   per operator, and the share of the device's peak memory bandwidth where PEAK_BANDWIDTH_GBS
