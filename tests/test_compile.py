@@ -563,6 +563,35 @@ def test_cpu_only_operator_time_leaves_compile_work_out():
     assert (c.total_ns, c.compiled_ns) == (30_000, 20_000)
 
 
+@pytest.mark.corpus
+def test_corpus_xdit_flux_compiled_and_replayed():
+    """Flux under torch.compile with HIP graphs: frame 0 called four times, each call one
+    hipGraphLaunch replaying ~1,566 kernels; the eager linear layers outside are islands."""
+    session = corpus_session("xdit_flux.1_aiter_sage_profile_trace_rank_0.json.gz")
+    c = session.compiled
+    assert [(f.frame, f.compile_ids, f.calls) for f in c.frames] == [(0, (0,), (4,))]
+    assert c.launch.graph_launches == 4 and c.replay is not None
+    assert c.replay.kernels == c.launch.graph_kernels == 6_264
+    # Replayed kernels are launched inside the compiled region: all compiled.
+    assert c.compiled_ns == c.replay.gpu_ns and c.share > 0.8
+    assert all(session.trace.name_of(g.row) == "hipGraphLaunch" for g in c.graphs)
+    assert all(c.in_compiled[g.row] for g in c.graphs)
+    assert c.eager_islands[0].name == "aten::linear"
+    assert {m.kind for m in c.fusion_mix()} == {"poi", "red", "per"}
+    assert c.likely_graph_breaks == () and not c.recompiled_frames()
+    rules = {f.rule for f in session.findings}
+    assert "graph_replay" in rules and "recompiles" not in rules
+
+
+@pytest.mark.corpus
+def test_corpus_b200_compiles_inside_the_window():
+    session = corpus_session("b200_eager_trace.json.gz")
+    c = session.compiled
+    assert c.compiling.count > 0 and c.compiling.ns > 0
+    found = {f.rule: f for f in session.findings}
+    assert found["compile_in_window"].rows == c.compiling.rows
+
+
 # -- any mix of markers ------------------------------------------------------------------------
 
 MARKER_NAMES = [
