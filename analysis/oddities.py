@@ -309,7 +309,7 @@ def oddity_findings(analysis: TraceSession) -> list[Finding]:
         )
     lone_ends, lone_starts = unmatched_flows(trace)
     if len(lone_ends) or len(lone_starts):
-        first = np.sort(np.concatenate((lone_ends[:EXAMPLES], lone_starts[:EXAMPLES])))
+        lone = np.sort(np.concatenate((lone_ends[:EXAMPLES], lone_starts[:EXAMPLES])))
         parts = []
         if len(lone_ends):
             parts.append(
@@ -324,6 +324,6 @@ def oddity_findings(analysis: TraceSession) -> list[Finding]:
             f"The trace has {' and '.join(parts)} (same category and id). kinetoscope links runtime calls to GPU work by "
             "correlation id, not by flows, so nothing is lost; other tools may show fewer "
             "arrows.",
-            tuple(int(r) for r in first[:EXAMPLES]),
+            tuple(int(r) for r in lone[:EXAMPLES]),
         )
     return found

@@ -29,9 +29,22 @@ Bytes (`fmt_bytes`): binary units (B, KiB, MiB, GiB), two decimals above B (`1.5
 from __future__ import annotations
 
 import math
+from typing import overload
 
 _UNITS = ((1e9, "s"), (1e6, "ms"), (1e3, "µs"), (1.0, "ns"))
 _BYTE_UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+
+
+@overload
+def us(ns: int) -> float: ...
+
+
+@overload
+def us(ns: None) -> None: ...
+
+
+@overload
+def us(ns: int | None) -> float | None: ...
 
 
 def us(ns: int | None) -> float | None:

@@ -189,6 +189,22 @@ def test_memory_near_capacity():
     assert run(990, device_type=0) is None  # CPU memory is not judged against the GPU's
 
 
+def test_memory_near_capacity_says_the_sizes_as_the_trace_facts_do():
+    from kinetoscope.analysis.units import fmt_bytes
+
+    total, reserved = 85_520_809_984, 84_987_740_160  # an H100's 79.65 GiB; 79.15 GiB reserved
+    events = [
+        {"ph": "i", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": 5,
+         "args": {"Device Type": 1, "Device Id": 0, "Total Allocated": 10,
+                  "Total Reserved": reserved}},
+    ]  # fmt: skip
+    props = [{"id": 0, "name": "GPU", "totalGlobalMem": total}]
+    finding = findings(events, deviceProperties=props)[0]["memory_near_capacity"]
+    # The one bytes format (analysis/units.py), as the devices and memory sections write them.
+    assert fmt_bytes(reserved) == "79.15 GiB" and fmt_bytes(total) == "79.65 GiB"
+    assert finding.message.startswith("GPU 0 reaches 79.15 GiB of 79.65 GiB (99%) of memory.")
+
+
 def test_findings_in_the_summary_are_json_with_evidence():
     events = [X("ProfilerStep#1", 0, 1000), X("enumerate(DataLoader)#It", 0, 500)]
     summary = build_summary(loads(json.dumps({"traceEvents": events}).encode()))
