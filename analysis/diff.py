@@ -682,21 +682,32 @@ def _pair_changes(ops: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]
     return out
 
 
+def _common_ends(a: list[int] | np.ndarray, b: list[int] | np.ndarray) -> tuple[int, int]:
+    """The lengths of the common start and of the common end (not overlapping the start)."""
+    x, y = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+    both = min(len(x), len(y))
+    differ = np.flatnonzero(x[:both] != y[:both])
+    head = int(differ[0]) if len(differ) else both
+    rest = both - head
+    x_end, y_end = x[len(x) - rest :], y[len(y) - rest :]
+    differ = np.flatnonzero(x_end[::-1] != y_end[::-1])
+    tail = int(differ[0]) if len(differ) else rest
+    return head, tail
+
+
 def align_sequences(
-    a: list[int], b: list[int], max_d: int = ALIGN_MAX_D, max_work: int = ALIGN_MAX_WORK
+    a: list[int] | np.ndarray,
+    b: list[int] | np.ndarray,
+    max_d: int = ALIGN_MAX_D,
+    max_work: int = ALIGN_MAX_WORK,
 ) -> tuple[list[tuple[int, int, str]], bool]:
     """Align two name sequences: common start and end first, Myers on the middle (replaced
     runs paired as CHANGED). When the middle needs more than the caps allow, it is paired by
     position instead (EQUAL where the names agree, CHANGED where not) and `capped` is True."""
     n, m = len(a), len(b)
-    head = 0
-    while head < n and head < m and a[head] == b[head]:
-        head += 1
-    tail = 0
-    while tail < n - head and tail < m - head and a[n - 1 - tail] == b[m - 1 - tail]:
-        tail += 1
+    head, tail = _common_ends(a, b)
     ops = [(i, i, EQUAL) for i in range(head)]
-    mid_a, mid_b = a[head : n - tail], b[head : m - tail]
+    mid_a, mid_b = list(a[head : n - tail]), list(b[head : m - tail])
     middle = myers(mid_a, mid_b, max_d, max_work)
     capped = middle is None
     if middle is None:
@@ -717,11 +728,13 @@ def _streams(session: TraceSession, window: tuple[int, int]) -> dict[tuple[int, 
     rows = rows[_in_windows(when, [window])]
     rows = rows[np.lexsort((rows, trace.start[rows]))]
     out: dict[tuple[int, int], np.ndarray] = {}
-    keys = np.stack([trace.device[rows], trace.stream[rows]], axis=1) if len(rows) else None
-    if keys is None:
-        return out
-    for dev, stream in np.unique(keys, axis=0).tolist():
-        out[(int(dev), int(stream))] = rows[(keys[:, 0] == dev) & (keys[:, 1] == stream)]
+    device, stream = trace.device[rows], trace.stream[rows]
+    order = np.lexsort((stream, device))  # stable: each stream's rows stay by start
+    device, stream, rows = device[order], stream[order], rows[order]
+    cut = np.flatnonzero((device[1:] != device[:-1]) | (stream[1:] != stream[:-1])) + 1
+    for lo, hi in zip([0, *cut.tolist()], [*cut.tolist(), len(rows)]):
+        if hi > lo:
+            out[(int(device[lo]), int(stream[lo]))] = rows[lo:hi]
     return out
 
 
@@ -741,17 +754,12 @@ def align_pair(
     matched += [(None, k) for k in n_left[both:]]
     ids: dict[str, int] = {}
 
-    def coded(session: TraceSession, rows: np.ndarray) -> list[int]:
-        strings, names = session.trace.strings, session.trace.name[rows]
-        out = []
-        cache: dict[int, int] = {}
-        for s in names.tolist():
-            code = cache.get(s)
-            if code is None:
-                key = normalise_name(strings[s], templates)
-                code = cache[s] = ids.setdefault(key, len(ids))
-            out.append(code)
-        return out
+    def coded(session: TraceSession, rows: np.ndarray) -> np.ndarray:
+        """The rows' normalised names as small integers shared by both traces."""
+        strings = session.trace.strings
+        used, inverse = np.unique(session.trace.name[rows], return_inverse=True)
+        codes = [ids.setdefault(normalise_name(strings[s], templates), len(ids)) for s in used]
+        return np.asarray(codes, dtype=np.int64)[inverse.reshape(-1)]
 
     empty = np.zeros(0, dtype=np.int64)
     result = []

@@ -347,7 +347,9 @@ def _alignment_tables(diff: Any) -> list[Any]:
     where = "the whole traces" if diff.whole else f"step pair {diff.pairs[pair].number}"
     numbers = ("BASE", "NEW", "equal", "changed", "added", "removed")
     table = _table(
-        f"GPU sequences of {where} (the largest step-time Δ), aligned per stream",
+        f"GPU sequences of {where}"
+        + ("" if diff.whole else " (the largest step-time Δ)")
+        + ", aligned per stream",
         "stream",
         *numbers,
         right=numbers,
