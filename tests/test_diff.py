@@ -504,3 +504,57 @@ def test_alignment_of_long_sequences_with_few_edits_is_exact():
     assert not capped
     assert sum(op == ADDED for _, _, op in ops) == 200
     assert sum(op == EQUAL for _, _, op in ops) == 20_000
+
+
+def test_step_metrics_are_the_summarys():
+    """Per step, the diff's numbers are the single summary's (same definitions, same code)."""
+    from kinetoscope.analysis.summary import build_summary
+    from kinetoscope.analysis.units import us
+    from kinetoscope.parser import load as load_file
+
+    path = Path(__file__).resolve().parents[1] / "sample_traces"
+    path = path / "synthetic_gpu_training.pt.trace.json.gz"
+    session = TraceSession(load_file(str(path), use_cache=False))
+    diff = diff_sessions(session, session)
+    steps = build_summary(session)["steps"]
+    assert len(diff.pairs) == len(steps) > 1
+    for pair, metrics, step in zip(diff.pairs, diff.per_step, steps):
+        m = {x.key: x for x in metrics}
+        assert pair.base_name == step["name"]
+        assert us(m["step_time"].base) == step["dur_us"]
+        assert us(m["gpu_busy"].base) == step["gpu_busy_us"]
+        assert us(m["dataloader"].base) == step["dataloader_us"]
+        assert us(m["sync"].base) == step["sync_us"]
+        assert all(x.delta in (0, None) for x in metrics)
+    assert any(x.base for x in diff.overall if x.key == "memory_peak")
+    assert diff.verdict.kind == NEUTRAL
+
+
+def test_whole_trace_metrics():
+    """No steps: one window per trace, by the steps' definitions: compute, then communication
+    not under compute (exposed), the union of all GPU work (busy)."""
+    events = [
+        X("aten::mm", 0, 100),
+        X("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 200, 50),
+    ]
+
+    def gpu(name, ts, dur):
+        return {
+            "ph": "X",
+            "cat": "kernel",
+            "name": name,
+            "pid": 0,
+            "tid": 7,
+            "ts": ts,
+            "dur": dur,
+            "args": {"device": 0, "stream": 7},
+        }
+
+    base = [*events, gpu("gemm", 10, 40), gpu("ncclKernel_AllReduce", 30, 40)]
+    diff = diff_of(base, base)
+    assert diff.whole
+    m = {x.key: x.base for x in diff.overall}
+    assert m["step_time"] == 250_000  # first slice's start to last slice's end
+    assert m["gpu_busy"] == 60_000  # 10..70
+    assert m["exposed_comm"] == 20_000  # 50..70: NCCL not under the gemm
+    assert m["dataloader"] == 50_000
