@@ -26,9 +26,10 @@ API (stable; the viewer builds on it):
   `base_names`/`new_names` the original names (`merged`: normalisation matched several).
 - `StreamAlignment`: `(device, stream)` per side, `base_rows`/`new_rows` (trace rows, by start)
   and `ops`: a list of `(base index | -1, new index | -1, op)` with op in ALIGN_OPS, indices
-  into `base_rows`/`new_rows` (`row_ops()`: the same with trace rows); `capped` says the work cap was hit and the middle was paired by
-  position instead.
-- `normalise_name(name, templates=False)` and `parse_steps(spec)`.
+  into `base_rows`/`new_rows` (`row_ops()`: the same with trace rows); `capped` says the work
+  cap was hit and the middle was paired by position instead.
+- `normalise_name(name, templates=False)`, `parse_steps(spec)`, and `prepare(session)` (what a
+  diff asks of one trace, for a thread to compute while the other trace loads).
 
 Times are int64 ns throughout; the JSON document (report_diff.diff_document) has µs.
 """
