@@ -60,8 +60,11 @@ REGION_FX_GRAPH = "fx_graph"
 DYNAMO_REGION = re.compile(r"Torch-Compiled Region: (\d+)/(\d+)")
 GUARD_NAME = "TorchDynamo Cache Lookup"
 COMPILING_NAME = re.compile(r".*\(dynamo_timed\)|Lazy Function Loading")
-# Inductor kernels: triton_<kind>_<fused ops>_<n> on the GPU, cpp_fused_<ops>_<n> on the CPU.
-INDUCTOR_NAME = re.compile(r"triton_(poi|red|per|tem|for|spl|unk)_(\w*?)_?(\d+)|cpp_(\w*?)_?(\d+)")
+# Inductor kernels: triton_<kind>_<fused ops>_<n> on the GPU, cpp_fused_<ops>_<n> on the CPU
+# (recorded as graph_<g>_cpp_fused_<ops>_<n> with torch._inductor.config.cpp.enable_kernel_profile).
+INDUCTOR_NAME = re.compile(
+    r"triton_(poi|red|per|tem|for|spl|unk)_(\w*?)_?(\d+)|(?:graph_\d+_)?cpp_(\w*?)_?(\d+)"
+)
 INDUCTOR_KINDS = {
     "poi": "pointwise",
     "red": "reduction",
@@ -192,6 +195,8 @@ class GraphLaunch:
 
     row: int
     operator_row: int  # the CPU slice holding the launch call, -1 for none
+    caller_row: int  # the nearest `cpu_op` / `user_annotation` slice above the call, -1: none
+    region_row: int  # the innermost compiled region above the call, -1 for none
     device: int | None
     kernels: int  # GPU activities linked to it (kernels, memcpys, memsets)
     gpu_ns: int  # Σ their dur
@@ -494,7 +499,11 @@ def compute_compile(session: TraceSession) -> CompileAnalysis:
         graph_kernels=int(is_graph_kernel.sum()),
         cpu_ns=int(trace.dur[launch_rows].sum()),
     )
-    graphs = tuple(_graph_launch(session, int(row)) for row in graph_rows.tolist())
+    is_region = np.zeros(n_rows, dtype=bool)
+    is_region[region_rows] = True
+    graphs = tuple(
+        _graph_launch(session, int(row), is_region, op_cats) for row in graph_rows.tolist()
+    )
     replay = _replay(session, graphs)
 
     # -- Inductor kernels --------------------------------------------------------------------
@@ -666,8 +675,18 @@ def _eager_islands(
     return rows, tuple(islands)
 
 
-def _graph_launch(session: TraceSession, row: int) -> GraphLaunch:
+def _graph_launch(
+    session: TraceSession, row: int, is_region: np.ndarray, op_cats: np.ndarray
+) -> GraphLaunch:
     trace = session.trace
+    caller = region = -1
+    above = int(session.nesting.parent[row])
+    while above >= 0 and (caller < 0 or region < 0):
+        if caller < 0 and op_cats[trace.cat[above]]:
+            caller = above
+        if region < 0 and is_region[above]:
+            region = above
+        above = int(session.nesting.parent[above])
     gpu = session.links.gpu_of(row)
     starts, ends = trace.start[gpu], trace.start[gpu] + trace.dur[gpu]
     union = Union.of(starts, ends)
@@ -677,6 +696,8 @@ def _graph_launch(session: TraceSession, row: int) -> GraphLaunch:
     return GraphLaunch(
         row=row,
         operator_row=int(session.nesting.parent[row]),
+        caller_row=caller,
+        region_row=region,
         device=int(devices[0]) if len(devices) == 1 else None,
         kernels=len(gpu),
         gpu_ns=int(trace.dur[gpu].sum()),
@@ -793,7 +814,7 @@ def _inductor(
     gpu_rows = kernel_rows[inductor_names[trace.name[kernel_rows]]]
     cpu_rows = np.flatnonzero(classes.cpu & inductor_names[trace.name])
     cpp = np.fromiter(
-        (trace.strings[n].startswith("cpp_") for n in trace.name[cpu_rows].tolist()),
+        (not trace.strings[n].startswith("triton_") for n in trace.name[cpu_rows].tolist()),
         dtype=bool,
         count=len(cpu_rows),
     )
@@ -1114,6 +1135,8 @@ def compile_section(session: TraceSession) -> dict[str, Any]:
             "longest": [
                 {
                     "operator": trace.name_of(g.operator_row) if g.operator_row >= 0 else None,
+                    "caller": trace.name_of(g.caller_row) if g.caller_row >= 0 else None,
+                    "region": trace.name_of(g.region_row) if g.region_row >= 0 else None,
                     "start_us": us(trace.start[g.row]),
                     "kernels": g.kernels,
                     "gpu_us": us(g.gpu_ns),

@@ -152,6 +152,7 @@ def test_graph_replay_is_attributed_to_the_launch_and_its_gaps_are_not_the_hosts
     (graph,) = c.graphs
     trace = session.trace
     assert trace.name_of(graph.operator_row) == "replay"
+    assert trace.name_of(graph.caller_row) == "replay" and graph.region_row == -1
     assert (graph.kernels, graph.gpu_ns, graph.busy_ns, graph.gap_ns) == (2, 40_000, 40_000, 5_000)
     assert (graph.span_start, graph.span_end) == (700_000, 745_000)
     replay = c.replay
@@ -576,6 +577,10 @@ def test_corpus_xdit_flux_compiled_and_replayed():
     assert c.compiled_ns == c.replay.gpu_ns and c.share > 0.8
     assert all(session.trace.name_of(g.row) == "hipGraphLaunch" for g in c.graphs)
     assert all(c.in_compiled[g.row] for g in c.graphs)
+    trace = session.trace
+    # The innermost region above each launch: the compiled FX graph the graph was captured in.
+    assert all(trace.name_of(g.region_row).startswith("## Call CompiledFxGraph") for g in c.graphs)
+    assert all(g.caller_row >= 0 for g in c.graphs)
     assert c.eager_islands[0].name == "aten::linear"
     assert {m.kind for m in c.fusion_mix()} == {"poi", "red", "per"}
     assert c.likely_graph_breaks == () and not c.recompiled_frames()
