@@ -828,10 +828,13 @@ def _device_names(session: TraceSession) -> list[str]:
 # -- the diff -------------------------------------------------------------------------------
 
 
-def prepare(session: TraceSession) -> None:
+PREPARED = ("steps", "idle", "sync", "nesting", "gpu_groups")  # what a diff asks of a session
+
+
+def prepare(session: TraceSession, names: tuple[str, ...] = PREPARED) -> None:
     """Compute what a diff asks of one trace (for a thread to do while the other trace loads).
     A failure is remembered by the session and reported when the diff asks for that result."""
-    for name in ("steps", "idle", "sync", "nesting", "gpu_groups"):
+    for name in names:
         try:
             getattr(session, name)
         except Exception:  # remembered: `diff_sessions` raises AnalysisFailed where it is needed

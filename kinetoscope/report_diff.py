@@ -384,28 +384,58 @@ def _stream(key: tuple[int, int] | None) -> str:
 # -- the command --------------------------------------------------------------------------------
 
 
+def _gzipped(path: str) -> bool:
+    """A regular file starting with gzip's magic bytes (a stream is never read ahead)."""
+    import os
+
+    try:
+        if not os.path.isfile(path):
+            return False
+        with open(path, "rb") as handle:
+            return handle.read(2) == b"\x1f\x8b"
+    except OSError:
+        return False
+
+
 def load_sessions(base_path: str, new_path: str, overlap: bool = True) -> tuple[Any, Any]:
-    """Both traces as sessions: BASE loaded first, then, while NEW loads, BASE's analysis runs
-    in a thread (`overlap`). Each load decodes with the parser's own worker processes, the
-    CPU-bound stage that already uses every core; the analysis is mostly one core's work and
-    fills the time the loading process waits on its workers (docs/diff.md, BENCHMARKS.md)."""
+    """Both traces as sessions (BASE, NEW), on few cores as fast as they come:
+
+    - one load at a time, each decoded by the parser's own worker processes (one per CPU): the
+      decoding already keeps every core busy, so two loads side by side only take turns;
+    - a gzip'd trace first: its load keeps the cores busiest (one more thread inflates), while a
+      plain file's load leaves some CPU time idle, which the first trace's analysis, run in a
+      thread meanwhile, takes (`overlap`);
+    - then the second trace's analysis on two threads: the nesting (sorts that release the
+      interpreter lock) beside the rest.
+    docs/diff.md and BENCHMARKS.md give the measurements."""
     import threading
 
     from kinetoscope.analysis import TraceSession
-    from kinetoscope.analysis.diff import prepare
+    from kinetoscope.analysis.diff import PREPARED, prepare
     from kinetoscope.parser import load
 
-    base = TraceSession(load(base_path, write_cache=False))
-    worker = threading.Thread(target=prepare, args=(base,), name="diff-base", daemon=True)
+    swap = _gzipped(new_path) and not _gzipped(base_path)
+    first_path, second_path = (new_path, base_path) if swap else (base_path, new_path)
+    first = TraceSession(load(first_path, write_cache=False))
+    worker = threading.Thread(target=prepare, args=(first,), name="diff-first", daemon=True)
     if overlap:
         worker.start()
     try:
         # `release` after the last load: the analysis needs the memory more than idle workers.
-        new = TraceSession(load(new_path, write_cache=False, release=True))
+        second = TraceSession(load(second_path, write_cache=False, release=True))
     finally:
         if overlap:
             worker.join()
-    return base, new
+    if overlap:
+        nesting = threading.Thread(
+            target=prepare, args=(second, ("nesting",)), name="diff-nesting", daemon=True
+        )
+        nesting.start()
+        try:
+            prepare(second, tuple(name for name in PREPARED if name not in ("nesting", "sync")))
+        finally:
+            nesting.join()
+    return (second, first) if swap else (first, second)
 
 
 def run_diff(

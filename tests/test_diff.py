@@ -418,7 +418,15 @@ def test_ci_exit_status(tmp_path):
     gemm = next(r for r in document["kernels"]["rows"] if r["name"] == "gemm")
     assert (gemm["delta_us"], gemm["more_calls_us"], gemm["slower_calls_us"]) == (150, 0, 150)
     assert document["alignment"]["streams"][0]["removed"] == 1
-    better = run_cli(new, base, "--json", "--fail-above", "5")
+    # A gzip'd NEW is loaded first (docs/diff.md): BASE and NEW keep their places.
+    import gzip
+
+    packed = tmp_path / "new.json.gz"
+    packed.write_bytes(gzip.compress(Path(new).read_bytes()))
+    worse = run_cli(base, str(packed), "--json", "--fail-above", "5")
+    assert worse.returncode == 3, worse.stderr
+    assert json.loads(worse.stdout)["verdict"]["step_time_delta_pct"] == 10.0
+        better = run_cli(new, base, "--json", "--fail-above", "5")
     assert better.returncode == 0, better.stderr
     assert json.loads(better.stdout)["verdict"]["verdict"] == "improvement"
     # A regression under the limit, and no limit at all: 0.
