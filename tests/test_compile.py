@@ -657,3 +657,11 @@ def test_any_mix_of_markers_gives_consistent_numbers():
         assert isinstance(session.findings, list)  # every rule runs
 
     check()
+
+
+def test_report_shows_kernel_efficiency(write_trace):
+    path = write_trace(efficiency_trace("NVIDIA H100 80GB HBM3"))
+    text = report_text(load_file(str(path)))
+    assert "Kernel efficiency (kernel_flop, kernel_num_gb)" in text
+    # 2 TFLOP/s, 500 GB/s, 15% of the H100's 3350 GB/s.
+    assert "2.00" in text and "500.0" in text and "15%" in text
