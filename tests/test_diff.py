@@ -426,7 +426,7 @@ def test_ci_exit_status(tmp_path):
     worse = run_cli(base, str(packed), "--json", "--fail-above", "5")
     assert worse.returncode == 3, worse.stderr
     assert json.loads(worse.stdout)["verdict"]["step_time_delta_pct"] == 10.0
-        better = run_cli(new, base, "--json", "--fail-above", "5")
+    better = run_cli(new, base, "--json", "--fail-above", "5")
     assert better.returncode == 0, better.stderr
     assert json.loads(better.stdout)["verdict"]["verdict"] == "improvement"
     # A regression under the limit, and no limit at all: 0.
