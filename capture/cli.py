@@ -133,6 +133,12 @@ def add_capture_commands(sub: argparse._SubParsersAction) -> None:
     )
     _add_output_options(demo)
     demo.add_argument("--cpu", action="store_true", help="stay on the CPU even with a GPU")
+    demo.add_argument(
+        "--compile",
+        action="store_true",
+        help="run the workload eager and under torch.compile (CPU: Inductor's C++ backend; "
+        "GPU: Triton), write both traces into one folder (-o names it) and open their diff",
+    )
     demo.set_defaults(handler=handle_demo)
 
 
@@ -397,6 +403,8 @@ def handle_demo(args: argparse.Namespace) -> int:
     """`kinetoscope demo`: capture the built-in workload, then open it."""
     from kinetoscope.capture.demo import capture_demo
 
+    if getattr(args, "compile", False):
+        return handle_compile_demo(args)
     try:
         output = Path(args.output) if args.output else None
         outcome, result = capture_demo(output=output, force=args.force, cpu_only=args.cpu)
@@ -405,6 +413,51 @@ def handle_demo(args: argparse.Namespace) -> int:
         return 1
     finish(result, view=not args.no_view)
     return outcome.exit_code
+
+
+def handle_compile_demo(args: argparse.Namespace) -> int:
+    """`kinetoscope demo --compile`: the workload eager and compiled, then the diff of the two
+    (`kinetoscope diff EAGER COMPILED`) on a terminal; where this kinetoscope has no `diff`
+    command, the command is printed and the compiled run's trace opened."""
+    from kinetoscope.capture.demo import capture_compile_demo
+
+    try:
+        folder = Path(args.output) if args.output else None
+        outcome, eager, compiled = capture_compile_demo(folder, force=args.force, cpu_only=args.cpu)
+    except CaptureError as exc:
+        _say_error(exc)
+        return 1
+    if eager.path is None or compiled.path is None:
+        failed = compiled if eager.path is not None else eager
+        which = "compiled" if eager.path is not None else "eager"
+        print(f"kinetoscope: no {which} trace written: {failed.reason}", file=sys.stderr)
+        return outcome.exit_code or 1
+    base, new = shlex.quote(str(eager.path)), shlex.quote(str(compiled.path))
+    print(
+        f"kinetoscope: wrote {eager.path} (eager) and {compiled.path} (compiled)", file=sys.stderr
+    )
+    has_diff = "diff" in _subcommands()
+    view = not args.no_view and sys.stdout.isatty() and sys.stdin.isatty()
+    if view and has_diff:
+        from kinetoscope.cli import main as kinetoscope_main
+
+        kinetoscope_main(["diff", str(eager.path), str(compiled.path)])
+    elif view:
+        try:
+            from kinetoscope.viewer import run_view
+        except ImportError:
+            pass
+        else:
+            run_view(str(compiled.path))
+    print(f"compare them with: kinetoscope diff {base} {new}", file=sys.stderr)
+    print(f"the compiled run alone (c: compile view): kinetoscope view {new}", file=sys.stderr)
+    return outcome.exit_code
+
+
+def _subcommands() -> tuple[str, ...]:
+    from kinetoscope.cli import SUBCOMMANDS
+
+    return tuple(SUBCOMMANDS)
 
 
 def finish(result: CaptureResult, *, view: bool) -> None:

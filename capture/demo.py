@@ -12,11 +12,18 @@ they are in real training scripts:
 
 On a CUDA machine the model runs on the GPU; on CPU the whole demo takes a few seconds.
 Regenerate the CPU sample trace with `python -m kinetoscope.capture.demo OUT`.
+
+`kinetoscope demo --compile` runs the same workload twice, eager and with the model under
+`torch.compile` (Inductor: C++ kernels on the CPU, Triton on a GPU), and writes one trace of
+each into one folder (`capture_compile_demo`). The compilation happens in the first step, which
+the recorded window skips; its kernels are `cpp_fused_*` (CPU) or `triton_*` (GPU) inside
+`Torch-Compiled Region` spans.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import gzip
 import json
 import sys
@@ -27,6 +34,8 @@ from typing import Any
 from kinetoscope.capture.run import capture_callable
 from kinetoscope.capture.runner import Outcome
 from kinetoscope.capture.session import (
+    TRACE_SUFFIX,
+    CaptureError,
     CaptureOptions,
     CaptureResult,
     check_output,
@@ -42,8 +51,13 @@ BATCH_SIZE = 16
 SAMPLE_DELAY_S = 0.0005  # per sample, so about 8 ms of loading per batch
 
 
-def train(device: str = "cpu", steps: int = DEMO_WAIT + DEMO_WARMUP + DEMO_ACTIVE + 1) -> float:
-    """Train a small MLP for `steps` optimizer steps; returns the mean loss."""
+def train(
+    device: str = "cpu",
+    steps: int = DEMO_WAIT + DEMO_WARMUP + DEMO_ACTIVE + 1,
+    compiled: bool = False,
+) -> float:
+    """Train a small MLP for `steps` optimizer steps; returns the mean loss. `compiled`: the
+    model runs under `torch.compile` (compiled in the first step, forward and backward)."""
     torch = import_torch()
     from torch import nn
     from torch.utils.data import DataLoader, Dataset
@@ -75,11 +89,17 @@ def train(device: str = "cpu", steps: int = DEMO_WAIT + DEMO_WARMUP + DEMO_ACTIV
         nn.Linear(256, classes),
     ).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    if compiled and device == "cpu":
+        # Inductor's C++ kernels (cpp_fused_*) show in the trace only with this.
+        import torch._inductor.config as inductor_config
+
+        inductor_config.cpp.enable_kernel_profile = True
+    forward = torch.compile(model) if compiled else model
     loss_fn = nn.CrossEntropyLoss()
     total = 0.0
     for inputs, labels in loader:
         inputs, labels = inputs.to(device), labels.to(device)
-        loss = loss_fn(model(inputs), labels)
+        loss = loss_fn(forward(inputs), labels)
         # The avoidable sync: reading the loss on the host before backward() stalls the CPU
         # until the GPU has finished the forward pass.
         value = loss.item()
@@ -116,6 +136,61 @@ def capture_demo(
         force=force,
         what=f"the demo training run on {device}",
     )
+
+
+EAGER_NAME = "eager" + TRACE_SUFFIX
+COMPILED_NAME = "compiled" + TRACE_SUFFIX
+
+
+def default_compile_folder(device: str) -> Path:
+    """`demo_compile_<device>_<YYYYmmdd-HHMMSS>` here (`_2`... when taken)."""
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    candidate = Path.cwd() / f"demo_compile_{device}_{stamp}"
+    counter = 2
+    while candidate.exists():
+        candidate = Path.cwd() / f"demo_compile_{device}_{stamp}_{counter}"
+        counter += 1
+    return candidate
+
+
+def capture_compile_demo(
+    folder: Path | None = None, *, force: bool = False, cpu_only: bool = False
+) -> tuple[Outcome, CaptureResult, CaptureResult]:
+    """Capture the demo workload eager, then compiled, into `folder` (created; the two traces
+    are `eager.pt.trace.json.gz` and `compiled.pt.trace.json.gz`). Returns how the compiled run
+    ended (or the eager one, when that failed) and the two results, eager first."""
+    torch = import_torch()
+    device = "cuda" if (not cpu_only and torch.cuda.is_available()) else "cpu"
+    folder = folder or default_compile_folder(device)
+    if folder.exists() and not folder.is_dir():
+        raise CaptureError(f"{folder} is not a folder (-o names the folder of the two traces)")
+    if not folder.parent.is_dir():
+        raise CaptureError(f"folder {folder.parent} does not exist")
+    eager_path, compiled_path = folder / EAGER_NAME, folder / COMPILED_NAME
+    for path in (eager_path, compiled_path):
+        if path.exists() and not force:
+            raise CaptureError(f"{path} exists; pass --force to overwrite it")
+    folder.mkdir(exist_ok=True)
+    options = demo_options(cpu_only=device == "cpu")
+    backend = "Triton" if device == "cuda" else "Inductor's C++ backend"
+    outcome, eager = capture_callable(
+        lambda: train(device),
+        options,
+        output=eager_path,
+        force=force,
+        what=f"the demo training run on {device}, eager",
+    )
+    if outcome.exit_code != 0 or eager.path is None:
+        return outcome, eager, CaptureResult(None, 0, options, "the eager run did not finish")
+    outcome, compiled = capture_callable(
+        lambda: train(device, compiled=True),
+        options,
+        output=compiled_path,
+        force=force,
+        what=f"the demo training run on {device}, under torch.compile ({backend}; compiling "
+        "takes a while the first time)",
+    )
+    return outcome, eager, compiled
 
 
 def scrub_machine_details(path: Path) -> None:
