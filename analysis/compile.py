@@ -236,10 +236,15 @@ class StepCompile:
     graph_launches: int
     kernels: int
     launch_cpu_ns: int
+    graph_kernels: int = 0  # kernels of the step linked to a graph launch
 
     @property
     def share(self) -> float | None:
         return self.compiled_ns / self.total_ns if self.total_ns else None
+
+    @property
+    def kernels_per_graph_launch(self) -> float | None:
+        return self.graph_kernels / self.graph_launches if self.graph_launches else None
 
 
 @dataclass(frozen=True)
@@ -538,6 +543,7 @@ def compute_compile(session: TraceSession) -> CompileAnalysis:
     step_launch_ns = _per_window(l_slot, trace.dur[launch_rows], n_steps)
     gr_slot = slot_of(graph_rows)
     step_graph = _per_window(gr_slot, np.ones(len(graph_rows), np.int64), n_steps)
+    step_graph_kernels = _per_window(k_slot, is_graph_kernel.astype(np.int64), n_steps)
     step_kernels = _per_window(k_slot, np.ones(len(kernel_rows), np.int64), n_steps)
     r_slot = slot_of(region_rows)
     step_list = []
@@ -560,6 +566,7 @@ def compute_compile(session: TraceSession) -> CompileAnalysis:
                 compiling_ns=int(step_compiling[i]),
                 launch_calls=int(step_launch[i]),
                 graph_launches=int(step_graph[i]),
+                graph_kernels=int(step_graph_kernels[i]),
                 kernels=int(step_kernels[i]),
                 launch_cpu_ns=int(step_launch_ns[i]),
             )
@@ -1167,6 +1174,7 @@ def compile_section(session: TraceSession) -> dict[str, Any]:
                 "compiling_us": us(s.compiling_ns),
                 "launch_calls": s.launch_calls,
                 "graph_launches": s.graph_launches,
+                "kernels_per_graph_launch": _round(s.kernels_per_graph_launch),
                 "kernels": s.kernels,
                 "launch_cpu_us": us(s.launch_cpu_ns),
             }

@@ -198,6 +198,7 @@ def test_per_step_numbers():
         6,
         29_000,
     )
+    assert (step.graph_kernels, step.kernels_per_graph_launch) == (2, 2.0)
 
 
 def test_cpu_only_trace_measures_operator_self_time():
