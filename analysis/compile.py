@@ -418,11 +418,7 @@ def compute_compile(session: TraceSession) -> CompileAnalysis:
     # -- kernels: compiled, Inductor, short --------------------------------------------------
     inductor_names = names_matching(trace, lambda s: inductor_kind(s) is not None)
     kernel_rows = np.flatnonzero(classes.kernel)
-    gpu_rows = links.gpu_rows
-    runtime_of_gpu = links.gpu_runtime
-    runtime_of_kernel = np.full(n_rows, -1, dtype=np.int64)
-    runtime_of_kernel[gpu_rows] = runtime_of_gpu
-    k_runtime = runtime_of_kernel[kernel_rows]
+    k_runtime = _runtime_of(links, kernel_rows)
     linked = k_runtime >= 0
     # Kernels launched by compile work (autotuning) are left out of everything below.
     k_work = np.ones(len(kernel_rows), dtype=bool)
@@ -609,6 +605,11 @@ def compute_compile(session: TraceSession) -> CompileAnalysis:
         likely_graph_breaks=tuple(breaks),
         in_compiled=in_compiled,
     )
+
+
+def _runtime_of(links: Any, rows: np.ndarray) -> np.ndarray:
+    """The linked runtime call of each GPU activity row (ascending rows), -1 for none."""
+    return links.gpu_runtime[np.searchsorted(links.gpu_rows, rows)].astype(np.int64)
 
 
 def _frames_of(regions: list[Region]) -> dict[int, int]:
@@ -928,9 +929,7 @@ def compute_efficiency(session: TraceSession) -> Efficiency:
     inductor_names = names_matching(trace, lambda s: inductor_kind(s) is not None)
     kernel_rows = np.flatnonzero(classes.kernel)
     gpu = kernel_rows[inductor_names[trace.name[kernel_rows]]]
-    runtime_of = np.full(len(trace), -1, dtype=np.int64)
-    runtime_of[links.gpu_rows] = links.gpu_runtime
-    runtime = runtime_of[gpu]
+    runtime = _runtime_of(links, gpu)
     # The launch event: the nearest ancestor of the launch call with the kernel's name (a few
     # levels up at most: the launch call sits right below it).
     launch = np.full(len(gpu), -1, dtype=np.int64)
