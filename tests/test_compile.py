@@ -455,6 +455,11 @@ def test_corpus_vllm_full_graph_replay_is_noted():
     section = build_summary(session)["compile"]
     assert section["graph_replay"]["kernels"] == 421 and section["graph_replay"]["partial"]
     assert section["launch"]["kernels_per_graph_launch"] == 421.0
+    # The GPU is ~99.8 % busy, and no idle inside the replay is blamed on the host (TraceLens
+    # reported 26 % idle here).
+    (gpu,) = build_summary(session)["gpu"]
+    window = gpu["window_end_us"] - gpu["window_start_us"]
+    assert gpu["idle_us"] < 0.01 * window and gpu["idle_by_cause"]["host_wait"] == 0.0
 
 
 @pytest.mark.corpus
