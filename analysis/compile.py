@@ -47,7 +47,7 @@ from kinetoscope.parser.model import Trace
 
 from .intervals import Union
 from .steps import names_matching
-from .units import fmt_duration, plural, us
+from .units import fmt_duration, fmt_percent, plural, us
 
 if TYPE_CHECKING:
     from .session import TraceSession
@@ -505,7 +505,7 @@ def compute_compile(session: TraceSession) -> CompileAnalysis:
     graphs = tuple(
         _graph_launch(session, int(row), is_region, op_cats) for row in graph_rows.tolist()
     )
-    replay = _replay(session, graphs)
+    replay = _replay(session, graphs, in_compiled, int(k_dur.sum()))
 
     # -- Inductor kernels --------------------------------------------------------------------
     inductor = _inductor(trace, classes, inductor_names, kernel_rows, on_gpu)
@@ -749,7 +749,12 @@ def _captures(session: TraceSession) -> tuple[int, int]:
     return captures, captured
 
 
-def _replay(session: TraceSession, graphs: tuple[GraphLaunch, ...]) -> Replay | None:
+def _replay(
+    session: TraceSession,
+    graphs: tuple[GraphLaunch, ...],
+    in_compiled: np.ndarray,
+    kernel_ns: int,
+) -> Replay | None:
     """Graph replay and capture inside the window, with the notes on what they make partial;
     None when there is neither."""
     from .idle import HOST_WAIT
@@ -789,6 +794,15 @@ def _replay(session: TraceSession, graphs: tuple[GraphLaunch, ...]) -> Replay | 
             f"{'host_wait' if host_wait_inside else 'kernel_wait or other'} although no host "
             f"call is involved ({fmt_duration(idle_inside)} inside replays, "
             f"{fmt_duration(host_wait_inside)} of it host_wait)"
+        )
+    outside = [g for g in graphs if not in_compiled[g.row]]
+    if outside and kernel_ns:
+        replayed = sum(g.gpu_ns for g in outside)
+        partial.append(
+            f"compiled share: {len(outside):,} of {plural(launches, 'graph launch', 'graph launches')} "
+            "ran outside any compiled region, so their replayed kernels count as compiled only "
+            f"where Inductor named them ({fmt_percent(replayed / kernel_ns)} of kernel time is "
+            "replayed there; a graph may hold compiled code the trace cannot name)"
         )
     if captures:
         partial.append(
