@@ -173,6 +173,26 @@ def capture_compile_demo(
     folder.mkdir(exist_ok=True)
     options = demo_options(cpu_only=device == "cpu")
     backend = "Triton" if device == "cuda" else "Inductor's C++ backend"
+    threads = torch.get_num_threads()
+    if device == "cpu":
+        # One thread for both runs: with several, Inductor's OpenMP kernels and the eager
+        # operators around them contend for the cores (on a busy 2-core machine the compiled run
+        # measured 17x slower), which measures the machine more than the compiler.
+        torch.set_num_threads(1)
+    try:
+        return _capture_both(device, options, backend, force, eager_path, compiled_path)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _capture_both(
+    device: str,
+    options: CaptureOptions,
+    backend: str,
+    force: bool,
+    eager_path: Path,
+    compiled_path: Path,
+) -> tuple[Outcome, CaptureResult, CaptureResult]:
     outcome, eager = capture_callable(
         lambda: train(device),
         options,
