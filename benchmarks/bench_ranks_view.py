@@ -144,10 +144,16 @@ def measure(folder: Path, cache: str, size: str, earlier: str | None = None) -> 
 
 
 def report(name: str, results: list[tuple[float, int]]) -> None:
+    """A row: median, runs, peak memory, and the load average after them (a shared machine)."""
     times = [t for t, _ in results]
     peak = max(p for _, p in results) / 2**20
     runs = " ".join(f"{t:.2f}" for t in times)
-    print(f"  {name:28s} {statistics.median(times):6.2f} s  ({runs})  peak {peak:,.0f} MiB")
+    load = os.getloadavg()[0]
+    print(
+        f"  {name:28s} {statistics.median(times):6.2f} s  ({runs})  peak {peak:,.0f} MiB  "
+        f"load {load:.2f}",
+        flush=True,
+    )
 
 
 def bench(folder: Path, runs: int, size: str) -> None:
@@ -182,7 +188,11 @@ def main() -> int:
     args = parser.parse_args()
     if args.child:
         return child(args)
-    print(f"CPUs: {len(os.sched_getaffinity(0))}; median of {args.runs}; size {args.size}")
+    print(
+        f"CPUs: {len(os.sched_getaffinity(0))}; median of {args.runs}; size {args.size}; "
+        f"load {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
     for job in args.jobs.split(","):
         if job == "big":
             bench(big_job(8, args.rank_mb), args.runs, args.size)
