@@ -194,3 +194,29 @@ def test_compiled_band_cells_and_merged_spans() -> None:
         band_cells(many, many + 5, 0.0, 1.0, 20).tolist()
         == [True] * 5 + [False] * 5 + [True] * 5 + [False] * 5
     )
+
+
+@pytest.mark.also_no_color
+async def test_compile_view_says_graph_breaks_and_compiling_in_the_window(tmp_path: Path) -> None:
+    events = [
+        X("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+        X("TorchDynamo Cache Lookup", 5, 5),
+        X("Torch-Compiled Region: 0/0", 10, 200),
+        X("aten::nonzero", 220, 50),  # the op that breaks the graph
+        X("TorchDynamo Cache Lookup", 275, 5),
+        X("Torch-Compiled Region: 1/0", 280, 300),
+        X("compile_fx_inner (dynamo_timed)", 290, 250),
+    ]
+    path = tmp_path / "breaks.pt.trace.json.gz"
+    path.write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
+    result = TraceSession(load(str(path))).compiled
+    assert [b.frames for b in result.likely_graph_breaks] == [(0, 1)]
+    assert (result.compiling.count, result.compiling.ns) == (1, 250_000)
+    app = KinetoscopeApp(str(path))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_compile_view(pilot)
+        summary = " ".join(summary_of(screen).split())
+        assert "Likely graph break: ProfilerStep#1 runs compiled regions of frames 0, 1" in summary
+        assert "Compiling in the window: 1 event, 250 µs" in summary
+        assert "2 compiled regions · 2 frames" in summary
+        assert [r[0].strip() for r in shown_rows(screen)] == ["aten::nonzero"]
