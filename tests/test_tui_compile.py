@@ -220,3 +220,27 @@ async def test_compile_view_says_graph_breaks_and_compiling_in_the_window(tmp_pa
         assert "Compiling in the window: 1 event, 250 µs" in summary
         assert "2 compiled regions · 2 frames" in summary
         assert [r[0].strip() for r in shown_rows(screen)] == ["aten::nonzero"]
+
+
+CORPUS_SGLANG = CORPUS_COMPILE.with_name("sglang_decode_capture_bs_32_rank0.json.gz")
+
+
+@pytest.mark.corpus
+@pytest.mark.skipif(not CORPUS_SGLANG.exists(), reason="corpus trace missing")
+async def test_compile_view_on_a_graph_capture_without_replay() -> None:
+    result = TraceSession(load(str(CORPUS_SGLANG))).compiled
+    replay = result.replay
+    assert replay is not None and replay.launches == 0 and replay.captures >= 1
+    app = KinetoscopeApp(str(CORPUS_SGLANG))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_compile_view(pilot)
+        summary = " ".join(summary_of(screen).split())
+        assert "Compiled code: none" in summary
+        assert "Graph replay:" not in summary
+        assert (
+            f"Graph capture: {replay.captures} graph capture"
+            f"{'' if replay.captures == 1 else 's'} inside the window "
+            f"({replay.captured_launches:,} launch calls recorded, none run)"
+        ) in summary
+        for note in replay.partial:
+            assert f"partial: {' '.join(note.split())}" in summary

@@ -266,12 +266,20 @@ def describe_compile(trace: Any, result: CompileAnalysis, palette: Any) -> Text:
     replay = result.replay
     if replay is not None:
         verb = "replays" if replay.launches == 1 else "replay"
-        line(
-            "Graph replay",
-            f"{plural(replay.launches, 'graph launch', 'graph launches')} {verb} "
-            f"{replay.kernels:,} GPU activities ({fmt_duration(replay.gpu_ns)}); "
-            f"{fmt_duration(replay.gap_ns)} idle inside replays is not the host's doing",
-        )
+        if replay.launches:
+            line(
+                "Graph replay",
+                f"{plural(replay.launches, 'graph launch', 'graph launches')} {verb} "
+                f"{replay.kernels:,} GPU activities ({fmt_duration(replay.gpu_ns)}); "
+                f"{fmt_duration(replay.gap_ns)} idle inside replays is not the host's doing",
+            )
+        else:
+            line(
+                "Graph capture",
+                f"{plural(replay.captures, 'graph capture')} inside the window "
+                f"({plural(replay.captured_launches, 'launch call')} recorded, none run); "
+                "no graph launch replays",
+            )
         for note in replay.partial:
             text.append("\n  partial: ", key)
             text.append(note)
