@@ -187,3 +187,44 @@ def test_demo_compile_refuses_a_file_as_its_folder(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "is not a folder" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("has_diff", [True, False])
+def test_demo_compile_opens_the_diff_on_a_terminal(tmp_path: Path, monkeypatch, has_diff) -> None:
+    """On a terminal: `kinetoscope diff EAGER COMPILED`; without a diff command, the compiled
+    run's trace in the viewer. (The runs themselves are replaced: the slow test makes them.)"""
+    import argparse
+
+    import kinetoscope.capture.cli as capture_cli
+    import kinetoscope.capture.demo as demo
+    from kinetoscope.capture.runner import Outcome
+    from kinetoscope.capture.session import CaptureOptions, CaptureResult
+
+    import kinetoscope.cli as cli
+    import kinetoscope.viewer as viewer
+
+    options = CaptureOptions()
+    eager, compiled = tmp_path / "eager.pt.trace.json.gz", tmp_path / "compiled.pt.trace.json.gz"
+    done = Outcome(exit_code=0)
+    monkeypatch.setattr(
+        demo,
+        "capture_compile_demo",
+        lambda folder, force, cpu_only: (
+            done,
+            CaptureResult(eager, 3, options),
+            CaptureResult(compiled, 3, options),
+        ),
+    )
+    opened: list[object] = []
+    monkeypatch.setattr(cli, "main", lambda argv: opened.append(("main", argv)) or 0)
+    monkeypatch.setattr(viewer, "run_view", lambda path: opened.append(("view", path)) or 0)
+    commands = ("view", "summary", "diff", "capture", "demo") if has_diff else ("view", "demo")
+    monkeypatch.setattr(capture_cli, "_subcommands", lambda: commands)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
+    args = argparse.Namespace(output=None, force=False, cpu=True, no_view=False, compile=True)
+    assert capture_cli.handle_demo(args) == 0
+    if has_diff:
+        assert opened == [("main", ["diff", str(eager), str(compiled)])]
+    else:
+        assert opened == [("view", str(compiled))]
