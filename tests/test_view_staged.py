@@ -139,7 +139,10 @@ async def test_keys_that_need_deeper_levels_wait_for_them(monkeypatch):
     monkeypatch.setattr(app, "notify", lambda message, **_: notes.append(str(message)))
     async with app.run_test(size=(120, 40)) as pilot:
         deadline = time.monotonic() + 20
-        while not isinstance(app.screen, TraceScreen) and time.monotonic() < deadline:
+        # The screen is switched to before its widgets are mounted: wait for the timeline.
+        while time.monotonic() < deadline and not (
+            isinstance(app.screen, TraceScreen) and app.screen.query(Timeline)
+        ):
             await pilot.pause(0.02)
         timeline = app.screen.query_one(Timeline)
         timeline.notify = lambda message, **_: notes.append(str(message))
