@@ -237,6 +237,8 @@ class StepCompile:
     kernels: int
     launch_cpu_ns: int
     graph_kernels: int = 0  # kernels of the step linked to a graph launch
+    short_kernels: int = 0  # kernels of the step under SHORT_KERNEL_NS
+    inductor_by_kind: tuple[tuple[str, int], ...] = ()  # (kind, Inductor kernels), kinds present
 
     @property
     def share(self) -> float | None:
@@ -541,6 +543,26 @@ def compute_compile(session: TraceSession) -> CompileAnalysis:
     step_graph = _per_window(gr_slot, np.ones(len(graph_rows), np.int64), n_steps)
     step_graph_kernels = _per_window(k_slot, is_graph_kernel.astype(np.int64), n_steps)
     step_kernels = _per_window(k_slot, np.ones(len(kernel_rows), np.int64), n_steps)
+    # The fusion mix per step: kernels under SHORT_KERNEL_NS, and Inductor kernels by kind
+    # (GPU kernels named triton_*, CPU cpp_fused_* slices; as `_inductor` counts them).
+    step_short = _per_window(k_slot, (k_dur < SHORT_KERNEL_NS).astype(np.int64), n_steps)
+    kinds = list(INDUCTOR_KINDS)
+    ind_cpu = np.flatnonzero(classes.cpu & inductor_names[names])
+    ind_rows = np.concatenate([kernel_rows[inductor_names[names[kernel_rows]]], ind_cpu])
+    kind_of_name = {
+        name_id: kinds.index((inductor_kind(trace.strings[name_id]) or ("unk", ()))[0])
+        for name_id in np.unique(names[ind_rows]).tolist()
+    }
+    launch_event = np.zeros(len(ind_rows), dtype=bool)  # CPU slices named triton_*: launches
+    launch_event[len(ind_rows) - len(ind_cpu) :] = [
+        trace.strings[n].startswith("triton_") for n in names[ind_cpu].tolist()
+    ]
+    ind_rows = ind_rows[~launch_event]
+    ind_kind = np.array([kind_of_name[n] for n in names[ind_rows].tolist()], dtype=np.int64)
+    ind_slot = slot_of(ind_rows)
+    step_kinds = np.zeros((n_steps, len(kinds)), dtype=np.int64)
+    placed = ind_slot >= 0
+    np.add.at(step_kinds, (ind_slot[placed], ind_kind[placed]), 1)
     r_slot = slot_of(region_rows)
     step_list = []
     breaks = []
@@ -565,6 +587,10 @@ def compute_compile(session: TraceSession) -> CompileAnalysis:
                 graph_kernels=int(step_graph_kernels[i]),
                 kernels=int(step_kernels[i]),
                 launch_cpu_ns=int(step_launch_ns[i]),
+                short_kernels=int(step_short[i]),
+                inductor_by_kind=tuple(
+                    (kinds[k], int(step_kinds[i, k])) for k in np.flatnonzero(step_kinds[i])
+                ),
             )
         )
         if len(step_frames) > 1:
@@ -1190,6 +1216,9 @@ def compile_section(session: TraceSession) -> dict[str, Any]:
                 "kernels_per_graph_launch": _round(s.kernels_per_graph_launch),
                 "kernels": s.kernels,
                 "launch_cpu_us": us(s.launch_cpu_ns),
+                "short_kernels": s.short_kernels,
+                "short_share": _share(s.short_kernels, s.kernels),
+                "inductor_by_kind": dict(s.inductor_by_kind),
             }
             for s in c.steps
         ],

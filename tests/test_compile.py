@@ -203,6 +203,28 @@ def test_per_step_numbers():
         29_000,
     )
     assert (step.graph_kernels, step.kernels_per_graph_launch) == (2, 2.0)
+    # The fusion mix of the step: the 8 µs Inductor kernel is its one kernel under 10 µs (the
+    # 10 µs graph_a is not under); one pointwise and one reduction Inductor kernel (their CPU
+    # launch events of the same names are not counted).
+    assert step.short_kernels == 1
+    assert step.inductor_by_kind == (("poi", 1), ("red", 1))
+
+
+def test_the_fusion_mix_per_step_splits_kernels_by_their_step():
+    events = [
+        X("ProfilerStep#1", 0, 100, cat="user_annotation"),
+        X("cpp_fused_add_0", 10, 5),
+        X("cpp_fused_mul_relu_1", 20, 30),
+        X("ProfilerStep#2", 100, 100, cat="user_annotation"),
+        X("cpp_fused_add_0", 110, 5),
+        X("triton_red_fused_sum_0", 120, 5),
+    ]
+    c = TraceSession(load(events)).compiled
+    first, second = c.steps
+    assert first.inductor_by_kind == (("cpp", 2),)
+    assert second.inductor_by_kind == (("cpp", 1),), "a CPU triton_* slice is a launch event"
+    section = build_summary(TraceSession(load(events)))["compile"]["steps"]
+    assert [s["inductor_by_kind"] for s in section] == [{"cpp": 2}, {"cpp": 1}]
 
 
 def test_cpu_only_trace_measures_operator_self_time():
