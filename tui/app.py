@@ -8,6 +8,7 @@ from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.message import Message
 
+from .appbase import ViewerApp
 from .loader import (
     BackgroundFailure,
     Cancelled,
@@ -18,9 +19,8 @@ from .loader import (
     Report,
     TraceLoad,
 )
-from .palette import ScreenActions, key_help_for
-from .screens import ErrorScreen, HelpScreen, LoadingScreen, TraceScreen
-from .theme import variables_for
+from .palette import ScreenActions
+from .screens import ErrorScreen, LoadingScreen, TraceScreen
 from .timeline import Timeline
 from .viewdata import ViewData
 
@@ -61,7 +61,7 @@ class BackgroundFailed(Message):
         self.reason = reason
 
 
-class KinetoscopeApp(App[int]):
+class KinetoscopeApp(ViewerApp):
     """`KinetoscopeApp(path)` views one trace file. `exit_message` holds the reason it failed.
 
     `staged=True` shows each lane's top level first and the rest once it is placed, as the
@@ -96,22 +96,9 @@ class KinetoscopeApp(App[int]):
         self.first_frame_time: float | None = None  # wall clock, when the first frame was drawn
         self._loading: LoadingScreen | None = None
 
-    def get_theme_variable_defaults(self) -> dict[str, str]:
-        """The viewer's named colours (`$ks-*`, see theme.py) in the current theme."""
-        return variables_for(self.current_theme)
-
-    def _theme_changed(self, _theme: object) -> None:
-        """A new theme (ctrl+p, TEXTUAL_THEME): every screen and widget that draws with the
-        palette drops what it drew and draws again."""
-        for screen in self.screen_stack:
-            for node in (screen, *screen.query("*")):
-                recolour = getattr(node, "recolour", None)
-                if callable(recolour):
-                    recolour()
-
     def on_mount(self) -> None:
         # The theme is textual-dark unless TEXTUAL_THEME names another; ctrl+p changes it.
-        self.theme_changed_signal.subscribe(self, self._theme_changed)
+        self.follow_theme()
         self._loading = LoadingScreen(self.path)
         self.push_screen(self._loading)
         self.loader.subscribe(self._from_loader)
@@ -175,14 +162,3 @@ class KinetoscopeApp(App[int]):
 
     def action_quit_error(self) -> None:
         self.exit(return_code=1)
-
-    def action_help(self) -> None:
-        if isinstance(self.screen, HelpScreen):
-            return
-        self.push_screen(HelpScreen(self.key_help()))
-
-    def key_help(self) -> list[tuple[str, str]]:
-        """(keys, description) of every screen, a heading row each: the screen `?` was pressed
-        on first (its keys may mean something else elsewhere, as `[` and `]` do), then the
-        keys of the app."""
-        return key_help_for(self, self.screen)

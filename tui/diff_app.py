@@ -20,13 +20,13 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import ProgressBar, Static
 
+from .appbase import ViewerApp
 from .failures import ReportsWorkerFailures, failure_message
 from .loader import BackgroundFailure, Complete, Failed, Progress, Ready, Report, TraceLoad
 from .loader import Cancelled as LoadCancelledReport
-from .palette import ScreenActions, diff_help_sections, key_help_for
+from .palette import ScreenActions, diff_help_sections
 from .safe_text import clean
-from .screens import ErrorScreen, HelpScreen, TraceScreen
-from .theme import variables_for
+from .screens import ErrorScreen, TraceScreen
 from .viewdata import ViewData
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ class LoadReport(Message):
         self.report = report
 
 
-class DiffApp(App[int]):
+class DiffApp(ViewerApp):
     """`DiffApp(base, new)` compares two trace files (see the module docstring);
     `exit_message` holds the reason it failed. `options`: the diff's (analysis/diff.py's
     DiffOptions: threshold, steps, template folding); `loads`: the two loads, when the caller
@@ -124,25 +124,9 @@ class DiffApp(App[int]):
 
     # -- theme, help --------------------------------------------------------------------------
 
-    def get_theme_variable_defaults(self) -> dict[str, str]:
-        return variables_for(self.current_theme)
-
-    def _theme_changed(self, _theme: object) -> None:
-        for screen in self.screen_stack:
-            for node in (screen, *screen.query("*")):
-                recolour = getattr(node, "recolour", None)
-                if callable(recolour):
-                    recolour()
-
-    def action_help(self) -> None:
-        if isinstance(self.screen, HelpScreen):
-            return
-        self.push_screen(HelpScreen(self.key_help()))
-
-    def key_help(self) -> list[tuple[str, str]]:
-        """The keys of the screen in front first, then the diff's screens', then the
-        single-trace viewer's (a trace opened alone)."""
-        return key_help_for(self, self.screen, extra=diff_help_sections())
+    def help_sections(self) -> list[tuple[str, type, list[Any]]]:
+        """The diff's screens, before the single-trace viewer's (a trace opened alone)."""
+        return diff_help_sections()
 
     def action_quit_error(self) -> None:
         self.exit(return_code=1)
@@ -156,7 +140,7 @@ class DiffApp(App[int]):
     # -- loading ------------------------------------------------------------------------------
 
     def on_mount(self) -> None:
-        self.theme_changed_signal.subscribe(self, self._theme_changed)
+        self.follow_theme()
         self._loading = DiffLoadingScreen(self.paths)
         self.push_screen(self._loading)
         for side, load in enumerate(self.loads):

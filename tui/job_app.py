@@ -23,15 +23,16 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import ProgressBar, Static
 
+from .appbase import ViewerApp
 from .drilldown import Jump
 from .job_loader import JobDone, JobFailed, JobLoad, JobReport, RankDone
 from .loader import BackgroundFailure, Complete, Failed, Ready, TraceLoad
 from .loader import Cancelled as LoadCancelledReport
 from .loader import Progress as LoadProgress
-from .palette import ScreenActions, job_help_sections, key_help_for
+from .palette import ScreenActions, job_help_sections
 from .safe_text import clean
-from .screens import ErrorScreen, HelpScreen, LoadingScreen, TraceScreen
-from .theme import palette_of, variables_for
+from .screens import ErrorScreen, LoadingScreen, TraceScreen
+from .theme import palette_of
 from .timeline import Timeline
 from .viewdata import ViewData
 
@@ -163,7 +164,7 @@ class _Opening:
     screen: RankLoadingScreen
 
 
-class JobApp(App[int]):
+class JobApp(ViewerApp):
     """`JobApp(inputs)` views a distributed job (see the module docstring). `exit_message`
     holds the reason it failed. `workers`: digesting processes (None: min(ranks, CPUs)).
     `staged` as KinetoscopeApp's, for the ranks' own views."""
@@ -204,25 +205,9 @@ class JobApp(App[int]):
 
     # -- theme, help --------------------------------------------------------------------------
 
-    def get_theme_variable_defaults(self) -> dict[str, str]:
-        return variables_for(self.current_theme)
-
-    def _theme_changed(self, _theme: object) -> None:
-        for screen in self.screen_stack:
-            for node in (screen, *screen.query("*")):
-                recolour = getattr(node, "recolour", None)
-                if callable(recolour):
-                    recolour()
-
-    def action_help(self) -> None:
-        if isinstance(self.screen, HelpScreen):
-            return
-        self.push_screen(HelpScreen(self.key_help()))
-
-    def key_help(self) -> list[tuple[str, str]]:
-        """The keys of the screen in front first, then the job's screens', then the
-        single-trace viewer's (a rank opened on its own)."""
-        return key_help_for(self, self.screen, extra=job_help_sections())
+    def help_sections(self) -> list[tuple[str, type, list[Any]]]:
+        """The job's screens, before the single-trace viewer's (a rank opened on its own)."""
+        return job_help_sections()
 
     def action_quit_error(self) -> None:
         self.exit(return_code=1)
@@ -234,7 +219,7 @@ class JobApp(App[int]):
     # -- the job ------------------------------------------------------------------------------
 
     def on_mount(self) -> None:
-        self.theme_changed_signal.subscribe(self, self._theme_changed)
+        self.follow_theme()
         if self.load.error is not None and self.load.files is None:
             self._fail(self.load.error)
             return

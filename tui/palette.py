@@ -162,7 +162,11 @@ def diff_help_sections() -> list[tuple[str, type, list[BindingType]]]:
         Binding("0", "fit_all", "The paired step, whole (the longer of the two)"),
         *Timeline.BINDINGS,  # 0's line above is the timeline's (the same action)
     ]
-    alone: list[BindingType] = [*HalfTraceScreen.BINDINGS, *Timeline.BINDINGS, *TraceScreen.BINDINGS]
+    alone: list[BindingType] = [
+        *HalfTraceScreen.BINDINGS,
+        *Timeline.BINDINGS,
+        *TraceScreen.BINDINGS,
+    ]
     return [
         ("Diff table", DiffScreen, table),
         ("Both timelines (Enter)", DiffPairScreen, pair),

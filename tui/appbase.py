@@ -1,0 +1,50 @@
+"""What every kinetoscope app shares (one trace, a job's ranks, a diff): the viewer's named
+colours in the current theme, redrawing on a theme change, and the `?` key help."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import App
+
+from .palette import key_help_for
+from .screens import HelpScreen
+from .theme import variables_for
+
+
+class ViewerApp(App[int]):
+    """Base of the apps. Subclasses call `follow_theme()` when mounted and may name extra key
+    help sections (`help_sections`)."""
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        """The viewer's named colours (`$ks-*`, see theme.py) in the current theme."""
+        return variables_for(self.current_theme)
+
+    def follow_theme(self) -> None:
+        """Redraw on every theme change (ctrl+p, TEXTUAL_THEME)."""
+        self.theme_changed_signal.subscribe(self, self._theme_changed)
+
+    def _theme_changed(self, _theme: object) -> None:
+        """Every screen and widget that draws with the palette drops what it drew and draws
+        again."""
+        for screen in self.screen_stack:
+            for node in (screen, *screen.query("*")):
+                recolour = getattr(node, "recolour", None)
+                if callable(recolour):
+                    recolour()
+
+    def help_sections(self) -> list[tuple[str, type, list[Any]]]:
+        """(title, screen class, bindings) of this app's own screens, listed before the
+        single-trace viewer's."""
+        return []
+
+    def action_help(self) -> None:
+        if isinstance(self.screen, HelpScreen):
+            return
+        self.push_screen(HelpScreen(self.key_help()))
+
+    def key_help(self) -> list[tuple[str, str]]:
+        """(keys, description) of every screen, a heading row each: the screen `?` was pressed
+        on first (its keys may mean something else elsewhere, as `[` and `]` do), then this
+        app's other screens, then the keys of the app."""
+        return key_help_for(self, self.screen, extra=self.help_sections())
