@@ -438,6 +438,43 @@ def load_sessions(base_path: str, new_path: str, overlap: bool = True) -> tuple[
     return (second, first) if swap else (first, second)
 
 
+def checked_options(
+    base_path: str,
+    new_path: str,
+    threshold_pct: float | None,
+    steps: str | None,
+    templates: bool,
+    *,
+    streams: bool,
+) -> Any:
+    """The diff's options, once `steps` parses and both paths can be read (the text form and
+    the viewer check the same way); else the exit status, after one line on stderr: 2 for a
+    bad `steps`, 1 for a path that cannot be read. `streams`: a FIFO or stdin is allowed."""
+    from kinetoscope.analysis.diff import (
+        DEFAULT_THRESHOLD_PCT,
+        DiffOptions,
+        StepSpecError,
+        parse_steps,
+    )
+    from kinetoscope.cli import trace_path_problem
+
+    try:
+        selection = parse_steps(steps) if steps is not None else None
+    except StepSpecError as exc:
+        print(f"kinetoscope: {exc}", file=sys.stderr)
+        return 2
+    for path in (base_path, new_path):
+        problem = trace_path_problem(path, streams=streams)
+        if problem is not None:
+            print(f"kinetoscope: {problem}", file=sys.stderr)
+            return 1
+    return DiffOptions(
+        threshold_pct=DEFAULT_THRESHOLD_PCT if threshold_pct is None else threshold_pct,
+        steps=selection,
+        templates=templates,
+    )
+
+
 def run_diff(
     base_path: str,
     new_path: str,
@@ -450,38 +487,19 @@ def run_diff(
 ) -> int:
     """Print the diff; 0, or EXIT_REGRESSION for a regression above `fail_above`, or 1 with
     one line when a trace cannot be read, or 2 for a bad `--steps`."""
-    from kinetoscope.analysis.diff import (
-        DEFAULT_THRESHOLD_PCT,
-        DiffOptions,
-        StepSpecError,
-        diff_sessions,
-        parse_steps,
-    )
+    from kinetoscope.analysis.diff import diff_sessions
     from kinetoscope.analysis.session import AnalysisFailed
-    from kinetoscope.cli import trace_path_problem
     from kinetoscope.parser import TraceError
     from kinetoscope.tui.safe_text import clean
 
-    try:
-        selection = parse_steps(steps) if steps is not None else None
-    except StepSpecError as exc:
-        print(f"kinetoscope: {exc}", file=sys.stderr)
-        return 2
-    for path in (base_path, new_path):
-        problem = trace_path_problem(path, streams=True)
-        if problem is not None:
-            print(f"kinetoscope: {problem}", file=sys.stderr)
-            return 1
+    options = checked_options(base_path, new_path, threshold_pct, steps, templates, streams=True)
+    if isinstance(options, int):
+        return options
     try:
         base, new = load_sessions(base_path, new_path)
     except TraceError as exc:
         print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
         return 1
-    options = DiffOptions(
-        threshold_pct=DEFAULT_THRESHOLD_PCT if threshold_pct is None else threshold_pct,
-        steps=selection,
-        templates=templates,
-    )
     try:
         diff = diff_sessions(base, new, options)
         if output == "json":

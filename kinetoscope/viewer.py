@@ -103,30 +103,12 @@ def run_diff_view(
     """The diff viewer on BASE and NEW (both loaded at once); 0 on a normal quit, 1 (with a
     one-line message on stderr) when a trace cannot be shown, 2 for a bad `steps`. Off a
     terminal the caller prints the text form instead (`diff_view_wanted`)."""
-    from kinetoscope.analysis.diff import (
-        DEFAULT_THRESHOLD_PCT,
-        DiffOptions,
-        StepSpecError,
-        parse_steps,
-    )
-    from kinetoscope.cli import trace_path_problem
+    from kinetoscope.report_diff import checked_options
     from kinetoscope.tui.safe_text import clean
 
-    try:
-        selection = parse_steps(steps) if steps is not None else None
-    except StepSpecError as exc:
-        print(f"kinetoscope: {exc}", file=sys.stderr)
-        return 2
-    for path in (base, new):
-        problem = trace_path_problem(path)
-        if problem is not None:
-            print(f"kinetoscope: {problem}", file=sys.stderr)
-            return 1
-    options = DiffOptions(
-        threshold_pct=DEFAULT_THRESHOLD_PCT if threshold_pct is None else threshold_pct,
-        steps=selection,
-        templates=templates,
-    )
+    options = checked_options(base, new, threshold_pct, steps, templates, streams=False)
+    if isinstance(options, int):
+        return options
     # Both reads start before Textual is imported, each in its own thread.
     from kinetoscope.tui.loader import TraceLoad
 
