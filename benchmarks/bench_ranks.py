@@ -150,34 +150,36 @@ def _tree_rss(root: int) -> int:
     return total
 
 
+def run_sampled(command: list[str], env: dict[str, str]) -> tuple[float, int, bytes, bytes, int]:
+    """(wall seconds, peak tree RSS bytes sampled every 20 ms, stdout, stderr, exit status) of
+    one command."""
+    started = time.perf_counter()
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _tree_rss(process.pid))
+            done.wait(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, err = process.communicate()
+    seconds = time.perf_counter() - started
+    done.set()
+    sampler.join()
+    return seconds, peak, out, err, process.returncode
+
+
 def measure(path: Path, extra: list[str] | None = None) -> tuple[float, int, dict]:
     """(wall seconds, peak tree RSS bytes, the JSON document) of one cold `summary --json`."""
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, KINETOSCOPE_CACHE_DIR=cache)
         command = [sys.executable, "-m", "kinetoscope", "summary", str(path), "--json"]
-        started = time.perf_counter()
-        process = subprocess.Popen(
-            [*command, *(extra or [])],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        peak = 0
-        done = threading.Event()
-
-        def sample() -> None:
-            nonlocal peak
-            while not done.is_set():
-                peak = max(peak, _tree_rss(process.pid))
-                done.wait(0.02)
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        out, err = process.communicate()
-        seconds = time.perf_counter() - started
-        done.set()
-        sampler.join()
-    if process.returncode != 0:
+        seconds, peak, out, err, status = run_sampled([*command, *(extra or [])], env)
+    if status != 0:
         sys.exit(f"bench_ranks: summary {path} failed: {err.decode(errors='replace')[-2000:]}")
     return seconds, peak, json.loads(out)
 

@@ -31,17 +31,15 @@ import argparse
 import asyncio
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_ranks import CORPUS_JOB, _tree_rss, big_job  # noqa: E402
+from bench_ranks import CORPUS_JOB, big_job, run_sampled  # noqa: E402
 from first_frame import process_age  # noqa: E402
 
 # -- one measurement, in a fresh process --------------------------------------------------------
@@ -123,22 +121,8 @@ def measure(folder: Path, cache: str, size: str, earlier: str | None = None) -> 
     env = dict(os.environ, KINETOSCOPE_CACHE_DIR=cache)
     command = [sys.executable, str(Path(__file__).resolve()), "--child", str(folder)]
     command += ["--size", size] + (["--earlier", earlier] if earlier else [])
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    peak = 0
-    done = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, _tree_rss(process.pid))
-            done.wait(0.02)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    out, err = process.communicate()
-    done.set()
-    sampler.join()
-    if process.returncode != 0:
+    _seconds, peak, out, err, status = run_sampled(command, env)
+    if status != 0:
         sys.exit(f"bench_ranks_view: {folder}: {err.decode(errors='replace')[-2000:]}")
     return float(out.split()[-1]), peak
 
