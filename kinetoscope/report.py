@@ -61,13 +61,18 @@ def run_summary(
         del trace  # what the analysis held is freed as the exception unwinds; now the model
         print(f"kinetoscope: {clean(out_of_memory_message(path, events))}", file=sys.stderr)
         return 1
+    emit_sections(sections, output, width)
+    return 0
+
+
+def emit_sections(sections: list[Any], output: str, width: int | None) -> None:
+    """Print report sections as Markdown (`md`), TSV (`tsv`) or text tables `width` wide."""
     if output == "md":
         emit(markdown(sections))
     elif output == "tsv":
         emit(tsv(sections))
     else:
         emit(render_text(sections, width))
-    return 0
 
 
 def emit(text: str) -> None:

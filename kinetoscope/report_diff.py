@@ -8,7 +8,7 @@ from typing import Any
 
 from kinetoscope.analysis.units import fmt_bytes, fmt_table_time, us
 
-from .report import Note, _data, _table, emit, markdown, render_text, summary_json, tsv
+from .report import Note, _data, _table, emit, emit_sections, summary_json
 
 DIFF_VERSION = 1
 TOP_ROWS = 100  # operators and kernels in the JSON document, by |Δ|
@@ -506,12 +506,7 @@ def run_diff(
             emit(summary_json(diff_document(diff, base_path, new_path)) + "\n")
         else:
             sections = diff_tables(diff)
-            if output == "md":
-                emit(markdown(sections))
-            elif output == "tsv":
-                emit(tsv(sections))
-            else:
-                emit(render_text(sections, width))
+            emit_sections(sections, output, width)
     except AnalysisFailed as exc:  # one result could not be computed: say which, in one line
         print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
         return 1

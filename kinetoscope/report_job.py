@@ -13,10 +13,8 @@ from kinetoscope.report import (
     _dur,
     _table,
     emit,
-    markdown,
-    render_text,
+    emit_sections,
     summary_json,
-    tsv,
 )
 
 TEXT_COLLECTIVES = 20  # rows of the collectives table in the text report (the JSON has 50)
@@ -49,12 +47,7 @@ def run_job_summary(
         emit(summary_json(document) + "\n")
         return 0
     sections = job_tables(document)
-    if output == "md":
-        emit(markdown(sections))
-    elif output == "tsv":
-        emit(tsv(sections))
-    else:
-        emit(render_text(sections, width))
+    emit_sections(sections, output, width)
     return 0
 
 
