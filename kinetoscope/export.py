@@ -1,0 +1,736 @@
+"""Export a time window of one trace as a smaller trace that Perfetto and kinetoscope open.
+
+The crop is made from the file's own text: the events kept are copied byte for byte from the
+file (re-read run by run through the model's `ChunkIndex`, never re-encoded from the model),
+and only an event whose times change (clipped, re-stamped) is written again, with its other
+fields still copied as they were written. docs/export.md defines what is kept and why:
+
+- every top-level key except `traceEvents`, as its raw text, in the file's order;
+- every metadata (`M`) event;
+- every `X` event that overlaps the window (more than zero time inside it, or a zero-length
+  one inside the closed window; the definition of analysis/ranges.py), and the correlation
+  closure: a kept runtime call brings the GPU activities it launched and a kept GPU activity
+  its launch, wherever they are, and every slice kept brings its enclosing slices (so nesting
+  stays valid and the range statistics of the crop over the window equal the original's);
+- flows (`s`/`t`/`f`) whose every event is bound to a kept slice, and only those: never an
+  orphan start or end;
+- `[memory]` instants inside the window, plus one per device at the window's start carrying
+  the totals before it; `Iteration Start` / `Record Window End` re-stamped to the window's
+  start / end; every other instant, counter or event of another phase inside the window.
+
+Times that change are computed in integer ns from the model and written as µs with exactly
+three decimals (never through a float).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from kinetoscope.parser.model import (
+    NO_VALUE,
+    PH_COMPLETE,
+    PH_FLOW_END,
+    PH_FLOW_START,
+    PH_FLOW_STEP,
+    PH_INSTANT,
+    PH_INSTANT_OLD,
+    Trace,
+)
+
+MEMORY_NAME = "[memory]"
+ITERATION_START = "Iteration Start"  # Kineto: "Iteration Start: PyTorch Profiler"
+RECORD_WINDOW_END = "Record Window End"
+# What the memory baseline instant says about itself, in its args.
+BASELINE_NOTE = "memory totals before the exported window"
+
+
+class ExportError(Exception):
+    """An export that cannot be made: the one line that says why."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """[start_ns, end_ns]: absolute ns in the trace's own clock (the model's `start`)."""
+
+    start_ns: int
+    end_ns: int
+
+    @property
+    def length(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass
+class CropStats:
+    """Counts for the message: what the crop holds and why."""
+
+    events: int = 0  # events written, all phases
+    source_events: int = 0  # events in the original (what was read of it)
+    slices: int = 0  # X events
+    in_window: int = 0  # X events overlapping the window
+    closure: int = 0  # X events outside the window brought by correlation (and their parents)
+    flows: int = 0  # flows kept (pairs, or chains with steps)
+    flows_dropped: int = 0  # flows with an end bound to no kept slice
+    memory: int = 0  # [memory] instants inside the window
+    baseline: int = 0  # [memory] instants added at the window's start
+    metadata: int = 0  # M events
+    restamped: int = 0  # Iteration Start / Record Window End moved to the window
+    clipped: int = 0  # X events whose times were clipped
+    other: int = 0  # other instants, counters, other phases inside the window
+    reencoded: int = 0  # events from a damaged region, written from their decoded value
+
+
+@dataclass
+class Crop:
+    """What `write_crop` writes: the top-level keys (raw JSON text, in order) and the events."""
+
+    top: dict[str, bytes]
+    events: list[bytes]
+    window: Window
+    events_at: int = 0  # how many of `top`'s keys come before `traceEvents`
+    array_form: bool = False  # the original was a bare array of events (no top-level object)
+    stats: CropStats = field(default_factory=CropStats)
+    warnings: list[str] = field(default_factory=list)
+    stopped_at: int | None = None  # the original stopped early (damaged, cut off) at this byte
+
+    @property
+    def kept(self) -> int:
+        return len(self.events)
+
+
+# -- times as text --------------------------------------------------------------------------
+
+
+def us_text(ns: int) -> bytes:
+    """Integer ns as µs with exactly three decimals, exact at any size (no float)."""
+    ns = int(ns)
+    sign = "-" if ns < 0 else ""
+    whole, frac = divmod(abs(ns), 1000)
+    return f"{sign}{whole}.{frac:03d}".encode()
+
+
+_UNIT_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "μs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+_TIME = re.compile(r"\s*([+-]?)\s*(\d+(?:\.\d*)?|\.\d+)\s*(ns|us|µs|μs|ms|s)\s*$")
+
+
+def parse_time(text: str) -> int:
+    """`+12.5ms`, `40 ms`, `-3us`, `1.5s` -> integer ns (exact: decimals are read as text)."""
+    match = _TIME.match(text)
+    if match is None:
+        raise ExportError(
+            f"cannot read the time {text.strip()!r}: write a number and a unit "
+            "(ns, us, µs, ms or s), e.g. +12.5ms"
+        )
+    sign, number, unit = match.groups()
+    whole, _, frac = number.partition(".")
+    scale = _UNIT_NS[unit]
+    digits = len(str(scale)) - 1
+    frac_digits = (frac + "0" * digits)[:digits]
+    if frac[digits:].strip("0"):
+        raise ExportError(f"the time {text.strip()!r} is finer than a nanosecond")
+    ns = int(whole or "0") * scale + (int(frac_digits) if digits else 0)
+    return -ns if sign == "-" else ns
+
+
+def parse_window(text: str, trace_origin_ns: int, trace_end_ns: int | None = None) -> Window:
+    """`A..B` as the viewer shows times (relative to the viewer's origin, the trace's first
+    slice start), e.g. `+12.5ms..+40ms`. `A..` runs to the trace's end (`trace_end_ns`), `..B`
+    from the origin. The result is absolute ns in the trace's clock."""
+    if ".." not in text:
+        raise ExportError(
+            f"cannot read the window {text.strip()!r}: write START..END, e.g. +12.5ms..+40ms"
+        )
+    left, _, right = text.partition("..")
+    start = trace_origin_ns + (parse_time(left) if left.strip() else 0)
+    if right.strip():
+        end = trace_origin_ns + parse_time(right)
+    elif trace_end_ns is not None:
+        end = max(trace_end_ns, start)
+    else:
+        raise ExportError(f"the window {text.strip()!r} has no end")
+    if end <= start:
+        raise ExportError(f"the window {text.strip()!r} is empty: its end is not after its start")
+    return Window(start, end)
+
+
+# -- reading the file's bytes again -----------------------------------------------------------
+
+
+def _read_ranges(trace: Trace, ranges: list[tuple[int, int | None]]) -> Iterator[bytes]:
+    """The uncompressed bytes of each [start, end) range (end None: to the end of the stream),
+    in order; ranges ascend and do not overlap. A plain file is read by seeks, a gzip'd one in
+    one pass of decompression. Bytes past the end of the stream are missing, never an error."""
+    from kinetoscope.parser.source import SourceState, iter_blocks
+
+    source = trace.source
+    if not source.compressed:
+        with open(source.path, "rb") as handle:
+            for start, end in ranges:
+                handle.seek(start)
+                yield handle.read() if end is None else handle.read(end - start)
+        return
+    state = SourceState(path=source.path, size=source.bytes, compressed=True)
+    blocks = iter_blocks(state)
+    buffer = b""
+    buffer_start = 0  # uncompressed offset of buffer[0]
+    eof = False
+    for start, end in ranges:
+        while not eof and (end is None or buffer_start + len(buffer) < end):
+            block = next(blocks, None)
+            if block is None:
+                eof = True
+                break
+            if buffer_start + len(buffer) + len(block) <= start:  # all before the range
+                buffer_start += len(buffer) + len(block)
+                buffer = b""
+                continue
+            buffer += block
+            if buffer_start < start:
+                buffer = buffer[start - buffer_start :]
+                buffer_start = start
+        lo = max(0, start - buffer_start)
+        yield buffer[lo:] if end is None else buffer[lo : max(lo, end - buffer_start)]
+
+
+_RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
+_RAW_OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+class _Phase(msgspec.Struct):
+    ph: Any = None
+
+
+_PHASE = msgspec.json.Decoder(_Phase)
+_KEY_OF_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[\s*$')
+
+
+def _top_keys(
+    trace: Trace, head: bytes, tail: bytes, warnings: list[str]
+) -> tuple[dict[str, bytes], int, bool]:
+    """The top-level keys around the events array as raw text: (keys, how many come before
+    `traceEvents`, whether the file is a bare array)."""
+    text = head.lstrip(b"\xef\xbb\xbf").lstrip()
+    if text.startswith(b"["):
+        return {}, 0, True
+    top: dict[str, bytes] = {}
+    match = _KEY_OF_EVENTS.search(text)
+    if match is not None and text.startswith(b"{"):
+        before = text[1 : match.start()].rstrip().rstrip(b",")
+        try:
+            top.update((k, bytes(v)) for k, v in _RAW_OBJECT.decode(b"{" + before + b"}").items())
+        except msgspec.DecodeError:
+            pass
+    events_at = len(top)
+    after = _after_events(tail)
+    if after is not None:
+        try:
+            for key, value in _RAW_OBJECT.decode(after).items():
+                top.setdefault(key, bytes(value))
+        except msgspec.DecodeError:
+            pass
+    missing = [key for key in trace.header if key not in top and key != "traceEvents"]
+    for key in missing:  # unreadable as text again (damaged): written from the parsed value
+        try:
+            top[key] = msgspec.json.encode(trace.header[key])
+        except (TypeError, ValueError, OverflowError):
+            continue
+    if missing:
+        warnings.append(
+            "top-level keys written from their parsed value (their text could not be read "
+            "again): " + ", ".join(missing[:5])
+        )
+    return top, events_at, False
+
+
+def _after_events(tail: bytes) -> bytes | None:
+    """The keys after the events array (`], "k": v}`) as an object's text, or None."""
+    from kinetoscope.parser.reader import split_elements
+
+    if not tail.strip():
+        return None
+    _starts, _ends, closed = split_elements(tail, 0)
+    if closed is None:
+        return None
+    rest = tail[closed + 1 :].lstrip()
+    if rest.startswith(b","):
+        return b"{" + rest[1:]
+    return None
+
+
+# -- choosing the events ------------------------------------------------------------------------
+
+
+@dataclass
+class _Plan:
+    """Rows kept and the times to write again (new start, new end in ns) where they change."""
+
+    keep: np.ndarray  # bool per row
+    new_start: dict[int, int]
+    new_end: dict[int, int]  # X events: the end (start + dur)
+    baseline: list[tuple[int, int, int]]  # (source row of MemoryEvents ordinal, alloc, reserved)
+    stats: CropStats
+
+
+def _names(trace: Trace, test: Any) -> np.ndarray:
+    """Boolean per row: does the row's name pass `test`."""
+    ok = np.fromiter(
+        (bool(test(s[:256])) for s in trace.strings), dtype=bool, count=len(trace.strings)
+    )
+    return ok[trace.name] if len(trace.strings) else np.zeros(len(trace), dtype=bool)
+
+
+def _plan(trace: Trace, session: Any, window: Window, clip: bool) -> _Plan:
+    t0, t1 = window.start_ns, window.end_ns
+    stats = CropStats()
+    ph = trace.ph
+    start = trace.start
+    end = start + trace.dur
+    n = len(trace)
+    is_x = ph == PH_COMPLETE
+    inside = np.minimum(end, t1) - np.maximum(start, t0)
+    point = (trace.dur == 0) & (start >= t0) & (start <= t1)
+    in_window = is_x & ((inside > 0) | point)
+    keep = in_window.copy()
+
+    # Correlation closure: runtime calls of kept GPU activities, GPU activities of kept calls.
+    links = session.links
+    gpu_rows, gpu_runtime = links.gpu_rows, links.gpu_runtime
+    linked = gpu_runtime >= 0
+    runtime_kept = np.zeros(n, dtype=bool)
+    runtime_kept[gpu_runtime[linked & keep[gpu_rows]]] = True
+    runtime_kept[links.corr_runtime[keep[links.corr_runtime]]] = True
+    keep |= runtime_kept
+    keep[gpu_rows[linked & runtime_kept[np.maximum(gpu_runtime, 0)]]] = True
+    # Enclosing slices of everything kept (the nesting's parents, up to the roots).
+    parent = session.nesting.parent
+    frontier = np.flatnonzero(keep)
+    while len(frontier):
+        up = parent[frontier]
+        up = np.unique(up[up >= 0])
+        up = up[~keep[up]]
+        keep[up] = True
+        frontier = up
+    stats.in_window = int(in_window.sum())
+    stats.slices = int(keep.sum())
+    stats.closure = stats.slices - stats.in_window
+
+    new_start: dict[int, int] = {}
+    new_end: dict[int, int] = {}
+    lo = start.copy()
+    hi = end.copy()
+    if clip:
+        lo[in_window] = np.maximum(start[in_window], t0)
+        hi[in_window] = np.minimum(end[in_window], t1)
+        # A slice clipped to the window still encloses what it keeps outside the window
+        # (closure partners): it is clipped to the window widened to cover them.
+        depth = session.nesting.depth
+        kept_cpu = np.flatnonzero(keep & (depth > 0))
+        if len(kept_cpu):
+            for level in range(int(depth[kept_cpu].max()), 0, -1):
+                rows = kept_cpu[depth[kept_cpu] == level]
+                np.minimum.at(lo, parent[rows], lo[rows])
+                np.maximum.at(hi, parent[rows], hi[rows])
+        changed = np.flatnonzero(keep & ((lo != start) | (hi != end)))
+        for row, a, b in zip(changed.tolist(), lo[changed].tolist(), hi[changed].tolist()):
+            new_start[row] = a
+            new_end[row] = b
+        stats.clipped = len(changed)
+
+    # Flows: kept when every event of the flow is bound to a kept slice.
+    is_flow = (ph == PH_FLOW_START) | (ph == PH_FLOW_STEP) | (ph == PH_FLOW_END)
+    flow_rows = np.flatnonzero(is_flow & (trace.flow_id != NO_VALUE))
+    if len(flow_rows):
+        anchor = _flow_anchors(trace, session, flow_rows)
+        bound = (anchor >= 0) & keep[np.maximum(anchor, 0)]
+        key = np.stack([trace.cat[flow_rows].astype(np.int64), trace.flow_id[flow_rows]], axis=1)
+        _, group = np.unique(key, axis=0, return_inverse=True)
+        group = group.reshape(-1)
+        groups = int(group.max()) + 1
+        all_bound = np.bincount(group, weights=~bound, minlength=groups) == 0
+        fph = ph[flow_rows]
+        has_start = np.bincount(group, weights=fph == PH_FLOW_START, minlength=groups) > 0
+        has_end = np.bincount(group, weights=fph == PH_FLOW_END, minlength=groups) > 0
+        whole = has_start & has_end
+        good = all_bound & whole
+        touched = np.bincount(group, weights=bound, minlength=groups) > 0
+        stats.flows = int(good.sum())
+        stats.flows_dropped = int((touched & ~good).sum())
+        kept_flow = good[group]
+        keep[flow_rows[kept_flow]] = True
+        if clip:  # a flow event stays inside the slice it is bound to
+            for row, a in zip(flow_rows[kept_flow].tolist(), anchor[kept_flow].tolist()):
+                if a in new_start:
+                    ts = int(start[row])
+                    moved = min(max(ts, new_start[a]), new_end[a])
+                    if moved != ts:
+                        new_start[row] = moved
+
+    # Instants, counters and the other phases.
+    instant = (ph == PH_INSTANT) | (ph == PH_INSTANT_OLD)
+    inside_closed = (start >= t0) & (start <= t1)
+    memory = instant & _names(trace, lambda s: s == MEMORY_NAME)
+    restamp_start = instant & _names(trace, lambda s: s.startswith(ITERATION_START))
+    restamp_end = instant & _names(trace, lambda s: s == RECORD_WINDOW_END)
+    for row in np.flatnonzero(restamp_start).tolist():
+        new_start[row] = t0
+    for row in np.flatnonzero(restamp_end).tolist():
+        new_start[row] = t1
+    restamped = restamp_start | restamp_end
+    stats.restamped = int(restamped.sum())
+    keep |= restamped
+    stats.memory = int((memory & inside_closed).sum())
+    rest = ~is_x & ~is_flow & ~restamped
+    stats.other = int((rest & ~memory & inside_closed).sum())
+    keep |= rest & inside_closed
+    return _Plan(
+        keep=keep,
+        new_start=new_start,
+        new_end=new_end,
+        baseline=_memory_baseline(trace, t0),
+        stats=stats,
+    )
+
+
+def _flow_anchors(trace: Trace, session: Any, flow_rows: np.ndarray) -> np.ndarray:
+    """Per flow event, the row of the slice it is bound to, or -1: the innermost CPU slice of
+    its lane that holds its time (start <= ts <= end), or else a slice on its lane (a GPU
+    activity, ...) that starts at or before it and ends at or after it, latest start first."""
+    nesting = session.nesting
+    ts = trace.start[flow_rows]
+    lane = trace.lane[flow_rows].astype(np.int64)
+    anchor = np.full(len(flow_rows), -1, dtype=np.int64)
+    order = nesting.order
+    if len(order):
+        key_lane = nesting.lane_of.astype(np.int64)
+        key_start = trace.start[order]
+        # Last position (lane, start <= ts): the latest slice of the lane that starts by ts.
+        pos = _last_at_or_before(key_lane, key_start, lane, ts)
+        ok = pos >= 0
+        ok[ok] = key_lane[pos[ok]] == lane[ok]
+        current = np.where(ok, pos, -1)
+        # Walk up while the slice ends before ts (its ancestors may still hold it).
+        end = trace.start + trace.dur
+        for _ in range(512):
+            live = current >= 0
+            row = order[np.maximum(current, 0)]
+            short = live & (end[row] < ts)
+            if not short.any():
+                break
+            current[short] = nesting.parent_pos[current[short]]
+        live = current >= 0
+        anchor[live] = order[current[live]]
+    # Other slices (GPU activities, annotations): the latest on the lane starting by ts.
+    rest = np.flatnonzero(anchor < 0)
+    if len(rest):
+        other = np.flatnonzero((trace.ph == PH_COMPLETE) & (nesting.position < 0))
+        if len(other):
+            sort = np.lexsort((trace.start[other], trace.lane[other]))
+            other = other[sort]
+            o_lane = trace.lane[other].astype(np.int64)
+            pos = _last_at_or_before(o_lane, trace.start[other], lane[rest], ts[rest])
+            ok = pos >= 0
+            found = other[np.maximum(pos, 0)]
+            ok &= o_lane[np.maximum(pos, 0)] == lane[rest]
+            ok &= trace.start[found] + trace.dur[found] >= ts[rest]
+            anchor[rest[ok]] = found[ok]
+    return anchor
+
+
+def _last_at_or_before(
+    key_lane: np.ndarray, key_start: np.ndarray, lane: np.ndarray, ts: np.ndarray
+) -> np.ndarray:
+    """Index of the last (key_lane, key_start) <= (lane, ts) in keys sorted by (lane, start)."""
+    lane_lo = np.searchsorted(key_lane, lane, side="left")
+    lane_hi = np.searchsorted(key_lane, lane, side="right")
+    pos = np.empty(len(lane), dtype=np.int64)
+    for value in np.unique(lane).tolist():
+        mine = lane == value
+        lo, hi = int(lane_lo[mine][0]), int(lane_hi[mine][0])
+        pos[mine] = lo + np.searchsorted(key_start[lo:hi], ts[mine], side="right") - 1
+    pos[pos < lane_lo] = -1
+    return pos
+
+
+def _memory_baseline(trace: Trace, t0: int) -> list[tuple[int, int, int]]:
+    """Per (device type, device id) with `[memory]` events before t0: (ordinal of the last
+    such event, Total Allocated, Total Reserved), the totals as they stood at t0 (each the last
+    value recorded before t0; NO_VALUE when none was)."""
+    memory = trace.memory
+    if not len(memory):
+        return []
+    before = np.flatnonzero((memory.ts != NO_VALUE) & (memory.ts < t0) & (memory.lane >= 0))
+    if not len(before):
+        return []
+    before = before[np.lexsort((memory.ordinal[before], memory.ts[before]))]
+    out = []
+    keys = np.stack([memory.device_type[before], memory.device_id[before]], axis=1)
+    for key in np.unique(keys, axis=0):
+        mine = before[(keys == key).all(axis=1)]
+        totals = []
+        for column in (memory.total_allocated, memory.total_reserved):
+            values = column[mine]
+            present = np.flatnonzero(values != NO_VALUE)
+            totals.append(int(values[present[-1]]) if len(present) else NO_VALUE)
+        out.append((int(memory.ordinal[mine[-1]]), totals[0], totals[1]))
+    return out
+
+
+# -- the crop -----------------------------------------------------------------------------------
+
+
+def _with_times(raw: bytes, ts: int | None, end: int | None, start_was: int) -> bytes:
+    """The event's text with `ts` (and `dur`, from the new end) written again."""
+    fields = _RAW_OBJECT.decode(raw)
+    if ts is not None:
+        fields["ts"] = msgspec.Raw(us_text(ts))
+    if end is not None:
+        fields["dur"] = msgspec.Raw(us_text(end - (ts if ts is not None else start_was)))
+    return msgspec.json.encode(fields)
+
+
+def _baseline_event(raw: bytes, t0: int, allocated: int, reserved: int) -> bytes:
+    fields = _RAW_OBJECT.decode(raw)
+    fields["ts"] = msgspec.Raw(us_text(t0))
+    try:
+        args = _RAW_OBJECT.decode(bytes(fields.get("args", b"{}")))
+    except msgspec.DecodeError:
+        args = {}
+    args["Bytes"] = msgspec.Raw(b"0")
+    args["Addr"] = msgspec.Raw(b"0")
+    for key, value in (("Total Allocated", allocated), ("Total Reserved", reserved)):
+        if value != NO_VALUE:
+            args[key] = msgspec.Raw(str(value).encode())
+    args["Export"] = msgspec.Raw(msgspec.json.encode(BASELINE_NOTE))
+    fields["args"] = msgspec.Raw(msgspec.json.encode(args))
+    return msgspec.json.encode(fields)
+
+
+def crop_trace(
+    path: str,
+    window: Window,
+    *,
+    clip: bool = False,
+    trace: Trace | None = None,
+    session: Any = None,
+) -> Crop:
+    """Crop the trace at `path` to `window` (see the module's docstring for what is kept).
+
+    `trace` / `session`: the trace already loaded from `path` and its TraceSession, when the
+    caller has them (the viewer); else the trace is loaded here. Raises ExportError (one line).
+    """
+    from kinetoscope.analysis.session import TraceSession
+    from kinetoscope.parser import TraceError, load
+    from kinetoscope.parser.access import file_changed
+
+    if window.end_ns <= window.start_ns:
+        raise ExportError("the window is empty: its end is not after its start")
+    if trace is None:
+        try:
+            trace = session.trace if session is not None else load(path, write_cache=False)
+        except TraceError as exc:
+            raise ExportError(str(exc)) from None
+    if session is None:
+        session = TraceSession(trace)
+    if len(trace) == 0:
+        raise ExportError(f"{path}: the trace holds no timed events: nothing to export")
+    first = int(trace.start.min())
+    last = int((trace.start + trace.dur).max())
+    if window.end_ns < first or window.start_ns > last:
+        raise ExportError(
+            f"the window lies outside the trace (it spans +0..+{(last - first) / 1e6:.3f}ms "
+            "from its first event)"
+        )
+    changed = file_changed(trace)
+    if changed is not None:
+        raise ExportError(changed)
+    chunks = trace.chunks
+    if chunks is None or not len(chunks.first_ordinal):
+        raise ExportError(f"{path}: the events cannot be read again from the file")
+
+    plan = _plan(trace, session, window, clip)
+    stats = plan.stats
+    warnings: list[str] = []
+    # Ordinals wanted: the kept rows, and the sources of the memory baseline.
+    kept_rows = np.flatnonzero(plan.keep)
+    kept_ord = trace.ordinal[kept_rows]
+    baseline_ord = {ordinal: (a, r) for ordinal, a, r in plan.baseline}
+    wanted_ord = np.union1d(kept_ord, np.fromiter(baseline_ord, dtype=np.int64))
+    row_of_ordinal = dict(zip(kept_ord.tolist(), kept_rows.tolist()))
+    firsts = chunks.first_ordinal
+    # Events per run: up to the next run's first ordinal (the last: up to the event count).
+    counts = np.diff(np.append(firsts, max(trace.n_events, int(firsts[-1]))))
+    rows_per = np.diff(np.searchsorted(trace.ordinal, np.append(firsts, np.iinfo(np.int64).max)))
+    wanted_per = np.diff(np.searchsorted(wanted_ord, np.append(firsts, np.iinfo(np.int64).max)))
+    # A run is read when it holds a wanted event or events that are not rows (metadata).
+    read = (wanted_per > 0) | (rows_per != counts)
+    read[-1] = True
+    to_read = np.flatnonzero(read).tolist()
+    head_end = int(chunks.offset[0])
+    last_end = int(chunks.offset[-1] + chunks.length[-1])
+    ranges: list[tuple[int, int | None]] = [(0, head_end)]
+    ranges += [(int(chunks.offset[i]), int(chunks.offset[i] + chunks.length[i])) for i in to_read]
+    ranges.append((last_end, None))
+
+    events: list[bytes] = []
+    baselines: list[bytes] = []
+    row_set = trace.ordinal
+    pieces = _read_ranges(trace, ranges)
+    head = next(pieces)
+    try:
+        for chunk in to_read:
+            raw = next(pieces)
+            first_ordinal = int(firsts[chunk])
+            try:
+                items: list[Any] = _RAW_LIST.decode(b"[" + raw + b"]")
+                reencode = False
+            except msgspec.DecodeError:
+                items = _lenient_items(raw)
+                reencode = True
+            lo = int(np.searchsorted(row_set, first_ordinal))
+            hi = int(np.searchsorted(row_set, first_ordinal + len(items)))
+            rows_here = set(row_set[lo:hi].tolist())
+            for position, item in enumerate(items):
+                ordinal = first_ordinal + position
+                if ordinal in baseline_ord:
+                    alloc, reserved = baseline_ord[ordinal]
+                    text = _as_bytes(item, reencode)
+                    if text is not None:
+                        baselines.append(_baseline_event(text, window.start_ns, alloc, reserved))
+                row = row_of_ordinal.get(ordinal)
+                if row is not None:
+                    text = _as_bytes(item, reencode)
+                    if text is None:
+                        continue
+                    stats.reencoded += reencode
+                    if row in plan.new_start or row in plan.new_end:
+                        text = _with_times(
+                            text,
+                            plan.new_start.get(row),
+                            plan.new_end.get(row),
+                            int(trace.start[row]),
+                        )
+                    events.append(text)
+                elif ordinal not in rows_here:
+                    text = _as_bytes(item, reencode)
+                    if text is not None and _is_metadata(text):
+                        stats.metadata += 1
+                        stats.reencoded += reencode
+                        events.append(text)
+        tail = next(pieces, b"")
+    except OSError as exc:
+        raise ExportError(f"{path}: cannot read it again ({exc.strerror or exc})") from None
+    top, events_at, array_form = _top_keys(trace, head, tail, warnings)
+    stats.baseline = len(baselines)
+    events[:0] = baselines
+    stats.events = len(events)
+    stats.source_events = trace.n_events
+    if not trace.complete:
+        warnings.extend(trace.warnings[:1])
+    return Crop(
+        top=top,
+        events=events,
+        window=window,
+        events_at=events_at,
+        array_form=array_form,
+        stats=stats,
+        warnings=warnings,
+        stopped_at=None if trace.complete else trace.stopped_at,
+    )
+
+
+def _lenient_items(raw: bytes) -> list[Any]:
+    """A run that needed repairs at load: its events decoded the lenient way."""
+    from kinetoscope.parser.events import lenient_loads
+
+    try:
+        items = lenient_loads(b"[" + raw + b"]")
+    except ValueError:
+        return []
+    return items if isinstance(items, list) else []
+
+
+def _as_bytes(item: Any, reencode: bool) -> bytes | None:
+    if not reencode:
+        return bytes(item)
+    try:
+        return msgspec.json.encode(item)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _is_metadata(text: bytes) -> bool:
+    try:
+        return _PHASE.decode(text).ph == "M"
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return False
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+
+def _chunks_of(crop: Crop) -> Iterator[bytes]:
+    def events() -> Iterator[bytes]:
+        yield b"[\n"
+        for index, event in enumerate(crop.events):
+            yield (b",\n" if index else b"") + event
+        yield b"\n]"
+
+    if crop.array_form:
+        yield from events()
+        yield b"\n"
+        return
+    keys = list(crop.top.items())
+    yield b"{\n"
+    parts = 0
+    for index, (key, value) in enumerate(keys):
+        if index == crop.events_at:
+            yield (b",\n" if parts else b"") + b'"traceEvents": '
+            yield from events()
+            parts += 1
+        yield (b",\n" if parts else b"") + msgspec.json.encode(key) + b": " + value
+        parts += 1
+    if crop.events_at >= len(keys):
+        yield (b",\n" if parts else b"") + b'"traceEvents": '
+        yield from events()
+    yield b"\n}\n"
+
+
+def write_crop(crop: Crop, out_path: str) -> int:
+    """Write the crop to `out_path` (.gz: gzip'd); the number of bytes written to the file.
+    Written to a temporary file beside it and renamed, so a failed write leaves no half file.
+    Raises ExportError (one line) when it cannot be written."""
+    out_path = str(out_path)
+    directory = os.path.dirname(os.path.abspath(out_path))
+    temp = os.path.join(directory, f".{os.path.basename(out_path)}.{os.getpid()}.part")
+    try:
+        if out_path.endswith(".gz"):
+            with (
+                open(temp, "wb") as raw,
+                gzip.GzipFile(
+                    filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0
+                ) as handle,
+            ):
+                for piece in _chunks_of(crop):
+                    handle.write(piece)
+        else:
+            with open(temp, "wb") as handle:
+                for piece in _chunks_of(crop):
+                    handle.write(piece)
+        size = os.path.getsize(temp)
+        os.replace(temp, out_path)
+    except OSError as exc:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        reason = exc.strerror or str(exc)
+        raise ExportError(f"{out_path}: cannot write the export ({reason})") from None
+    return size
