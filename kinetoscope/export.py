@@ -544,9 +544,10 @@ def crop_trace(
     first = int(trace.start.min())
     last = int((trace.start + trace.dur).max())
     if window.end_ns < first or window.start_ns > last:
+        origin = trace.slice_start_min if trace.slice_start_min is not None else first
         raise ExportError(
-            f"the window lies outside the trace (it spans +0..+{(last - first) / 1e6:.3f}ms "
-            "from its first event)"
+            f"the window lies outside the trace (its events run from "
+            f"{_relative(first - origin)} to {_relative(last - origin)})"
         )
     changed = file_changed(trace)
     if changed is not None:
@@ -734,3 +735,272 @@ def write_crop(crop: Crop, out_path: str) -> int:
         reason = exc.strerror or str(exc)
         raise ExportError(f"{out_path}: cannot write the export ({reason})") from None
     return size
+
+
+# -- choosing the window: steps, gaps -------------------------------------------------------------
+
+_STEP_NUMBER = re.compile(r"ProfilerStep#([0-9]+)")
+_STEP_ITEM = re.compile(r"\s*#?(\d+)\s*(?:-\s*#?(\d+)\s*)?$")
+
+
+def parse_steps(texts: list[str]) -> list[int]:
+    """`--step` values: `3`, `3,5`, `3-5` (inclusive), repeatable -> step numbers, ascending."""
+    numbers: set[int] = set()
+    for text in texts:
+        for item in text.split(","):
+            match = _STEP_ITEM.match(item)
+            if match is None:
+                raise ExportError(
+                    f"cannot read the step {item.strip()!r}: write N, N,M or N-M "
+                    "(the N of ProfilerStep#N)"
+                )
+            first = int(match.group(1))
+            last = int(match.group(2)) if match.group(2) is not None else first
+            if last < first:
+                raise ExportError(f"the steps {item.strip()!r} run backwards")
+            if last - first > 1_000_000:
+                raise ExportError(f"the steps {item.strip()!r} are too many")
+            numbers.update(range(first, last + 1))
+    return sorted(numbers)
+
+
+def step_window(session: Any, numbers: list[int]) -> Window:
+    """The span of the ProfilerStep#N slices named (every slice of each name, any thread)."""
+    trace = session.trace
+    steps = session.steps
+    by_number: dict[int, list[int]] = {}
+    for row in steps.rows.tolist():
+        match = _STEP_NUMBER.fullmatch(trace.name_of(row))
+        if match is not None:
+            by_number.setdefault(int(match.group(1)), []).append(row)
+    if not by_number:
+        raise ExportError("the trace holds no ProfilerStep#N slices: choose a --window instead")
+    missing = [n for n in numbers if n not in by_number]
+    if missing:
+        have = sorted(by_number)
+        shown = f"#{have[0]}..#{have[-1]}" if len(have) > 1 else f"#{have[0]}"
+        raise ExportError(
+            f"no ProfilerStep#{missing[0]} in the trace (its steps: {shown}, {len(have)} in all)"
+        )
+    rows = np.array([row for n in numbers for row in by_number[n]], dtype=np.int64)
+    start = int(trace.start[rows].min())
+    end = int((trace.start[rows] + trace.dur[rows]).max())
+    if end <= start:
+        raise ExportError("the steps chosen last no time: the window would be empty")
+    return Window(start, end)
+
+
+def gap_window(session: Any, rank: int, context_ns: int | None = None) -> Window:
+    """The `rank`-th longest GPU idle gap (1-based, the order of the viewer's gap list) with
+    `context_ns` on each side (default: the gap's own length, so the window is three gaps
+    long and shows the work before and after it)."""
+    gaps = session.idle.gaps
+    order = gaps.longest()
+    if not len(order):
+        raise ExportError("the trace has no GPU idle gaps: choose a --window or --step instead")
+    if not 1 <= rank <= len(order):
+        raise ExportError(
+            f"--around-gap {rank}: the trace has {len(order):,} GPU idle gap"
+            f"{'s' if len(order) != 1 else ''} (1 = the longest)"
+        )
+    gap = int(order[rank - 1])
+    start, end = int(gaps.start[gap]), int(gaps.end[gap])
+    context = end - start if context_ns is None else context_ns
+    trace = session.trace
+    first = int(trace.start.min())
+    last = int((trace.start + trace.dur).max())
+    return Window(max(start - context, first), min(end + context, last))
+
+
+# -- the command --------------------------------------------------------------------------------
+
+
+def add_export_command(sub: Any) -> None:
+    """`kinetoscope export`: its arguments (cli.py calls this)."""
+    export = sub.add_parser(
+        "export",
+        help="write a time window of a trace as a smaller trace (Perfetto, kinetoscope)",
+        description="Write the part of a trace inside a time window as a trace of its own: "
+        "every slice that overlaps the window, the runtime calls and GPU activities linked to "
+        "them, whole flows, metadata and top-level keys, memory totals at the window's start "
+        "(docs/export.md). Choose the window with one of --window, --step, --around-gap.",
+    )
+    export.add_argument("trace", metavar="TRACE", help="a .json or .json.gz torch.profiler trace")
+    export.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="OUT",
+        help="the file to write: OUT.json, or OUT.json.gz for a gzip'd one",
+    )
+    choice = export.add_mutually_exclusive_group(required=True)
+    choice.add_argument(
+        "--window",
+        metavar="A..B",
+        help="times as the viewer shows them, from the trace's first slice: e.g. "
+        "+12.5ms..+40ms (units ns, us, µs, ms, s; A.. to the end, ..B from the start)",
+    )
+    choice.add_argument(
+        "--step",
+        action="append",
+        metavar="N",
+        help="ProfilerStep#N: the window spans the steps named; repeatable, or N,M or N-M",
+    )
+    choice.add_argument(
+        "--around-gap",
+        type=int,
+        metavar="K",
+        help="the K-th longest GPU idle gap (1 = the longest, as in the viewer's gap list) "
+        "with --context on each side",
+    )
+    export.add_argument(
+        "--context",
+        metavar="TIME",
+        help="with --around-gap: time shown on each side of the gap (default: the gap's "
+        "length), e.g. 2ms",
+    )
+    export.add_argument(
+        "--clip",
+        action="store_true",
+        help="clip slices to the window (times computed in integer ns); slices kept outside "
+        "the window by correlation stay whole",
+    )
+    export.set_defaults(handler=run_export_command)
+
+
+def run_export_command(args: Any) -> int:
+    """`kinetoscope export`: 0 written, 1 an error (one line), 2 a usage error."""
+    import sys
+
+    from kinetoscope.tui.safe_text import clean
+
+    def fail(message: str, code: int = 1) -> int:
+        print(f"kinetoscope: {clean(message)}", file=sys.stderr)
+        return code
+
+    if args.context is not None and args.around_gap is None:
+        return fail("--context goes with --around-gap", 2)
+    try:
+        context = None if args.context is None else parse_time(args.context)
+        if context is not None and context < 0:
+            raise ExportError("--context: a time of 0 or more")
+        steps = parse_steps(args.step) if args.step else None
+        if args.around_gap is not None and args.around_gap < 1:
+            raise ExportError(f"--around-gap {args.around_gap}: 1 is the longest gap")
+        line, notes = export_trace(
+            args.trace,
+            args.output,
+            window=args.window,
+            steps=steps,
+            around_gap=args.around_gap,
+            context_ns=context,
+            clip=args.clip,
+        )
+    except ExportError as exc:
+        return fail(str(exc))
+    except MemoryError:
+        return fail(f"{args.trace}: out of memory while exporting")
+    for note in notes:
+        print(f"kinetoscope: {clean(note)}", file=sys.stderr)
+    print(clean(line))
+    return 0
+
+
+def export_trace(
+    path: str,
+    out_path: str,
+    *,
+    window: str | Window | None = None,
+    steps: list[int] | None = None,
+    around_gap: int | None = None,
+    context_ns: int | None = None,
+    clip: bool = False,
+    session: Any = None,
+) -> tuple[str, list[str]]:
+    """Load (unless `session` holds it), choose the window, crop, write. Returns the line that
+    says where it wrote and what it kept, and notes (a trace that stops early). ExportError."""
+    from kinetoscope.analysis.session import TraceSession
+    from kinetoscope.cli import trace_path_problem
+    from kinetoscope.parser import TraceError, load
+
+    if session is None:
+        problem = trace_path_problem(path)
+        if problem is not None:
+            raise ExportError(problem)
+    _check_output(path, out_path)
+    if session is None:
+        try:
+            trace = load(path, write_cache=False, release=True)
+        except TraceError as exc:
+            raise ExportError(str(exc)) from None
+        session = TraceSession(trace)
+    trace = session.trace
+    origin = int(trace.slice_start_min) if trace.slice_start_min is not None else 0
+    if isinstance(window, str):
+        end = int((trace.start + trace.dur).max()) if len(trace) else origin
+        chosen = parse_window(window, origin, end)
+    elif isinstance(window, Window):
+        chosen = window
+    elif steps:
+        chosen = step_window(session, steps)
+    elif around_gap is not None:
+        chosen = gap_window(session, around_gap, context_ns)
+    else:
+        raise ExportError("choose the window: --window A..B, --step N or --around-gap K")
+    crop = crop_trace(path, chosen, clip=clip, trace=trace, session=session)
+    size = write_crop(crop, out_path)
+    notes = []
+    if crop.stopped_at is not None:
+        notes.append(
+            f"{path}: the file stops being readable at byte {crop.stopped_at:,} (damaged or "
+            "cut off): the export holds what was read before it"
+        )
+    notes.extend(w for w in crop.warnings if w not in trace.warnings)
+    return describe(crop, out_path, size, origin), notes
+
+
+def _check_output(path: str, out_path: str) -> None:
+    if not out_path:
+        raise ExportError("-o: name the file to write")
+    if os.path.isdir(out_path):
+        raise ExportError(f"{out_path}: is a directory; name the file to write")
+    try:
+        if os.path.exists(out_path) and os.path.samefile(path, out_path):
+            raise ExportError(f"{out_path}: is the trace itself; write the export elsewhere")
+    except OSError:
+        pass
+    directory = os.path.dirname(os.path.abspath(out_path))
+    if not os.path.isdir(directory):
+        raise ExportError(f"{out_path}: no such folder: {directory}")
+    if not os.access(directory, os.W_OK):
+        raise ExportError(f"{out_path}: cannot write in {directory} (permission denied)")
+
+
+def _relative(ns: int) -> str:
+    """A time from the viewer's origin as the viewer writes it, and --window reads it: +12.5ms."""
+    from kinetoscope.analysis.units import fmt_duration
+
+    return ("+" if ns >= 0 else "-") + fmt_duration(abs(ns)).replace(" ", "")
+
+
+def describe(crop: Crop, out_path: str, size: int, origin: int) -> str:
+    """One line: where the crop went, its window as the viewer shows times, and what it kept."""
+    from kinetoscope.analysis.units import fmt_bytes, fmt_duration
+
+    s = crop.stats
+    w = crop.window
+
+    def at(ns: int) -> str:
+        return _relative(ns - origin)
+
+    parts = [f"{s.slices:,} slices ({s.closure:,} outside the window by correlation)"]
+    parts.append(f"{s.flows:,} flows")
+    if s.memory or s.baseline:
+        parts.append(f"{s.memory:,} [memory] instants + {s.baseline} at the start")
+    parts.append(f"{s.metadata:,} metadata")
+    if s.clipped:
+        parts.append(f"{s.clipped:,} clipped")
+    return (
+        f"wrote {out_path} ({fmt_bytes(size)}): {s.events:,} of {s.source_events:,} events, "
+        f"window {at(w.start_ns)}..{at(w.end_ns)} ({fmt_duration(w.length)}): " + ", ".join(parts)
+    )
