@@ -11,7 +11,7 @@ from typing import Any
 
 from kinetoscope import __version__
 
-SUBCOMMANDS = ("view", "summary", "diff", "capture", "demo")
+SUBCOMMANDS = ("view", "summary", "diff", "export", "capture", "demo")
 FORMATS = ("text", "md", "tsv", "json")
 
 # Options of `summary` that people also try on the viewer: they get pointed at `summary`.
@@ -62,6 +62,10 @@ def trace_path_problem(path: str, streams: bool = False) -> str | None:
         return f"{shown}: not a regular file ({kind}); save the trace to a file first"
     if not os.access(path, os.R_OK):
         return f"{shown}: permission denied"
+    from kinetoscope.parser.source import perfetto_message, perfetto_problem
+
+    if stat.S_ISREG(info.st_mode) and perfetto_problem(path) is not None:  # a .pftrace
+        return perfetto_message(shown)
     return None
 
 
@@ -134,6 +138,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="lay the text tables out for N columns (default: the terminal's width; when "
         "standard output is not a terminal, $COLUMNS or each table's natural width)",
     )
+    summary.add_argument(
+        "--csv",
+        metavar="DIR",
+        help="write the viewer's tables as CSV files into DIR instead (made when missing; an "
+        "existing file is an error): operators, kernels, gaps, findings, steps; a job: ranks, "
+        "steps by rank, collectives (docs/csv.md)",
+    )
 
     job = summary.add_argument_group("a distributed job (a folder or several files)")
     job.add_argument(
@@ -163,6 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     _add_diff_command(sub)
+
+    from kinetoscope.export import add_export_command
+
+    add_export_command(sub)
 
     from kinetoscope.capture.cli import add_capture_commands
 
@@ -319,6 +334,7 @@ def _job_summary_on_cluster(args: argparse.Namespace, output: str) -> int:
                 align_clocks=args.align_clocks,
                 cycle=args.cycle,
                 executor=executor,
+                csv_dir=args.csv,
             )
     except SchedulerError as exc:
         return _error(str(exc))
@@ -372,6 +388,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         from kinetoscope.report import run_summary
 
         output = "json" if args.json else args.format
+        if args.csv is not None and (args.json or output != "text" or args.width is not None):
+            return _usage_error("--csv writes files instead of printing: drop the output options")
         if len(args.trace) > 1 or os.path.isdir(args.trace[0]):
             from kinetoscope.report_job import run_job_summary
 
@@ -390,6 +408,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                 align_clocks=args.align_clocks,
                 cycle=args.cycle,
                 workers=args.workers,
+                csv_dir=args.csv,
             )
         given = _job_options_given(args)
         if given and os.path.exists(args.trace[0]):  # else: the missing file is the problem
@@ -397,7 +416,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                 f"{given[0]} is an option of a job's summary (a folder or several files), "
                 "not of one trace file"
             )
-        return run_summary(args.trace[0], output=output, width=args.width)
+        return run_summary(args.trace[0], output=output, width=args.width, csv_dir=args.csv)
     if args.command == "view":
         paths, args.trace = args.trace, args.trace[0]
         used = [o for o in SUMMARY_ONLY_OPTIONS if getattr(args, f"summary_{o[2:]}") is not None]

@@ -21,10 +21,15 @@ NATURAL_WIDTH = 10_000  # "no width": every table at its natural width (standard
 
 
 def run_summary(
-    path: str, as_json: bool = False, output: str = "text", width: int | None = None
+    path: str,
+    as_json: bool = False,
+    output: str = "text",
+    width: int | None = None,
+    csv_dir: str | None = None,
 ) -> int:
     """Load a trace and print its summary (`output`: text, md, tsv or json); 1 with a one-line
-    message when it cannot be read. `width` lays the text tables out for that many columns."""
+    message when it cannot be read. `width` lays the text tables out for that many columns.
+    With `csv_dir`, write the viewer's tables there as CSV files instead (kinetoscope/tables.py)."""
     from kinetoscope.analysis.summary import build_summary
     from kinetoscope.cli import trace_path_problem
     from kinetoscope.parser import TraceError, load
@@ -47,6 +52,11 @@ def run_summary(
         print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
         return 1
     try:
+        if csv_dir is not None:
+            from kinetoscope.analysis import TraceSession
+            from kinetoscope.tables import emit_written, single_trace_tables
+
+            return emit_written(single_trace_tables(TraceSession(trace)), csv_dir, path)
         if as_json or output == "json":
             emit(summary_json(build_summary(trace)) + "\n")
             return 0

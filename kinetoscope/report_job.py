@@ -28,9 +28,11 @@ def run_job_summary(
     cycle: int | None = None,
     workers: int | None = None,
     executor: Any = None,
+    csv_dir: str | None = None,
 ) -> int:
     """Discover the job in `inputs`, digest its ranks in worker processes, merge and print;
-    1 with a one-line message when there is no job to read."""
+    1 with a one-line message when there is no job to read. With `csv_dir`, write the job
+    viewer's tables there as CSV files instead (kinetoscope/tables.py)."""
     from kinetoscope.analysis.job import analyze_job, job_document, map_ranks
     from kinetoscope.parser.ranks import JobError, discover
     from kinetoscope.tui.safe_text import clean
@@ -42,6 +44,10 @@ def run_job_summary(
         return 1
     digests = map_ranks([f.path for f in files.files], executor=executor, workers=workers)
     job = analyze_job(digests, files, align_clocks=align_clocks)
+    if csv_dir is not None:
+        from kinetoscope.tables import emit_written, job_tables
+
+        return emit_written(job_tables(job), csv_dir, inputs[0])
     document = job_document(job)
     if output == "json":
         emit(summary_json(document) + "\n")

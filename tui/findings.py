@@ -12,6 +12,8 @@ from textual import work
 from textual.binding import BindingType
 from textual.widgets import Static
 
+from kinetoscope.tables import Table, findings_table
+
 from .drilldown import Jump
 from .safe_text import clean, fit_name
 from .table import Column, TableModel, TableScreen
@@ -67,6 +69,9 @@ class FindingsScreen(TableScreen):
                     "still show where the time goes."
                 )
             )
+
+    def csv_table(self) -> Table | None:
+        return None if self.findings is None else findings_table(self.findings)
 
     def describe(self, row: int) -> Text | None:
         return describe_finding(self.data, self.findings[row]) if self.findings else None

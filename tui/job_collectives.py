@@ -18,6 +18,8 @@ from kinetoscope.analysis.units import fmt_bytes, fmt_duration, fmt_table_time, 
 from rich.text import Text
 from textual.binding import BindingType
 
+from kinetoscope.tables import Table, collectives_table
+
 from .job_ranks import short_step
 from .safe_text import clean
 from .table import Column, TableModel, TableScreen
@@ -167,6 +169,12 @@ class CollectivesScreen(TableScreen):
         text.append(" · clocks aligned" if job.aligned else " · clocks as recorded")
         text.append(" · Enter: on the timeline of the rank that waited longest", "dim")
         return text
+
+    def csv_table(self) -> Table:
+        return collectives_table(self.job)
+
+    def csv_source(self) -> str:
+        return getattr(self.app, "inputs", ["job"])[0]
 
     def longest_waiter(self, i: int) -> int:
         """Column (in matched.ranks) of the rank that waited longest for collective i."""

@@ -31,9 +31,11 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Footer, Static
 
+from kinetoscope.tables import Table, rank_steps_table, ranks_table
+
 from .render import PLAIN
 from .safe_text import clean, cut_end, pad
-from .table import Column, DataView, TableModel
+from .table import Column, DataView, SavesCsv, TableModel
 from .theme import palette_of
 
 if TYPE_CHECKING:
@@ -484,7 +486,7 @@ def breakdown_model(job: JobAnalysis) -> TableModel:
 # -- the screen --------------------------------------------------------------------------------
 
 
-class RanksScreen(Screen):
+class RanksScreen(SavesCsv, Screen):
     """The ranks overview (see the module docstring)."""
 
     DEFAULT_CSS = """
@@ -520,6 +522,12 @@ class RanksScreen(Screen):
             tooltip="Subtract (or not) each rank's estimated clock offset from waits and skews",
         ),
         Binding("tab", "app.focus_next", "Matrix/table", show=False),
+        Binding(
+            "W",
+            "save_csv",
+            "Save CSV",
+            tooltip="Save the per-rank table (from the matrix: every rank's steps) as CSV",
+        ),
         Binding("question_mark", "app.help", "Keys"),
     ]
 
@@ -554,6 +562,16 @@ class RanksScreen(Screen):
         if straggler is not None:
             matrix.go_to(straggler, slowest_step(self.job, straggler))
         self._describe()
+
+    def csv_export(self) -> tuple[Table, np.ndarray]:
+        """The per-rank table as sorted when it has the focus; else every rank's steps."""
+        if self.focused is self.breakdown:
+            return ranks_table(self.job), np.array(self.breakdown.view, np.int64)
+        table = rank_steps_table(self.job)
+        return table, table.order
+
+    def csv_source(self) -> str:
+        return getattr(self.app, "inputs", ["job"])[0]
 
     def set_job(self, job: JobAnalysis) -> None:
         """Show `job` (the same ranks merged again, e.g. with the clocks aligned)."""

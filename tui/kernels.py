@@ -15,6 +15,8 @@ from rich.text import Text
 from textual.binding import BindingType
 from textual.widgets import Static
 
+from kinetoscope.tables import Table, kernel_launcher_groups, kernels_table
+
 from .columns import (
     category_column,
     count_column,
@@ -66,6 +68,14 @@ class KernelsScreen(RangeTableScreen[KernelTable]):
         if bounds is not None:
             model = restrict(model, table.count > 0)
         return table, model
+
+    def csv_table(self) -> Table | None:
+        table = self.kernel_table
+        if table is None:
+            return None
+        session = self.data.session
+        top = kernel_launcher_groups(session, table)
+        return kernels_table(session.trace, table, top, session.cpu_groups.name)
 
     def describe_row(self, group: int) -> Text | None:
         table = self.kernel_table

@@ -27,6 +27,8 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
+from kinetoscope.tables import Table, operator_memory, operators_table
+
 from .columns import (
     category_column,
     count_column,
@@ -161,6 +163,16 @@ class OperatorsScreen(RangeTableScreen[ShownOperators]):
         if self.result is result and failure is not None and failure != self._noted:
             self._noted = failure
             self.notify(failure, severity="error", timeout=8, markup=False)
+
+    def csv_table(self) -> Table | None:
+        result = self.result
+        if result is None:
+            return None
+        session = self.data.session
+        memory = None
+        if result.shapes is None and self.shown_range is None and result.memory_failure is None:
+            memory = operator_memory(session, session.cpu_groups)
+        return operators_table(session.trace, result.table, result.shapes, memory)
 
     def scope(self, result: ShownOperators, model: TableModel) -> np.ndarray | None:
         # The category's mask is made for this model (another grouping or range has other rows).

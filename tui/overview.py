@@ -16,6 +16,8 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Footer, Static
 
+from kinetoscope.tables import Table, steps_table
+
 from .columns import share_bar, time_column
 from .drilldown import Jump, MarkedRange, range_label
 from .safe_text import clean
@@ -105,6 +107,11 @@ class OverviewScreen(TableScreen):
         model = cpu_steps_model if cpu_only else steps_model
         self.table.set_model(model(self.data.trace, steps))
         self.refresh_heading()
+
+    def csv_table(self) -> Table | None:
+        if self.steps is None:
+            return None
+        return steps_table(self.data.trace, self.steps, bool(self.data.idle.devices))
 
     def choose(self, row: int) -> None:
         if self.steps is not None:

@@ -20,11 +20,14 @@ from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, ProgressBar, Static
 
+from kinetoscope.tables import Table, gaps_table
+
 from .details import DetailsPane, cpu_stack_for_gap, stack_tail
 from .drilldown import DRILLDOWN_BINDINGS, DrilldownActions
 from .loader import Progress as LoadProgress
 from .loader import Stage
 from .safe_text import clean, fit_name, shorten
+from .table import SAVE_CSV_BINDING, SavesCsv
 from .theme import palette_of
 from .timefmt import time_cell
 from .timeline import DEFAULT_GAP_THRESHOLD, Timeline
@@ -410,13 +413,14 @@ def idle_by_cpu_text(data: ViewData, limit: int = 4) -> Text:
     return text
 
 
-class GapListScreen(ModalScreen[int]):
+class GapListScreen(SavesCsv, ModalScreen[int]):
     """GPU idle gaps at least as long as the threshold, longest first; Enter jumps to one."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "dismiss_none", "Close"),
         Binding("i", "dismiss_none", "Close", show=False),
         Binding("q", "dismiss_none", "Close", show=False),
+        SAVE_CSV_BINDING,
     ]
 
     def __init__(self, data: ViewData, threshold: int) -> None:
@@ -425,7 +429,13 @@ class GapListScreen(ModalScreen[int]):
         self.threshold = threshold
         gaps = data.gaps
         order = gaps.longest()
-        self.order = order[(gaps.end[order] - gaps.start[order]) >= threshold][:GAP_LIST_LIMIT]
+        # Every gap at least the threshold long (W saves them all); the list shows the first.
+        self.all_gaps = order[(gaps.end[order] - gaps.start[order]) >= threshold]
+        self.order = self.all_gaps[:GAP_LIST_LIMIT]
+
+    def csv_export(self) -> tuple[Table, np.ndarray]:
+        table = gaps_table(self.data.trace, self.data.gaps, self.all_gaps)
+        return table, table.order
 
     def compose(self) -> ComposeResult:
         with Vertical(id="gap-box"):
@@ -433,7 +443,7 @@ class GapListScreen(ModalScreen[int]):
             yield Static(
                 Text(
                     f"GPU idle gaps ≥ {fmt_duration(self.threshold)}, longest first "
-                    f"({count:,} shown) · Enter jumps · Esc closes"
+                    f"({count:,} shown) · Enter jumps · W saves as CSV · Esc closes"
                 ),
                 id="gap-title",
             )

@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from functools import partial
+from typing import Any, ClassVar
 
 import numpy as np
 from kinetoscope.analysis.names import SCAN_LIMIT
@@ -28,7 +29,9 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Footer, Input, Static
 
-from .failures import ReportsWorkerFailures
+from kinetoscope.tables import Table, save_table
+
+from .failures import ReportsWorkerFailures, failure_message
 from .render import PLAIN
 from .safe_text import clean, cut_end, fit_name, pad
 from .theme import palette_of
@@ -605,7 +608,68 @@ class FilterBox(Input):
         self.post_message(self.Leave(clear=False))
 
 
-class TableScreen(ReportsWorkerFailures, Screen):
+SAVE_CSV_BINDING = Binding(
+    "W",
+    "save_csv",
+    "Save CSV",
+    tooltip="Save the table as shown (filter, sort, every row) as CSV in the current directory",
+)
+
+
+class SavesCsv:
+    """Mixed into a screen that shows a table: `W` (SAVE_CSV_BINDING, in its BINDINGS) writes
+    the table as shown, every row, to `<trace>.<table>.csv` in the current directory (the
+    temporary directory when that cannot be written; `-2`, `-3`... rather than over an
+    existing file), in a worker thread, and says where in a notification. A failure is an
+    error notification; the screen stays as it is.
+
+    The screen gives `csv_export()`: the headless table (kinetoscope/tables.py) and its rows in
+    the order shown, or None when there is nothing to save yet; and `csv_source()`, the path
+    that names the file."""
+
+    def csv_export(self) -> tuple[Table, np.ndarray] | None:
+        return None
+
+    def csv_source(self) -> str:
+        data = getattr(self, "data", None)
+        return data.trace.source.path if data is not None else "trace"
+
+    def action_save_csv(self) -> None:
+        screen: Any = self
+        try:
+            export = self.csv_export()
+            source = self.csv_source()
+        except Exception as error:  # said, never raised into the app
+            screen.notify(failure_message("the CSV table", error), severity="error", markup=False)
+            return
+        if export is None:
+            screen.notify("Nothing to save yet: the table is still being computed", timeout=3)
+            return
+        table, rows = export
+        screen.run_worker(
+            partial(self._save_csv, table, rows, source),
+            name="save-csv",
+            group="save-csv",
+            thread=True,
+            exit_on_error=False,
+        )
+
+    def _save_csv(self, table: Table, rows: np.ndarray, source: str) -> None:
+        screen: Any = self
+        try:
+            path, count = save_table(table, rows, source)
+        except Exception as error:  # a full disk, a read-only place: said, the table stays
+            message = failure_message(f"{table.name} CSV", error, "written")
+            screen.app.call_from_thread(
+                screen.notify, message, severity="error", timeout=8, markup=False
+            )
+            return
+        screen.app.call_from_thread(
+            screen.notify, f"Saved {plural(count, 'row')} to {clean(path)}", timeout=6, markup=False
+        )
+
+
+class TableScreen(SavesCsv, ReportsWorkerFailures, Screen):
     """A title line, a filter box, one DataView, an optional detail pane and the footer.
 
     Subclasses fill the table in a worker (exit_on_error=False: one that fails is said in the
@@ -615,6 +679,7 @@ class TableScreen(ReportsWorkerFailures, Screen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back", tooltip="Clear the filter, else go back"),
         Binding("slash", "focus_filter", "Filter", tooltip="Filter rows by name (re: for regex)"),
+        SAVE_CSV_BINDING,
         Binding("question_mark", "app.help", "Keys", show=False),
     ]
     TITLE_TEXT = ""
@@ -697,6 +762,22 @@ class TableScreen(ReportsWorkerFailures, Screen):
             text.append(" · ")
             text.append_text(self.failure_text())
         self.query_one("#table-title", Static).update(text)
+
+    def csv_table(self) -> Table | None:
+        """The headless table of what the screen shows, its row ids the model's (before any
+        `columns.restrict`), or None when there is none (yet)."""
+        return None
+
+    def csv_export(self) -> tuple[Table, np.ndarray] | None:
+        model = self.table.model
+        if model is None:
+            return None
+        table = self.csv_table()
+        if table is None:
+            return None
+        view = self.table.view
+        rows = view if model.source_rows is None else np.asarray(model.source_rows)[view]
+        return table, np.array(rows, dtype=np.int64)
 
     def on_data_view_view_changed(self, message: DataView.ViewChanged) -> None:
         self.refresh_heading()

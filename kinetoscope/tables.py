@@ -1,0 +1,565 @@
+"""The rows and columns of the viewer's tables as plain data, for CSV: the viewer's save key
+(`W`) and `kinetoscope summary --csv DIR` both write through here, so a table saved from the
+viewer and the same table written by the summary cannot disagree. No Textual, no Rich.
+
+A `Table` is a list of `Field`s over `n` rows, row ids being those of the viewer's model of the
+same table (a group, a gap, a finding...), plus `order`, the order the viewer first shows them
+in (its default sort). The summary writes every row in that order; the viewer writes the rows
+it shows (filter, category, range and sort applied), in its order.
+
+Cells (docs/csv.md): durations are integer ns written as microseconds with exactly 3 decimals
+(`12.345`: exact, the same numbers as the trace's `ts`/`dur` and the summary JSON), a column
+whose header ends in `_us`; a mean is rounded to the nearest ns first. Bytes and counts are
+integers. Shares are fractions of 1 written with Python's shortest round-trip float text.
+Names are written as recorded (the csv module quotes commas, quotes and line breaks). A value
+that does not exist (no shape, no launching operator, a rank not loaded) is an empty cell.
+"""
+
+from __future__ import annotations
+
+import csv
+import errno
+import math
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+TEXT, INT, US, FLOAT = "text", "int", "us", "float"
+NO_VALUE = np.iinfo(np.int64).min  # the parser's "not recorded" (parser.model.NO_VALUE)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One column: its header (with its unit: `total_us`, `bytes`), the kind of its values
+    (TEXT, INT, US: integer or mean ns, FLOAT) and the raw value of a row (None: empty)."""
+
+    header: str
+    kind: str
+    value: Callable[[int], Any]
+
+
+@dataclass
+class Table:
+    """A table of `n` rows: `fields` per row, `order` the viewer's first order of the rows."""
+
+    name: str  # names the file: `<trace>.<name>.csv`
+    fields: list[Field]
+    n: int
+    order: np.ndarray
+
+    @property
+    def headers(self) -> list[str]:
+        return [f.header for f in self.fields]
+
+    def cells(self, row: int) -> list[str]:
+        return [cell_text(f.kind, f.value(row)) for f in self.fields]
+
+    def rows(self, order: Iterable[int] | None = None) -> Iterable[list[str]]:
+        for row in self.order if order is None else order:
+            yield self.cells(int(row))
+
+
+def us_text(ns: Any) -> str:
+    """Integer ns as µs with exactly 3 decimals, computed on integers (exact at any size); a
+    float (a mean) is rounded to the nearest ns first (halves to even)."""
+    if isinstance(ns, (float, np.floating)):
+        ns = round(float(ns))
+    elif isinstance(ns, Fraction):
+        ns = round(ns)
+    ns = int(ns)
+    sign = "-" if ns < 0 else ""
+    whole, part = divmod(abs(ns), 1000)
+    return f"{sign}{whole}.{part:03d}"
+
+
+def cell_text(kind: str, value: Any) -> str:
+    """The CSV text of a value of a kind (None, NaN and NO_VALUE: empty)."""
+    if value is None:
+        return ""
+    if isinstance(value, (float, np.floating)) and not math.isfinite(float(value)):
+        return ""
+    if kind == TEXT:
+        return str(value)
+    if isinstance(value, (int, np.integer)) and int(value) == NO_VALUE:
+        return ""
+    if kind == US:
+        return us_text(value)
+    if kind == INT:
+        return str(int(value))
+    return repr(float(value))
+
+
+def mean_ns(total: int, count: int) -> Fraction | None:
+    """The exact mean of `count` values adding up to `total` ns (None: no values)."""
+    return Fraction(int(total), int(count)) if count else None
+
+
+def largest_first(values: np.ndarray) -> np.ndarray:
+    """Rows by `values`, largest first, ties in row order: the viewer's sort (table.sort_rows)."""
+    key = np.asarray(values)
+    if key.dtype.kind == "f":
+        return np.argsort(-key, kind="stable")
+    return np.argsort(~key.astype(np.int64), kind="stable")
+
+
+def smallest_first(values: np.ndarray) -> np.ndarray:
+    return np.argsort(np.asarray(values), kind="stable")
+
+
+def _share(part: np.ndarray, whole: float) -> Callable[[int], float]:
+    return lambda r: float(part[r]) / whole if whole else 0.0
+
+
+# -- writing ---------------------------------------------------------------------------------
+
+
+def write_csv(table: Table, handle: Any, rows: Iterable[int] | None = None) -> int:
+    """Write the header and `rows` (None: every row in `table.order`) to an open text file
+    (opened with newline=""); the number of rows written."""
+    writer = csv.writer(handle)
+    writer.writerow(table.headers)
+    count = 0
+    for cells in table.rows(rows):
+        writer.writerow(cells)
+        count += 1
+    return count
+
+
+def trace_stem(path: str) -> str:
+    """A file name's part that names the trace: the base name without .json/.json.gz, and
+    without characters that are awkward in file names."""
+    name = os.path.basename(os.path.normpath(path)) or "trace"
+    for suffix in (".gz", ".json"):
+        if name.lower().endswith(suffix):
+            name = name[: -len(suffix)]
+    name = re.sub(r"[^\w.+-]+", "_", name).strip("._") or "trace"
+    return name[:120]
+
+
+def create_new(directory: str, stem: str) -> tuple[str, Any]:
+    """Open `directory/stem.csv` for writing, or `stem-2.csv`, `stem-3.csv`... the first that
+    does not exist (created exclusively: an existing file is never overwritten)."""
+    for number in range(1, 10_000):
+        name = f"{stem}.csv" if number == 1 else f"{stem}-{number}.csv"
+        path = os.path.join(directory, name)
+        try:
+            handle = open(path, "x", newline="", encoding="utf-8")  # noqa: SIM115
+        except FileExistsError:
+            continue
+        return path, handle
+    raise FileExistsError(errno.EEXIST, "too many files of that name", directory)
+
+
+def save_table(
+    table: Table, rows: Iterable[int] | None, source: str, directory: str | None = None
+) -> tuple[str, int]:
+    """The viewer's save: `<trace>.<table>.csv` in `directory` (default: the current directory;
+    when it cannot be written, the temporary directory), never over an existing file.
+    Returns (the path written, rows written)."""
+    stem = f"{trace_stem(source)}.{table.name}"
+    places = [directory] if directory is not None else [os.getcwd(), tempfile.gettempdir()]
+    error: OSError | None = None
+    for place in places:
+        try:
+            path, handle = create_new(place, stem)
+        except (PermissionError, FileNotFoundError, OSError) as exc:
+            if isinstance(exc, FileExistsError):
+                raise
+            error = exc
+            continue
+        try:
+            with handle:
+                count = write_csv(table, handle, rows)
+        except BaseException:
+            os.unlink(path)  # no half-written file left behind
+            raise
+        return os.path.abspath(path), count
+    assert error is not None
+    raise error
+
+
+def write_tables(tables: Sequence[Table], directory: str, source: str) -> list[tuple[str, int]]:
+    """`summary --csv DIR`: every table as `DIR/<trace>.<table>.csv`, the directory made when
+    missing. Refuses (FileExistsError, nothing written) when any of the files exists."""
+    os.makedirs(directory, exist_ok=True)
+    stem = trace_stem(source)
+    paths = [os.path.join(directory, f"{stem}.{t.name}.csv") for t in tables]
+    existing = [p for p in paths if os.path.lexists(p)]
+    if existing:
+        raise FileExistsError(errno.EEXIST, "already exists", existing[0])
+    written = []
+    for table, path in zip(tables, paths):
+        with open(path, "x", newline="", encoding="utf-8") as handle:
+            written.append((path, write_csv(table, handle)))
+    return written
+
+
+# -- a single trace ----------------------------------------------------------------------------
+
+
+def operators_table(
+    trace: Any,
+    table: Any,
+    shapes: np.ndarray | None = None,
+    memory: dict[str, np.ndarray] | None = None,
+) -> Table:
+    """The operators table (`o`): a row per CPU (cat, name) group of `table` (an OperatorTable),
+    or per (cat, name, input shape) when `shapes` (a string id per group, -1: none) is given;
+    the memory columns (`operator_memory`) when given."""
+    strings = trace.strings
+    names = table.groups.name.astype(np.int64)
+    cats = table.groups.cat.astype(np.int64)
+    whole = float(table.excl.sum())
+    fields = [
+        Field("name", TEXT, lambda g: strings[names[g]]),
+        Field("cat", TEXT, lambda g: strings[cats[g]]),
+    ]
+    if shapes is not None:
+        fields.append(
+            Field(
+                "input_shape", TEXT, lambda g: strings[int(shapes[g])] if shapes[g] >= 0 else None
+            )
+        )
+    fields += [
+        Field("count", INT, lambda g: table.count[g]),
+        Field("total_us", US, lambda g: table.incl[g]),
+        Field("self_us", US, lambda g: table.excl[g]),
+        Field("gpu_self_us", US, lambda g: table.gpu_self[g]),
+        Field("gpu_total_us", US, lambda g: table.gpu_total[g]),
+        Field("self_share", FLOAT, _share(table.excl, whole)),
+    ]
+    if memory is not None:
+        allocated, peak = memory["allocated"], memory["peak_live"]
+        fields += [
+            Field("allocated_bytes", INT, lambda g: allocated[g]),
+            Field("peak_live_bytes", INT, lambda g: peak[g]),
+        ]
+    name = "operators" if shapes is None else "operators-by-shape"
+    return Table(name, fields, len(table), largest_first(table.excl))
+
+
+def operator_memory(session: Any, groups: Any) -> dict[str, np.ndarray] | None:
+    """The memory columns of an operators table whose rows are `groups`, on the trace's main
+    memory device (None: no memory events)."""
+    from kinetoscope.analysis.memory_ops import group_columns
+
+    ops = session.memory_ops
+    device = ops.primary
+    if device is None or not len(device):
+        return None
+    return group_columns(ops, device, groups)
+
+
+def kernels_table(trace: Any, table: Any, top_group: np.ndarray, op_names: np.ndarray) -> Table:
+    """The kernels table (`k`): a row per GPU (cat, name) group of `table` (a KernelTable);
+    `top_group` per group the operator group that launched most of its time (-1: none),
+    `op_names` the name of each operator group."""
+    strings = trace.strings
+    names = table.groups.name.astype(np.int64)
+    cats = table.groups.cat.astype(np.int64)
+    whole = float(table.total.sum())
+
+    def launcher(g: int) -> str | None:
+        op = int(top_group[g])
+        return strings[int(op_names[op])] if op >= 0 else None
+
+    fields = [
+        Field("name", TEXT, lambda g: strings[names[g]]),
+        Field("cat", TEXT, lambda g: strings[cats[g]]),
+        Field("count", INT, lambda g: table.count[g]),
+        Field("total_us", US, lambda g: table.total[g]),
+        Field("mean_us", US, lambda g: mean_ns(table.total[g], table.count[g])),
+        Field("total_share", FLOAT, _share(table.total, whole)),
+        Field("launched_by", TEXT, launcher),
+        Field("min_us", US, lambda g: table.min[g] if table.count[g] else None),
+        Field("max_us", US, lambda g: table.max[g] if table.count[g] else None),
+    ]
+    return Table("kernels", fields, len(table), largest_first(table.total))
+
+
+def kernel_launcher_groups(session: Any, table: Any) -> np.ndarray:
+    """Per group of a KernelTable of the session's trace: the operator group that launched most
+    of its GPU time, or -1."""
+    from kinetoscope.analysis.kernels import kernel_launchers
+
+    return kernel_launchers(
+        table.launcher_row,
+        session.links.gpu_rows,
+        session.trace,
+        session.gpu_groups,
+        session.cpu_groups,
+    ).top_group
+
+
+def gaps_table(trace: Any, gaps: Any, order: np.ndarray) -> Table:
+    """GPU idle gaps (`i`), the rows being `order` (gap ids, e.g. longest first)."""
+    from kinetoscope.analysis.idle import CAUSES
+
+    order = np.asarray(order, np.int64)
+
+    def gap(i: int) -> int:
+        return int(order[i])
+
+    fields = [
+        Field("rank", INT, lambda i: i + 1),
+        Field("device", INT, lambda i: gaps.device[gap(i)]),
+        Field("start_us", US, lambda i: gaps.start[gap(i)]),
+        Field("length_us", US, lambda i: int(gaps.end[gap(i)]) - int(gaps.start[gap(i)])),
+        Field("cause", TEXT, lambda i: CAUSES[int(gaps.cause[gap(i)])]),
+        Field(
+            "next_gpu_event",
+            TEXT,
+            lambda i: (
+                trace.name_of(int(gaps.next_row[gap(i)])) if gaps.next_row[gap(i)] >= 0 else None
+            ),
+        ),
+    ]
+    return Table("gaps", fields, len(order), np.arange(len(order)))
+
+
+def findings_table(findings: Sequence[Any]) -> Table:
+    """The triage findings (`t`), most severe first, as the rules gave them."""
+    fields = [
+        Field("number", INT, lambda i: i + 1),
+        Field("severity", TEXT, lambda i: findings[i].severity),
+        Field("rule", TEXT, lambda i: findings[i].rule),
+        Field("device", INT, lambda i: findings[i].device),
+        Field("message", TEXT, lambda i: findings[i].message),
+        Field("evidence_start_us", US, lambda i: findings[i].start),
+        Field("evidence_dur_us", US, lambda i: findings[i].dur),
+    ]
+    return Table("findings", fields, len(findings), np.arange(len(findings)))
+
+
+def steps_table(trace: Any, steps: Any, on_gpu: bool) -> Table:
+    """The overview's steps (`v`): per ProfilerStep its wall time and where it went on the GPU
+    (`on_gpu`), else on the step's CPU thread."""
+    names = trace.name[steps.rows].astype(np.int64)
+    dur = steps.dur
+
+    def share(part: np.ndarray) -> Callable[[int], float]:
+        return lambda i: float(part[i]) / int(dur[i]) if dur[i] > 0 else 0.0
+
+    fields = [
+        Field("step", TEXT, lambda i: trace.strings[names[i]]),
+        Field("start_us", US, lambda i: steps.start[i]),
+        Field("wall_us", US, lambda i: dur[i]),
+    ]
+    if on_gpu:
+        fields += [
+            Field("gpu_busy_us", US, lambda i: steps.gpu_busy[i]),
+            Field("busy_share", FLOAT, share(steps.gpu_busy)),
+            Field("compute_us", US, lambda i: steps.compute[i]),
+            Field("comm_us", US, lambda i: steps.comm[i]),
+            Field("memory_us", US, lambda i: steps.memory[i]),
+            Field("idle_us", US, lambda i: steps.idle[i]),
+        ]
+    else:
+        fields += [
+            Field("cpu_busy_us", US, lambda i: steps.cpu_busy[i]),
+            Field("ops_share", FLOAT, share(steps.cpu_busy)),
+            Field("uninstrumented_us", US, lambda i: steps.uninstrumented[i]),
+            Field("collective_us", US, lambda i: steps.collective[i]),
+        ]
+    fields += [
+        Field("dataloader_us", US, lambda i: steps.dataloader[i]),
+        Field("loader_share", FLOAT, share(steps.dataloader)),
+    ]
+    return Table("steps", fields, len(steps), smallest_first(steps.start))
+
+
+def single_trace_tables(session: Any) -> list[Table]:
+    """Every table `summary --csv` writes for one trace, computed by the session: operators,
+    kernels, GPU idle gaps (all, longest first), findings and steps."""
+    trace = session.trace
+    operators = session.operators
+    kernels = session.kernels
+    gaps = session.idle.gaps
+    return [
+        operators_table(trace, operators, memory=operator_memory(session, session.cpu_groups)),
+        kernels_table(
+            trace, kernels, kernel_launcher_groups(session, kernels), session.cpu_groups.name
+        ),
+        gaps_table(trace, gaps, gaps.longest()),
+        findings_table(list(session.findings)),
+        steps_table(trace, session.steps, bool(session.idle.devices)),
+    ]
+
+
+# -- summary --csv ------------------------------------------------------------------------------
+
+
+def emit_written(tables_made: Sequence[Table], directory: str, source: str) -> int:
+    """Write `tables_made` into `directory` (write_tables) and print one line per file; 1
+    with a one-line message when the files cannot be written (one exists, no space...)."""
+    import sys
+
+    from kinetoscope.report import emit
+    from kinetoscope.tui.safe_text import clean
+
+    try:
+        written = write_tables(tables_made, directory, source)
+    except FileExistsError as exc:
+        where = clean(str(exc.filename))
+        print(
+            f"kinetoscope: {where} already exists: remove it or give another folder to --csv",
+            file=sys.stderr,
+        )
+        return 1
+    except OSError as exc:
+        where = clean(str(exc.filename or directory))
+        print(f"kinetoscope: cannot write {where}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    emit("".join(f"{clean(path)}\t{count} rows\n" for path, count in written))
+    return 0
+
+
+# -- a job (several ranks) --------------------------------------------------------------------
+
+
+def _job_rows(job: Any) -> list[tuple[int, Any]]:
+    """(rank, entry or None when missing) of every rank of the job, in rank order: the rows of
+    the ranks overview's per-rank table."""
+    rows = [(e.rank, e) for e in job.ranks] + [(r, None) for r in job.missing]
+    return sorted(rows, key=lambda r: r[0])
+
+
+def rank_status(entry: Any) -> str:
+    if entry is None:
+        return "missing"
+    if not entry.loaded:
+        return "not loaded"
+    return "ok" if entry.digest.complete else "incomplete"
+
+
+def _exact_mean(values: Any) -> Fraction | None:
+    if values is None or not len(values):
+        return None
+    return Fraction(int(np.sum(np.asarray(values, np.int64))), len(values))
+
+
+def ranks_table(job: Any) -> Table:
+    """The ranks overview's per-rank table: per rank its means per step (step time, compute,
+    exposed communication, idle), the total time it waited in collectives, its clock offset."""
+    from kinetoscope.analysis.job import phase_values
+
+    rows = _job_rows(job)
+    straggler = job.straggler["rank"] if job.straggler else None
+
+    def loaded(i: int) -> Any:
+        entry = rows[i][1]
+        return entry if entry is not None and entry.loaded else None
+
+    def mean(i: int, key: str) -> Fraction | None:
+        entry = loaded(i)
+        if entry is None:
+            return None
+        digest = entry.digest
+        if key == "compute":
+            return _exact_mean(phase_values(digest)["compute"]) if digest.step_names else None
+        if key == "comm":
+            return _exact_mean(digest.steps.get("comm" if digest.has_gpu else "collective"))
+        if key == "idle":
+            return _exact_mean(digest.steps.get("idle")) if digest.has_gpu else None
+        return _exact_mean(digest.steps.get(key))
+
+    def entry_value(i: int, get: Callable[[Any], Any]) -> Any:
+        entry = loaded(i)
+        return None if entry is None else get(entry)
+
+    fields = [
+        Field("rank", INT, lambda i: rows[i][0]),
+        Field("status", TEXT, lambda i: rank_status(rows[i][1])),
+        Field("straggler", INT, lambda i: int(rows[i][0] == straggler)),
+        Field("steps", INT, lambda i: entry_value(i, lambda e: len(e.digest.step_names))),
+        Field("mean_step_us", US, lambda i: mean(i, "dur")),
+        Field("mean_compute_us", US, lambda i: mean(i, "compute")),
+        Field("mean_exposed_comm_us", US, lambda i: mean(i, "comm")),
+        Field("mean_idle_us", US, lambda i: mean(i, "idle")),
+        Field("waited_us", US, lambda i: entry_value(i, lambda e: e.wait_ns)),
+        Field("clock_offset_us", US, lambda i: entry_value(i, lambda e: e.offset_ns)),
+        Field("clock_spread_us", US, lambda i: entry_value(i, lambda e: e.spread_ns)),
+        Field("rank_from", TEXT, lambda i: rows[i][1].rank_rule if rows[i][1] else None),
+        Field("file", TEXT, lambda i: rows[i][1].path if rows[i][1] else None),
+    ]
+    ranks = np.array([r for r, _ in rows], np.int64)
+    return Table("ranks", fields, len(rows), smallest_first(ranks))
+
+
+def rank_steps_table(job: Any) -> Table:
+    """Every step of every loaded rank (rank order, then the rank's step order): its start (the
+    rank's own clock), duration, compute, exposed communication, idle and collective wait."""
+    cells: list[tuple[Any, int]] = [
+        (entry, k)
+        for _, entry in _job_rows(job)
+        if entry is not None and entry.loaded
+        for k in range(len(entry.digest.step_names))
+    ]
+
+    def step(key: str, gpu_only: bool = False) -> Callable[[int], Any]:
+        def value(i: int) -> Any:
+            entry, k = cells[i]
+            digest = entry.digest
+            column = digest.steps.get(key)
+            if column is None or len(column) <= k or (gpu_only and not digest.has_gpu):
+                return None
+            return column[k]
+
+        return value
+
+    def wait(i: int) -> int:
+        entry, k = cells[i]
+        return int(entry.step_wait_ns[k]) if len(entry.step_wait_ns) > k else 0
+
+    fields = [
+        Field("rank", INT, lambda i: cells[i][0].rank),
+        Field("step", TEXT, lambda i: cells[i][0].digest.step_names[cells[i][1]]),
+        Field("start_us", US, lambda i: cells[i][0].digest.step_start[cells[i][1]]),
+        Field("dur_us", US, step("dur")),
+        Field("compute_us", US, step("compute", gpu_only=True)),
+        Field("exposed_comm_us", US, step("comm", gpu_only=True)),
+        Field("idle_us", US, step("idle", gpu_only=True)),
+        Field("dataloader_us", US, step("dataloader")),
+        Field("cpu_busy_us", US, step("cpu_busy")),
+        Field("collective_us", US, step("collective")),
+        Field("waited_us", US, wait),
+    ]
+    return Table("rank-steps", fields, len(cells), np.arange(len(cells)))
+
+
+def collectives_table(job: Any) -> Table:
+    """The matched collectives (`c` on the ranks overview), largest start skew first."""
+    m = job.matched
+    ranks = m.ranks
+
+    def rate(values: np.ndarray) -> Callable[[int], float | None]:
+        return lambda i: float(values[i]) / 1e9 if math.isfinite(float(values[i])) else None
+
+    fields = [
+        Field("number", INT, lambda i: i + 1),
+        Field("kind", TEXT, lambda i: m.kind[i]),
+        Field("index", INT, lambda i: m.index[i]),
+        Field("group", TEXT, lambda i: m.group[i]),
+        Field("step", TEXT, lambda i: m.step[i]),
+        Field("name", TEXT, lambda i: m.name[i]),
+        Field("ranks", INT, lambda i: int(m.present[i].sum())),
+        Field("latency_us", US, lambda i: job.latency[i]),
+        Field("start_skew_us", US, lambda i: job.start_skew[i]),
+        Field("end_skew_us", US, lambda i: job.end_skew[i]),
+        Field("last_rank", INT, lambda i: ranks[int(job.last[i])]),
+        Field("bytes", INT, lambda i: m.bytes[i] if m.bytes[i] >= 0 else None),
+        Field("algbw_GBps", FLOAT, rate(job.algbw)),
+        Field("busbw_GBps", FLOAT, rate(job.busbw)),
+    ]
+    return Table("collectives", fields, len(m), largest_first(np.asarray(job.start_skew)))
+
+
+def job_tables(job: Any) -> list[Table]:
+    """Every table `summary DIR --csv OUT` writes for a job."""
+    return [ranks_table(job), rank_steps_table(job), collectives_table(job)]
