@@ -23,6 +23,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from .source import PERFETTO_REASON, perfetto_message, perfetto_problem
+
 TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json")
 HEAD_LIMIT = 64 << 20  # uncompressed bytes read at most to find the header keys
 _READ = 1 << 16
@@ -102,8 +104,13 @@ class NotATrace(ValueError):
 # -- input files --------------------------------------------------------------------------
 
 
+# Perfetto protobuf traces (newer torch can write them) are listed too, to be left out by name.
+_PERFETTO_NAMES = (".pftrace", ".pftrace.gz")
+
+
 def is_trace_name(name: str) -> bool:
-    return not name.startswith(".") and name.lower().endswith((".json", ".json.gz"))
+    lower = name.lower()
+    return not name.startswith(".") and lower.endswith((".json", ".json.gz", *_PERFETTO_NAMES))
 
 
 def trace_files(inputs: list[str]) -> list[str]:
@@ -309,6 +316,9 @@ def _probe(path: str) -> _Probe:
         mtime = 0.0
     info: dict[str, Any] | None = None
     problem = None
+    perfetto = perfetto_problem(path)
+    if perfetto is not None:  # no rank of this job: left out, with how to get JSON instead
+        return _Probe(path, worker, stamp, mtime, None, PERFETTO_REASON, not_trace=True)
     try:
         header = read_head(path)
         value = header.get("distributedInfo")
@@ -332,6 +342,10 @@ def discover(inputs: list[str], cycle: int | None = None) -> JobFiles:
     left_out = [(p.path, p.problem or "") for p in probes if p.not_trace]
     probes = [p for p in probes if not p.not_trace]
     if not probes:
+        perfetto = [path for path, reason in left_out if reason == PERFETTO_REASON]
+        if perfetto:
+            more = f" (and {len(perfetto) - 1} more such files)" if len(perfetto) > 1 else ""
+            raise JobError(f"{perfetto_message(perfetto[0])}{more}")
         raise JobError(f"{', '.join(inputs)}: no trace files (JSON without traceEvents)")
 
     # One job: the largest set of files that agree on world size and process groups. Files

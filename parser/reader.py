@@ -38,7 +38,13 @@ from .events import (
     trailing_at,
 )
 from .model import Source, Trace
-from .source import SourceState, TraceError
+from .source import (
+    PERFETTO_HEAD,
+    SourceState,
+    TraceError,
+    looks_like_perfetto,
+    perfetto_message,
+)
 
 RUN_BYTES = 4 << 20  # target size of one decoded run of events
 _CUT = re.compile(rb"\}\s*,")
@@ -197,6 +203,10 @@ def read_source(
     header: dict[str, Any] = {}
     warnings: list[str] = []
     reader = Reader(buf, builder, state, progress, warnings, ahead)
+    # A Perfetto protobuf trace, by its bytes (0x0a, its first byte, reads as a space in JSON).
+    buf.fill(PERFETTO_HEAD)
+    if looks_like_perfetto(buf.data[:PERFETTO_HEAD]):
+        raise TraceError(perfetto_message(state.path))
     first = buf.skip_ws()
     if first is None:
         if state.stream_error:

@@ -157,6 +157,9 @@ def open_source(path: str) -> SourceState:
         raise TraceError(
             f"{path}: nothing to read ({_kind(info.st_mode)} that is empty or that no one writes to)"
         )
+    if regular and _perfetto_at(fd, path):
+        _close(fd)
+        raise TraceError(perfetto_message(path))
     return SourceState(
         path=path,
         size=info.st_size if regular else 0,
@@ -169,6 +172,139 @@ def open_source(path: str) -> SourceState:
         ctime_ns=info.st_ctime_ns,
         head=b"" if regular else head,
     )
+
+
+# -- Perfetto protobuf ---------------------------------------------------------------------
+# Newer torch.profiler versions can write a Perfetto-native trace (`export_chrome_trace` given
+# a `.pftrace` path): a protobuf `Trace`, i.e. `TracePacket`s as repeated field 1 (tag byte
+# 0x0a, a varint length, the packet). It is recognised by its bytes and refused with a way out.
+
+PERFETTO_HEAD = 1 << 16  # bytes looked at to recognise a protobuf trace
+_PERFETTO_SUFFIXES = (".pftrace", ".pftrace.gz", ".perfetto-trace", ".perfetto-trace.gz")
+
+
+PERFETTO_REASON = (
+    "a Perfetto protobuf trace (.pftrace), which kinetoscope cannot read yet; have "
+    'torch.profiler write Chrome trace JSON instead: prof.export_chrome_trace("trace.json") '
+    '(or "trace.json.gz"; not a .pftrace name), or on_trace_ready='
+    'torch.profiler.tensorboard_trace_handler("DIR")'
+)
+
+
+def perfetto_message(path: str) -> str:
+    """The one line that refuses a Perfetto protobuf trace, with the torch calls that write JSON."""
+    return f"{path}: {PERFETTO_REASON}"
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int] | None:
+    """The varint at `pos` and the position after it; None where it is cut off or too long."""
+    value = shift = 0
+    for at in range(pos, min(len(data), pos + 10)):
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at + 1
+        shift += 7
+    return None
+
+
+def _json_start(head: bytes) -> bool:
+    """Does `head` start the way a JSON trace does (`{"`, `{}`, `[{`, `[]`, spaces allowed)?"""
+    text = head[3:] if head.startswith(b"\xef\xbb\xbf") else head
+    text = text.lstrip(b" \t\r\n")
+    if text[:1] not in (b"{", b"["):
+        return False
+    after = text[1:].lstrip(b" \t\r\n")[:1]
+    return after in ((b'"', b"}") if text[:1] == b"{" else (b"{", b"]"))
+
+
+def _packet_fields(data: bytes, pos: int, end: int) -> int | None:
+    """How many well-formed protobuf fields run from `pos` to `end` (the end of `data` may cut
+    the last one off); None at a malformed one (field 0, a group or an unknown wire type)."""
+    count = 0
+    while pos < end:
+        key = _varint(data, pos)
+        if key is None:
+            return count if len(data) < pos + 10 else None
+        tag, pos = key
+        field, wire = tag >> 3, tag & 7
+        if field == 0 or wire not in (0, 1, 2, 5):
+            return None
+        if wire == 0:
+            value = _varint(data, pos)
+            if value is None:
+                return count if len(data) < pos + 10 else None
+            pos = value[1]
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        else:
+            size = _varint(data, pos)
+            if size is None:
+                return count if len(data) < pos + 10 else None
+            pos = size[1] + size[0]
+        count += 1
+    return count if pos == end or end > len(data) else None
+
+
+def looks_like_perfetto(head: bytes) -> bool:
+    """Is `head` (the first uncompressed bytes of a file) the start of a Perfetto protobuf
+    trace: a `packet` field (0x0a, a varint length) holding well-formed protobuf fields, and
+    another packet after it where `head` reaches that far? The start of JSON never is."""
+    if head[:1] != b"\x0a" or _json_start(head):
+        return False
+    size = _varint(head, 1)
+    if size is None or size[0] == 0:
+        return False
+    length, start = size
+    end = start + length
+    fields = _packet_fields(head, start, end)
+    if not fields:
+        return False
+    return end >= len(head) or head[end : end + 1] == b"\x0a"
+
+
+def _head(data: bytes) -> bytes:
+    """The first uncompressed bytes of a file whose first bytes are `data` (gunzipped by the
+    magic; b"" for a gzip stream broken that early)."""
+    if data[:2] != GZIP_MAGIC:
+        return data
+    try:
+        return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data, PERFETTO_HEAD)
+    except zlib.error:
+        return b""
+
+
+def _is_perfetto(path: str, head: bytes) -> bool:
+    """By its first uncompressed bytes `head`: a Perfetto protobuf trace; so is a file named
+    `.pftrace` whose bytes are not JSON (damaged, or a packet this reader does not expect)."""
+    if looks_like_perfetto(head):
+        return True
+    return path.lower().endswith(_PERFETTO_SUFFIXES) and bool(head) and not _json_start(head)
+
+
+def _perfetto_at(fd: int, path: str) -> bool:
+    """Does the regular file open at `fd` hold a Perfetto protobuf trace (read by position)?"""
+    try:
+        data = os.pread(fd, PERFETTO_HEAD, 0)
+    except OSError:
+        return False
+    return _is_perfetto(path, _head(data))
+
+
+def perfetto_problem(path: str) -> str | None:
+    """`perfetto_message(path)` if the regular file at `path` is a Perfetto protobuf trace
+    (see `_is_perfetto`), else None. A file that cannot be read, or that is not a regular file,
+    is left to the caller to report."""
+    if not is_regular_file(path):
+        return None
+    try:
+        with open(path, "rb") as handle:
+            head = _head(handle.read(PERFETTO_HEAD))
+    except OSError:
+        return None
+    return perfetto_message(path) if _is_perfetto(path, head) else None
 
 
 def is_regular_file(path: str) -> bool:
