@@ -24,6 +24,7 @@ def load(
     workers: int | None = None,
     write_cache: bool = True,
     release: bool = False,
+    verify_cache: bool = True,
 ) -> Trace:
     """Load a trace file (.json or gzip, by magic bytes). Raises TraceError with a one-line message.
 
@@ -35,9 +36,12 @@ def load(
     program with a terminal UI calls `prepare_workers(path)` before the UI starts. `release`, for
     a process that loads nothing more: afterwards, stop the workers' server and give the heap
     the decoding freed back to the system (the analysis needs that memory more).
+    `verify_cache=False` maps a cache entry without reading its CRCs (a reopen then costs the
+    same at any size); the caller must run `cache.check(trace)` before trusting it further
+    (the viewer does, after its first frame: parser/cache.py says the rule).
     """
     try:
-        return _load(str(path), progress, use_cache, workers, write_cache)
+        return _load(str(path), progress, use_cache, workers, write_cache, verify_cache)
     finally:
         if release:
             release_workers()
@@ -45,11 +49,16 @@ def load(
 
 
 def _load(
-    path: str, progress: Progress | None, use_cache: bool, workers: int | None, write_cache: bool
+    path: str,
+    progress: Progress | None,
+    use_cache: bool,
+    workers: int | None,
+    write_cache: bool,
+    verify_cache: bool = True,
 ) -> Trace:
     if use_cache:
         try:
-            cached = cache.load(path)
+            cached = cache.load(path, verify=verify_cache)
         except OSError:
             cached = None
         if cached is not None:

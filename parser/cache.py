@@ -2,13 +2,25 @@
 
 A cache entry lives in its own folder under the user's cache directory (never next to the trace),
 named by a hash of the trace's absolute path. Its manifest records the trace's key (path, size,
-mtime, and what a user cannot set: device, inode, ctime) and the cache format version, plus the
-size, CRC-32, dtype and shape of every array file, and carries a hash of itself. Nothing in an
-entry is trusted: the manifest must have its exact shape and types and match its hash, every file
-must be a regular file (opened without blocking), every .npy header must be well formed and agree
-with the manifest; an entry that fails any check is ignored (and rebuilt by whoever writes
-caches). Checks are per file: the manifest is small, and each array is checked on its own.
-Entries are written to a temporary folder and renamed into place, so a crash leaves no half entry.
+mtime, and what a user cannot set: device, inode, ctime) and the cache format version, plus, for
+every array file, its size, CRC-32, dtype and shape and its identity as written (inode, mtime,
+ctime), and carries a hash of itself. Nothing in an entry is trusted: the manifest must have its
+exact shape and types and match its hash, every file must be a regular file (opened without
+blocking) with the identity recorded, every .npy header must be well formed and agree with the
+manifest; an entry that fails any check is ignored (and rebuilt by whoever writes caches).
+Entries are written to a temporary folder and renamed into place, so a crash leaves no half
+entry.
+
+The rule of the checks: opening an entry costs the same at any size. Before anything is mapped,
+each array file's identity is compared with the one recorded after it was written (size, inode,
+mtime, ctime: no write, truncation, copy or replacement keeps all four, and no user can set a
+ctime back), and its .npy header is read (a few hundred bytes): so a file written to after the
+entry was made is refused before any of its data is used. The CRC-32 of every byte is the check
+that reads everything: `load(verify=True)` (the default: `summary`, whose own work reads every
+row anyway) checks it before returning; `load(verify=False)` (the viewer) leaves it to
+`check(trace)`, which the viewer runs in the background after its first frame; a failure there
+removes the entry, and the viewer says so and reads the trace again from its JSON, so that no
+data of a rejected entry is used from then on. Extras (`save_extra`) follow the same rule.
 """
 
 from __future__ import annotations
@@ -41,7 +53,7 @@ from .model import (
     Trace,
 )
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 COLUMNS = ROW_COLUMNS
 CHUNK_COLUMNS = ("offset", "length", "first_ordinal")
 STRING_FILES = ("strings.offsets", "strings.blob")
@@ -51,6 +63,7 @@ MANIFEST = "manifest.json"
 # A manifest holds the header, lanes and warnings: far less than this even for huge traces.
 MAX_MANIFEST_BYTES = 256 << 20
 MAX_NPY_HEADER = 1 << 16
+_HEADER_READ = 512  # bytes read first for a .npy header (more only if its length says so)
 # Never block on a FIFO or a device, never follow a link planted in an entry.
 _OPEN_FLAGS = (
     os.O_RDONLY
@@ -82,12 +95,32 @@ class Key(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
 
 class FileFacts(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    """One array file as written: its size and CRC-32, and the dtype and shape of its header."""
+    """One array file as written: its size and CRC-32, the dtype and shape of its header, and its
+    identity once written (inode, mtime, ctime: any later write changes one of them)."""
 
     bytes: Count
     crc32: Annotated[int, msgspec.Meta(ge=0, le=0xFFFFFFFF)]
     dtype: str
     shape: tuple[Count, ...]
+    ino: Count
+    mtime_ns: int
+    ctime_ns: int
+
+    def same_file(self, st: os.stat_result) -> bool:
+        """Whether `st` is this file as it was written (a constant-time check: no byte read)."""
+        return (st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns) == (
+            self.bytes,
+            self.ino,
+            self.mtime_ns,
+            self.ctime_ns,
+        )
+
+
+class Unchecked(msgspec.Struct, frozen=True):
+    """Array files mapped without their CRCs read (`load(verify=False)`): `check` reads them."""
+
+    folder: str
+    files: dict[str, FileFacts]
 
 
 class Manifest(msgspec.Struct, forbid_unknown_fields=True):
@@ -327,7 +360,17 @@ def _write_arrays(folder: Path, arrays: dict[str, np.ndarray]) -> dict[str, File
         file = folder / f"{name}.npy"
         array = np.ascontiguousarray(array)
         np.save(file, array, allow_pickle=False)
-        files[name] = FileFacts(file.stat().st_size, _crc(file), array.dtype.str, array.shape)
+        crc = _crc(file)
+        st = file.stat()
+        files[name] = FileFacts(
+            st.st_size,
+            crc,
+            array.dtype.str,
+            array.shape,
+            ino=st.st_ino,
+            mtime_ns=st.st_mtime_ns,
+            ctime_ns=st.st_ctime_ns,
+        )
     return files
 
 
@@ -361,9 +404,9 @@ def _map_array(folder: Path, name: str, facts: FileFacts) -> tuple[int, np.ndarr
         raise ValueError(f"{name!r}: not a cache file name")
     fd, st = _open_regular(folder / f"{name}.npy")
     try:
-        if st.st_size != facts.bytes:
-            raise ValueError(f"{name}: not of the recorded size")
-        dtype, shape, offset = _npy_header(os.pread(fd, min(st.st_size, MAX_NPY_HEADER), 0))
+        if not facts.same_file(st):
+            raise ValueError(f"{name}: not the file recorded (written to since)")
+        dtype, shape, offset = _npy_header(_read_header(fd, st.st_size))
         if dtype.str != facts.dtype or shape != facts.shape or len(shape) != 1:
             raise ValueError(f"{name}: not the array recorded")
         if dtype.kind not in "biu" or offset + dtype.itemsize * shape[0] != st.st_size:
@@ -376,6 +419,17 @@ def _map_array(folder: Path, name: str, facts: FileFacts) -> tuple[int, np.ndarr
     except BaseException:
         os.close(fd)
         raise
+
+
+def _read_header(fd: int, size: int) -> bytes:
+    """The first bytes of a .npy file, enough for its header (numpy writes a few hundred)."""
+    head = os.pread(fd, min(size, _HEADER_READ), 0)
+    if len(head) >= 12 and head[:6] == b"\x93NUMPY":
+        start = 10 if head[6] == 1 else 12
+        need = start + int.from_bytes(head[8:start], "little")
+        if len(head) < need <= min(size, MAX_NPY_HEADER):
+            head = os.pread(fd, need, 0)
+    return head
 
 
 def _crcs_match(opened: list[tuple[int, FileFacts]]) -> bool:
@@ -475,21 +529,32 @@ def save_extra(trace: Trace, name: str, version: int, arrays: dict[str, np.ndarr
 
 
 def load_extra(
-    trace: Trace, name: str, version: int, verify: bool = True
+    trace: Trace, name: str, version: int, verify: bool | None = None
 ) -> dict[str, np.ndarray] | None:
-    """The arrays `save_extra` kept for this trace file as it is now, or None."""
+    """The arrays `save_extra` kept for this trace file as it is now, or None. `verify`: read
+    their CRCs now; by default, only if the trace's own were (a trace loaded with
+    `verify=False` gets the extra's files added to what `check` reads)."""
     folder = entry_dir(trace.source.path) / f"extra-{name}"
+    lazy = trace.cache_unchecked is not None if verify is None else not verify
     try:
         extra = _read_manifest(folder, ExtraManifest)
         if extra is None or extra.key != trace_key(trace.source.path) or extra.version != version:
             return None
-        return _map_arrays(folder, extra.files, verify)
+        arrays = _map_arrays(folder, extra.files, verify=not lazy)
+        if arrays is not None and lazy:
+            trace.cache_unchecked = [
+                *(trace.cache_unchecked or []),
+                Unchecked(str(folder), extra.files),
+            ]
+        return arrays
     except Exception:  # noqa: BLE001 - whatever a damaged entry raises, it is computed again
         return None
 
 
 def load(path: str, root: Path | None = None, verify: bool = True) -> Trace | None:
-    """The cached Trace for `path`, memory-mapped, or None when there is no valid entry."""
+    """The cached Trace for `path`, memory-mapped, or None when there is no valid entry.
+    `verify=False`: every check but the CRCs, which `check(trace)` reads later (see the module
+    docstring): the cost of the load then does not grow with the trace."""
     try:
         return _load(path, root, verify)
     except Exception:  # noqa: BLE001 - whatever a damaged entry raises, the trace is parsed
@@ -532,4 +597,53 @@ def _load(path: str, root: Path | None, verify: bool) -> Trace | None:
     )
     trace.from_cache = True
     trace.cache_key = key
+    if not verify:  # mapped on the identity and header checks; `check` reads the CRCs
+        trace.cache_unchecked = [Unchecked(str(entry_dir(path, root)), manifest.files)]
     return trace
+
+
+def check(trace: Trace) -> bool:
+    """Read the CRC-32 of every array file that `load(verify=False)` and `load_extra` mapped
+    unchecked for `trace` (each file opened again and required to be the very file mapped: same
+    inode, size, mtime and ctime). True if all match (or none was left unchecked). False if any
+    does not: the trace's entry is then removed, and its data must not be used any more (the
+    viewer reads the trace again). Meant for a background thread once the view is shown."""
+    unchecked = trace.cache_unchecked
+    if not unchecked:
+        return True
+    try:
+        good = all(_files_match(Path(item.folder), item.files) for item in unchecked)
+    except (OSError, ValueError):
+        good = False
+    if good:
+        trace.cache_unchecked = None
+        return True
+    drop(trace.source.path)
+    return False
+
+
+def _files_match(folder: Path, files: dict[str, FileFacts]) -> bool:
+    for name, facts in sorted(files.items(), key=lambda item: -item[1].bytes):
+        if not _FILE_NAME.fullmatch(name):
+            return False
+        fd, st = _open_regular(folder / f"{name}.npy")
+        try:
+            if not facts.same_file(st) or _fd_crc(fd, facts.bytes) != facts.crc32:
+                return False
+        finally:
+            os.close(fd)
+    return True
+
+
+def drop(path: str, root: Path | None = None) -> None:
+    """Remove the cache entry of `path` (and its extras), e.g. after a failed check."""
+    target = entry_dir(path, root)
+    try:
+        if not target.is_symlink() and target.is_dir():
+            gone = Path(tempfile.mkdtemp(prefix=".old-", dir=target.parent))
+            os.rename(target, gone / "entry")  # out of the way at once, then deleted
+            shutil.rmtree(gone, ignore_errors=True)
+        elif os.path.lexists(target):
+            os.unlink(target)
+    except OSError:
+        pass

@@ -194,6 +194,8 @@ class Trace(RowColumns):
     workers: int = 1  # decoding processes the load used (1: this process alone)
     from_cache: bool = False  # read back from the model cache, not decoded from the file
     cache_key: Any = None  # the file's parser.cache.Key when it was read (None: not from a file)
+    # Cache files mapped with their CRCs not read yet (parser.cache.check reads them), or None.
+    cache_unchecked: Any = None
     # Tables derived from `strings`, made on first use and made again when the table has grown
     # (a string table is only ever appended to, so its length tells whether they are current).
     _cat_kind: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)

@@ -16,6 +16,7 @@ from .loader import (
     Failed,
     Progress,
     Ready,
+    Reloading,
     Report,
     TraceLoad,
 )
@@ -55,6 +56,15 @@ class LoadCancelled(Message):
 
 class BackgroundFailed(Message):
     """Work after the view was shown failed (`reason`, one line); the view stays."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__()
+        self.reason = reason
+
+
+class CacheRejected(Message):
+    """The cached model failed its check after it was shown: drop its view and show the
+    loading screen while the trace is read again (`reason`, one line)."""
 
     def __init__(self, reason: str) -> None:
         super().__init__()
@@ -119,6 +129,8 @@ class KinetoscopeApp(ViewerApp):
             self.post_message(LoadCancelled())
         elif isinstance(report, BackgroundFailure):
             self.post_message(BackgroundFailed(report.message))
+        elif isinstance(report, Reloading):
+            self.post_message(CacheRejected(report.message))
 
     def on_trace_ready(self, message: TraceReady) -> None:
         self.data = message.data
@@ -142,6 +154,15 @@ class KinetoscopeApp(ViewerApp):
 
     def on_background_failed(self, message: BackgroundFailed) -> None:
         self.notify(message.reason, severity="error", markup=False, timeout=15)
+
+    def on_cache_rejected(self, message: CacheRejected) -> None:
+        """No screen keeps the rejected view: back to the loading screen until the new one."""
+        self.notify(message.reason, severity="warning", markup=False, timeout=15)
+        self.data = None
+        while len(self.screen_stack) > 2:
+            self.pop_screen()
+        self._loading = LoadingScreen(self.path)
+        self.switch_screen(self._loading)
 
     def on_loading_screen_cancel_requested(self, message: LoadingScreen.CancelRequested) -> None:
         self.loader.cancel()

@@ -14,6 +14,11 @@ is collapsed, and sooner on big traces. The thread then waits for the UI's
 staged, or from a cached view, COMPLETE follows TOP_LEVELS at once. Last, after the first frame
 either way, the model and view caches are written for the next open. A failure after
 TOP_LEVELS (the nesting, a cache write) is a `BackgroundFailure` report: the view stays.
+
+A model read from the cache is mapped without its CRCs read (the reopen costs the same at any
+size); they are read first thing after the first frame (`parser.cache.check`). If one does not
+match, the entry is removed and a `Reloading` report says so: the view built on it is dropped,
+and the trace is read again from its file (READING, then TOP_LEVELS with the new view).
 """
 
 from __future__ import annotations
@@ -90,7 +95,15 @@ class BackgroundFailure:
     message: str
 
 
-Report = Progress | Ready | Complete | Failed | Cancelled | BackgroundFailure
+@dataclass(frozen=True)
+class Reloading:
+    """The cached model failed its check after the view was shown (`message`, one line): that
+    view must not be used any more; the trace is being read again from its file."""
+
+    message: str
+
+
+Report = Progress | Ready | Complete | Failed | Cancelled | BackgroundFailure | Reloading
 Sink = Callable[[Report], None]
 """Called with each report, from the loader's thread (or, replaying, from the subscriber's):
 it must not block and must not call back into the loader. The app posts a message."""
@@ -251,7 +264,7 @@ class TraceLoad:
 
     # -- the thread ---------------------------------------------------------------------------
 
-    def _run(self) -> None:
+    def _run(self, use_cache: bool = True) -> None:
         # Imported here, by this thread: the analysis modules load while the workers decode.
         from kinetoscope.analysis.session import TraceSession
 
@@ -259,8 +272,15 @@ class TraceLoad:
 
         trace = None
         try:
-            # The model cache is written after the first frame, not before it.
-            trace = load(self.path, progress=self._progress, write_cache=False)
+            # The model cache is written after the first frame, not before it; a cached one is
+            # mapped unchecked, and checked after the first frame (`_cache_checked`).
+            trace = load(
+                self.path,
+                progress=self._progress,
+                use_cache=use_cache,
+                write_cache=False,
+                verify_cache=False,
+            )
             if self._cancelled.is_set():
                 raise _Cancel
             with self._changed:  # the progress report says LAYOUT
@@ -291,9 +311,31 @@ class TraceLoad:
         self._ready(data)
         self._after_first_frame(data, write_caches=True)
 
+    def _cache_checked(self, data: ViewData) -> bool:
+        """Read the CRCs the cached model (and view) were mapped without. False if one failed:
+        the entry is gone, and the trace is read again from its file (in this thread)."""
+        from kinetoscope.parser import cache
+
+        if not data.trace.cache_unchecked or cache.check(data.trace):
+            return True
+        with self._changed:
+            self.data = None
+            self._report(
+                Reloading(
+                    f"{self.path}: the model cache failed its check and was removed; "
+                    "reading the trace again"
+                ),
+                Stage.READING,
+            )
+        self._run(use_cache=False)
+        return False
+
     def _after_first_frame(self, data: ViewData, write_caches: bool) -> None:
-        """Once the first frame is drawn: the deeper levels, then the caches for the next open."""
+        """Once the first frame is drawn: the cache's check, the deeper levels, then the caches
+        for the next open."""
         self._first_frame.wait(FIRST_FRAME_WAIT_S)
+        if not self._cache_checked(data):
+            return
         if not data.complete:
             try:
                 data.complete_levels()
