@@ -11,7 +11,7 @@ from typing import Any
 
 from kinetoscope import __version__
 
-SUBCOMMANDS = ("view", "summary", "diff", "export", "capture", "demo")
+SUBCOMMANDS = ("view", "summary", "diff", "export", "serve", "capture", "demo")
 FORMATS = ("text", "md", "tsv", "json")
 
 # Options of `summary` that people also try on the viewer: they get pointed at `summary`.
@@ -179,6 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_export_command(sub)
 
+    from kinetoscope.serve import add_serve_command
+
+    add_serve_command(sub)
+
     from kinetoscope.capture.cli import add_capture_commands
 
     add_capture_commands(sub)
@@ -201,6 +205,12 @@ def _add_diff_command(sub: Any) -> None:
     )
     diff.add_argument("--json", action="store_true", help="the JSON document (= --format json)")
     diff.add_argument("--width", type=_width, metavar="N", help="as for summary")
+    diff.add_argument(
+        "--csv",
+        metavar="DIR",
+        help="write the diff's kernels and operators tables as CSV files into DIR instead "
+        "(docs/csv.md)",
+    )
     diff.add_argument(
         "--steps",
         metavar="LIST",
@@ -363,7 +373,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from kinetoscope.viewer import terminal_problem
 
         # No output asked for (format, width, exit status) and a terminal: the viewer.
-        printed = args.json or args.format or args.width is not None
+        printed = args.json or args.format or args.width is not None or args.csv is not None
         if not printed and args.fail_above is None and terminal_problem() is None:
             from kinetoscope.viewer import run_diff_view
 
@@ -383,6 +393,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             steps=args.steps,
             templates=args.fold_templates,
             fail_above=args.fail_above,
+            csv_dir=args.csv,
         )
     if args.command == "summary":
         from kinetoscope.report import run_summary

@@ -484,9 +484,11 @@ def run_diff(
     steps: str | None = None,
     templates: bool = False,
     fail_above: float | None = None,
+    csv_dir: str | None = None,
 ) -> int:
     """Print the diff; 0, or EXIT_REGRESSION for a regression above `fail_above`, or 1 with
-    one line when a trace cannot be read, or 2 for a bad `--steps`."""
+    one line when a trace cannot be read, or 2 for a bad `--steps`. With `csv_dir`, write the
+    diff viewer's tables there as CSV files instead (kinetoscope/tables.py)."""
     from kinetoscope.analysis.diff import diff_sessions
     from kinetoscope.analysis.session import AnalysisFailed
     from kinetoscope.parser import TraceError
@@ -502,7 +504,14 @@ def run_diff(
         return 1
     try:
         diff = diff_sessions(base, new, options)
-        if output == "json":
+        if csv_dir is not None:
+            from kinetoscope import tables
+
+            source = tables.diff_source(base_path, new_path)
+            written = tables.emit_written(tables.diff_tables(diff), csv_dir, source)
+            if written:
+                return written
+        elif output == "json":
             emit(summary_json(diff_document(diff, base_path, new_path)) + "\n")
         else:
             sections = diff_tables(diff)

@@ -161,16 +161,21 @@ def save_table(
 ) -> tuple[str, int]:
     """The viewer's save: `<trace>.<table>.csv` in `directory` (default: the current directory;
     when it cannot be written, the temporary directory), never over an existing file.
-    Returns (the path written, rows written)."""
+    Returns (the path written, rows written); raises the last OSError when no place would do."""
     stem = f"{trace_stem(source)}.{table.name}"
-    places = [directory] if directory is not None else [os.getcwd(), tempfile.gettempdir()]
+    if directory is not None:
+        places = [directory]
+    else:
+        try:
+            places = [os.getcwd()]
+        except OSError:  # the current directory was removed
+            places = []
+        places.append(tempfile.gettempdir())
     error: OSError | None = None
     for place in places:
         try:
             path, handle = create_new(place, stem)
-        except (PermissionError, FileNotFoundError, OSError) as exc:
-            if isinstance(exc, FileExistsError):
-                raise
+        except OSError as exc:  # not writable, gone, full of such names: the next place
             error = exc
             continue
         try:
@@ -179,7 +184,7 @@ def save_table(
         except BaseException:
             os.unlink(path)  # no half-written file left behind
             raise
-        return os.path.abspath(path), count
+        return path, count
     assert error is not None
     raise error
 
@@ -374,14 +379,181 @@ def steps_table(trace: Any, steps: Any, on_gpu: bool) -> Table:
     return Table("steps", fields, len(steps), smallest_first(steps.start))
 
 
+def instances_table(trace: Any, rows: np.ndarray, name: str, extra: Sequence[Field] = ()) -> Table:
+    """A table of instances (trace rows, in the order given, as the detail screens list them):
+    their number in that order, start (the trace's clock), duration, then `extra`."""
+    rows = np.asarray(rows, np.int64)
+    fields = [
+        Field("number", INT, lambda i: i + 1),
+        Field("start_us", US, lambda i: trace.start[rows[i]]),
+        Field("dur_us", US, lambda i: trace.dur[rows[i]]),
+        *extra,
+    ]
+    return Table(name, fields, len(rows), largest_first(trace.dur[rows]))
+
+
+def named_counts_table(
+    name: str,
+    header: str,
+    labels: Sequence[str | None],
+    count: np.ndarray,
+    total: np.ndarray,
+    whole: int | None = None,
+) -> Table:
+    """A table of named totals (an operator's children, the kernels it launched, its input
+    shapes): name, count, total, mean, and the share of `whole` when given."""
+    fields = [
+        Field(header, TEXT, lambda i: labels[i]),
+        Field("count", INT, lambda i: count[i]),
+        Field("total_us", US, lambda i: total[i]),
+        Field("mean_us", US, lambda i: mean_ns(total[i], count[i])),
+    ]
+    if whole is not None:
+        fields.append(Field("share", FLOAT, lambda i: int(total[i]) / whole if whole else 0.0))
+    return Table(name, fields, len(labels), largest_first(np.asarray(total)))
+
+
+def memory_operators_table(trace: Any, groups: Any, device: Any) -> Table:
+    """The memory view's operators (`p`) on one device, by bytes allocated (then by bytes
+    allocated below them); a row per group with memory activity."""
+    ops = device.ops
+    active = ops.active()
+    order = active[np.lexsort((-ops.incl_allocated[active], -ops.allocated[active]))]
+
+    def group(i: int) -> int:
+        return int(order[i])
+
+    fields = [
+        Field("name", TEXT, lambda i: trace.strings[int(groups.name[group(i)])]),
+        Field("cat", TEXT, lambda i: trace.strings[int(groups.cat[group(i)])]),
+        Field("allocations", INT, lambda i: ops.allocations[group(i)]),
+        Field("allocated_bytes", INT, lambda i: ops.allocated[group(i)]),
+        Field("self_net_bytes", INT, lambda i: ops.self_net[group(i)]),
+        Field("total_net_bytes", INT, lambda i: ops.incl_net[group(i)]),
+        Field("peak_live_bytes", INT, lambda i: ops.peak_live[group(i)]),
+        Field(
+            "not_freed_bytes",
+            INT,
+            lambda i: ops.unfreed_bytes[group(i)] if ops.unfreed[group(i)] else 0,
+        ),
+    ]
+    return Table("memory-operators", fields, len(order), np.arange(len(order)))
+
+
+def never_freed_table(trace: Any, device: Any) -> Table:
+    """The memory view's allocations never freed on one device (`p`, then `v`), largest first
+    (ties: earlier); empty when the trace records no addresses."""
+    allocations = device.allocations
+    if allocations.addresses_known:
+        never = allocations.never_freed
+        event = allocations.event[never]
+        order = never[np.lexsort((device.ts[event], -device.bytes[event]))]
+    else:
+        order = np.zeros(0, np.int64)
+
+    def pos(i: int) -> int:
+        return int(allocations.event[int(order[i])])
+
+    def owner(i: int) -> str | None:
+        row = int(device.owner[pos(i)])
+        return trace.name_of(row) if row >= 0 else None
+
+    fields = [
+        Field("bytes", INT, lambda i: device.bytes[pos(i)]),
+        Field("when_us", US, lambda i: device.ts[pos(i)]),
+        Field("owner", TEXT, owner),
+        Field("allocated_after_bytes", INT, lambda i: device.allocated[pos(i)]),
+    ]
+    return Table("never-freed", fields, len(order), np.arange(len(order)))
+
+
+def sync_calls_table(trace: Any, calls: Any) -> Table:
+    """The sync view's blocking calls (`b`), longest blocked first."""
+    from kinetoscope.analysis.sync import cause_label
+
+    order = calls.worst()
+
+    def call(i: int) -> int:
+        return int(order[i])
+
+    def step(i: int) -> str | None:
+        k = int(calls.step[call(i)])
+        return trace.name_of(int(calls.step_rows[k])) if k >= 0 else None
+
+    fields = [
+        Field("rank", INT, lambda i: i + 1),
+        Field("call", TEXT, lambda i: trace.name_of(int(calls.rows[call(i)]))),
+        Field("blocked_us", US, lambda i: calls.dur[call(i)]),
+        Field("start_us", US, lambda i: trace.start[int(calls.rows[call(i)])]),
+        Field("step", TEXT, step),
+        Field("cause", TEXT, lambda i: cause_label(trace, calls, call(i))),
+        Field("gpu_idle_us", US, lambda i: calls.idle[call(i)]),
+        Field("call_site", TEXT, lambda i: " › ".join(calls.sites[int(calls.site[call(i)])])),
+    ]
+    return Table("sync-calls", fields, len(order), np.arange(len(order)))
+
+
+def sync_sites_table(sites: Sequence[Any]) -> Table:
+    """The sync view's call sites (`b`, then `v`), most time blocked first."""
+    fields = [
+        Field("call", TEXT, lambda i: sites[i].call),
+        Field("cause", TEXT, lambda i: sites[i].cause),
+        Field("count", INT, lambda i: sites[i].count),
+        Field("blocked_us", US, lambda i: sites[i].total),
+        Field("max_us", US, lambda i: sites[i].max),
+        Field("gpu_idle_us", US, lambda i: sites[i].idle),
+        Field("call_site", TEXT, lambda i: " › ".join(sites[i].site)),
+    ]
+    return Table("sync-sites", fields, len(sites), np.arange(len(sites)))
+
+
+def islands_table(trace: Any, result: Any) -> Table:
+    """The compile view's eager islands (`c`): operators outside compiled code, by name."""
+    islands = result.eager_islands
+    fields = [
+        Field("name", TEXT, lambda i: islands[i].name),
+        Field("calls", INT, lambda i: islands[i].count),
+        Field("cpu_us", US, lambda i: islands[i].cpu_ns),
+    ]
+    if result.on_gpu:
+        fields.append(Field("gpu_us", US, lambda i: islands[i].gpu_ns))
+    fields.append(
+        Field("longest_us", US, lambda i: trace.dur[islands[i].rows[0]] if islands[i].rows else 0)
+    )
+    key = np.array([i.gpu_ns if result.on_gpu else i.cpu_ns for i in islands], np.int64)
+    return Table("eager-islands", fields, len(islands), largest_first(key))
+
+
+def compile_steps_table(trace: Any, result: Any) -> Table:
+    """The compile view's steps (`c`, then `S`): per ProfilerStep the compiled share and the
+    compile lens's other numbers."""
+    steps = result.steps
+    fields = [
+        Field("step", TEXT, lambda i: trace.name_of(steps[i].row)),
+        Field("start_us", US, lambda i: steps[i].start),
+        Field("compiled_share", FLOAT, lambda i: steps[i].share),
+        Field("eager_us", US, lambda i: steps[i].eager_ns),
+        Field("regions", INT, lambda i: steps[i].regions),
+        Field("guard_calls", INT, lambda i: steps[i].guard_calls),
+        Field("guard_us", US, lambda i: steps[i].guard_ns),
+        Field("compiling_us", US, lambda i: steps[i].compiling_ns),
+        Field("launch_calls", INT, lambda i: steps[i].launch_calls),
+        Field("kernels", INT, lambda i: steps[i].kernels),
+        Field("launch_cpu_us", US, lambda i: steps[i].launch_cpu_ns),
+    ]
+    start = np.array([s.start for s in steps], np.int64)
+    return Table("compile-steps", fields, len(steps), smallest_first(start))
+
+
 def single_trace_tables(session: Any) -> list[Table]:
     """Every table `summary --csv` writes for one trace, computed by the session: operators,
-    kernels, GPU idle gaps (all, longest first), findings and steps."""
+    kernels, GPU idle gaps (all, longest first), findings, steps; when the trace has them, the
+    memory view's two tables (its main device), the sync view's two, the compile view's two."""
     trace = session.trace
     operators = session.operators
     kernels = session.kernels
     gaps = session.idle.gaps
-    return [
+    made = [
         operators_table(trace, operators, memory=operator_memory(session, session.cpu_groups)),
         kernels_table(
             trace, kernels, kernel_launcher_groups(session, kernels), session.cpu_groups.name
@@ -390,6 +562,60 @@ def single_trace_tables(session: Any) -> list[Table]:
         findings_table(list(session.findings)),
         steps_table(trace, session.steps, bool(session.idle.devices)),
     ]
+    memory = session.memory_ops
+    device = memory.primary
+    if device is not None and len(device):  # the main device's, as the memory view opens
+        made.append(memory_operators_table(trace, memory.groups, device))
+        if device.allocations.addresses_known:
+            made.append(never_freed_table(trace, device))
+    calls = session.sync
+    if len(calls):
+        from kinetoscope.analysis.sync import group_sites
+
+        made += [sync_calls_table(trace, calls), sync_sites_table(group_sites(trace, calls))]
+    compiled = session.compiled
+    if compiled.eager_islands:
+        made.append(islands_table(trace, compiled))
+    if compiled.steps:
+        made.append(compile_steps_table(trace, compiled))
+    return made
+
+
+# -- a diff of two traces --------------------------------------------------------------------
+
+
+def diff_table(groups: Sequence[Any], what: str) -> Table:
+    """The diff viewer's table of `what` ("kernels" or "operators"): a row per GroupDiff (a
+    normalised (category, name)) in the diff's order, largest |Δ| first."""
+    statuses = {"added": "added", "removed": "removed"}
+    delta = np.array([g.new_total - g.base_total for g in groups], np.int64)
+    fields = [
+        Field("name", TEXT, lambda r: groups[r].name),
+        Field("status", TEXT, lambda r: statuses.get(groups[r].status, "")),
+        Field("base_count", INT, lambda r: groups[r].base_count),
+        Field("base_total_us", US, lambda r: groups[r].base_total),
+        Field("new_count", INT, lambda r: groups[r].new_count),
+        Field("new_total_us", US, lambda r: groups[r].new_total),
+        Field("delta_us", US, lambda r: delta[r]),
+        Field("delta_pct", FLOAT, lambda r: groups[r].delta_pct),
+        Field("more_calls_us", US, lambda r: groups[r].more_calls),
+        Field("slower_calls_us", US, lambda r: groups[r].slower_calls),
+        Field("base_mean_us", US, lambda r: mean_ns(groups[r].base_total, groups[r].base_count)),
+        Field("new_mean_us", US, lambda r: mean_ns(groups[r].new_total, groups[r].new_count)),
+        Field("cat", TEXT, lambda r: groups[r].cat),
+    ]
+    order = largest_first(np.abs(delta).astype(np.float64))
+    return Table(f"diff-{what}", fields, len(groups), order)
+
+
+def diff_tables(diff: Any) -> list[Table]:
+    """`diff BASE NEW --csv DIR`: the diff viewer's two tables."""
+    return [diff_table(diff.kernels, "kernels"), diff_table(diff.operators, "operators")]
+
+
+def diff_source(base: str, new: str) -> str:
+    """What names a diff's files: `<base>-vs-<new>`."""
+    return f"{trace_stem(base)}-vs-{trace_stem(new)}"
 
 
 # -- summary --csv ------------------------------------------------------------------------------

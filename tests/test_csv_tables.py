@@ -6,6 +6,7 @@ module and compared cell by cell with the analysis's own numbers (exact: integer
 from __future__ import annotations
 
 import csv
+import json
 import time
 from fractions import Fraction
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from kinetoscope.analysis import TraceSession
+from kinetoscope.analysis.idle import CAUSES
 from kinetoscope.parser import load
 
 from kinetoscope import tables
@@ -114,7 +116,7 @@ def session_of(path: Path) -> TraceSession:
     return TraceSession(load(str(path), write_cache=False))
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def summary_dir(tmp_path_factory) -> Path:
     """`kinetoscope summary SAMPLE --csv DIR` once for the module's tests."""
     folder = tmp_path_factory.mktemp("summary") / "csv"
@@ -179,3 +181,498 @@ async def test_operators_saved_as_shown_and_as_the_summary(tmp_path, monkeypatch
         assert column(header, rows, "name") == shown_texts(screen, "operator")
         counts = [int(c) for c in column(header, rows, "count")]
         assert counts == sorted(counts)
+        # No filter, one category (C): only its rows.
+        await pilot.press("escape")  # clears the filter
+        screen.set_category(strings.index("cpu_op"))
+        await pilot.pause()
+        assert not screen.table.pattern
+        third = await save(pilot, tmp_path)
+        header, rows = read_csv(third)
+        assert 0 < len(rows) == len(view_rows(screen)) < len(table)
+        assert set(column(header, rows, "cat")) == {"cpu_op"}
+        assert column(header, rows, "name") == shown_texts(screen, "operator")
+
+
+async def back_to_trace(pilot, trace_screen_kind) -> None:
+    while not isinstance(pilot.app.screen, trace_screen_kind):
+        await pilot.press("escape")
+        await pilot.pause()
+
+
+async def test_kernels_findings_steps_gaps_saved_as_the_summary(tmp_path, monkeypatch, summary_dir):
+    """k, t, v and i: each file equals the summary's (the gap list: its first rows, those at
+    least the threshold long) and holds the analysis's numbers in the screen's order."""
+    from kinetoscope.tui.app import KinetoscopeApp
+    from kinetoscope.tui.findings import FindingsScreen
+    from kinetoscope.tui.kernels import KernelsScreen
+    from kinetoscope.tui.overview import OverviewScreen
+    from kinetoscope.tui.screens import GapListScreen, TraceScreen
+
+    monkeypatch.chdir(tmp_path)
+    app = KinetoscopeApp(str(SAMPLE))
+    async with app.run_test(size=SIZE) as pilot:
+        trace_screen = await settle(pilot, TraceScreen)
+        session = trace_screen.data.session
+        trace = session.trace
+        strings = trace.strings
+
+        await pilot.press("k")
+        screen = await settle(pilot, KernelsScreen)
+        path = await save(pilot, tmp_path)
+        assert path.read_bytes() == summary_file(summary_dir, "kernels").read_bytes()
+        header, rows = read_csv(path)
+        table = session.kernels
+        shown = view_rows(screen)
+        assert len(rows) == len(shown) == len(table)
+        for cells, g in zip(rows, shown):
+            got = dict(zip(header, cells))
+            assert got["name"] == strings[int(table.groups.name[g])]
+            assert got["count"] == str(int(table.count[g]))
+            assert got["total_us"] == us(int(table.total[g]))
+            assert got["mean_us"] == us(Fraction(int(table.total[g]), int(table.count[g])))
+            assert (got["min_us"], got["max_us"]) == (us(int(table.min[g])), us(int(table.max[g])))
+        await back_to_trace(pilot, TraceScreen)
+
+        await pilot.press("t")
+        screen = await settle(pilot, FindingsScreen)
+        path = await save(pilot, tmp_path)
+        assert path.read_bytes() == summary_file(summary_dir, "findings").read_bytes()
+        header, rows = read_csv(path)
+        findings = list(session.findings)
+        assert len(rows) == len(findings) > 0
+        for cells, finding in zip(rows, findings):
+            got = dict(zip(header, cells))
+            assert (got["rule"], got["severity"], got["message"]) == (
+                finding.rule,
+                finding.severity,
+                finding.message,
+            )
+            assert got["evidence_start_us"] == us(int(finding.start))
+            assert got["evidence_dur_us"] == us(int(finding.dur))
+        await back_to_trace(pilot, TraceScreen)
+
+        await pilot.press("v")
+        screen = await settle(pilot, OverviewScreen)
+        path = await save(pilot, tmp_path)
+        assert path.read_bytes() == summary_file(summary_dir, "steps").read_bytes()
+        header, rows = read_csv(path)
+        steps = session.steps
+        assert column(header, rows, "step") == shown_texts(screen, "step")
+        assert column(header, rows, "wall_us") == [us(int(d)) for d in steps.dur]
+        assert column(header, rows, "idle_us") == [us(int(d)) for d in steps.idle]
+        assert column(header, rows, "start_us") == [us(int(d)) for d in steps.start]
+        await back_to_trace(pilot, TraceScreen)
+
+        await pilot.press("i")
+        screen = await settle(pilot, GapListScreen)
+        path = await save(pilot, tmp_path)
+        header, rows = read_csv(path)
+        gaps = session.idle.gaps
+        length = gaps.end - gaps.start
+        long_enough = np.flatnonzero(length >= screen.threshold)
+        assert len(rows) == len(long_enough) > 0
+        assert [int(c) for c in column(header, rows, "rank")] == list(range(1, len(rows) + 1))
+        lengths = [Fraction(c) for c in column(header, rows, "length_us")]
+        assert lengths == sorted(lengths, reverse=True)
+        assert sorted(column(header, rows, "length_us")) == sorted(
+            us(int(length[g])) for g in long_enough
+        )
+        assert set(column(header, rows, "cause")) <= set(CAUSES)
+        _, summary_rows = read_csv(summary_file(summary_dir, "gaps"))
+        assert rows == summary_rows[: len(rows)]
+
+
+async def test_memory_sync_and_compile_views_saved_as_the_summary(
+    tmp_path, monkeypatch, summary_dir
+):
+    """p (operators, then v: never freed), b (calls, then v: call sites), c (steps here: the
+    trace has no eager islands): every row, not only those the view lists, as the summary."""
+    from kinetoscope.analysis.memory_ops import NEVER_FREED
+    from kinetoscope.tui.app import KinetoscopeApp
+    from kinetoscope.tui.compile_view import CompileScreen
+    from kinetoscope.tui.memory_view import MemoryScreen
+    from kinetoscope.tui.screens import TraceScreen
+    from kinetoscope.tui.sync_view import SyncScreen
+
+    monkeypatch.chdir(tmp_path)
+    app = KinetoscopeApp(str(SAMPLE))
+    async with app.run_test(size=SIZE) as pilot:
+        trace_screen = await settle(pilot, TraceScreen)
+        session = trace_screen.data.session
+        trace = session.trace
+
+        await pilot.press("p")
+        screen = await settle(pilot, MemoryScreen)
+        path = await save(pilot, tmp_path)
+        assert path.read_bytes() == summary_file(summary_dir, "memory-operators").read_bytes()
+        header, rows = read_csv(path)
+        device = session.memory_ops.primary
+        ops = device.ops
+        active = ops.active()
+        assert len(rows) == len(active) > 0
+        by_name = {
+            trace.strings[int(session.memory_ops.groups.name[g])]: g for g in active.tolist()
+        }
+        for cells in rows:
+            got = dict(zip(header, cells))
+            g = by_name[got["name"]]
+            assert got["allocated_bytes"] == str(int(ops.allocated[g]))
+            assert got["total_net_bytes"] == str(int(ops.incl_net[g]))
+        allocated = [int(c) for c in column(header, rows, "allocated_bytes")]
+        assert allocated == sorted(allocated, reverse=True)
+        await pilot.press("v")
+        await pilot.pause()
+        path = await save(pilot, tmp_path)
+        assert path.read_bytes() == summary_file(summary_dir, "never-freed").read_bytes()
+        header, rows = read_csv(path)
+        never = int((device.allocations.state == NEVER_FREED).sum())
+        assert len(rows) == never > 0
+        assert sum(int(b) for b in column(header, rows, "bytes")) == int(
+            device.bytes[device.allocations.event[device.allocations.never_freed]].sum()
+        )
+        await back_to_trace(pilot, TraceScreen)
+
+        await pilot.press("b")
+        screen = await settle(pilot, SyncScreen)
+        path = await save(pilot, tmp_path)
+        assert path.read_bytes() == summary_file(summary_dir, "sync-calls").read_bytes()
+        header, rows = read_csv(path)
+        calls = session.sync
+        order = calls.worst()
+        assert len(rows) == len(calls) > 0
+        assert column(header, rows, "blocked_us") == [us(int(calls.dur[i])) for i in order]
+        assert column(header, rows, "call") == [trace.name_of(int(calls.rows[i])) for i in order]
+        await pilot.press("v")
+        await pilot.pause()
+        assert screen.by_site
+        path = await save(pilot, tmp_path)
+        assert path.read_bytes() == summary_file(summary_dir, "sync-sites").read_bytes()
+        header, rows = read_csv(path)
+        assert len(rows) == len(screen.sites)
+        assert column(header, rows, "blocked_us") == [us(s.total) for s in screen.sites]
+        await back_to_trace(pilot, TraceScreen)
+
+        await pilot.press("c")
+        screen = await settle(pilot, CompileScreen)
+        path = await save(pilot, tmp_path)
+        assert path.read_bytes() == summary_file(summary_dir, "compile-steps").read_bytes()
+        header, rows = read_csv(path)
+        assert column(header, rows, "step") == shown_texts(screen, "step")
+        steps = session.compiled.steps
+        assert column(header, rows, "launch_calls") == [str(s.launch_calls) for s in steps]
+
+
+async def test_detail_tables_saved_as_shown(tmp_path, monkeypatch):
+    """An operator's instances, children, kernels and shapes, and a kernel's instances."""
+    from kinetoscope.tui.app import KinetoscopeApp
+    from kinetoscope.tui.kernels import KernelDetailScreen, KernelsScreen
+    from kinetoscope.tui.operators import OperatorDetailScreen, OperatorsScreen
+    from kinetoscope.tui.screens import TraceScreen
+
+    monkeypatch.chdir(tmp_path)
+    app = KinetoscopeApp(str(SAMPLE))
+    async with app.run_test(size=SIZE) as pilot:
+        trace_screen = await settle(pilot, TraceScreen)
+        trace = trace_screen.data.trace
+        await pilot.press("o")
+        screen = await settle(pilot, OperatorsScreen)
+        # The operator that launched most GPU work: all four views have rows.
+        gpu = screen.result.table.gpu_total
+        screen.table.cursor = int(np.flatnonzero(screen.table.view == int(np.argmax(gpu)))[0])
+        await pilot.press("enter")
+        detail = await settle(pilot, OperatorDetailScreen)
+        for key, view in (("I", "instances"), ("C", "children"), ("K", "kernels"), ("S", "shapes")):
+            await pilot.press(key)
+            await pilot.pause()
+            assert detail.current == view
+            path = await save(pilot, tmp_path)
+            assert path.name.endswith(f".operator-{view}.csv")
+            header, rows = read_csv(path)
+            shown = view_rows(detail)
+            assert len(rows) == len(shown) > 0
+            if view == "instances":
+                assert column(header, rows, "dur_us") == [
+                    us(int(trace.dur[detail.rows[i]])) for i in shown
+                ]
+                assert column(header, rows, "start_us") == [
+                    us(int(trace.start[detail.rows[i]])) for i in shown
+                ]
+            elif view == "kernels":
+                assert column(header, rows, "total_us") == [
+                    us(int(detail.kernels.total[i])) for i in shown
+                ]
+                assert column(header, rows, "kernel") == shown_texts(detail, "kernel")
+            elif view == "children":
+                times = [detail.split.self_time, *detail.split.child_time.tolist()]
+                assert column(header, rows, "total_us") == [us(int(times[i])) for i in shown]
+            else:
+                assert column(header, rows, "count") == [
+                    str(int(detail.shapes.count[i])) for i in shown
+                ]
+        await back_to_trace(pilot, TraceScreen)
+        await pilot.press("k")
+        await settle(pilot, KernelsScreen)
+        await pilot.press("enter")
+        detail = await settle(pilot, KernelDetailScreen)
+        path = await save(pilot, tmp_path)
+        header, rows = read_csv(path)
+        assert len(rows) == len(detail.rows) > 0
+        assert column(header, rows, "dur_us") == [us(int(trace.dur[r])) for r in detail.rows]
+        assert column(header, rows, "launched_by") == shown_texts(detail, "launched by")
+
+
+def hostile_trace(folder: Path) -> Path:
+    """The UI tests' small trace with an operator and a kernel named HOSTILE."""
+    from test_tui_sample import EVIL_NAME, sample_trace
+
+    document = sample_trace()
+    for event in document["traceEvents"]:
+        if event.get("name") in (EVIL_NAME, "gemm_kernel"):
+            event["name"] = HOSTILE
+    path = folder / 'evil, "name".json'
+    path.write_text(json.dumps(document))
+    return path
+
+
+async def test_a_hostile_name_round_trips_from_the_viewer_and_the_summary(tmp_path, monkeypatch):
+    from kinetoscope.tui.app import KinetoscopeApp
+    from kinetoscope.tui.kernels import KernelsScreen
+    from kinetoscope.tui.operators import OperatorsScreen
+    from kinetoscope.tui.screens import TraceScreen
+
+    path = hostile_trace(tmp_path)
+    assert HOSTILE in load(str(path), write_cache=False).strings  # the parser keeps it as is
+    out = tmp_path / "out"
+    assert main(["summary", str(path), "--csv", str(out)]) == 0
+    stem = tables.trace_stem(str(path))
+    assert "/" not in stem and '"' not in stem and "," not in stem
+    for table in ("operators", "kernels"):
+        header, rows = read_csv(out / f"{stem}.{table}.csv")
+        assert HOSTILE in column(header, rows, "name"), table
+        assert all(len(r) == len(header) for r in rows)
+    header, rows = read_csv(out / f"{stem}.kernels.csv")
+    (hostile,) = [r for r in rows if r[0] == HOSTILE]
+    assert dict(zip(header, hostile))["total_us"] == "100.000"  # dur 100 µs, exactly
+
+    viewer = tmp_path / "viewer"
+    viewer.mkdir()
+    monkeypatch.chdir(viewer)
+    app = KinetoscopeApp(str(path))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, TraceScreen)
+        for key, kind, table in (
+            ("o", OperatorsScreen, "operators"),
+            ("k", KernelsScreen, "kernels"),
+        ):
+            await pilot.press(key)
+            await settle(pilot, kind)
+            saved = await save(pilot, viewer)
+            assert saved.read_bytes() == (out / f"{stem}.{table}.csv").read_bytes()
+            await back_to_trace(pilot, TraceScreen)
+
+
+# -- a job, a diff ------------------------------------------------------------------------------
+
+
+async def test_job_tables_saved_from_the_viewer_equal_the_summarys(tmp_path, monkeypatch):
+    """Ranks (the per-rank table), every rank's steps (from the matrix) and the collectives."""
+    from kinetoscope.analysis.job import analyze_job, digest_rank
+    from kinetoscope.parser.ranks import discover
+    from kinetoscope.tui.job_app import JobApp
+    from kinetoscope.tui.job_collectives import CollectivesScreen
+    from kinetoscope.tui.job_ranks import RanksScreen
+    from test_job import write_job
+
+    folder = tmp_path / "job"
+    write_job(folder)  # three GPU ranks, rank 2 late
+    out = tmp_path / "out"
+    assert main(["summary", str(folder), "--csv", str(out), "--workers", "1"]) == 0
+    files = discover([str(folder)])
+    job = analyze_job([digest_rank(f.path) for f in files.files], files)
+
+    header, rows = read_csv(out / "job.ranks.csv")
+    assert column(header, rows, "rank") == ["0", "1", "2"]
+    assert column(header, rows, "waited_us") == [us(e.wait_ns) for e in job.ranks]
+    assert column(header, rows, "straggler") == [
+        str(int(e.rank == job.straggler["rank"])) for e in job.ranks
+    ]
+    header, rows = read_csv(out / "job.rank-steps.csv")
+    expected = [
+        (str(e.rank), name, us(int(e.digest.steps["dur"][k])))
+        for e in job.ranks
+        for k, name in enumerate(e.digest.step_names)
+    ]
+    assert [(r[0], r[1], dict(zip(header, r))["dur_us"]) for r in rows] == expected
+    header, rows = read_csv(out / "job.collectives.csv")
+    order = sorted(range(len(job.matched)), key=lambda i: (-int(job.start_skew[i]), i))
+    assert len(rows) == len(job.matched) > 0
+    assert column(header, rows, "start_skew_us") == [us(int(job.start_skew[i])) for i in order]
+    assert column(header, rows, "latency_us") == [us(int(job.latency[i])) for i in order]
+
+    viewer = tmp_path / "viewer"
+    viewer.mkdir()
+    monkeypatch.chdir(viewer)
+    app = JobApp([str(folder)], workers=1)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await settle(pilot, RanksScreen, timeout=60)
+        saved = await save(pilot, viewer)  # the matrix has the focus: every rank's steps
+        assert saved.read_bytes() == (out / "job.rank-steps.csv").read_bytes()
+        await pilot.press("tab")
+        assert screen.focused is screen.breakdown
+        saved = await save(pilot, viewer)
+        assert saved.read_bytes() == (out / "job.ranks.csv").read_bytes()
+        await pilot.press("greater_than_sign")  # sorted by the next column: the file follows
+        await pilot.pause()
+        saved = await save(pilot, viewer)
+        _, rows = read_csv(saved)
+        assert [int(r[0]) for r in rows] == [
+            int(job.ranks[int(i)].rank) for i in screen.breakdown.view
+        ]
+        await pilot.press("c")
+        await settle(pilot, CollectivesScreen)
+        saved = await save(pilot, viewer)
+        assert saved.read_bytes() == (out / "job.collectives.csv").read_bytes()
+
+
+async def test_diff_tables_saved_from_the_viewer_equal_diff_csv(tmp_path, monkeypatch):
+    from kinetoscope.tui.diff_app import DiffApp
+    from kinetoscope.tui.diff_table import DiffScreen
+
+    out = tmp_path / "out"
+    assert main(["diff", str(SAMPLE), str(SAMPLE), "--csv", str(out)]) == 0
+    stem = tables.diff_source(str(SAMPLE), str(SAMPLE))
+    viewer = tmp_path / "viewer"
+    viewer.mkdir()
+    monkeypatch.chdir(viewer)
+    app = DiffApp(str(SAMPLE), str(SAMPLE))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await settle(pilot, DiffScreen, timeout=60)
+        for what in ("kernels", "operators"):
+            assert screen.shown == what
+            saved = await save(pilot, viewer)
+            assert saved.read_bytes() == (out / f"{stem}.diff-{what}.csv").read_bytes()
+            header, rows = read_csv(saved)
+            groups = [screen.rows.groups[i] for i in view_rows(screen)]
+            assert column(header, rows, "name") == [g.name for g in groups]
+            assert column(header, rows, "base_total_us") == [us(g.base_total) for g in groups]
+            assert column(header, rows, "delta_us") == [us(g.delta) for g in groups]
+            await pilot.press("T")
+            await pilot.pause()
+
+
+# -- where the files go, and when they cannot --------------------------------------------------
+
+
+def test_summary_csv_never_overwrites_and_says_why_in_one_line(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    stem = tables.trace_stem(str(SAMPLE))
+    taken = out / f"{stem}.kernels.csv"
+    taken.write_text("mine\n")
+    assert main(["summary", str(SAMPLE), "--csv", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("kinetoscope: ") and err.count("\n") == 1 and "already exists" in err
+    assert taken.read_text() == "mine\n"
+    assert sorted(p.name for p in out.iterdir()) == [taken.name]  # nothing else written
+    assert main(["summary", str(SAMPLE), "--csv", str(out), "--json"]) == 2
+    # A folder that cannot be made: one line too.
+    assert main(["summary", str(SAMPLE), "--csv", str(taken / "sub")]) == 1
+    assert capsys.readouterr().err.count("\n") == 2  # the usage error's line, then this one
+
+
+def test_summary_csv_prints_the_files_written(tmp_path, capsys):
+    out = tmp_path / "new" / "folder"
+    assert main(["summary", str(SAMPLE), "--csv", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    written = sorted(p.name for p in out.iterdir())
+    assert sorted(Path(line.split("\t")[0]).name for line in lines) == written
+    assert {"operators", "kernels", "gaps", "findings", "steps"} <= {
+        name.split(".")[-2] for name in written
+    }
+    for line in lines:
+        path, count = line.split("\t")
+        assert count == f"{len(read_csv(Path(path))[1])} rows"
+
+
+def test_summary_csv_imports_no_textual(tmp_path):
+    from test_headless import FORBIDDEN, imported_by
+
+    result, modules = imported_by(tmp_path, "summary", str(SAMPLE), "--csv", str(tmp_path / "o"))
+    assert result.returncode == 0, result.stderr
+    assert [m for m in FORBIDDEN if m in modules] == []
+
+
+def test_save_falls_back_to_the_temporary_directory(tmp_path, monkeypatch):
+    session = session_of(SAMPLE)
+    table = tables.findings_table(list(session.findings))
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()  # the current directory no longer exists
+    spare = tmp_path / "spare"
+    spare.mkdir()
+    monkeypatch.setattr(tables.tempfile, "tempdir", str(spare))
+    path, count = tables.save_table(table, None, str(SAMPLE))
+    assert Path(path).parent == spare and count == len(table.order)
+    again, _ = tables.save_table(table, None, str(SAMPLE))
+    assert again.endswith(".findings-2.csv") and Path(path).exists()
+    monkeypatch.setattr(tables.tempfile, "tempdir", str(tmp_path / "nowhere"))
+    with pytest.raises(FileNotFoundError):
+        tables.save_table(table, None, str(SAMPLE))
+
+
+async def test_a_save_that_fails_is_a_notification_and_the_table_stays(tmp_path, monkeypatch):
+    from kinetoscope.tui.app import KinetoscopeApp
+    from kinetoscope.tui.findings import FindingsScreen
+    from kinetoscope.tui.screens import TraceScreen
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    monkeypatch.setattr(tables.tempfile, "tempdir", str(tmp_path / "nowhere"))
+    app = KinetoscopeApp(str(SAMPLE))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, TraceScreen)
+        await pilot.press("t")
+        screen = await settle(pilot, FindingsScreen)
+        rows = screen.table.row_count
+        await pilot.press("W")
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+        errors = [n for n in pilot.app._notifications if n.severity == "error"]
+        assert errors and "could not be written" in str(errors[-1].message)
+        assert pilot.app.screen is screen and screen.table.row_count == rows
+        assert screen.failure is None  # the table itself is fine
+
+
+async def test_kernels_of_a_marked_range_saved_as_shown(tmp_path, monkeypatch):
+    """A range (m … m): the rows with something in it, with the range's numbers."""
+    from kinetoscope.analysis.ranges import kernels_in_range
+    from kinetoscope.tui.app import KinetoscopeApp
+    from kinetoscope.tui.drilldown import MarkedRange
+    from kinetoscope.tui.kernels import KernelsScreen
+    from kinetoscope.tui.screens import TraceScreen
+
+    monkeypatch.chdir(tmp_path)
+    app = KinetoscopeApp(str(SAMPLE))
+    async with app.run_test(size=SIZE) as pilot:
+        trace_screen = await settle(pilot, TraceScreen)
+        data = trace_screen.data
+        start = data.origin + data.span // 3
+        end = start + data.span // 3
+        trace_screen.marked = MarkedRange(start, end)
+        await pilot.press("k")
+        screen = await settle(pilot, KernelsScreen)
+        assert screen.shown_range == (start, end)
+        path = await save(pilot, tmp_path)
+        header, rows = read_csv(path)
+        session = data.session
+        table = kernels_in_range(session.trace, session.kernels, session.links, start, end)
+        inside = np.flatnonzero(table.count > 0)
+        assert 0 < len(rows) == len(inside) < len(session.kernels)
+        shown = view_rows(screen)
+        assert sorted(shown) == inside.tolist()
+        assert column(header, rows, "count") == [str(int(table.count[g])) for g in shown]
+        assert column(header, rows, "total_us") == [us(int(table.total[g])) for g in shown]
+        assert column(header, rows, "name") == shown_texts(screen, "kernel")

@@ -25,6 +25,8 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Footer, Static
 
+from kinetoscope.tables import Table, compile_steps_table, islands_table
+
 from .columns import time_column
 from .drilldown import Jump
 from .failures import failure_message
@@ -129,6 +131,15 @@ class CompileScreen(TableScreen):
             else " · steps (S: eager islands)"
         )
         return text
+
+    def csv_table(self) -> Table | None:
+        result = self.result
+        if result is None:
+            return None
+        trace = self.data.trace
+        if self.shown == ISLANDS:
+            return islands_table(trace, result)
+        return compile_steps_table(trace, result)
 
     def action_switch_table(self) -> None:
         if self.result is None:

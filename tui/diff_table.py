@@ -34,6 +34,8 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Input, Static
 
+from kinetoscope.tables import Table, diff_source, diff_table
+
 from .columns import count_column, time_column
 from .diff_timeline import REMOVED_ROLE, DiffPairScreen, Half
 from .safe_text import clean, shorten
@@ -385,6 +387,13 @@ class DiffScreen(TableScreen):
         added, removed = int((status == ADDED).sum()), int((status == REMOVED).sum())
         text.append(f" · {added:,} added · {removed:,} removed")
         return text
+
+    def csv_table(self) -> Table:
+        return diff_table(self.rows.groups, self.shown)
+
+    def csv_source(self) -> str:
+        base, new = self.views
+        return diff_source(base.trace.source.path, new.trace.source.path)
 
     def action_switch_table(self) -> None:
         self.shown = "operators" if self.shown == "kernels" else "kernels"

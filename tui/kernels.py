@@ -15,7 +15,15 @@ from rich.text import Text
 from textual.binding import BindingType
 from textual.widgets import Static
 
-from kinetoscope.tables import Table, kernel_launcher_groups, kernels_table
+from kinetoscope.tables import (
+    INT,
+    TEXT,
+    Field,
+    Table,
+    instances_table,
+    kernel_launcher_groups,
+    kernels_table,
+)
 
 from .columns import (
     category_column,
@@ -257,6 +265,28 @@ class KernelDetailScreen(TableScreen):
             names=launch_name,
             name_text=strings.__getitem__,
             default_sort=2,
+        )
+
+    def csv_table(self) -> Table:
+        session = self.data.session
+        trace = self.trace
+        rows = self.rows
+        slot = np.searchsorted(session.links.gpu_rows, rows)
+        runtime = session.links.gpu_runtime[slot]
+        launch = np.where(runtime >= 0, session.nesting.parent[np.maximum(runtime, 0)], -1)
+        return instances_table(
+            trace,
+            rows,
+            "kernel-instances",
+            [
+                Field("device", INT, lambda i: trace.device[rows[i]]),
+                Field("stream", INT, lambda i: trace.stream[rows[i]]),
+                Field(
+                    "launched_by",
+                    TEXT,
+                    lambda i: trace.name_of(int(launch[i])) if launch[i] >= 0 else None,
+                ),
+            ],
         )
 
     def choose(self, row: int) -> None:

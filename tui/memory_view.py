@@ -39,10 +39,12 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Static
 
+from kinetoscope.tables import Table, memory_operators_table, never_freed_table
+
 from .failures import ReportsWorkerFailures
 from .render import PLAIN
 from .safe_text import fit, fit_name
-from .table import Column
+from .table import SAVE_CSV_BINDING, Column, SavesCsv
 from .theme import palette_of
 from .timefmt import time_cell
 from .viewdata import ViewData
@@ -406,7 +408,7 @@ class MemoryChart(Widget, can_focus=True):
         self.focus()
 
 
-class MemoryScreen(ReportsWorkerFailures, Screen[TimelineTarget | None]):
+class MemoryScreen(SavesCsv, ReportsWorkerFailures, Screen[TimelineTarget | None]):
     """Curves per device, the reading under the cursor, and a table of operators (or of
     allocations never freed). Dismisses with where the timeline should go, or None."""
 
@@ -416,6 +418,7 @@ class MemoryScreen(ReportsWorkerFailures, Screen[TimelineTarget | None]):
         Binding("q", "close", "Back", show=False),
         Binding("c", "next_device", "Device", tooltip="Next memory device (CPU, each GPU)"),
         Binding("v", "cycle_table", "Table", tooltip="Operators by memory / never-freed"),
+        SAVE_CSV_BINDING,
     ]
     TABLE_MODES = ("operators", "never freed")
     FAILURE_SUBJECT = "memory"
@@ -709,6 +712,18 @@ class MemoryScreen(ReportsWorkerFailures, Screen[TimelineTarget | None]):
                 view_end=chart.view_end + origin,
             )
         )
+
+    def csv_export(self) -> tuple[Table, np.ndarray] | None:
+        """The table of the device shown, every row (not only the first TABLE_LIMIT)."""
+        device = self.device
+        if self.ops is None or device is None:
+            return None
+        trace = self.data.trace
+        if self.TABLE_MODES[self.table_mode] == "operators":
+            table = memory_operators_table(trace, self.ops.groups, device)
+        else:
+            table = never_freed_table(trace, device)
+        return table, table.order
 
     def action_next_device(self) -> None:
         if self.ops is None or len(self.ops.devices) < 2:

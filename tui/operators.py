@@ -27,7 +27,16 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from kinetoscope.tables import Table, operator_memory, operators_table
+from kinetoscope.tables import (
+    TEXT,
+    US,
+    Field,
+    Table,
+    instances_table,
+    named_counts_table,
+    operator_memory,
+    operators_table,
+)
 
 from .columns import (
     category_column,
@@ -598,6 +607,52 @@ class OperatorDetailScreen(TableScreen):
             name_text=strings.__getitem__,
             default_sort=2,
         )
+
+    def csv_table(self) -> Table:
+        """The view shown (instances, children, kernels or shapes) as a headless table."""
+        trace = self.trace
+        session = self.data.session
+        strings = trace.strings
+        name = f"operator-{self.current}"
+        if self.current == "instances":
+            rows = self.rows
+            own = session.nesting.self_time[session.nesting.position[rows]]
+            gpu = subtree_gpu(trace, session.nesting, session.links, rows)
+            lanes = [
+                self.data.lanes[i].short_label if i >= 0 else None for i in self.data.row_lane[rows]
+            ]
+            shapes = trace.shape[rows].astype(np.int64)
+            return instances_table(
+                trace,
+                rows,
+                name,
+                [
+                    Field("self_us", US, lambda i: own[i]),
+                    Field("gpu_us", US, lambda i: gpu[i]),
+                    Field("lane", TEXT, lambda i: lanes[i]),
+                    Field(
+                        "input_shape",
+                        TEXT,
+                        lambda i: strings[shapes[i]] if shapes[i] >= 0 else None,
+                    ),
+                ],
+            )
+        if self.current == "children":
+            split = self.split
+            names = session.cpu_groups.name[split.child_group].astype(np.int64)
+            labels = ["(self)"] + [strings[n] for n in names]
+            count = np.concatenate(([len(self.rows)], split.child_count))
+            times = np.concatenate(([split.self_time], split.child_time))
+            return named_counts_table(name, "child", labels, count, times, max(split.inclusive, 1))
+        if self.current == "kernels":
+            kernels = self.kernels
+            names = session.gpu_groups.name[kernels.kernel_group].astype(np.int64)
+            labels = [strings[n] for n in names]
+            whole = max(kernels.total_time, 1)
+            return named_counts_table(name, "kernel", labels, kernels.count, kernels.total, whole)
+        shapes = self.shapes
+        labels = [strings[int(s)] if s >= 0 else None for s in shapes.shape]
+        return named_counts_table(name, "input_shape", labels, shapes.count, shapes.total)
 
     def choose(self, row: int) -> None:
         session = self.data.session

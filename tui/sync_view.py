@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import numpy as np
 from kinetoscope.analysis.sync import (
     KIND_TEXT,
     SyncCalls,
@@ -21,10 +22,13 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from kinetoscope.tables import Table, sync_calls_table, sync_sites_table
+
 from .details import stack_tail
 from .failures import ReportsWorkerFailures
 from .memory_view import TimelineTarget, apply_target
 from .safe_text import fit_name, shorten
+from .table import SAVE_CSV_BINDING, SavesCsv
 from .theme import current_palette
 from .timefmt import time_cell
 from .viewdata import ViewData
@@ -45,7 +49,7 @@ def _site_text(site: tuple[str, ...], width: int = 70) -> str:
     return shorten(" › ".join(short_frame(n) for n in site), width) if site else "(top level)"
 
 
-class SyncScreen(ReportsWorkerFailures, Screen[TimelineTarget | None]):
+class SyncScreen(SavesCsv, ReportsWorkerFailures, Screen[TimelineTarget | None]):
     """Blocking calls, worst first; `v` groups them by call site. Dismisses with a target."""
 
     CSS_PATH = "memory_view.tcss"
@@ -53,6 +57,7 @@ class SyncScreen(ReportsWorkerFailures, Screen[TimelineTarget | None]):
         Binding("escape", "close", "Back"),
         Binding("q", "close", "Back", show=False),
         Binding("v", "toggle_view", "Calls/sites", tooltip="Each call, or grouped by call site"),
+        SAVE_CSV_BINDING,
     ]
     FAILURE_SUBJECT = "blocking calls"
     failure: str | None = None  # what could not be computed, and why
@@ -81,6 +86,17 @@ class SyncScreen(ReportsWorkerFailures, Screen[TimelineTarget | None]):
         calls = sync_calls_for(self.data)
         sites = group_sites(self.data.trace, calls)
         self.app.call_from_thread(self.show_calls, calls, sites)
+
+    def csv_export(self) -> tuple[Table, np.ndarray] | None:
+        """Every call (or call site) of the table, not only the first TABLE_LIMIT shown."""
+        if self.calls is None:
+            return None
+        trace = self.data.trace
+        if self.by_site:
+            table = sync_sites_table(self.sites)
+        else:
+            table = sync_calls_table(trace, self.calls)
+        return table, table.order
 
     def show_failure(self, message: str) -> None:
         """The blocking calls could not be computed: the title says why."""
