@@ -81,3 +81,20 @@ def test_formatting_module_imports_no_textual_or_rich():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
+
+
+@pytest.mark.parametrize("out", ["job.zip", "job.json.gz"])
+def test_job_export_imports_no_textual_or_torch(tmp_path, out):
+    """`kinetoscope export DIR` (a job's folder: the Perfetto bundle or the merged trace)."""
+    import shutil
+
+    job = tmp_path / "job"
+    job.mkdir()
+    for rank in (0, 1):
+        shutil.copy(TRACE, job / f"host_rank{rank}.pt.trace.json.gz")
+    result, modules = imported_by(
+        tmp_path, "export", str(job), "-o", str(tmp_path / out), "--step", "11"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"wrote {tmp_path / out}") and "of 2 ranks" in result.stdout
+    assert [m for m in FORBIDDEN if m in modules] == []
