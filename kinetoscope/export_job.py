@@ -46,7 +46,7 @@ import os
 import sys
 import tempfile
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -61,6 +61,9 @@ RECORD_VERSION = 1  # of our own `kinetoscope` / `kinetoscopeMerged` records
 MERGED_KEY = "kinetoscopeMerged"
 ID_ARGS = ("correlation", "External id", "Python id", "Python parent id")
 ID_FIELDS = ("id", "bind_id")
+# Ranks are cropped in worker processes when their files add up to this much (smaller ones:
+# here, faster than starting the workers) or when --workers is given.
+POOL_BYTES = 32 << 20
 MAX_ID = (1 << 53) - 1  # ids stay exact for readers that hold numbers as doubles
 OFFSETS_FROM = (
     "median over the synchronising collectives shared with the reference rank of (this "
@@ -704,31 +707,72 @@ def output_kind(out_path: str, merged: bool) -> str:
     )
 
 
-def _crop(cut: RankCut, clip: bool) -> Any:
-    """The rank's crop, or None with `cut.problem` set."""
-    assert cut.window is not None
+def _size_of(path: str) -> int:
     try:
-        crop = crop_trace(cut.path, Window(*cut.window), clip=clip)
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def crop_rank(path: str, window: tuple[int, int], clip: bool) -> tuple[Any, str | None]:
+    """One rank's crop (in a worker process, or here): (crop, None), or (None, why not)."""
+    try:
+        return crop_trace(path, Window(*window), clip=clip), None
     except ExportError as exc:
-        cut.problem = str(exc)
-        return None
+        return None, str(exc)
     except MemoryError:
-        cut.problem = "out of memory while cropping it"
-        return None
-    cut.events = len(crop.events)
-    return crop
+        return None, "out of memory while cropping it"
+
+
+def _crops(cut: JobCut, clip: bool, workers: int | None) -> Iterator[tuple[RankCut, Any]]:
+    """Each exported rank with its crop, in rank order; ranks whose crop fails get their
+    `problem` and are skipped. Several ranks are cropped in worker processes (`workers`,
+    default min(ranks, CPUs)), each loading its own trace, when their files are big enough
+    (POOL_BYTES) or `workers` is given."""
+    from kinetoscope.analysis.job import default_workers, worker_context
+
+    todo = [r for r in cut.ranks if r.problem is None and r.window is not None]
+    pool_size = workers or default_workers(len(todo))
+    size = sum(_size_of(r.path) for r in todo)
+    if len(todo) <= 1 or pool_size <= 1 or (workers is None and size < POOL_BYTES):
+        results: Iterable[tuple[Any, str | None]] = (
+            crop_rank(r.path, r.window, clip)  # type: ignore[arg-type]
+            for r in todo
+        )
+        pool = None
+    else:
+        from concurrent.futures import ProcessPoolExecutor
+
+        pool = ProcessPoolExecutor(max_workers=pool_size, mp_context=worker_context())
+        futures = [pool.submit(crop_rank, r.path, r.window, clip) for r in todo]
+        results = (future.result() for future in futures)
+    try:
+        for rank, (crop, problem) in zip(todo, results):
+            if crop is None:
+                rank.problem = problem
+                continue
+            rank.events = len(crop.events)
+            yield rank, crop
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def export_job(
-    cut: JobCut, out_path: str, *, merged: bool = False, clip: bool = False
+    cut: JobCut,
+    out_path: str,
+    *,
+    merged: bool = False,
+    clip: bool = False,
+    workers: int | None = None,
 ) -> tuple[str, int]:
     """Cut every rank and write the bundle or the merged trace; (kind, bytes written). Raises
     ExportError when no rank could be exported."""
     kind = output_kind(out_path, merged)
     if kind == "zip":
-        written = _write_bundle(cut, out_path, clip)
+        written = _write_bundle(cut, out_path, clip, workers)
     else:
-        written = _write_merged(cut, out_path, clip)
+        written = _write_merged(cut, out_path, clip, workers)
     return kind, written
 
 
@@ -737,7 +781,7 @@ def _nothing_left(cut: JobCut) -> ExportError:
     return ExportError(f"no rank could be exported ({named})" if named else "no ranks")
 
 
-def _write_bundle(cut: JobCut, out_path: str, clip: bool) -> int:
+def _write_bundle(cut: JobCut, out_path: str, clip: bool, workers: int | None) -> int:
     width = len(str(max((r.rank for r in cut.ranks), default=0)))
     members: dict[int, str] = {}
     folder = os.path.dirname(os.path.abspath(out_path))
@@ -746,12 +790,7 @@ def _write_bundle(cut: JobCut, out_path: str, clip: bool) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="kinetoscope-export-") as scratch:
             with zipfile.ZipFile(temp, "w", compression=zipfile.ZIP_DEFLATED) as bundle:
-                for rank in cut.ranks:
-                    if rank.problem is not None:
-                        continue
-                    crop = _crop(rank, clip)
-                    if crop is None:
-                        continue
+                for rank, crop in _crops(cut, clip, workers):
                     name = member_name(rank.rank, width)
                     path = os.path.join(scratch, name)
                     write_crop(crop, path)
@@ -773,15 +812,10 @@ def _write_bundle(cut: JobCut, out_path: str, clip: bool) -> int:
     return os.path.getsize(out_path)
 
 
-def _write_merged(cut: JobCut, out_path: str, clip: bool) -> int:
+def _write_merged(cut: JobCut, out_path: str, clip: bool, workers: int | None) -> int:
     parts: list[RankEvents] = []
     tops: dict[int, dict[str, bytes]] = {}
-    for rank in cut.ranks:
-        if rank.problem is not None:
-            continue
-        crop = _crop(rank, clip)
-        if crop is None:
-            continue
+    for rank, crop in _crops(cut, clip, workers):
         parts.append(RankEvents(rank.rank, crop.events, rank.shift_ns))
         tops[rank.rank] = crop.top
     if not parts:
@@ -873,7 +907,9 @@ def run_job_export(
             cycle=cycle,
             workers=workers,
         )
-        kind, written = export_job(cut, out_path, merged=kind == "merged", clip=clip)
+        kind, written = export_job(
+            cut, out_path, merged=kind == "merged", clip=clip, workers=workers
+        )
     except ExportError as exc:
         print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
         return 1

@@ -511,3 +511,14 @@ def test_dlrm_a_truncated_rank_is_named_and_the_others_exported(tmp_path):
     assert f"rank 3 ({victim.name}): left out:" in result.stderr
     with zipfile.ZipFile(tmp_path / "out.zip") as bundle:
         assert len(bundle.namelist()) == 8  # 7 ranks and the manifest
+
+
+def test_ranks_cropped_in_worker_processes_give_the_same_file(tmp_path):
+    job = write_job(tmp_path / "job")
+    outputs = []
+    for workers in ("1", "2"):
+        out = tmp_path / f"merged{workers}.json"
+        result = export(job, "-o", out, "--step", "1", "--align-clocks", "--workers", workers)
+        assert result.returncode == 0, result.stderr
+        outputs.append(out.read_bytes())
+    assert outputs[0] == outputs[1]
