@@ -29,6 +29,7 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Any
 
 import msgspec
@@ -275,8 +276,9 @@ class _Plan:
     keep: np.ndarray  # bool per row
     new_start: dict[int, int]
     new_end: dict[int, int]  # X events: the end (start + dur)
-    baseline: list[tuple[int, int, int]]  # (source row of MemoryEvents ordinal, alloc, reserved)
+    baseline: list[tuple[int, int, int]]  # (ordinal of the last event before, alloc, reserved)
     stats: CropStats
+    order_of: dict[int, int]  # rows written at another row's place (clipping ties)
 
 
 def _names(trace: Trace, test: Any) -> np.ndarray:
@@ -300,49 +302,45 @@ def _plan(trace: Trace, session: Any, window: Window, clip: bool) -> _Plan:
     in_window = is_x & ((inside > 0) | point)
     keep = in_window.copy()
 
-    # Correlation closure: runtime calls of kept GPU activities, GPU activities of kept calls.
+    # Correlation closure (runtime calls of kept GPU activities, GPU activities of kept calls)
+    # and the enclosing slices of everything kept (the nesting's parents, up to the roots), to a
+    # fixed point: an enclosing slice may be a runtime call with GPU work of its own.
     links = session.links
     gpu_rows, gpu_runtime = links.gpu_rows, links.gpu_runtime
     linked = gpu_runtime >= 0
-    runtime_kept = np.zeros(n, dtype=bool)
-    runtime_kept[gpu_runtime[linked & keep[gpu_rows]]] = True
-    runtime_kept[links.corr_runtime[keep[links.corr_runtime]]] = True
-    keep |= runtime_kept
-    keep[gpu_rows[linked & runtime_kept[np.maximum(gpu_runtime, 0)]]] = True
-    # Enclosing slices of everything kept (the nesting's parents, up to the roots).
+    launches = np.zeros(n, dtype=bool)
+    launches[links.corr_runtime] = True
     parent = session.nesting.parent
-    frontier = np.flatnonzero(keep)
-    while len(frontier):
-        up = parent[frontier]
-        up = np.unique(up[up >= 0])
-        up = up[~keep[up]]
-        keep[up] = True
-        frontier = up
+    while True:
+        before = int(keep.sum())
+        runtime_kept = keep & launches
+        runtime_kept[gpu_runtime[linked & keep[gpu_rows]]] = True
+        keep |= runtime_kept
+        keep[gpu_rows[linked & runtime_kept[np.maximum(gpu_runtime, 0)]]] = True
+        frontier = np.flatnonzero(keep)
+        while len(frontier):
+            up = parent[frontier]
+            up = np.unique(up[up >= 0])
+            up = up[~keep[up]]
+            keep[up] = True
+            frontier = up
+        if int(keep.sum()) == before:
+            break
     stats.in_window = int(in_window.sum())
     stats.slices = int(keep.sum())
     stats.closure = stats.slices - stats.in_window
 
     new_start: dict[int, int] = {}
     new_end: dict[int, int] = {}
-    lo = start.copy()
-    hi = end.copy()
+    order_of: dict[int, int] = {}
     if clip:
-        lo[in_window] = np.maximum(start[in_window], t0)
-        hi[in_window] = np.minimum(end[in_window], t1)
-        # A slice clipped to the window still encloses what it keeps outside the window
-        # (closure partners): it is clipped to the window widened to cover them.
         depth = session.nesting.depth
-        kept_cpu = np.flatnonzero(keep & (depth > 0))
-        if len(kept_cpu):
-            for level in range(int(depth[kept_cpu].max()), 0, -1):
-                rows = kept_cpu[depth[kept_cpu] == level]
-                np.minimum.at(lo, parent[rows], lo[rows])
-                np.maximum.at(hi, parent[rows], hi[rows])
-        changed = np.flatnonzero(keep & ((lo != start) | (hi != end)))
-        for row, a, b in zip(changed.tolist(), lo[changed].tolist(), hi[changed].tolist()):
-            new_start[row] = a
-            new_end[row] = b
-        stats.clipped = len(changed)
+        cut_start, cut_end, order_of = _clipping(trace, keep, in_window, parent, depth, window)
+        for row in np.flatnonzero(cut_start).tolist():
+            new_start[row] = t0
+        for row in np.flatnonzero(cut_end).tolist():
+            new_end[row] = t1
+        stats.clipped = int((cut_start | cut_end).sum())
 
     # Flows: kept when every event of the flow is bound to a kept slice.
     is_flow = (ph == PH_FLOW_START) | (ph == PH_FLOW_STEP) | (ph == PH_FLOW_END)
@@ -367,11 +365,11 @@ def _plan(trace: Trace, session: Any, window: Window, clip: bool) -> _Plan:
         keep[flow_rows[kept_flow]] = True
         if clip:  # a flow event stays inside the slice it is bound to
             for row, a in zip(flow_rows[kept_flow].tolist(), anchor[kept_flow].tolist()):
-                if a in new_start:
-                    ts = int(start[row])
-                    moved = min(max(ts, new_start[a]), new_end[a])
-                    if moved != ts:
-                        new_start[row] = moved
+                ts = int(start[row])
+                if a in new_start and ts < t0:
+                    new_start[row] = t0
+                elif a in new_end and ts > t1:
+                    new_start[row] = t1
 
     # Instants, counters and the other phases.
     instant = (ph == PH_INSTANT) | (ph == PH_INSTANT_OLD)
@@ -396,7 +394,128 @@ def _plan(trace: Trace, session: Any, window: Window, clip: bool) -> _Plan:
         new_end=new_end,
         baseline=_memory_baseline(trace, t0),
         stats=stats,
+        order_of=order_of,
     )
+
+
+def _clipping(
+    trace: Trace,
+    keep: np.ndarray,
+    in_window: np.ndarray,
+    parent: np.ndarray,
+    depth: np.ndarray,
+    window: Window,
+) -> tuple[np.ndarray, np.ndarray, dict[int, int]]:
+    """Which kept slices are clipped at the window's start and at its end, and the file
+    positions of clipping ties (`_ties_in_nesting_order`).
+
+    A slice is clipped on a side where it crosses the window's edge, unless it encloses a slice
+    kept outside the window on that side (a closure partner: it then keeps its time there, so
+    the partner stays inside it), and unless clipping would nest it differently: a slice that
+    crosses the edge without enclosing its neighbour there (slices that overlap without nesting)
+    would, clipped, fall inside that neighbour. Such slices, and the slices around them, keep
+    their times as written, so that the crop nests exactly as the original does."""
+    t0, t1 = window.start_ns, window.end_ns
+    start = trace.start
+    end = start + trace.dur
+    frozen = np.zeros(len(trace), dtype=bool)
+    kept_cpu = np.flatnonzero(keep & (depth > 0))
+    levels = [kept_cpu[depth[kept_cpu] == d] for d in range(int(depth.max(initial=0)), 0, -1)]
+    for _ in range(64):
+        clipped = in_window & ~frozen
+        lo = np.where(clipped, np.maximum(start, t0), start)
+        hi = np.where(clipped, np.minimum(end, t1), end)
+        for rows in levels:  # widen each slice to what it keeps inside it
+            if len(rows):
+                np.minimum.at(lo, parent[rows], lo[rows])
+                np.maximum.at(hi, parent[rows], hi[rows])
+        cut_start = keep & clipped & (start < t0) & (lo == t0)
+        cut_end = keep & clipped & (end > t1) & (hi == t1)
+        lo = np.where(cut_start, t0, start)
+        hi = np.where(cut_end, t1, end)
+        changed = np.flatnonzero(cut_start | cut_end)
+        order_of = _ties_in_nesting_order(trace, keep, depth, lo, hi, changed)
+        moved, old, new = _parents_changed(trace, keep, depth, lo, hi, order_of, parent)
+        if not len(moved):
+            return cut_start, cut_end, order_of
+        frozen[moved] = True
+        frozen[old[old >= 0]] = True
+        frozen[new[new >= 0]] = True
+    nothing = np.zeros(len(trace), dtype=bool)
+    return nothing, nothing.copy(), {}
+
+
+def _parents_changed(
+    trace: Trace,
+    keep: np.ndarray,
+    depth: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    order_of: dict[int, int],
+    parent: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The kept slices whose parent in the crop (times lo..hi, in the crop's file order) is
+    not their parent in the original: (rows, their parents in the original, in the crop)."""
+    from kinetoscope.analysis.intervals import previous_at_least, slice_order
+
+    rows = np.flatnonzero(keep & (depth >= 0))
+    if not len(rows):
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    position = trace.ordinal[rows].copy()
+    if order_of:
+        index = np.searchsorted(rows, np.fromiter(order_of, dtype=np.int64))
+        position[index] = np.fromiter(order_of.values(), dtype=np.int64)
+    rows = rows[np.argsort(position, kind="stable")]
+    lane = trace.lane[rows]
+    sort = slice_order(lane, lo[rows], hi[rows])
+    order = rows[sort]
+    lane = lane[sort]
+    n = len(order)
+    lane_first = np.concatenate(([0], np.flatnonzero(lane[1:] != lane[:-1]) + 1))
+    counts = np.diff(np.append(lane_first, n))
+    first = np.repeat(lane_first, counts)
+    found = previous_at_least(hi[order], first)
+    new = np.where(found >= 0, order[np.maximum(found, 0)], -1)
+    old = parent[order].astype(np.int64)
+    wrong = new != old
+    return order[wrong], old[wrong], new[wrong]
+
+
+def _ties_in_nesting_order(
+    trace: Trace,
+    keep: np.ndarray,
+    depth: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    changed: np.ndarray,
+) -> dict[int, int]:
+    """Clipping can give a slice and its parent the same times (both span the window), and
+    slices with the same times nest in file order: where clipping made such a tie, the slices
+    of the tie are written in their nesting order (outermost first), in the file positions
+    they held, so that the crop nests as the original does. Row -> ordinal to sort it by."""
+    if not len(changed):
+        return {}
+    rows = np.flatnonzero(keep & (depth >= 0))
+    sort = np.lexsort((trace.ordinal[rows], hi[rows], lo[rows], trace.lane[rows]))
+    rows = rows[sort]
+    key = np.stack([trace.lane[rows].astype(np.int64), lo[rows], hi[rows]], axis=1)
+    same = np.all(key[1:] == key[:-1], axis=1)
+    if not same.any():
+        return {}
+    is_changed = np.zeros(len(trace), dtype=bool)
+    is_changed[changed] = True
+    out: dict[int, int] = {}
+    starts = np.flatnonzero(np.concatenate(([True], ~same)))
+    stops = np.append(starts[1:], len(rows))
+    for a, b in zip(starts.tolist(), stops.tolist()):
+        if b - a < 2 or not is_changed[rows[a:b]].any():
+            continue
+        members = rows[a:b]
+        ordinals = np.sort(trace.ordinal[members])
+        by_depth = members[np.lexsort((trace.ordinal[members], depth[members]))]
+        out.update(zip(by_depth.tolist(), ordinals.tolist()))
+    return out
 
 
 def _flow_anchors(trace: Trace, session: Any, flow_rows: np.ndarray) -> np.ndarray:
@@ -486,13 +605,33 @@ def _memory_baseline(trace: Trace, t0: int) -> list[tuple[int, int, int]]:
 # -- the crop -----------------------------------------------------------------------------------
 
 
-def _with_times(raw: bytes, ts: int | None, end: int | None, start_was: int) -> bytes:
-    """The event's text with `ts` (and `dur`, from the new end) written again."""
+def exact_ns(text: bytes) -> int | None:
+    """A JSON number of µs, as written, -> integer ns without going through a float (half to
+    even below a ns); None when it is not a number."""
+    try:
+        value = Decimal(text.decode("ascii").strip()) * 1000
+    except (InvalidOperation, UnicodeDecodeError, ValueError):
+        return None
+    if not value.is_finite():
+        return None
+    return int(value.to_integral_value(rounding=ROUND_HALF_EVEN))
+
+
+def _with_times(raw: bytes, ts: int | None, end: int | None, model: tuple[int, int]) -> bytes:
+    """The event's text with `ts` and/or its end (`dur` = end - ts) written again; the side
+    that does not change keeps its time as written (read exactly from the text)."""
     fields = _RAW_OBJECT.decode(raw)
+    old_ts = exact_ns(bytes(fields["ts"])) if "ts" in fields else None
+    if old_ts is None:
+        old_ts = model[0]
+    new_ts = old_ts if ts is None else ts
     if ts is not None:
-        fields["ts"] = msgspec.Raw(us_text(ts))
-    if end is not None:
-        fields["dur"] = msgspec.Raw(us_text(end - (ts if ts is not None else start_was)))
+        fields["ts"] = msgspec.Raw(us_text(new_ts))
+    if end is not None or (ts is not None and "dur" in fields):
+        old_dur = exact_ns(bytes(fields["dur"])) if "dur" in fields else None
+        old_end = old_ts + (old_dur if old_dur is not None else model[1])
+        new_end = old_end if end is None else end
+        fields["dur"] = msgspec.Raw(us_text(max(new_end - new_ts, 0)))
     return msgspec.json.encode(fields)
 
 
@@ -581,6 +720,7 @@ def crop_trace(
     ranges.append((last_end, None))
 
     events: list[bytes] = []
+    keys: list[int] = []  # the file position each event is written at
     baselines: list[bytes] = []
     row_set = trace.ordinal
     pieces = _read_ranges(trace, ranges)
@@ -616,19 +756,23 @@ def crop_trace(
                             text,
                             plan.new_start.get(row),
                             plan.new_end.get(row),
-                            int(trace.start[row]),
+                            (int(trace.start[row]), int(trace.dur[row])),
                         )
                     events.append(text)
+                    keys.append(plan.order_of.get(row, ordinal))
                 elif ordinal not in rows_here:
                     text = _as_bytes(item, reencode)
                     if text is not None and _is_metadata(text):
                         stats.metadata += 1
                         stats.reencoded += reencode
                         events.append(text)
+                        keys.append(ordinal)
         tail = next(pieces, b"")
     except OSError as exc:
         raise ExportError(f"{path}: cannot read it again ({exc.strerror or exc})") from None
     top, events_at, array_form = _top_keys(trace, head, tail, warnings)
+    if plan.order_of:
+        events = [events[i] for i in sorted(range(len(events)), key=keys.__getitem__)]
     stats.baseline = len(baselines)
     events[:0] = baselines
     stats.events = len(events)
@@ -825,7 +969,13 @@ def add_export_command(sub: Any) -> None:
         "them, whole flows, metadata and top-level keys, memory totals at the window's start "
         "(docs/export.md). Choose the window with one of --window, --step, --around-gap.",
     )
-    export.add_argument("trace", metavar="TRACE", help="a .json or .json.gz torch.profiler trace")
+    export.add_argument(
+        "trace",
+        metavar="TRACE",
+        nargs="+",
+        help="a .json or .json.gz torch.profiler trace; or a job's folder, or several rank "
+        "files, for every rank's window in one bundle (docs/export.md)",
+    )
     export.add_argument(
         "-o",
         "--output",
@@ -865,6 +1015,9 @@ def add_export_command(sub: Any) -> None:
         help="clip slices to the window (times computed in integer ns); slices kept outside "
         "the window by correlation stay whole",
     )
+    from kinetoscope.export_job import add_job_options
+
+    add_job_options(export)
     export.set_defaults(handler=run_export_command)
 
 
@@ -878,6 +1031,11 @@ def run_export_command(args: Any) -> int:
         print(f"kinetoscope: {clean(message)}", file=sys.stderr)
         return code
 
+    from kinetoscope.export_job import route_job
+
+    routed = route_job(args)  # a job's folder or rank files: export_job.py
+    if routed is not None:
+        return routed
     if args.context is not None and args.around_gap is None:
         return fail("--context goes with --around-gap", 2)
     try:

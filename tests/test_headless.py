@@ -63,6 +63,16 @@ def test_summary_error_path_imports_no_textual(tmp_path):
     assert [m for m in FORBIDDEN if m in modules] == []
 
 
+@pytest.mark.parametrize("selector", [["--step", "11", "--clip"], ["--around-gap", "1"]])
+def test_export_imports_no_textual_or_torch(tmp_path, selector):
+    """`kinetoscope export` (a window of one trace) stays headless too."""
+    out = tmp_path / "crop.json.gz"
+    result, modules = imported_by(tmp_path, "export", str(TRACE), "-o", str(out), *selector)
+    assert result.returncode == 0, result.stderr
+    assert out.exists() and result.stdout.startswith(f"wrote {out}")
+    assert [m for m in FORBIDDEN if m in modules] == []
+
+
 @pytest.mark.parametrize("output", ["text", "json"])
 def test_diff_imports_no_textual_or_torch(tmp_path, output):
     """`kinetoscope diff` in its headless forms (tables, JSON) stays headless too."""

@@ -1,0 +1,660 @@
+"""`kinetoscope export`: a window of one trace, checked against the original independently.
+
+Every check reads the original file again with a plain whole-file decode (not the export's
+run-by-run re-read) and computes the expected events from the original model with its own
+code: the overlap test, the correlation closure by correlation value, the enclosing slices by
+the spec's nesting, the flows by the slice each flow event lies in. docs/export.md.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+from collections import Counter
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pytest
+from conftest import CORPUS, SAMPLES
+from kinetoscope.analysis.ranges import kernels_in_range, operators_in_range
+from kinetoscope.analysis.session import TraceSession
+from kinetoscope.parser.convert import to_ns
+from kinetoscope.parser.model import (
+    KIND_KERNEL,
+    KIND_MEMCPY,
+    KIND_MEMSET,
+    KIND_RUNTIME,
+    NO_VALUE,
+    PH_COMPLETE,
+)
+
+from kinetoscope import parser
+from kinetoscope.export import (
+    BASELINE_NOTE,
+    ExportError,
+    Window,
+    crop_trace,
+    gap_window,
+    parse_steps,
+    parse_time,
+    parse_window,
+    step_window,
+    us_text,
+    write_crop,
+)
+
+SYNTHETIC = SAMPLES / "synthetic_gpu_training.pt.trace.json.gz"
+DEMO_CPU = SAMPLES / "demo_cpu.pt.trace.json.gz"
+
+RAW_OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
+RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
+FLOW_PHASES = ("s", "t", "f")
+RESTAMPED = ("Iteration Start", "Record Window End")
+
+
+# -- the original, read independently ----------------------------------------------------------
+
+
+def read_original(path: Path) -> tuple[dict[str, bytes], list[bytes]]:
+    """(top-level keys but traceEvents as raw text, every event's raw text in file order)."""
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    data = data.lstrip(b"\xef\xbb\xbf").strip()
+    if data.startswith(b"["):
+        return {}, [bytes(e) for e in RAW_LIST.decode(data)]
+    top = RAW_OBJECT.decode(data)
+    events = [bytes(e) for e in RAW_LIST.decode(bytes(top.pop("traceEvents")))]
+    return {k: bytes(v) for k, v in top.items()}, events
+
+
+def ns_of(text: bytes | Any) -> int:
+    """A JSON number of µs -> exact ns (as Decimal: no float)."""
+    value = Decimal(bytes(text).decode() if isinstance(text, (bytes, msgspec.Raw)) else str(text))
+    ns = value * 1000
+    return int(ns.to_integral_value())
+
+
+def fields(raw: bytes) -> dict[str, Any]:
+    return json.loads(raw)
+
+
+def without_times(raw: bytes) -> bytes:
+    """The event's text with ts and dur left out (what clipping must not touch)."""
+    obj = RAW_OBJECT.decode(raw)
+    obj.pop("ts", None)
+    obj.pop("dur", None)
+    return msgspec.json.encode(obj)
+
+
+class Expected:
+    """What a crop of `path` to `window` must hold, computed from the original."""
+
+    def __init__(self, path: Path, window: Window) -> None:
+        self.path = path
+        self.window = window
+        self.top, self.raw = read_original(path)
+        self.trace = parser.load(str(path), use_cache=False)
+        self.session = TraceSession(self.trace)
+        trace = self.trace
+        t0, t1 = window.start_ns, window.end_ns
+        kind = trace.row_kind()
+        start, dur = trace.start, trace.dur
+        end = start + dur
+        is_x = trace.ph == PH_COMPLETE
+        kept = set()
+        for row in np.flatnonzero(is_x).tolist():
+            s, e = int(start[row]), int(end[row])
+            if min(e, t1) - max(s, t0) > 0 or (s == e and t0 <= s <= t1):
+                kept.add(row)
+        self.in_window = set(kept)
+        # The correlation closure, by correlation value: the first runtime call carrying a
+        # correlation is its launch; the GPU activities carrying it are what it launched.
+        first_runtime: dict[int, int] = {}
+        gpu_by_corr: dict[int, list[int]] = {}
+        for row in np.flatnonzero(trace.corr != NO_VALUE).tolist():
+            corr = int(trace.corr[row])
+            if kind[row] == KIND_RUNTIME:
+                first_runtime.setdefault(corr, row)
+            elif kind[row] in (KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET):
+                gpu_by_corr.setdefault(corr, []).append(row)
+        launch_corr = {row: corr for corr, row in first_runtime.items()}
+        nesting = self.session.nesting
+        todo = list(kept)
+        while todo:
+            row = todo.pop()
+            partners = []
+            corr = int(trace.corr[row])
+            if row in launch_corr:
+                partners += gpu_by_corr.get(launch_corr[row], [])
+            if kind[row] in (KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET) and corr in first_runtime:
+                partners.append(first_runtime[corr])
+            partners += nesting.ancestors(row)
+            for other in partners:
+                if other not in kept:
+                    kept.add(other)
+                    todo.append(other)
+        self.slices = kept
+        # Flows: every event must lie in a kept slice of its lane, the innermost one there.
+        lanes: dict[int, list[int]] = {}
+        for row in np.flatnonzero(is_x).tolist():
+            lanes.setdefault(int(trace.lane[row]), []).append(row)
+        depth = nesting.depth
+        groups: dict[tuple[int, int], list[int]] = {}
+        flow_rows = np.flatnonzero(np.isin(trace.ph, [ord(p) for p in FLOW_PHASES]))
+        for row in flow_rows.tolist():
+            if trace.flow_id[row] != NO_VALUE:
+                groups.setdefault((int(trace.cat[row]), int(trace.flow_id[row])), []).append(row)
+        self.flows: set[int] = set()
+        self.flow_groups = 0
+        for rows in groups.values():
+            phases = {chr(trace.ph[r]) for r in rows}
+            if "s" not in phases or "f" not in phases:
+                continue
+            bound = True
+            for r in rows:
+                ts = int(start[r])
+                holders = [x for x in lanes.get(int(trace.lane[r]), []) if start[x] <= ts <= end[x]]
+                if not holders:
+                    bound = False
+                    break
+                inner = max(holders, key=lambda x: (int(depth[x]), int(start[x]), -int(end[x])))
+                if inner not in kept:
+                    bound = False
+                    break
+            if bound:
+                self.flows.update(rows)
+                self.flow_groups += 1
+        # Instants and everything else that is not X or a flow: inside the closed window.
+        self.others: set[int] = set()
+        self.restamped: set[int] = set()
+        for row in np.flatnonzero(~is_x & ~np.isin(trace.ph, [ord(p) for p in FLOW_PHASES])):
+            name = trace.name_of(int(row))
+            if chr(trace.ph[row]) in "iI" and (
+                name.startswith(RESTAMPED[0]) or name == RESTAMPED[1]
+            ):
+                self.restamped.add(int(row))
+            elif t0 <= start[row] <= t1:
+                self.others.add(int(row))
+
+    def raw_of(self, rows: set[int]) -> Counter:
+        return Counter(self.raw[int(self.trace.ordinal[r])] for r in rows)
+
+    def metadata(self) -> Counter:
+        return Counter(e for e in self.raw if fields(e).get("ph") == "M")
+
+    def memory_before(self) -> dict[tuple[Any, Any], tuple[Any, Any]]:
+        """Per (Device Type, Device Id): the totals as they stood at the window's start."""
+        last: dict[tuple[Any, Any], tuple[int, int, Any, Any]] = {}
+        for index, raw in enumerate(self.raw):
+            event = fields(raw)
+            if event.get("name") != "[memory]" or event.get("ph") not in ("i", "I"):
+                continue
+            if not isinstance(event.get("ts"), (int, float)):
+                continue
+            ts = ns_of(RAW_OBJECT.decode(raw)["ts"])
+            if ts >= self.window.start_ns:
+                continue
+            args = event.get("args", {})
+            key = (args.get("Device Type"), args.get("Device Id"))
+            if key not in last or (ts, index) > last[key][:2]:
+                was = last.get(key, (0, 0, None, None))
+                alloc = args.get("Total Allocated", was[2])
+                reserved = args.get("Total Reserved", was[3])
+                last[key] = (ts, index, alloc, reserved)
+        return {key: (v[2], v[3]) for key, v in last.items()}
+
+
+def range_tables(trace: parser.Trace, window: Window) -> tuple[dict, dict]:
+    """The operator and kernel tables over the window, keyed by (cat, name), non-empty rows."""
+    session = TraceSession(trace)
+    t0, t1 = window.start_ns, window.end_ns
+    ops = operators_in_range(trace, session.nesting, session.cpu_groups, session.links, t0, t1)
+    kernels = kernels_in_range(trace, session.kernels, session.links, t0, t1)
+
+    def keyed(table: Any, columns: tuple[str, ...]) -> dict:
+        out = {}
+        for g in range(len(table.groups)):
+            values = tuple(int(getattr(table, c)[g]) for c in columns)
+            if any(values):
+                key = (trace.strings[table.groups.cat[g]], trace.strings[table.groups.name[g]])
+                out[key] = values
+        return out
+
+    return (
+        keyed(ops, ("count", "incl", "excl", "gpu_self", "gpu_total")),
+        keyed(kernels, ("count", "total", "min", "max")),
+    )
+
+
+def check_crop(path: Path, window: Window, tmp_path: Path, clip: bool, gz: bool = False) -> Any:
+    """Crop, write, re-load, and check everything the crop must hold. Returns the crop."""
+    expected = Expected(path, window)
+    crop = crop_trace(str(path), window, clip=clip)
+    out = tmp_path / ("crop.json.gz" if gz else "crop.json")
+    write_crop(crop, str(out))
+    top, events = read_original(out)  # the crop is JSON, decoded whole
+    reloaded = parser.load(str(out), use_cache=False)
+    assert reloaded.complete and not [w for w in reloaded.warnings if "skipped" in w]
+
+    # Top-level keys and metadata: byte for byte.
+    assert top == expected.top and list(top) == list(expected.top)
+    crop_meta = Counter(e for e in events if fields(e).get("ph") == "M")
+    assert crop_meta == expected.metadata()
+
+    baseline = [e for e in events if fields(e).get("args", {}).get("Export") == BASELINE_NOTE]
+    restamped = [
+        e
+        for e in events
+        if fields(e).get("ph") in ("i", "I")
+        and str(fields(e).get("name", "")).startswith(RESTAMPED)
+    ]
+    rest = Counter(events) - crop_meta - Counter(baseline) - Counter(restamped)
+    t0, t1 = window.start_ns, window.end_ns
+
+    # The events: exactly the expected ones.
+    if not clip:
+        want = expected.raw_of(expected.slices | expected.flows | expected.others)
+        assert rest == want
+    else:
+        # Slices in the window are clipped to it, except on a side where they enclose a slice
+        # kept outside the window; every time is exact in integer ns (from the text as
+        # written, never through a float), written with three decimals where it changed.
+        trace = expected.trace
+        nesting = expected.session.nesting
+        # text -> the (starts, ends) each kept slice of that text may have in the crop.
+        want_x: dict[bytes, list[tuple[tuple[int, ...], tuple[int, ...]]]] = {}
+        for row in expected.slices:
+            raw = expected.raw[int(trace.ordinal[row])]
+            event = RAW_OBJECT.decode(raw)
+            s = ns_of(event["ts"])
+            e = s + ns_of(event.get("dur", b"0"))
+            starts, ends = (s,), (e,)
+            if row in expected.in_window:
+                # Slices it encloses that are kept although outside the window.
+                inner = [
+                    d
+                    for d in nesting.descendants(row).tolist()
+                    if d in expected.slices and d not in expected.in_window
+                ]
+                model_start = int(trace.start[row])
+                model_end = model_start + int(trace.dur[row])
+                # Clipped, or (where clipping would nest it differently) as written.
+                if model_start < t0 and all(trace.start[d] >= t0 for d in inner):
+                    starts = (t0, s)
+                if model_end > t1 and all(trace.start[d] + trace.dur[d] <= t1 for d in inner):
+                    ends = (t1, e)
+            want_x.setdefault(without_times(raw), []).append((starts, ends))
+        got_x: Counter = Counter()
+        got_other: Counter = Counter()
+        originals = set(expected.raw)
+        times_as_written = {
+            without_times(raw): RAW_OBJECT.decode(raw)
+            for raw in expected.raw_of(expected.slices | expected.flows)
+        }
+        for raw, count in rest.items():
+            event = RAW_OBJECT.decode(raw)
+            if raw not in originals:  # a time written again has exactly three decimals
+                original = times_as_written[without_times(raw)]
+                for key in ("ts", "dur"):
+                    text = bytes(event.get(key, b""))
+                    if text != bytes(original.get(key, b"")):
+                        assert re.fullmatch(rb"-?\d+\.\d{3}", text), raw[:200]
+            if bytes(event.get("ph", b"")) == b'"X"':
+                s = ns_of(event["ts"])
+                got_x[(without_times(raw), s, s + ns_of(event.get("dur", b"0")))] += count
+            else:
+                got_other[without_times(raw)] += count
+        clipped = 0
+        for (text, s, e), count in got_x.items():
+            options = want_x.get(text, [])
+            for _ in range(count):
+                match = [i for i, (ss, es) in enumerate(options) if s in ss and e in es]
+                assert match, f"a slice not expected, or clipped wrongly: {text[:150]!r} {s} {e}"
+                starts, ends = options.pop(match[0])
+                clipped += (s != starts[-1]) or (e != ends[-1])
+        assert not any(want_x.values()), "slices missing from the crop"
+        assert clipped == crop.stats.clipped
+        want_other = Counter(
+            without_times(expected.raw[int(trace.ordinal[r])])
+            for r in expected.flows | expected.others
+        )
+        assert got_other == want_other
+    # Re-stamped markers at the window's start / end.
+    assert len(restamped) == len(expected.restamped)
+    for raw in restamped:
+        event = RAW_OBJECT.decode(raw)
+        name = json.loads(bytes(event["name"]))
+        assert ns_of(event["ts"]) == (t0 if name.startswith(RESTAMPED[0]) else t1)
+
+    # No flow end or start orphaned: each flow has both, and each of its events lies in a slice
+    # of its lane in the crop.
+    check_no_orphan_flows(reloaded)
+
+    # The memory baseline: one per device with events before the window, at its start.
+    before = expected.memory_before()
+    got = {}
+    for raw in baseline:
+        event = fields(raw)
+        assert ns_of(RAW_OBJECT.decode(raw)["ts"]) == t0
+        args = event["args"]
+        assert args["Bytes"] == 0
+        got[(args.get("Device Type"), args.get("Device Id"))] = (
+            args.get("Total Allocated"),
+            args.get("Total Reserved"),
+        )
+    assert got == before
+
+    # Range statistics over the window: the crop's equal the original's.
+    assert range_tables(reloaded, window) == range_tables(expected.trace, window)
+    return crop, expected, reloaded, out
+
+
+def check_no_orphan_flows(trace: parser.Trace) -> None:
+    flows: dict[tuple[int, int], list[int]] = {}
+    for row in np.flatnonzero(np.isin(trace.ph, [ord(p) for p in FLOW_PHASES])).tolist():
+        flows.setdefault((int(trace.cat[row]), int(trace.flow_id[row])), []).append(row)
+    is_x = np.flatnonzero(trace.ph == PH_COMPLETE)
+    end = trace.start + trace.dur
+    for rows in flows.values():
+        phases = {chr(trace.ph[r]) for r in rows}
+        assert "s" in phases and "f" in phases, "an orphan flow event"
+        for r in rows:
+            same_lane = is_x[trace.lane[is_x] == trace.lane[r]]
+            ts = trace.start[r]
+            assert ((trace.start[same_lane] <= ts) & (end[same_lane] >= ts)).any()
+
+
+# -- the cases ---------------------------------------------------------------------------------
+
+
+def corpus(name: str) -> Path:
+    path = CORPUS / name
+    if not path.exists():
+        pytest.skip("../shared/corpus is absent")
+    return path
+
+
+def reread(ns: int) -> int:
+    """What the parser reads back for a time written as `us_text(ns)`: JSON numbers are
+    decoded as floats, which cannot hold every ns of epoch-based times (~1.7e18 ns)."""
+    return to_ns(float(us_text(ns).decode()))
+
+
+def round_trips(window: Window) -> bool:
+    return all(reread(v) == v for v in (window.start_ns, window.end_ns))
+
+
+def middle_window(path: Path, lo: float = 0.4, hi: float = 0.6) -> Window:
+    """A window over the middle of the trace, its ends at times the parser reads back exactly
+    (so the crop's clipped slices can be compared with the original's clipped times)."""
+    trace = parser.load(str(path), use_cache=False)
+    first, last = int(trace.slice_start_min), int(trace.slice_end_max)
+    span = last - first
+    ends = []
+    for value in (first + int(span * lo), first + int(span * hi)):
+        for _ in range(4):
+            value = reread(value)
+        ends.append(value)
+    window = Window(*ends)
+    assert round_trips(window)
+    return window
+
+
+CORPUS_WINDOWS = [
+    "tracelens/h100_gaunernst_bert-small-uncased__1016001.json.gz",
+    "hta/amd_mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+    "hta/nccl_parser_config_nccl_data.json.gz",
+    "hta/critical_path_alexnet_trace.json.gz",
+    "tracelens/mi210_gpu_only_trace.json.gz",
+    "kineto/2021-05_tb_test_gpu_metrics_input.json.gz",
+    "kineto/2026-04_libkineto_test_before_fix_trace.json.gz",
+    "tracelens/vllm_decode_full_graph_execution.json.gz",
+]
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("clip", [False, True], ids=["whole", "clip"])
+@pytest.mark.parametrize("name", CORPUS_WINDOWS)
+def test_corpus_window(name, clip, tmp_path):
+    path = corpus(name)
+    check_crop(path, middle_window(path), tmp_path, clip)
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize(
+    "name",
+    [
+        "hta/nccl_parser_config_nccl_data.json.gz",
+        "hta/amd_mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+        "tracelens/h100_gaunernst_bert-small-uncased__1016001.json.gz",
+    ],
+)
+def test_corpus_step(name, tmp_path):
+    path = corpus(name)
+    session = TraceSession(parser.load(str(path), use_cache=False))
+    names = sorted({session.trace.name_of(r) for r in session.steps.rows.tolist()})
+    number = int(names[-1].split("#")[1])
+    window = step_window(session, [number])
+    row = session.steps.rows[
+        [session.trace.name_of(r) for r in session.steps.rows].index(names[-1])
+    ]
+    assert window.start_ns == int(session.trace.start[row])
+    check_crop(path, window, tmp_path, clip=False, gz=True)
+    # Clipped to the step: exact when the step's ends are times the parser reads back exactly.
+    assert round_trips(window)
+    check_crop(path, window, tmp_path, clip=True)
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize(
+    "name",
+    [
+        "hta/nccl_parser_config_nccl_data.json.gz",
+        "tracelens/h100_gaunernst_bert-small-uncased__1016001.json.gz",
+    ],
+)
+def test_corpus_around_gap(name, tmp_path):
+    path = corpus(name)
+    session = TraceSession(parser.load(str(path), use_cache=False))
+    gaps = session.idle.gaps
+    longest = int(np.argmax(gaps.length))
+    window = gap_window(session, 1)
+    assert window.start_ns <= gaps.start[longest] and gaps.end[longest] <= window.end_ns
+    check_crop(path, window, tmp_path, clip=False)
+
+
+@pytest.mark.corpus
+def test_corpus_bare_array(tmp_path):
+    """The oldest format (a bare array, string tids): the crop is a bare array too."""
+    path = corpus("kineto/2021-01_resnet50_nw0_worker0.pt.trace.json.gz")
+    crop, *_ = check_crop(path, middle_window(path, 0.5, 0.52), tmp_path, clip=False)
+    assert crop.array_form and crop.top == {}
+
+
+@pytest.mark.corpus
+def test_corpus_memory_baseline(tmp_path):
+    """A trace with [memory] events on several devices: one baseline per device."""
+    path = corpus("kineto/2021-06_resnet50_nw0_worker0.1623143089861.pt.trace.json.gz")
+    crop, expected, reloaded, _out = check_crop(
+        path, middle_window(path, 0.5, 0.51), tmp_path, clip=True
+    )
+    assert crop.stats.baseline >= 1 and crop.stats.memory >= 1
+    # The crop's memory curve starts at the totals the original had at the window's start.
+    session = TraceSession(reloaded)
+    original = TraceSession(expected.trace)
+    for group in session.memory:
+        ts, alloc, _reserved = group.curve(reloaded.memory)
+        mine = [
+            g
+            for g in original.memory
+            if (g.device_type, g.device_id) == (group.device_type, group.device_id)
+        ][0]
+        ots, oalloc, _ = mine.curve(expected.trace.memory)
+        before = np.flatnonzero(ots < crop.window.start_ns)
+        assert ts[0] == crop.window.start_ns and alloc[0] == oalloc[before[-1]]
+
+
+def test_sample_window_and_clip(tmp_path):
+    window = middle_window(SYNTHETIC, 0.3, 0.5)
+    for clip in (False, True):
+        crop, *_ = check_crop(SYNTHETIC, window, tmp_path, clip)
+        assert crop.stats.closure > 0 and crop.stats.flows > 0 and crop.stats.baseline == 1
+    crop, *_ = check_crop(DEMO_CPU, middle_window(DEMO_CPU), tmp_path, clip=True)
+
+
+def test_sample_steps(tmp_path):
+    session = TraceSession(parser.load(str(SYNTHETIC), use_cache=False))
+    window = step_window(session, parse_steps(["11-12"]))
+    rows = [
+        r for r in session.steps.rows.tolist() if session.trace.name_of(r).endswith(("#11", "#12"))
+    ]
+    assert window.start_ns == min(int(session.trace.start[r]) for r in rows)
+    assert window.end_ns == max(int(session.trace.start[r] + session.trace.dur[r]) for r in rows)
+    check_crop(SYNTHETIC, window, tmp_path, clip=True, gz=True)
+    with pytest.raises(ExportError, match="no ProfilerStep#99"):
+        step_window(session, [99])
+
+
+def test_sample_around_gap(tmp_path):
+    session = TraceSession(parser.load(str(SYNTHETIC), use_cache=False))
+    gaps = session.idle.gaps
+    third = int(gaps.longest()[2])
+    window = gap_window(session, 3, context_ns=1000)
+    assert (window.start_ns, window.end_ns) == (gaps.start[third] - 1000, gaps.end[third] + 1000)
+    check_crop(SYNTHETIC, window, tmp_path, clip=False)
+    with pytest.raises(ExportError, match="GPU idle gaps"):
+        gap_window(session, len(gaps) + 1)
+
+
+# -- small pieces -------------------------------------------------------------------------------
+
+
+def test_us_text_is_exact():
+    assert us_text(1_750_000_000_123_456_789) == b"1750000000123456.789"
+    assert us_text(5) == b"0.005" and us_text(-1500) == b"-1.500" and us_text(0) == b"0.000"
+    # A float would round this one: 2**53 + 1 ns.
+    assert us_text(2**53 + 1) == b"9007199254740.993"
+
+
+def test_parse_window_forms():
+    origin = 1_000_000_000
+    assert parse_window("+12.5ms..+40ms", origin) == Window(
+        origin + 12_500_000, origin + 40_000_000
+    )
+    assert parse_window("12.5 ms..40ms", origin) == Window(origin + 12_500_000, origin + 40_000_000)
+    assert parse_window("+1us..+2µs", origin) == Window(origin + 1000, origin + 2000)
+    assert parse_window("..+3ns", origin) == Window(origin, origin + 3)
+    assert parse_window("+1s..", origin, origin + 5_000_000_000).end_ns == origin + 5_000_000_000
+    assert parse_time("0.000000001s") == 1
+    for bad in ("+12.5ms", "+3ms..+1ms", "1..2", "+1ms..+1ms", "+0.5ns..+1ns", "x..+1ms"):
+        with pytest.raises(ExportError):
+            parse_window(bad, origin)
+
+
+def test_parse_steps():
+    assert parse_steps(["3"]) == [3]
+    assert parse_steps(["3,5", "7-9"]) == [3, 5, 7, 8, 9]
+    for bad in (["x"], ["5-3"], ["3,,4"]):
+        with pytest.raises(ExportError):
+            parse_steps(bad)
+
+
+# -- the command ------------------------------------------------------------------------------
+
+
+def kinetoscope(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "kinetoscope", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_command_writes_and_summary_reads_it(tmp_path):
+    out = tmp_path / "steps.json.gz"
+    result = kinetoscope("export", str(SYNTHETIC), "-o", str(out), "--step", "11", "--clip")
+    assert result.returncode == 0, result.stderr
+    line = result.stdout.strip()
+    assert "\n" not in line and line.startswith(f"wrote {out}") and "events" in line
+    summary = kinetoscope("summary", "--json", str(out))
+    assert summary.returncode == 0, summary.stderr
+    assert json.loads(summary.stdout)["trace"]["events"] > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--step", "99"], "no ProfilerStep#99"),
+        (["--around-gap", "100000"], "GPU idle gaps"),
+        (["--window", "+3ms..+1ms"], "is empty"),
+        (["--window", "+10s..+20s"], "outside the trace"),
+        (["--window", "1..2"], "unit"),
+    ],
+)
+def test_command_bad_input(tmp_path, args, message):
+    out = tmp_path / "out.json"
+    result = kinetoscope("export", str(SYNTHETIC), "-o", str(out), *args)
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and message in result.stderr
+    assert "Traceback" not in result.stderr and not out.exists()
+
+
+def test_command_unwritable_output(tmp_path):
+    """Where the export cannot be written: one line, and no file left behind."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    targets = [(blocker / "x.json", "no such folder"), (tmp_path, "is a directory")]
+    if os.geteuid() != 0:  # root writes into a read-only folder anyway
+        folder = tmp_path / "ro"
+        folder.mkdir()
+        folder.chmod(0o500)
+        targets.append((folder / "x.json", "cannot write"))
+    for target, message in targets:
+        result = kinetoscope("export", str(SYNTHETIC), "-o", str(target), "--window", "+1ms..+2ms")
+        assert result.returncode == 1 and message in result.stderr, result.stderr
+        assert result.stderr.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["a-file"] + (["ro"] if os.geteuid() != 0 else [])
+    )
+
+
+def test_write_failure_leaves_no_file(tmp_path, monkeypatch):
+    """A write that fails midway (a full disk) raises ExportError and leaves no file."""
+    crop = crop_trace(str(SYNTHETIC), middle_window(SYNTHETIC))
+    out = tmp_path / "out.json"
+
+    class Full(io.FileIO):
+        def write(self, data):
+            super().write(bytes(data)[:10])
+            raise OSError(28, "No space left on device")
+
+    import kinetoscope.export as export_module
+
+    monkeypatch.setattr(export_module, "open", Full, raising=False)
+    with pytest.raises(ExportError, match="No space left"):
+        write_crop(crop, str(out))
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_truncated_trace_crops_what_was_read(tmp_path):
+    """A trace cut off in the middle: the crop holds what was read, and says where it stopped."""
+    data = gzip.decompress(SYNTHETIC.read_bytes())
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(data[: len(data) * 2 // 3])
+    trace = parser.load(str(cut), use_cache=False)
+    assert not trace.complete
+    out = tmp_path / "out.json"
+    result = kinetoscope("export", str(cut), "-o", str(out), "--window", "+1ms..+4ms")
+    assert result.returncode == 0, result.stderr
+    assert f"stops being readable at byte {trace.stopped_at:,}" in result.stderr
+    reloaded = parser.load(str(out), use_cache=False)
+    assert reloaded.complete and len(reloaded) > 0
+    check_no_orphan_flows(reloaded)
