@@ -981,7 +981,8 @@ def add_export_command(sub: Any) -> None:
         "--output",
         required=True,
         metavar="OUT",
-        help="the file to write: OUT.json, or OUT.json.gz for a gzip'd one",
+        help="the file to write: OUT.json, or OUT.json.gz for a gzip'd one; for a job, OUT.zip "
+        "(a Perfetto bundle: a file per rank and perfetto_manifest.json) or one merged OUT.json",
     )
     choice = export.add_mutually_exclusive_group(required=True)
     choice.add_argument(

@@ -932,7 +932,9 @@ def run_job_export(
 def add_job_options(export: Any) -> None:
     """The options of `export` for a job's folder or several rank files."""
     job = export.add_argument_group(
-        "a distributed job (a folder or several rank files; docs/export.md)"
+        "a distributed job (a folder or several rank files: the same window from every rank; "
+        "--window counts from the job's origin as the job timeline shows times, --step takes "
+        "each rank's own ProfilerStep#N; docs/export-ranks.md)"
     )
     job.add_argument(
         "--align-clocks",
@@ -957,7 +959,8 @@ def add_job_options(export: Any) -> None:
         "--workers",
         type=_positive,
         metavar="N",
-        help="digest the ranks in N processes (default: min(ranks, CPUs))",
+        help="digest and crop the ranks in N processes (default: min(ranks, CPUs); ranks "
+        "adding up to less than 32 MiB are cropped in this one)",
     )
 
 
