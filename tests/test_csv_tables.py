@@ -676,3 +676,29 @@ async def test_kernels_of_a_marked_range_saved_as_shown(tmp_path, monkeypatch):
         assert column(header, rows, "count") == [str(int(table.count[g])) for g in shown]
         assert column(header, rows, "total_us") == [us(int(table.total[g])) for g in shown]
         assert column(header, rows, "name") == shown_texts(screen, "kernel")
+
+
+def test_every_table_screen_has_the_key_and_the_help_lists_it():
+    """W on every screen that shows a table (one binding, the same key), and in `?`."""
+    from kinetoscope.tui.palette import diff_help_sections, job_help_sections, viewer_help_sections
+    from kinetoscope.tui.screens import GapListScreen
+    from kinetoscope.tui.table import SavesCsv, TableScreen
+
+    sections = [*viewer_help_sections(), *job_help_sections(), *diff_help_sections()]
+    with_tables = {
+        "Any table", "Operators (o)", "Operator details", "Kernels (k)", "Kernel details",
+        "Findings (t)", "Overview (v)", "Compile (c)", "Memory (p)", "Sync (b)",
+        "Ranks overview", "Collectives (c)", "Diff table",
+    }  # fmt: skip
+    listed = {title for title, _, _ in sections}
+    assert with_tables <= listed
+    for title, kind, bindings in sections:
+        if title not in with_tables:
+            continue
+        assert issubclass(kind, SavesCsv), title
+        keys = {b.key: b.action for b in bindings if hasattr(b, "key")}
+        inherited = {b.key: b.action for b in getattr(kind, "BINDINGS", [])}
+        if issubclass(kind, TableScreen):  # the help's "Any table" section lists it for them
+            inherited.update({b.key: b.action for b in TableScreen.BINDINGS})
+        assert {**inherited, **keys}.get("W") == "save_csv", title
+    assert any(b.key == "W" and b.action == "save_csv" for b in GapListScreen.BINDINGS)

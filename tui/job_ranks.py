@@ -526,6 +526,7 @@ class RanksScreen(SavesCsv, Screen):
             "W",
             "save_csv",
             "Save CSV",
+            show=False,
             tooltip="Save the per-rank table (from the matrix: every rank's steps) as CSV",
         ),
         Binding("question_mark", "app.help", "Keys"),

@@ -3,6 +3,7 @@ operators that launched them; Enter lists a group's instances, Enter on one jump
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
@@ -77,13 +78,17 @@ class KernelsScreen(RangeTableScreen[KernelTable]):
             model = restrict(model, table.count > 0)
         return table, model
 
-    def csv_table(self) -> Table | None:
+    def csv_table(self) -> Callable[[], Table] | None:
         table = self.kernel_table
         if table is None:
             return None
         session = self.data.session
-        top = kernel_launcher_groups(session, table)
-        return kernels_table(session.trace, table, top, session.cpu_groups.name)
+
+        def make() -> Table:  # in the save's worker: the launchers walk every GPU activity
+            top = kernel_launcher_groups(session, table)
+            return kernels_table(session.trace, table, top, session.cpu_groups.name)
+
+        return make
 
     def describe_row(self, group: int) -> Text | None:
         table = self.kernel_table

@@ -3,6 +3,7 @@ drill-down of one group: instances, child split, launched kernels and input shap
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import numpy as np
@@ -173,15 +174,21 @@ class OperatorsScreen(RangeTableScreen[ShownOperators]):
             self._noted = failure
             self.notify(failure, severity="error", timeout=8, markup=False)
 
-    def csv_table(self) -> Table | None:
+    def csv_table(self) -> Callable[[], Table] | None:
         result = self.result
         if result is None:
             return None
         session = self.data.session
-        memory = None
-        if result.shapes is None and self.shown_range is None and result.memory_failure is None:
-            memory = operator_memory(session, session.cpu_groups)
-        return operators_table(session.trace, result.table, result.shapes, memory)
+        # The memory columns when the table shows them (whole trace, by name).
+        with_memory = (
+            result.shapes is None and self.shown_range is None and result.memory_failure is None
+        )
+
+        def make() -> Table:  # in the save's worker
+            memory = operator_memory(session, session.cpu_groups) if with_memory else None
+            return operators_table(session.trace, result.table, result.shapes, memory)
+
+        return make
 
     def scope(self, result: ShownOperators, model: TableModel) -> np.ndarray | None:
         # The category's mask is made for this model (another grouping or range has other rows).

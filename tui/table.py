@@ -608,10 +608,13 @@ class FilterBox(Input):
         self.post_message(self.Leave(clear=False))
 
 
+CsvTable = Table | Callable[[], Table]  # a table to save, or what makes it (in the worker)
+
 SAVE_CSV_BINDING = Binding(
     "W",
     "save_csv",
     "Save CSV",
+    show=False,  # in the ? help and the command palette; the footers keep their room
     tooltip="Save the table as shown (filter, sort, every row) as CSV in the current directory",
 )
 
@@ -623,11 +626,12 @@ class SavesCsv:
     existing file), in a worker thread, and says where in a notification. A failure is an
     error notification; the screen stays as it is.
 
-    The screen gives `csv_export()`: the headless table (kinetoscope/tables.py) and its rows in
-    the order shown, or None when there is nothing to save yet; and `csv_source()`, the path
+    The screen gives `csv_export()`: the headless table (kinetoscope/tables.py), or a function
+    that makes it (called in the worker: for a table whose columns take a while), and its rows
+    in the order shown, or None when there is nothing to save yet; and `csv_source()`, the path
     that names the file."""
 
-    def csv_export(self) -> tuple[Table, np.ndarray] | None:
+    def csv_export(self) -> tuple[CsvTable, np.ndarray] | None:
         return None
 
     def csv_source(self) -> str:
@@ -654,12 +658,13 @@ class SavesCsv:
             exit_on_error=False,
         )
 
-    def _save_csv(self, table: Table, rows: np.ndarray, source: str) -> None:
+    def _save_csv(self, table: CsvTable, rows: np.ndarray, source: str) -> None:
         screen: Any = self
         try:
-            path, count = save_table(table, rows, source)
+            made = table() if callable(table) else table
+            path, count = save_table(made, rows, source)
         except Exception as error:  # a full disk, a read-only place: said, the table stays
-            message = failure_message(f"{table.name} CSV", error, "written")
+            message = failure_message("the CSV file", error, "written")
             screen.app.call_from_thread(
                 screen.notify, message, severity="error", timeout=8, markup=False
             )
@@ -763,12 +768,12 @@ class TableScreen(SavesCsv, ReportsWorkerFailures, Screen):
             text.append_text(self.failure_text())
         self.query_one("#table-title", Static).update(text)
 
-    def csv_table(self) -> Table | None:
-        """The headless table of what the screen shows, its row ids the model's (before any
-        `columns.restrict`), or None when there is none (yet)."""
+    def csv_table(self) -> CsvTable | None:
+        """The headless table of what the screen shows (or a function that makes it), its row
+        ids the model's (before any `columns.restrict`), or None when there is none (yet)."""
         return None
 
-    def csv_export(self) -> tuple[Table, np.ndarray] | None:
+    def csv_export(self) -> tuple[CsvTable, np.ndarray] | None:
         model = self.table.model
         if model is None:
             return None
