@@ -174,7 +174,7 @@ def plan_job(
 ) -> JobCut:
     """Find the job, digest its ranks and decide each rank's window (module docstring).
     Raises ExportError when there is no job, or the window cannot be read."""
-    from kinetoscope.analysis.job import analyze_job, clock_reference, map_ranks
+    from kinetoscope.analysis.job import analyze_job, map_ranks
     from kinetoscope.parser.ranks import JobError, discover
 
     try:
@@ -183,7 +183,26 @@ def plan_job(
         raise ExportError(str(exc)) from None
     digests = map_ranks([f.path for f in files.files], executor=executor, workers=workers)
     job = analyze_job(digests, files, align_clocks=align_clocks)
-    reference = clock_reference(job.matched)
+    return plan_from_job(job, window=window, steps=steps, align_clocks=align_clocks)
+
+
+def plan_from_job(
+    job: Any,
+    *,
+    window: str | None = None,
+    steps: Sequence[int] | None = None,
+    span_ns: tuple[int, int] | None = None,
+    align_clocks: bool | None = None,
+) -> JobCut:
+    """Each rank's window in a job already analysed (`JobAnalysis`, as the job viewer holds
+    it): `window` (`A..B` from the job's origin), `steps` (each rank's own ProfilerStep#N) or
+    `span_ns` ([start, end] absolute ns on the job's clock, as the job timeline's marked range:
+    each rank's own clock as recorded, the reference's aligned). `align_clocks`: default
+    `job.aligned`. Raises ExportError when the window cannot be read."""
+    from kinetoscope.analysis.job import clock_reference
+
+    aligned = job.aligned if align_clocks is None else align_clocks
+    files = job.files
     cuts: list[RankCut] = []
     for entry in job.ranks:
         offset = round(entry.offset_ns) if entry.offset_ns is not None else None
@@ -193,7 +212,7 @@ def plan_job(
             offset_ns=offset,
             spread_ns=entry.spread_ns,
             samples=entry.offset_samples,
-            shift_ns=offset if (align_clocks and offset is not None) else 0,
+            shift_ns=offset if (aligned and offset is not None) else 0,
         )
         digest = entry.digest
         if digest.start_ns is not None and digest.end_ns is not None:
@@ -223,17 +242,22 @@ def plan_job(
                 cut.problem = found
             else:
                 cut.window = found
-    elif window is not None:
-        describe = window.strip()
+    elif window is not None or span_ns is not None:
         if origin is None:
             raise ExportError("no rank could be read: there is no time to cut the window from")
-        # The job's end as its timeline draws it (every rank, as recorded and aligned).
-        end = max(
-            e.digest.end_ns - min(c.offset_ns or 0, 0)
-            for c, e in loaded
-            if e.digest.end_ns is not None
-        )
-        span = parse_window(window, origin, end)
+        if span_ns is not None:
+            span = Window(*span_ns)
+            describe = f"{_at(span.start_ns - origin)}..{_at(span.end_ns - origin)}"
+        else:
+            assert window is not None
+            describe = window.strip()
+            # The job's end as its timeline draws it (every rank, as recorded and aligned).
+            end = max(
+                e.digest.end_ns - min(c.offset_ns or 0, 0)
+                for c, e in loaded
+                if e.digest.end_ns is not None
+            )
+            span = parse_window(window, origin, end)
         for cut, _ in loaded:
             cut.window = (span.start_ns + cut.shift_ns, span.end_ns + cut.shift_ns)
             if cut.span is not None and (
@@ -247,17 +271,21 @@ def plan_job(
                 )
     else:
         raise ExportError("choose the window: --window A..B or --step N")
-    chosen = next((c for c in files.cycles if c.index == files.chosen), None)
+    chosen = (
+        next((c for c in files.cycles if c.index == files.chosen), None)
+        if files is not None
+        else None
+    )
     return JobCut(
         ranks=cuts,
-        reference=reference,
-        aligned=align_clocks,
+        reference=clock_reference(job.matched),
+        aligned=aligned,
         origin_ns=origin,
         describe=describe,
-        missing=list(files.missing),
-        left_out=list(files.left_out),
+        missing=list(job.missing),
+        left_out=list(files.left_out) if files is not None else [],
         cycle=chosen.index if chosen is not None else 1,
-        cycles=len(files.cycles),
+        cycles=len(files.cycles) if files is not None else 1,
     )
 
 
@@ -769,6 +797,15 @@ def export_job(
     """Cut every rank and write the bundle or the merged trace; (kind, bytes written). Raises
     ExportError when no rank could be exported."""
     kind = output_kind(out_path, merged)
+    for rank in cut.ranks:
+        try:
+            same = os.path.exists(out_path) and os.path.samefile(rank.path, out_path)
+        except OSError:
+            same = False
+        if same:
+            raise ExportError(
+                f"{out_path}: is rank {rank.rank}'s trace; write the export elsewhere"
+            )
     if kind == "zip":
         written = _write_bundle(cut, out_path, clip, workers)
     else:

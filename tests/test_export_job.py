@@ -522,3 +522,32 @@ def test_ranks_cropped_in_worker_processes_give_the_same_file(tmp_path):
         assert result.returncode == 0, result.stderr
         outputs.append(out.read_bytes())
     assert outputs[0] == outputs[1]
+
+
+def test_the_viewers_marked_range_cuts_as_the_window_does(tmp_path):
+    """`plan_from_job` (the job viewer's export) with a range on the job's clock cuts every rank
+    as `--window` does with the same times from the job's origin."""
+    from kinetoscope.analysis.job import analyze_job, map_ranks
+    from kinetoscope.parser.ranks import discover
+
+    from kinetoscope.export_job import plan_from_job
+
+    files = discover([str(write_job(tmp_path / "job"))])
+    digests = map_ranks([f.path for f in files.files], workers=1)
+    for aligned in (False, True):
+        job = analyze_job(digests, files, align_clocks=aligned)
+        by_text = plan_from_job(job, window="+1ms..+2.5ms")
+        origin = by_text.origin_ns
+        by_range = plan_from_job(job, span_ns=(origin + 1_000_000, origin + 2_500_000))
+        assert [r.window for r in by_range.ranks] == [r.window for r in by_text.ranks]
+        assert by_range.describe == "+1ms..+2.5ms" and by_range.aligned is aligned
+        shifts = [r.shift_ns for r in by_text.ranks]
+        assert shifts == ([0, 100_000, -50_500] if aligned else [0, 0, 0])
+
+
+def test_the_export_never_overwrites_a_rank(tmp_path):
+    job = write_job(tmp_path / "job")
+    before = (job / "rank1.pt.trace.json").read_bytes()
+    result = export(job, "-o", job / "rank1.pt.trace.json", "--step", "1")
+    assert result.returncode == 1 and "is rank 1's trace" in result.stderr
+    assert (job / "rank1.pt.trace.json").read_bytes() == before
