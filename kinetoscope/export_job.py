@@ -825,7 +825,7 @@ def _write_bundle(cut: JobCut, out_path: str, clip: bool, workers: int | None) -
     handle, temp = tempfile.mkstemp(prefix=".kinetoscope-", suffix=".part", dir=folder)
     os.close(handle)
     try:
-        with tempfile.TemporaryDirectory(prefix="kinetoscope-export-") as scratch:
+        with tempfile.TemporaryDirectory(prefix=".kinetoscope-export-", dir=folder) as scratch:
             with zipfile.ZipFile(temp, "w", compression=zipfile.ZIP_DEFLATED) as bundle:
                 for rank, crop in _crops(cut, clip, workers):
                     name = member_name(rank.rank, width)

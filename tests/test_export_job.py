@@ -384,6 +384,7 @@ def test_job_usage_errors_are_one_line(tmp_path, args, code, says):
     assert says in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "out.zip").exists()
+    assert not list(tmp_path.glob(".kinetoscope-*"))  # no temporary file left behind
 
 
 def test_a_job_option_with_one_trace_file_is_a_usage_error(tmp_path):
