@@ -815,7 +815,13 @@ def export_job(
 
 def _nothing_left(cut: JobCut) -> ExportError:
     named = "; ".join(f"rank {r.rank}: {r.problem}" for r in cut.failed)
-    return ExportError(f"no rank could be exported ({named})" if named else "no ranks")
+    text = f"no rank could be exported ({named})" if named else "no ranks"
+    if cut.cycles > 1:
+        text += (
+            f"; the files hold {cut.cycles} profiling cycles, this is cycle {cut.cycle} "
+            "(--cycle N picks another)"
+        )
+    return ExportError(text)
 
 
 def _write_bundle(cut: JobCut, out_path: str, clip: bool, workers: int | None) -> int:

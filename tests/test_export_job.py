@@ -552,3 +552,27 @@ def test_the_export_never_overwrites_a_rank(tmp_path):
     result = export(job, "-o", job / "rank1.pt.trace.json", "--step", "1")
     assert result.returncode == 1 and "is rank 1's trace" in result.stderr
     assert (job / "rank1.pt.trace.json").read_bytes() == before
+
+
+def test_cycle_picks_the_profiling_cycle(tmp_path):
+    job = tmp_path / "job"
+    job.mkdir()
+    for rank in (0, 1, 2):
+        for stamp, step in ((1000000, "ProfilerStep#1"), (2000000, "ProfilerStep#2")):
+            trace = rank_trace(rank)
+            for event in trace["traceEvents"]:
+                if event["name"] == "ProfilerStep#1":
+                    event["name"] = step
+            (job / f"rank{rank}.{stamp}.pt.trace.json").write_text(json.dumps(trace))
+    out = tmp_path / "out.zip"
+    result = export(job, "-o", out, "--step", "1")  # the newest cycle has ProfilerStep#2 only
+    assert result.returncode == 1 and "no rank could be exported" in result.stderr
+    assert "2 profiling cycles, this is cycle 2 (--cycle N picks another)" in result.stderr
+    result = export(job, "-o", out, "--step", "1", "--cycle", "1")
+    assert result.returncode == 0, result.stderr
+    with zipfile.ZipFile(out) as bundle:
+        ours = json.loads(bundle.read(MANIFEST_NAME))["kinetoscope"]
+    assert ours["profiling_cycle"] == 1
+    assert [r["source"] for r in ours["ranks"]] == [
+        f"rank{r}.1000000.pt.trace.json" for r in (0, 1, 2)
+    ]
