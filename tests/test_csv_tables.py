@@ -702,3 +702,41 @@ def test_every_table_screen_has_the_key_and_the_help_lists_it():
             inherited.update({b.key: b.action for b in TableScreen.BINDINGS})
         assert {**inherited, **keys}.get("W") == "save_csv", title
     assert any(b.key == "W" and b.action == "save_csv" for b in GapListScreen.BINDINGS)
+
+
+@pytest.mark.corpus
+async def test_eager_islands_of_a_compiled_corpus_trace(tmp_path, monkeypatch):
+    """vLLM piecewise capture: the compile view's eager islands, from W and from the summary."""
+    from kinetoscope.tui.app import KinetoscopeApp
+    from kinetoscope.tui.compile_view import CompileScreen
+    from kinetoscope.tui.screens import TraceScreen
+
+    path = (
+        CORPUS
+        / "tracelens"
+        / "vllm_piecewise_graph_capture_rank_0.1773709679453551615.pt.trace.json.gz"
+    )
+    if not path.exists():
+        pytest.skip("the corpus trace is absent")
+    out = tmp_path / "out"
+    assert main(["summary", str(path), "--csv", str(out)]) == 0
+    summary = out / f"{tables.trace_stem(str(path))}.eager-islands.csv"
+    header, rows = read_csv(summary)
+    islands = session_of(path).compiled.eager_islands
+    ranked = sorted(islands, key=lambda i: -i.gpu_ns)  # stable: ties keep the lens's order
+    assert len(rows) == len(islands) > 0
+    assert column(header, rows, "name") == [i.name for i in ranked]
+    assert column(header, rows, "gpu_us") == [us(i.gpu_ns) for i in ranked]
+    assert column(header, rows, "calls") == [str(i.count) for i in ranked]
+
+    viewer = tmp_path / "viewer"
+    viewer.mkdir()
+    monkeypatch.chdir(viewer)
+    app = KinetoscopeApp(str(path))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, TraceScreen, timeout=60)
+        await pilot.press("c")
+        screen = await settle(pilot, CompileScreen, timeout=60)
+        saved = await save(pilot, viewer)
+        assert saved.read_bytes() == summary.read_bytes()
+        assert column(*read_csv(saved), "name") == shown_texts(screen, "eager operator")
