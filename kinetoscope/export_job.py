@@ -330,47 +330,59 @@ def _is_int(value: Any) -> bool:
 
 
 class _Event:
-    """One event being merged: its fields as raw JSON text, decoded where needed."""
+    """One event being merged: its fields as raw JSON text, the few it may change decoded."""
 
-    __slots__ = ("raw", "fields", "args", "pid")
+    __slots__ = ("raw", "fields", "args", "pid", "meta", "ids", "arg_ids")
 
     def __init__(self, raw: bytes) -> None:
         self.raw = raw
         self.fields: dict[str, msgspec.Raw] | None = None
         self.args: dict[str, msgspec.Raw] | None = None
         self.pid: Any = None
+        self.meta = False  # a metadata (`M`) event
+        self.ids: dict[str, Any] = {}  # ID_FIELDS present, decoded
+        self.arg_ids: dict[str, Any] = {}  # ID_ARGS present, decoded
         try:
-            self.fields = _RAW_OBJECT.decode(raw)
+            fields = self.fields = _RAW_OBJECT.decode(raw)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return  # not an object: written as it was
-        if "pid" in self.fields:
-            self.pid = self.value("pid")
-        raw_args = self.fields.get("args")
-        if raw_args is not None and any(key.encode() in bytes(raw_args) for key in ID_ARGS):
-            try:
-                self.args = _RAW_OBJECT.decode(raw_args)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                self.args = None
-
-    def value(self, key: str, source: dict[str, msgspec.Raw] | None = None) -> Any:
-        raw = (self.fields if source is None else source).get(key)  # type: ignore[union-attr]
-        if raw is None:
-            return None
-        try:
-            return _VALUE.decode(raw)
-        except msgspec.DecodeError:
-            return None
-
-    def ids(self) -> Iterable[Any]:
-        if self.fields is None:
-            return
+        if "pid" in fields:
+            self.pid = _decoded(fields["pid"])
+        ph = fields.get("ph")
+        self.meta = ph is not None and _decoded(ph) == "M"
         for key in ID_FIELDS:
-            if key in self.fields:
-                yield self.value(key)
-        if self.args is not None:
-            for key in ID_ARGS:
-                if key in self.args:
-                    yield self.value(key, self.args)
+            if key in fields:
+                self.ids[key] = _decoded(fields[key])
+        raw_args = fields.get("args")
+        if raw_args is not None:
+            text = bytes(raw_args)
+            if any(key in text for key in _ID_ARG_BYTES):
+                try:
+                    self.args = _RAW_OBJECT.decode(text)
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    self.args = None
+                if self.args is not None:
+                    for key in ID_ARGS:
+                        if key in self.args:
+                            self.arg_ids[key] = _decoded(self.args[key])
+
+    def value(self, key: str) -> Any:
+        raw = self.fields.get(key) if self.fields is not None else None
+        return None if raw is None else _decoded(raw)
+
+    def all_ids(self) -> Iterable[Any]:
+        yield from self.ids.values()
+        yield from self.arg_ids.values()
+
+
+_ID_ARG_BYTES = tuple(key.encode() for key in ID_ARGS)
+
+
+def _decoded(raw: msgspec.Raw) -> Any:
+    try:
+        return _VALUE.decode(raw)
+    except msgspec.DecodeError:
+        return None
 
 
 def _map_id(value: Any, rank: int, stride: int) -> Any:
@@ -455,7 +467,7 @@ def _processes(events: Sequence[_Event], rank: int, stride: int) -> _Processes:
         key = _pid_key(event.pid)
         if key not in found.pids:
             found.pids[key] = _map_pid(event.pid, rank, stride)
-        if "ph" in event.fields and event.value("ph") == "M":
+        if event.meta:
             name = event.value("name")
             if name == "process_name":
                 found.named.add(key)
@@ -475,7 +487,7 @@ def merge_events(parts: Sequence[RankEvents]) -> tuple[list[bytes], MergeResult]
         (abs(e.pid) for events in decoded.values() for e in events if _is_int(e.pid)), default=0
     )
     largest_id = max(
-        (abs(v) for events in decoded.values() for e in events for v in e.ids() if _is_int(v)),
+        (abs(v) for events in decoded.values() for e in events for v in e.all_ids() if _is_int(v)),
         default=0,
     )
     result = MergeResult(
@@ -543,26 +555,22 @@ def _rewrite(
         fields["pid"] = _encode(new_pid)
         changed = True
     if rank:
-        for key in ID_FIELDS:
-            if key in fields:
-                value = event.value(key)
-                mapped = _map_id(value, rank, result.id_stride)
-                if mapped != value or type(mapped) is not type(value):
-                    fields[key] = _encode(mapped)
-                    changed = True
+        for key, value in event.ids.items():
+            mapped = _map_id(value, rank, result.id_stride)
+            if mapped != value or type(mapped) is not type(value):
+                fields[key] = _encode(mapped)
+                changed = True
         if event.args is not None:
             args_changed = False
-            for key in ID_ARGS:
-                if key in event.args:
-                    value = event.value(key, event.args)
-                    mapped = _map_id(value, rank, result.id_stride)
-                    if mapped != value or type(mapped) is not type(value):
-                        event.args[key] = _encode(mapped)
-                        args_changed = True
+            for key, value in event.arg_ids.items():
+                mapped = _map_id(value, rank, result.id_stride)
+                if mapped != value or type(mapped) is not type(value):
+                    event.args[key] = _encode(mapped)
+                    args_changed = True
             if args_changed:
                 fields["args"] = msgspec.Raw(_ENCODE.encode(event.args))
                 changed = True
-    if "ph" in fields and event.value("ph") == "M":
+    if event.meta:
         name = event.value("name")
         if name in ("process_name", "process_sort_index"):
             args = event.value("args")
