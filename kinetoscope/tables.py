@@ -122,6 +122,10 @@ def _share(part: np.ndarray, whole: float) -> Callable[[int], float]:
 def write_csv(table: Table, handle: Any, rows: Iterable[int] | None = None) -> int:
     """Write the header and `rows` (None: every row in `table.order`) to an open text file
     (opened with newline=""); the number of rows written."""
+    if rows is not None:
+        rows = np.asarray(rows, np.int64)
+        if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= table.n):
+            raise ValueError(f"{table.name}: rows outside the table's {table.n}")
     writer = csv.writer(handle)
     writer.writerow(table.headers)
     count = 0

@@ -740,3 +740,33 @@ async def test_eager_islands_of_a_compiled_corpus_trace(tmp_path, monkeypatch):
         saved = await save(pilot, viewer)
         assert saved.read_bytes() == summary.read_bytes()
         assert column(*read_csv(saved), "name") == shown_texts(screen, "eager operator")
+
+
+async def test_operators_by_shape_saved_with_their_shapes(tmp_path, monkeypatch):
+    from kinetoscope.tui.app import KinetoscopeApp
+    from kinetoscope.tui.operators import OperatorsScreen
+    from kinetoscope.tui.screens import TraceScreen
+
+    monkeypatch.chdir(tmp_path)
+    app = KinetoscopeApp(str(SAMPLE))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, TraceScreen)
+        await pilot.press("o")
+        screen = await settle(pilot, OperatorsScreen)
+        await pilot.press("S")
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+        assert screen.by_shape and screen.result.shapes is not None
+        path = await save(pilot, tmp_path)
+        assert path.name.endswith(".operators-by-shape.csv")
+        header, rows = read_csv(path)
+        shown = view_rows(screen)
+        strings = screen.data.trace.strings
+        shapes = screen.result.shapes
+        table = screen.result.table
+        assert len(rows) == len(shown) == len(table)
+        assert column(header, rows, "input_shape") == [
+            strings[int(shapes[g])] if shapes[g] >= 0 else "" for g in shown
+        ]
+        assert column(header, rows, "self_us") == [us(int(table.excl[g])) for g in shown]
+        assert "allocated_bytes" not in header  # the table shows no memory columns by shape
