@@ -177,6 +177,8 @@ def plan_job(
     from kinetoscope.analysis.job import analyze_job, map_ranks
     from kinetoscope.parser.ranks import JobError, discover
 
+    if window is not None and not steps:
+        parse_window(window, 0, 1 << 62)  # a window that cannot be read: said before any work
     try:
         files = discover(inputs, cycle=cycle)
     except JobError as exc:

@@ -576,3 +576,20 @@ def test_cycle_picks_the_profiling_cycle(tmp_path):
     assert [r["source"] for r in ours["ranks"]] == [
         f"rank{r}.1000000.pt.trace.json" for r in (0, 1, 2)
     ]
+
+
+def test_an_unreadable_window_is_said_before_the_ranks_are_read(tmp_path, monkeypatch):
+    import kinetoscope.analysis.job as job_module
+
+    from kinetoscope.export import ExportError
+    from kinetoscope.export_job import plan_job
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the ranks were digested")
+
+    monkeypatch.setattr(job_module, "map_ranks", refuse)
+    job = write_job(tmp_path / "job")
+    with pytest.raises(ExportError, match="cannot read the window"):
+        plan_job([str(job)], window="+5ms")
+    with pytest.raises(ExportError, match="is empty"):
+        plan_job([str(job)], window="+5ms..+1ms")
