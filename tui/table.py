@@ -647,7 +647,7 @@ class SavesCsv:
             screen.notify(failure_message("the CSV table", error), severity="error", markup=False)
             return
         if export is None:
-            screen.notify("Nothing to save yet: the table is still being computed", timeout=3)
+            screen.notify("Nothing to save yet: no table is shown", timeout=3)
             return
         table, rows = export
         screen.run_worker(
