@@ -594,12 +594,39 @@ def test_summary_csv_prints_the_files_written(tmp_path, capsys):
         assert count == f"{len(read_csv(Path(path))[1])} rows"
 
 
-def test_summary_csv_imports_no_textual(tmp_path):
+@pytest.mark.parametrize("command", ["summary", "diff"])
+def test_summary_and_diff_csv_import_no_textual(tmp_path, command):
     from test_headless import FORBIDDEN, imported_by
 
-    result, modules = imported_by(tmp_path, "summary", str(SAMPLE), "--csv", str(tmp_path / "o"))
+    traces = [str(SAMPLE)] * (2 if command == "diff" else 1)
+    result, modules = imported_by(tmp_path, command, *traces, "--csv", str(tmp_path / "o"))
     assert result.returncode == 0, result.stderr
+    assert len(list((tmp_path / "o").glob("*.csv"))) >= 2
     assert [m for m in FORBIDDEN if m in modules] == []
+
+
+@pytest.mark.corpus
+def test_the_corpus_8_rank_job_as_csv(tmp_path):
+    """The real NCCL job: a row per rank, every matched collective, each rank's steps."""
+    from kinetoscope.analysis.job import analyze_job, digest_rank
+    from kinetoscope.parser.ranks import discover
+
+    folder = CORPUS / "multirank" / "dlrm_8rank"
+    if not folder.exists():
+        pytest.skip("the corpus job is absent")
+    out = tmp_path / "out"
+    assert main(["summary", str(folder), "--csv", str(out), "--workers", "2"]) == 0
+    files = discover([str(folder)])
+    job = analyze_job([digest_rank(f.path) for f in files.files], files)
+    header, rows = read_csv(out / "dlrm_8rank.ranks.csv")
+    assert column(header, rows, "rank") == [str(r) for r in range(8)]
+    assert set(column(header, rows, "status")) == {"ok"}
+    assert column(header, rows, "straggler").count("1") == 1
+    header, rows = read_csv(out / "dlrm_8rank.collectives.csv")
+    assert len(rows) == len(job.matched) > 0
+    assert sorted(column(header, rows, "latency_us")) == sorted(us(int(v)) for v in job.latency)
+    header, rows = read_csv(out / "dlrm_8rank.rank-steps.csv")
+    assert len(rows) == sum(len(e.digest.step_names) for e in job.ranks)
 
 
 def test_save_falls_back_to_the_temporary_directory(tmp_path, monkeypatch):
