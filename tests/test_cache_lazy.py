@@ -193,7 +193,7 @@ def test_the_view_cache_is_checked_with_the_model(trace_path, fresh, entry):
     data = viewdata.build_view_data(cache.load(str(trace_path)))
     assert viewdata.save_view_cache(data)
     extra = entry / "extra-view"
-    name = "nesting.self_time"
+    name = "nesting.outermost"
     _flip_last_byte(extra / f"{name}.npy")
     _rerecord(extra, name)
     lazy = cache.load(str(trace_path), verify=False)
@@ -267,3 +267,82 @@ async def test_the_app_drops_the_rejected_view(trace_path, fresh, entry):
         assert app.data is screens[0].data
         assert_same_model(app.data.trace, fresh)
         assert np.array_equal(app.data.trace.start, fresh.start)
+
+
+def _cached_view(trace_path: Path) -> Any:
+    from kinetoscope.tui import viewdata
+
+    full = viewdata.build_view_data(cache.load(str(trace_path)))
+    assert viewdata.save_view_cache(full)
+    return full
+
+
+def test_a_reopened_view_shows_its_top_levels_without_sorting_or_nesting(
+    trace_path, entry, monkeypatch
+):
+    """The first frame of a cached view: each lane's top level from the cache, no sort and no
+    nesting (those cost more with every event); the rest rebuilt from the cache after it."""
+    from kinetoscope.tui import viewdata
+    from test_view_staged import assert_same_levels
+
+    full = _cached_view(trace_path)
+    lazy = cache.load(str(trace_path), verify=False)
+    assert lazy is not None
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("computed on the first frame's path")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(viewdata, "slice_order", refused)
+        patch.setattr(viewdata, "compute_nesting", refused)
+        patch.setattr(viewdata.ViewData, "_root_placement", refused)
+        first = viewdata.build_view_data(lazy, staged=True)
+        assert first.levels_from_cache and not first.complete
+        assert not first.session.nesting_ready
+        assert_same_levels(first, full, top_only=True)
+        assert cache.check(lazy)
+        first.complete_levels()  # from the cache: still no sort, no nesting
+    assert first.complete and first.levels_from_cache
+    assert_same_levels(first, full, top_only=False)
+    for name in ("order", "position", "parent", "depth", "self_time", "subtree_stop", "outermost",
+                 "lane_of", "parent_pos", "lane_ids", "lane_start"):  # fmt: skip
+        a, b = getattr(first.nesting, name), getattr(full.nesting, name)
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
+
+
+def test_the_view_cache_is_small(trace_path, entry):
+    """The nesting's forest and the placed rows as int32, the keys as runs: about 17 bytes per
+    slice, where the whole nesting and placement took 46."""
+    full = _cached_view(trace_path)
+    extra = entry / "extra-view"
+    slices = len(full.placement.rows)
+    arrays = sum(f.stat().st_size - 128 for f in extra.glob("*.npy"))
+    assert arrays <= 18 * slices + 8 * 2 * (len(full.lanes) * 8)
+
+
+@pytest.mark.parametrize("value", [-5, 10**6])
+def test_a_cached_view_with_rows_out_of_range_is_computed_instead(trace_path, entry, value):
+    from kinetoscope.tui import viewdata
+    from test_view_staged import assert_same_levels
+
+    full = _cached_view(trace_path)
+    extra = entry / "extra-view"
+    for name in ("placement.rows", "nesting.order"):
+        file = extra / f"{name}.npy"
+        original = file.read_bytes()
+        array = np.load(file)
+        array[len(array) // 2] = value
+        np.save(file, array)
+        body = msgspec.json.decode(cache.manifest_body((extra / "manifest.json").read_bytes()))
+        st = file.stat()
+        body["files"][name].update(
+            ino=st.st_ino, mtime_ns=st.st_mtime_ns, ctime_ns=st.st_ctime_ns,
+            crc32=zlib.crc32(file.read_bytes()), bytes=st.st_size,
+        )  # fmt: skip
+        (extra / "manifest.json").write_bytes(cache.manifest_bytes(body))
+        view = viewdata.build_view_data(cache.load(str(trace_path)), staged=True)
+        view.complete_levels()
+        assert not view.levels_from_cache
+        assert_same_levels(view, full, top_only=False)
+        file.write_bytes(original)
+        _rerecord(extra, name)

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from dataclasses import fields as dataclass_fields
 from typing import Any
 
 import numpy as np
 from kinetoscope.analysis.idle import CAUSES
-from kinetoscope.analysis.intervals import slice_order
+from kinetoscope.analysis.intervals import nesting_depth, slice_order
 from kinetoscope.analysis.nesting import Nesting, compute_nesting
 from kinetoscope.analysis.session import TraceSession
 from kinetoscope.analysis.sync import blocking_rows
@@ -159,7 +158,8 @@ class ViewData:
     nesting, found with one sort): enough for the first frame, where every lane is collapsed.
     `complete_levels()` (from a background thread) then nests every slice and swaps the full
     levels in; `nesting` and the deeper levels wait for it. A model cache entry may hold the
-    finished nesting and placement, and then nothing is deferred.
+    finished nesting and placement (`CachedView`): staged, the first frame then takes the top
+    levels from it (no sort, no nesting), and `complete_levels()` rebuilds the rest from it.
     """
 
     def __init__(self, session: TraceSession | Trace, *, staged: bool = False) -> None:
@@ -167,7 +167,8 @@ class ViewData:
             session = TraceSession(session)
         self.session = session
         trace = self.trace = session.trace
-        # A cached view is checked (its CRCs read) while the rest is computed.
+        # A cached view is mapped (and, unless the model was mapped unchecked, its CRCs read)
+        # while the rest is computed.
         pending = _in_thread(load_view_cache, trace) if trace.from_cache else None
         self.classes = session.classes
         self.kind = self.classes.kind
@@ -191,9 +192,16 @@ class ViewData:
         self._python_category: np.ndarray | None = None
         self._expandable: list[bool] = []  # each lane's flag with every slice shown
         cached = pending.result() if pending is not None else None
+        top = cached.top_placement(trace) if cached is not None and staged else None
+        if staged and top is None:
+            cached = None
         self.levels_from_cache = cached is not None
-        if cached is not None:
-            self._install(*cached)
+        self._cached: CachedView | None = cached  # what complete_levels() installs
+        if cached is not None and top is not None:
+            self._make_lanes(self._per_lane(top), deep=cached.deep_lanes())
+            self._set_row_lane(top)
+        elif cached is not None:
+            self.complete_levels()
         elif staged:
             placement = self._root_placement()
             self._make_lanes(self._per_lane(placement))
@@ -221,6 +229,12 @@ class ViewData:
         with self._lock:
             if self._levels_ready.is_set():
                 return
+            cached, self._cached = self._cached, None
+            parts = cached.rebuild(self.trace) if cached is not None else None
+            if parts is not None:
+                self._install(*parts)
+                return
+            self.levels_from_cache = False
             nesting = self.session.nesting
             self._install(nesting, self._full_placement(nesting))
 
@@ -393,12 +407,18 @@ class ViewData:
         row_lane[placement.rows] = view_of[placement.key // placement.stride]
         self.row_lane = row_lane
 
-    def _make_lanes(self, per_lane: dict[int, dict[int, Level]]) -> None:
+    def _make_lanes(
+        self, per_lane: dict[int, dict[int, Level]], deep: set[int] | None = None
+    ) -> None:
+        """The lane views and groups; `deep`: the lanes with slices below their first level, if
+        known (else counted)."""
         trace = self.trace
         lane_ids = sorted(per_lane, key=lambda i: trace.lanes[i].sort_key)
         # A lane is deep when it has slices below its first level: more slices than its first
         # level holds (known before the deeper levels are placed).
-        slices = np.bincount(trace.lane[self.kind >= 0], minlength=len(trace.lanes) + 1)
+        if deep is None:
+            slices = np.bincount(trace.lane[self.kind >= 0], minlength=len(trace.lanes) + 1)
+            deep = {i for i in lane_ids if slices[i] > len(per_lane[i].get(0, Level.empty()))}
         # Group by process (CPU) or device (GPU); groups ordered by their first lane.
         group_of: dict[tuple, int] = {}
         for lane_id in lane_ids:
@@ -431,7 +451,7 @@ class ViewData:
                     short_label=tail or head,
                     levels=levels,
                     device=device,
-                    expandable=bool(slices[lane_id] > len(levels[0])),
+                    expandable=lane_id in deep,
                 )
             )
             self.groups[group_index].lanes.append(view_index)
@@ -643,37 +663,152 @@ def build_view_data(session: TraceSession | Trace, *, staged: bool = False) -> V
 
 
 VIEW_CACHE = "view"
-VIEW_CACHE_VERSION = 1
-_NESTING_FIELDS = tuple(f.name for f in dataclass_fields(Nesting))
+VIEW_CACHE_VERSION = 2
+# What the view cache keeps of the nesting: the forest itself. The per-row arrays (position,
+# parent, depth), the lanes of the positions and the self times follow from it in a few passes
+# (`CachedView.rebuild`), and cost no disk.
+_FOREST_FIELDS = ("order", "parent_pos", "subtree_stop", "outermost", "lane_ids", "lane_start")
+
+
+def _narrow(index: np.ndarray) -> np.ndarray:
+    """Row or position indices as int32 when they fit (they do below 2**31 rows)."""
+    fits = not len(index) or (int(index.min()) >= -1 and int(index.max()) < (1 << 31) - 1)
+    return index.astype(np.int32) if fits else index
 
 
 def save_view_cache(data: ViewData) -> bool:
-    """Keep the finished nesting and placement with the trace's model cache entry."""
+    """Keep the finished nesting and placement with the trace's model cache entry: the nesting's
+    forest (positions as int32), the placed rows (int32) and their keys as runs (one key and
+    count per lane and level)."""
     if not data.complete or data.placement is None or not data.session.nesting_ready:
         return False
     nesting = data.session.nesting
-    arrays = {f"nesting.{name}": getattr(nesting, name) for name in _NESTING_FIELDS}
-    arrays["placement.rows"] = data.placement.rows
-    arrays["placement.key"] = data.placement.key
-    arrays["placement.stride"] = np.array([data.placement.stride], dtype=np.int64)
+    arrays = {f"nesting.{name}": getattr(nesting, name) for name in _FOREST_FIELDS}
+    for name in ("order", "parent_pos", "subtree_stop"):
+        arrays[f"nesting.{name}"] = _narrow(arrays[f"nesting.{name}"])
+    placement = data.placement
+    key = placement.key
+    first = np.flatnonzero(np.diff(key)) + 1 if len(key) else np.zeros(0, np.int64)
+    starts = np.concatenate(([0], first)) if len(key) else first
+    arrays["placement.rows"] = _narrow(placement.rows)
+    arrays["placement.keys"] = key[starts].astype(np.int64)
+    arrays["placement.counts"] = np.diff(np.append(starts, len(key))).astype(np.int64)
+    arrays["placement.stride"] = np.array([placement.stride], dtype=np.int64)
     return model_cache.save_extra(data.trace, VIEW_CACHE, VIEW_CACHE_VERSION, arrays)
 
 
-def load_view_cache(trace: Trace) -> tuple[Nesting, Placement] | None:
+@dataclass(frozen=True)
+class CachedView:
+    """A view cache entry as mapped: nothing derived yet. `top_placement` (the first frame's)
+    costs the top levels' rows; `rebuild` (after the first frame) the whole nesting."""
+
+    forest: dict[str, np.ndarray]
+    rows: np.ndarray  # placed rows, in drawing order
+    keys: np.ndarray  # lane * stride + level of each run of rows, ascending
+    counts: np.ndarray  # rows in each run
+    stride: int
+
+    def _lanes_levels(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.keys // self.stride, self.keys % self.stride
+
+    def top_placement(self, trace: Trace) -> Placement | None:
+        """Each lane's first level, as `ViewData._root_placement` places it (None if its rows
+        are not rows of the trace)."""
+        lanes, levels = self._lanes_levels()
+        ends = np.cumsum(self.counts)
+        top = np.flatnonzero(levels == 0)
+        pieces = [self.rows[ends[i] - self.counts[i] : ends[i]] for i in top.tolist()]
+        rows = np.concatenate(pieces).astype(np.int64) if pieces else np.zeros(0, np.int64)
+        if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= len(trace)):
+            return None
+        return Placement(rows=rows, key=np.repeat(lanes[top], self.counts[top]), stride=1)
+
+    def deep_lanes(self) -> set[int]:
+        """Lanes with slices below their first level."""
+        lanes, levels = self._lanes_levels()
+        return {int(lane) for lane in np.unique(lanes[levels > 0])}
+
+    def rebuild(self, trace: Trace) -> tuple[Nesting, Placement] | None:
+        """The nesting and placement as they were saved, or None if the arrays do not fit the
+        trace (then the view is computed)."""
+        n = len(trace)
+        rows = self.rows
+        if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= n):
+            return None
+        forest = self.forest
+        order = forest["order"].astype(np.int64)
+        if len(order) and (int(order.min()) < 0 or int(order.max()) >= n):
+            return None
+        parent_pos = np.asarray(forest["parent_pos"])
+        subtree_stop = np.asarray(forest["subtree_stop"])
+        count = len(order)
+        if len(parent_pos) and (int(parent_pos.max()) >= count or int(parent_pos.min()) < -1):
+            return None
+        if len(subtree_stop) and (int(subtree_stop.max()) > count or int(subtree_stop.min()) < 0):
+            return None
+        # As compute_nesting makes them (analysis/nesting.py).
+        has_parent = parent_pos >= 0
+        dur = trace.dur[order]
+        children_dur = np.zeros(count, dtype=np.int64)
+        np.add.at(children_dur, parent_pos[has_parent], dur[has_parent])
+        self_time = np.maximum(dur - children_dur, 0)
+        index_type = parent_pos.dtype
+        position = np.full(n, -1, dtype=index_type)
+        position[order] = np.arange(count, dtype=index_type)
+        parent = np.full(n, -1, dtype=np.int32)
+        parent[order[has_parent]] = order[parent_pos[has_parent]]
+        depth = np.full(n, -1, dtype=np.int32)
+        depth[order] = nesting_depth(subtree_stop)
+        nesting = Nesting(
+            order=order,
+            lane_of=trace.lane[order],
+            parent_pos=parent_pos,
+            subtree_stop=subtree_stop,
+            self_time=self_time,
+            outermost=forest["outermost"],
+            position=position,
+            parent=parent,
+            depth=depth,
+            lane_ids=forest["lane_ids"],
+            lane_start=forest["lane_start"],
+        )
+        key = np.repeat(self.keys, self.counts)
+        return nesting, Placement(rows=rows.astype(np.int64), key=key, stride=self.stride)
+
+
+def load_view_cache(trace: Trace) -> CachedView | None:
+    """The trace's view cache entry, mapped and checked in constant time (sizes, not values:
+    `CachedView.rebuild` checks those), or None."""
     if not trace.from_cache:
         return None
     arrays = model_cache.load_extra(trace, VIEW_CACHE, VIEW_CACHE_VERSION)
     if arrays is None:
         return None
     try:
-        nesting = Nesting(**{name: arrays[f"nesting.{name}"] for name in _NESTING_FIELDS})
+        forest = {name: arrays[f"nesting.{name}"] for name in _FOREST_FIELDS}
         stride = int(arrays["placement.stride"][0])
-        placement = Placement(arrays["placement.rows"], arrays["placement.key"], stride)
+        rows, keys = arrays["placement.rows"], arrays["placement.keys"]
+        counts = arrays["placement.counts"]
     except (KeyError, IndexError, TypeError):
         return None
-    n = len(trace)
-    sizes_ok = len(nesting.position) == n and len(nesting.parent) == n and len(nesting.depth) == n
-    in_range = not len(placement.rows) or (
-        0 <= int(placement.rows.min()) and int(placement.rows.max()) < n and stride > 0
+    positions = len(forest["order"])
+    lane_start = forest["lane_start"]
+    sizes_ok = (
+        all(len(forest[name]) == positions for name in _FOREST_FIELDS[:4])
+        and len(lane_start) == len(forest["lane_ids"]) + 1
+        and int(lane_start[-1]) == positions
+        and forest["outermost"].dtype == np.bool_
+        and forest["parent_pos"].dtype == forest["subtree_stop"].dtype
     )
-    return (nesting, placement) if sizes_ok and in_range else None
+    runs_ok = (
+        stride > 0
+        and len(keys) == len(counts)
+        and (not len(counts) or int(counts.min()) > 0)
+        and int(counts.sum()) == len(rows)
+        and bool(np.all(keys[1:] > keys[:-1]))
+        and (not len(keys) or (int(keys[0]) >= 0 and int(keys[-1]) // stride < len(trace.lanes)))
+        and len(rows) <= len(trace)
+    )
+    if not (sizes_ok and runs_ok):
+        return None
+    return CachedView(forest, rows, keys, counts, stride)
