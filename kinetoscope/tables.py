@@ -9,7 +9,7 @@ it shows (filter, category, range and sort applied), in its order.
 
 Cells (docs/csv.md): durations are integer ns written as microseconds with exactly 3 decimals
 (`12.345`: exact, the same numbers as the trace's `ts`/`dur` and the summary JSON), a column
-whose header ends in `_us`; a mean is rounded to the nearest ns first. Bytes and counts are
+whose header ends in `_us`; a mean is rounded to 3 decimals as the summary JSON's `mean_us`. Bytes and counts are
 integers. Shares are fractions of 1 written with Python's shortest round-trip float text.
 Names are written as recorded (the csv module quotes commas, quotes and line breaks). A value
 that does not exist (no shape, no launching operator, a rank not loaded) is an empty cell.
@@ -66,12 +66,13 @@ class Table:
 
 
 def us_text(ns: Any) -> str:
-    """Integer ns as µs with exactly 3 decimals, computed on integers (exact at any size); a
-    float (a mean) is rounded to the nearest ns first (halves to even)."""
+    """Integer ns as µs with exactly 3 decimals, computed on integers (exact at any size). A
+    mean (a Fraction of ns) is divided and rounded to 3 decimals as the summary JSON's
+    `mean_us` is (so both files say the same); a float of ns is rounded to the nearest ns."""
+    if isinstance(ns, Fraction):
+        return f"{round(ns.numerator / (1000 * ns.denominator), 3):.3f}"
     if isinstance(ns, (float, np.floating)):
         ns = round(float(ns))
-    elif isinstance(ns, Fraction):
-        ns = round(ns)
     ns = int(ns)
     sign = "-" if ns < 0 else ""
     whole, part = divmod(abs(ns), 1000)
@@ -549,10 +550,70 @@ def compile_steps_table(trace: Any, result: Any) -> Table:
     return Table("compile-steps", fields, len(steps), smallest_first(start))
 
 
+def devices_table(idle: Any) -> Table:
+    """The overview's devices (`v`, and the summary's GPU table): per device with GPU activity
+    its counts, its window (first start to last end), busy and idle time, idle by cause."""
+    from kinetoscope.analysis.idle import CAUSES
+
+    devices = list(idle.devices)
+
+    def window(i: int, end: int) -> int | None:
+        span = devices[i].window
+        return None if span is None else span[end]
+
+    def by_cause(k: int) -> Callable[[int], int]:
+        return lambda i: devices[i].idle_by_cause[k]
+
+    fields = [
+        Field("device", INT, lambda i: devices[i].device),
+        Field("kernels", INT, lambda i: devices[i].kernels),
+        Field("memcpys", INT, lambda i: devices[i].memcpys),
+        Field("memsets", INT, lambda i: devices[i].memsets),
+        Field("window_start_us", US, lambda i: window(i, 0)),
+        Field("window_end_us", US, lambda i: window(i, 1)),
+        Field("busy_us", US, lambda i: devices[i].busy_ns),
+        Field("idle_us", US, lambda i: devices[i].idle_ns),
+        *(Field(f"{cause}_us", US, by_cause(k)) for k, cause in enumerate(CAUSES)),
+    ]
+    return Table("devices", fields, len(devices), np.arange(len(devices)))
+
+
+def idle_by_cpu_table(trace: Any, table: Any) -> Table:
+    """GPU idle totalled by the CPU operator running at each gap's midpoint (all gaps; the gap
+    list's first line), most idle first; a last row, without a name, for the gaps with no CPU
+    slice there."""
+    named = len(table.idle)
+    extra = 1 if table.unattributed_gaps else 0
+
+    def named_row(i: int, value: Callable[[int], Any]) -> Any:
+        return value(i) if i < named else None
+
+    fields = [
+        Field("name", TEXT, lambda i: named_row(i, lambda r: trace.strings[int(table.name[r])])),
+        Field("cat", TEXT, lambda i: named_row(i, lambda r: trace.strings[int(table.cat[r])])),
+        Field("gaps", INT, lambda i: table.gaps[i] if i < named else table.unattributed_gaps),
+        Field("idle_us", US, lambda i: table.idle[i] if i < named else table.unattributed_idle),
+        Field("longest_us", US, lambda i: named_row(i, lambda r: table.longest[r])),
+    ]
+    return Table("idle-by-cpu", fields, named + extra, np.arange(named + extra))
+
+
+def memory_peaks_table(groups: Sequence[Any]) -> Table:
+    """The summary's memory peaks: per memory device the peak allocated and reserved bytes."""
+    fields = [
+        Field("device_type", INT, lambda i: groups[i].device_type),
+        Field("device_id", INT, lambda i: groups[i].device_id),
+        Field("peak_allocated_bytes", INT, lambda i: groups[i].peak_allocated),
+        Field("peak_reserved_bytes", INT, lambda i: groups[i].peak_reserved),
+    ]
+    return Table("memory-peaks", fields, len(groups), np.arange(len(groups)))
+
+
 def single_trace_tables(session: Any) -> list[Table]:
     """Every table `summary --csv` writes for one trace, computed by the session: operators,
     kernels, GPU idle gaps (all, longest first), findings, steps; when the trace has them, the
-    memory view's two tables (its main device), the sync view's two, the compile view's two."""
+    devices' utilisation, the idle by CPU operator, the memory peaks, the memory view's two
+    tables (its main device), the sync view's two, the compile view's two."""
     trace = session.trace
     operators = session.operators
     kernels = session.kernels
@@ -566,6 +627,12 @@ def single_trace_tables(session: Any) -> list[Table]:
         findings_table(list(session.findings)),
         steps_table(trace, session.steps, bool(session.idle.devices)),
     ]
+    if session.idle.devices:
+        made.append(devices_table(session.idle))
+    if len(gaps):
+        made.append(idle_by_cpu_table(trace, session.idle_by_cpu))
+    if session.memory:
+        made.append(memory_peaks_table(session.memory))
     memory = session.memory_ops
     device = memory.primary
     if device is not None and len(device):  # the main device's, as the memory view opens

@@ -38,7 +38,8 @@ def read_csv(path: Path) -> tuple[list[str], list[list[str]]]:
 
 def us(ns) -> str:
     """What a duration cell must hold: exact decimal µs of integer (or rounded mean) ns."""
-    ns = round(Fraction(ns)) if not isinstance(ns, int) else ns
+    if isinstance(ns, Fraction):  # a mean: as the summary JSON's mean_us
+        return f"{round(ns.numerator / (1000 * ns.denominator), 3):.3f}"
     return f"{'-' if ns < 0 else ''}{abs(ns) // 1000}.{abs(ns) % 1000:03d}"
 
 
@@ -58,7 +59,9 @@ def test_us_text_is_exact_at_any_size():
     # 2^62 ns: a float of µs would lose the last digits.
     assert tables.us_text(2**62) == "4611686018427387.904"
     assert tables.us_text(np.int64(123456789)) == "123456.789"
-    assert tables.us_text(2.5) == "0.002"  # a mean: nearest ns, halves to even
+    assert tables.us_text(2.5) == "0.002"  # a float of ns: the nearest ns, halves to even
+    # A mean: as the summary JSON's mean_us, round(total / (1000 * count), 3).
+    assert tables.us_text(Fraction(2749960, 16)) == f"{round(2749960 / 16000, 3):.3f}"
     assert tables.us_text(Fraction(7, 2)) == "0.004"
     assert tables.cell_text(tables.US, float("nan")) == ""
     assert tables.cell_text(tables.INT, tables.NO_VALUE) == ""
@@ -797,3 +800,51 @@ async def test_operators_by_shape_saved_with_their_shapes(tmp_path, monkeypatch)
         ]
         assert column(header, rows, "self_us") == [us(int(table.excl[g])) for g in shown]
         assert "allocated_bytes" not in header  # the table shows no memory columns by shape
+
+
+def test_the_summarys_csv_agrees_with_its_json(summary_dir):
+    """An independent path to the same numbers: the summary JSON (spec: µs rounded to 3
+    decimals from integer ns) against the CSV files of the same trace."""
+    from kinetoscope.analysis.summary import build_summary
+
+    document = build_summary(session_of(SAMPLE))
+
+    def rows_of(table: str) -> list[dict[str, str]]:
+        header, rows = read_csv(summary_file(summary_dir, table))
+        return [dict(zip(header, r)) for r in rows]
+
+    def same(cell: str, value) -> bool:
+        return (cell == "" and value is None) or float(cell) == value
+
+    devices = rows_of("devices")
+    assert len(devices) == len(document["gpu"]) > 0
+    for row, gpu in zip(devices, document["gpu"]):
+        assert int(row["device"]) == gpu["device"] and int(row["kernels"]) == gpu["kernels"]
+        for key in ("window_start_us", "window_end_us", "busy_us", "idle_us"):
+            assert same(row[key], gpu[key]), key
+        for cause, value in gpu["idle_by_cause"].items():
+            assert same(row[f"{cause}_us"], value), cause
+    idle = rows_of("idle-by-cpu")
+    for row, entry in zip(idle, document["idle_by_cpu"]):
+        assert (row["name"] or None, row["cat"] or None) == (entry["name"], entry["cat"])
+        assert int(row["gaps"]) == entry["gaps"] and same(row["idle_us"], entry["idle_us"])
+    assert len(idle) == len(document["idle_by_cpu"])
+    peaks = rows_of("memory-peaks")
+    assert [(int(r["peak_allocated_bytes"]), int(r["peak_reserved_bytes"])) for r in peaks] == [
+        (m["peak_allocated_bytes"], m["peak_reserved_bytes"]) for m in document["memory"]
+    ]
+    operators = {(r["cat"], r["name"]): r for r in rows_of("operators")}
+    for op in document["operators"]:
+        row = operators[(op["cat"], op["name"])]
+        assert int(row["count"]) == op["count"]
+        for csv_key, json_key in (("total_us", "incl_us"), ("self_us", "excl_us")):
+            assert same(row[csv_key], op[json_key])
+    kernels = rows_of("kernels")
+    for row, kernel in zip(kernels, document["kernels"]):
+        assert (row["cat"], row["name"]) == (kernel["cat"], kernel["name"])
+        for key in ("total_us", "mean_us", "min_us", "max_us"):
+            assert same(row[key], kernel[key]), key
+    steps = rows_of("steps")
+    assert [(s["step"], float(s["wall_us"])) for s in steps] == [
+        (s["name"], s["dur_us"]) for s in document["steps"]
+    ]
