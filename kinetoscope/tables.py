@@ -9,8 +9,9 @@ it shows (filter, category, range and sort applied), in its order.
 
 Cells (docs/csv.md): durations are integer ns written as microseconds with exactly 3 decimals
 (`12.345`: exact, the same numbers as the trace's `ts`/`dur` and the summary JSON), a column
-whose header ends in `_us`; a mean is rounded to 3 decimals as the summary JSON's `mean_us`. Bytes and counts are
-integers. Shares are fractions of 1 written with Python's shortest round-trip float text.
+whose header ends in `_us`; a mean is rounded to 3 decimals as the summary JSON's `mean_us`.
+Bytes and counts are integers. Shares are fractions of 1 written with Python's shortest
+round-trip float text.
 Names are written as recorded (the csv module quotes commas, quotes and line breaks). A value
 that does not exist (no shape, no launching operator, a rank not loaded) is an empty cell.
 """
