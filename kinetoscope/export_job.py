@@ -54,11 +54,11 @@ from typing import Any
 import msgspec
 
 from kinetoscope.export import ExportError, Window, crop_trace, parse_window, write_crop
+from kinetoscope.parser.ranks import MERGED_KEY  # a job's discovery leaves merged files out
 
 MANIFEST_NAME = "perfetto_manifest.json"
 MANIFEST_VERSION = 1  # Perfetto's trace-manifest format version
 RECORD_VERSION = 1  # of our own `kinetoscope` / `kinetoscopeMerged` records
-MERGED_KEY = "kinetoscopeMerged"
 ID_ARGS = ("correlation", "External id", "Python id", "Python parent id")
 ID_FIELDS = ("id", "bind_id")
 # Ranks are cropped in worker processes when their files add up to this much (smaller ones:

@@ -29,6 +29,11 @@ TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json")
 HEAD_LIMIT = 64 << 20  # uncompressed bytes read at most to find the header keys
 _READ = 1 << 16
 
+# The record of a job's merged export (kinetoscope/export_job.py MERGED_KEY): such a file holds
+# every rank, written with rank 0's header; it is left out of a job, not taken for rank 0.
+MERGED_KEY = "kinetoscopeMerged"
+MERGED_REASON = "a merged export of a job's ranks (kinetoscope export), not one rank"
+
 RULE_DISTRIBUTED = "distributedInfo"
 RULE_NAME = "name"
 RULE_ORDER = "order"
@@ -321,6 +326,8 @@ def _probe(path: str) -> _Probe:
         return _Probe(path, worker, stamp, mtime, None, PERFETTO_REASON, not_trace=True)
     try:
         header = read_head(path)
+        if MERGED_KEY in header:  # `kinetoscope export DIR -o X.json`: every rank, not one
+            return _Probe(path, worker, stamp, mtime, None, MERGED_REASON, not_trace=True)
         value = header.get("distributedInfo")
         info = value if isinstance(value, dict) else None
     except NotATrace as exc:

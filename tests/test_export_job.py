@@ -593,3 +593,16 @@ def test_an_unreadable_window_is_said_before_the_ranks_are_read(tmp_path, monkey
         plan_job([str(job)], window="+5ms")
     with pytest.raises(ExportError, match="is empty"):
         plan_job([str(job)], window="+5ms..+1ms")
+
+
+def test_a_merged_export_left_in_the_job_folder_is_not_taken_for_a_rank(tmp_path):
+    job = write_job(tmp_path / "job")
+    result = export(job, "-o", job / "merged.json", "--step", "1")
+    assert result.returncode == 0, result.stderr
+    result = export(job, "-o", tmp_path / "again.zip", "--step", "1")
+    assert result.returncode == 0, result.stderr
+    assert "merged.json: not used: a merged export of a job's ranks" in result.stderr
+    with zipfile.ZipFile(tmp_path / "again.zip") as bundle:
+        ours = json.loads(bundle.read(MANIFEST_NAME))["kinetoscope"]
+    assert ours["profiling_cycle"] == 1
+    assert [r["source"] for r in ours["ranks"]] == [f"rank{r}.pt.trace.json" for r in (0, 1, 2)]
