@@ -178,7 +178,7 @@ class ViewData:
         self.links = session.links
         self.idle = session.idle
         self.gaps = self.idle.gaps
-        self.slot = self._slots()
+        self._slot: np.ndarray | None = None  # see `slot`
         self.lanes: list[LaneView] = []
         self.groups: list[Group] = []
         # Per trace row (-1: not drawn, or not placed yet): index into self.lanes, level, and
@@ -198,7 +198,9 @@ class ViewData:
         self.levels_from_cache = cached is not None
         self._cached: CachedView | None = cached  # what complete_levels() installs
         if cached is not None and top is not None:
-            self._make_lanes(self._per_lane(top), deep=cached.deep_lanes())
+            # The colour slots of the top levels' rows only; all of them after the first frame.
+            top_slots = self._slots(top.rows)
+            self._make_lanes(self._per_lane(top, top_slots), deep=cached.deep_lanes())
             self._set_row_lane(top)
         elif cached is not None:
             self.complete_levels()
@@ -212,6 +214,14 @@ class ViewData:
             (self.gaps.device, self.gaps.start, -(self.gaps.end - self.gaps.start))
         )
         self.device_names = _device_names(trace.header)
+
+    @property
+    def slot(self) -> np.ndarray:
+        """The colour slot (SLOT_*) of every trace row; made on first use."""
+        slot = self._slot
+        if slot is None:
+            slot = self._slot = self._slots()
+        return slot
 
     @property
     def nesting(self) -> Nesting:
@@ -285,18 +295,28 @@ class ViewData:
 
     # -- construction -------------------------------------------------------------------------
 
-    def _slots(self) -> np.ndarray:
+    def _slots(self, rows: np.ndarray | None = None) -> np.ndarray:
+        """The colour slot of every row, or of `rows` only."""
         trace = self.trace
         lowered = [s.lower() for s in trace.strings]
         by_string = np.array([_CATEGORY_SLOTS.get(s, SLOT_OTHER) for s in lowered], dtype=np.uint8)
         comm = np.array(["nccl" in s or "rccl" in s for s in lowered], dtype=bool)
-        slot = by_string[trace.cat] if len(trace) else np.zeros(0, np.uint8)
-        gpu = np.isin(self.kind, GPU_KINDS)
+        runtime = self.classes.runtime
+        if rows is None:
+            cat, name, kind = trace.cat, trace.name, self.kind
+        else:
+            cat, name, kind = trace.cat[rows], trace.name[rows], self.kind[rows]
+            only = np.zeros(len(trace), dtype=bool)
+            only[rows] = runtime[rows]
+            runtime = only
+        slot = by_string[cat] if len(cat) else np.zeros(0, np.uint8)
+        gpu = np.isin(kind, GPU_KINDS)
         slot = np.where(gpu & (slot == SLOT_OTHER), SLOT_KERNEL, slot)
-        slot = np.where((self.kind == KIND_RUNTIME), SLOT_RUNTIME, slot)
-        if len(trace):
-            slot = np.where((self.kind == KIND_KERNEL) & comm[trace.name], SLOT_COMM, slot)
-            slot = np.where(blocking_rows(trace, self.classes.runtime), SLOT_SYNC, slot)
+        slot = np.where((kind == KIND_RUNTIME), SLOT_RUNTIME, slot)
+        if len(cat):
+            slot = np.where((kind == KIND_KERNEL) & comm[name], SLOT_COMM, slot)
+            blocking = blocking_rows(trace, runtime)
+            slot = np.where(blocking if rows is None else blocking[rows], SLOT_SYNC, slot)
         return slot.astype(np.uint8)
 
     def _full_placement(self, nesting: Nesting, hide_python: bool = False) -> Placement:
@@ -366,10 +386,14 @@ class ViewData:
         order = np.argsort(lanes, kind="stable")
         return Placement(rows=rows[order], key=lanes[order], stride=1)
 
-    def _per_lane(self, placement: Placement) -> dict[int, dict[int, Level]]:
-        """Levels per lane id from a placement; fills row_level and row_entry anew."""
+    def _per_lane(
+        self, placement: Placement, slots: np.ndarray | None = None
+    ) -> dict[int, dict[int, Level]]:
+        """Levels per lane id from a placement (`slots`: of its rows, if known); fills
+        row_level and row_entry anew."""
         trace = self.trace
         placed, key, stride = placement.rows, placement.key, placement.stride
+        slot_of = self.slot[placed] if slots is None else slots
         start = trace.start[placed] - self.origin
         # Saturate: a slice hundreds of years long would wrap around int64 once made relative.
         end = start + np.minimum(trace.dur[placed], np.iinfo(np.int64).max - start)
@@ -390,7 +414,7 @@ class ViewData:
                 end=e,
                 end_max=np.maximum.accumulate(e),
                 cum_dur=np.concatenate(([0], np.cumsum(e - s))),
-                slot=self.slot[placed[lo:hi]],
+                slot=slot_of[lo:hi],
             )
             row_level[placed[lo:hi]] = lvl
             row_entry[placed[lo:hi]] = np.arange(hi - lo)
