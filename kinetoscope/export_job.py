@@ -151,9 +151,11 @@ def step_window(
 
 def _step_range(names: Sequence[str]) -> str:
     numbers = sorted(
-        int(name.rpartition("#")[2])
-        for name in names
-        if name.startswith("ProfilerStep#") and name.rpartition("#")[2].isdigit()
+        {
+            int(name.rpartition("#")[2])
+            for name in names
+            if name.startswith("ProfilerStep#") and name.rpartition("#")[2].isdigit()
+        }
     )
     if not numbers:
         return ""
@@ -824,7 +826,11 @@ def export_job(
 
 
 def _nothing_left(cut: JobCut) -> ExportError:
-    named = "; ".join(f"rank {r.rank}: {r.problem}" for r in cut.failed)
+    problems = {r.problem for r in cut.failed}
+    if len(cut.failed) > 1 and len(problems) == 1:
+        named = f"every rank: {problems.pop()}"
+    else:
+        named = "; ".join(f"rank {r.rank}: {r.problem}" for r in cut.failed)
     text = f"no rank could be exported ({named})" if named else "no ranks"
     if cut.cycles > 1:
         text += (

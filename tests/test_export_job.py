@@ -568,6 +568,7 @@ def test_cycle_picks_the_profiling_cycle(tmp_path):
     result = export(job, "-o", out, "--step", "1")  # the newest cycle has ProfilerStep#2 only
     assert result.returncode == 1 and "no rank could be exported" in result.stderr
     assert "2 profiling cycles, this is cycle 2 (--cycle N picks another)" in result.stderr
+    assert "(every rank: no ProfilerStep#1 (it has ProfilerStep#2))" in result.stderr
     result = export(job, "-o", out, "--step", "1", "--cycle", "1")
     assert result.returncode == 0, result.stderr
     with zipfile.ZipFile(out) as bundle:
@@ -606,3 +607,21 @@ def test_a_merged_export_left_in_the_job_folder_is_not_taken_for_a_rank(tmp_path
         ours = json.loads(bundle.read(MANIFEST_NAME))["kinetoscope"]
     assert ours["profiling_cycle"] == 1
     assert [r["source"] for r in ours["ranks"]] == [f"rank{r}.pt.trace.json" for r in (0, 1, 2)]
+
+
+def test_step_window_spans_every_slice_of_the_steps_named():
+    from kinetoscope.export_job import step_window
+
+    names = ["ProfilerStep#10", "ProfilerStep#11", "ProfilerStep#10", "ProfilerStep#12"]
+    starts, durs = [0, 10, 20, 40], [10, 10, 5, 10]
+    assert step_window(names, starts, durs, [10]) == (0, 25)  # both slices named #10
+    assert step_window(names, starts, durs, [11, 12]) == (10, 50)
+    assert (
+        step_window(names, starts, durs, [3, 11])
+        == "no ProfilerStep#3 (it has ProfilerStep#10..#12)"
+    )
+    assert (
+        step_window(names[:1], starts[:1], durs[:1], [3])
+        == "no ProfilerStep#3 (it has ProfilerStep#10)"
+    )
+    assert step_window([], [], [], [3]) == "no ProfilerStep#3 (it has no steps)"
