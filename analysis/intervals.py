@@ -88,34 +88,87 @@ class Union:
         return -1
 
 
-def previous_at_least(values: np.ndarray, first: np.ndarray) -> np.ndarray:
+# The nearest-greater searches work a block of positions at a time: each pointer-jumping pass
+# gathers at scattered positions, and over one block those stay in the CPU's caches, where over
+# a 4 GB trace's ten million slices each gather waited on memory (the nesting took 5.6x the
+# time of a 1 GB trace's, not 4x). The few searches that leave their block go on afterwards.
+NEAREST_BLOCK = 1 << 18
+
+
+def previous_at_least(
+    values: np.ndarray, first: np.ndarray, block: int = NEAREST_BLOCK
+) -> np.ndarray:
     """For each i, the largest j < i with values[j] >= values[i] and j >= first[i], else -1.
 
     `first[i]` bounds the search (the start of i's segment). Pointer jumping: a candidate that
     fails is replaced by the candidate of the candidate, which skips only smaller values.
     Rounds are bounded by the largest drop in nesting depth; each round touches only the
-    unresolved positions.
-    """
+    unresolved positions. Done a block of `block` positions at a time, then across blocks for
+    the searches that reached their block's start."""
     n = len(values)
     candidate = np.arange(-1, n - 1, dtype=np.int64)
     candidate[candidate < first] = -1
-    active = np.flatnonzero(candidate >= 0)
+    if n <= block:
+        _jump_back(values, candidate, np.flatnonzero(candidate >= 0))
+        return candidate
+    pending = []
+    for lo in range(0, n, block):
+        hi = min(n, lo + block)
+        local = candidate[lo:hi] - lo  # -1 where the segment starts at i; else i - 1 - lo
+        _jump_back(values[lo:hi], local, np.flatnonzero(local >= 0))
+        # Searches that ran out of block with their segment going on: everything in
+        # [lo, i) is smaller; the search goes on from lo - 1.
+        out = np.flatnonzero((local < 0) & (first[lo:hi] < lo))
+        local += lo
+        local[out] = lo - 1
+        candidate[lo:hi] = local
+        pending.append(out + lo)
+    _jump_back(values, candidate, np.concatenate(pending))
+    return candidate
+
+
+def _jump_back(values: np.ndarray, candidate: np.ndarray, active: np.ndarray) -> None:
+    """`previous_at_least`'s pointer jumping, in place, for the `active` positions."""
     while len(active):
         cand = candidate[active]
         failed = values[cand] < values[active]
         active = active[failed]
         candidate[active] = candidate[cand[failed]]
         active = active[candidate[active] >= 0]
-    return candidate
 
 
-def next_greater(values: np.ndarray, stop: np.ndarray) -> np.ndarray:
-    """For each i, the smallest j > i with values[j] > values[i] and j < stop[i], else stop[i]."""
+def next_greater(values: np.ndarray, stop: np.ndarray, block: int = NEAREST_BLOCK) -> np.ndarray:
+    """For each i, the smallest j > i with values[j] > values[i] and j < stop[i], else stop[i].
+    Done a block of `block` positions at a time, then across blocks for the searches that
+    reached their block's end."""
     n = len(values)
     candidate = np.arange(1, n + 1, dtype=np.int64)
     done = candidate >= stop
     candidate[done] = stop[done]
-    active = np.flatnonzero(~done)
+    if n <= block:
+        _jump_forward(values, candidate, np.flatnonzero(~done), stop)
+        return candidate
+    del done
+    pending = []
+    for lo in range(0, n, block):
+        hi = min(n, lo + block)
+        local_stop = np.minimum(stop[lo:hi], hi) - lo
+        local = candidate[lo:hi] - lo
+        _jump_forward(values[lo:hi], local, np.flatnonzero(local < local_stop), local_stop)
+        # Searches that ran out of block with their segment going on: everything in
+        # (i, hi) is no greater; the search goes on from hi.
+        out = np.flatnonzero((local >= hi - lo) & (stop[lo:hi] > hi))
+        local += lo
+        candidate[lo:hi] = local
+        pending.append(out + lo)
+    _jump_forward(values, candidate, np.concatenate(pending), stop)
+    return candidate
+
+
+def _jump_forward(
+    values: np.ndarray, candidate: np.ndarray, active: np.ndarray, stop: np.ndarray
+) -> None:
+    """`next_greater`'s pointer jumping, in place, for the `active` positions."""
     while len(active):
         cand = candidate[active]
         failed = values[cand] <= values[active]
@@ -125,7 +178,6 @@ def next_greater(values: np.ndarray, stop: np.ndarray) -> np.ndarray:
         candidate[active] = jumped
         # Reaching the segment's end means no greater value: stop there.
         active = active[jumped < stop[active]]
-    return candidate
 
 
 def stable_order(keys: np.ndarray, bound: int) -> np.ndarray:

@@ -199,6 +199,10 @@ def test_nearest_greater_searches(items):
         assert prev[i] == expect
         expect = next((j for j in range(i + 1, stop[i]) if values[j] > values[i]), stop[i])
         assert nxt[i] == expect
+    # Worked a block at a time (big traces): the same answers, whatever the block size.
+    for block in (1, 2, 3, 7):
+        assert previous_at_least(values, first, block=block).tolist() == prev.tolist()
+        assert next_greater(values, stop, block=block).tolist() == nxt.tolist()
     depth = nesting_depth(nxt)
     for i in range(len(items)):
         count, k = 0, prev[i]
