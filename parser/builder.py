@@ -160,13 +160,14 @@ class TraceBuilder:
         np.add(run.ordinal, base, out=cols["ordinal"][lo:hi])
         self.n_rows = hi
         mem = run.memory
-        if mem.get("ordinal"):
-            self.mem_parts["ordinal"].append(np.array(mem["ordinal"], dtype=np.int64) + base)
-            lanes = np.array(mem["lane"], dtype=np.int64)
-            lanes[lanes >= 0] = lane_map[lanes[lanes >= 0]]
+        if len(mem.get("ordinal", ())):
+            self.mem_parts["ordinal"].append(np.asarray(mem["ordinal"], dtype=np.int64) + base)
+            lanes = np.array(mem["lane"], dtype=np.int64)  # a copy: remapped in place
+            placed = lanes >= 0
+            lanes[placed] = lane_map[lanes[placed]]
             self.mem_parts["lane"].append(lanes)
             for key in ("ts", *MEMORY_FIELDS):
-                self.mem_parts[key].append(np.array(mem[key], dtype=np.int64))
+                self.mem_parts[key].append(np.asarray(mem[key], dtype=np.int64))
         for name, pid, tid, args in run.metadata:
             self._metadata(name, pid, tid, args)
         self.n_events += run.n_events

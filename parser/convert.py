@@ -11,6 +11,8 @@ import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import attrgetter
 from typing import Any, cast
 
 import msgspec
@@ -31,6 +33,7 @@ MAX_US = 9.2e15
 TIME_LIMIT = 1 << 62
 MEMORY_FIELDS = ("addr", "bytes", "total_allocated", "total_reserved", "device_type", "device_id")
 GPU_KINDS = (KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET)
+_MEMORY_ARGS = attrgetter(*MEMORY_FIELDS)
 _EMPTY_I64 = np.zeros(0, np.int64)
 
 
@@ -48,7 +51,8 @@ class RunColumns(RowColumns):
     slice_start_min: int | None
     slice_end_max: int | None
     negative_durations: int
-    memory: dict[str, list[int]] = field(default_factory=dict)  # lane is a local lane index
+    # int64 columns (ordinal in the run, lane a local lane index, ts, MEMORY_FIELDS)
+    memory: dict[str, np.ndarray] = field(default_factory=dict)
     metadata: list[tuple[str | None, Any, Any, Any]] = field(default_factory=list)
     # Counts of values made missing or cut, for the load's warnings: "far_times" (a ts beyond
     # ±TIME_LIMIT), "long_durations" (an end beyond it), "odd_shapes", "out_of_range" (numbers
@@ -140,21 +144,13 @@ def convert_run(events: list[Event], out_of_range: int = 0) -> RunColumns:
     by_phase = _phase_counts(phs, code_of, codes)
 
     strings: list[str] = [""]
-    string_ids: dict[Any, int] = {"": 0, None: 0}
-
-    def intern(text: str) -> int:
-        sid = string_ids.get(text)
-        if sid is None:
-            sid = string_ids[text] = len(strings)
-            strings.append(text)
-        return sid
+    string_ids = _Numbering(strings)
+    string_ids[""] = string_ids[None] = 0
+    intern = string_ids.__getitem__
 
     def intern_all(values: list) -> np.ndarray:
-        for text in dict.fromkeys(values):
-            if text not in string_ids:
-                string_ids[text] = len(strings)
-                strings.append(text)
-        return np.fromiter(map(string_ids.__getitem__, values), dtype=np.int32, count=len(values))
+        # One lookup per value: a string not seen before is numbered by the lookup itself.
+        return np.fromiter(map(intern, values), dtype=np.int32, count=len(values))
 
     # Categories of every event, then names of the rows: the string table's order is part of
     # the model (groups are ordered by string id), so it stays as it always was.
@@ -187,7 +183,7 @@ def convert_run(events: list[Event], out_of_range: int = 0) -> RunColumns:
     row_name = intern_all([e.name for e in sub])
     ph_codes = codes[index]
 
-    memory: dict[str, list[int]] = {k: [] for k in ("ordinal", "lane", "ts", *MEMORY_FIELDS)}
+    memory: dict[str, Any] = {k: _EMPTY_I64 for k in ("ordinal", "lane", "ts", *MEMORY_FIELDS)}
     memory_id = string_ids.get("[memory]")
     mem_rows = []
     if memory_id is not None:
@@ -198,9 +194,13 @@ def convert_run(events: list[Event], out_of_range: int = 0) -> RunColumns:
             mem_rows + [i for i in unplaced if events[i].name == "[memory]" and phs[i] == "i"]
         )
     if mem_rows:
+        # Column by column, as the rows are (a profile_memory trace has as many memory events
+        # as others): a placed memory event is a row, an unplaced one (no valid time) is not.
+        mem_index = np.array(mem_rows, dtype=np.int64)
+        placed = valid[mem_index]
         row_of = np.full(n, -1, dtype=np.int64)
         row_of[index] = np.arange(m)
-        first_lanes = dict.fromkeys(int(lanes[row_of[i]]) for i in mem_rows if row_of[i] >= 0)
+        first_lanes = dict.fromkeys(lanes[row_of[mem_index[placed]]].tolist())
         order = [*first_lanes, *(k for k in range(len(lane_keys)) if k not in first_lanes)]
         if order != list(range(len(lane_keys))):
             # Memory events' lanes come first, as when they were numbered first.
@@ -208,17 +208,27 @@ def convert_run(events: list[Event], out_of_range: int = 0) -> RunColumns:
             renumber[order] = np.arange(len(order), dtype=np.int32)
             lanes = renumber[lanes]
             lane_keys = [lane_keys[k] for k in order]
-        for i in mem_rows:
-            e = events[i]
-            args = e.args
-            memory["ordinal"].append(i)
-            memory["ts"].append(int(starts[i]) if valid[i] else NO_VALUE)
-            memory["lane"].append(int(lanes[row_of[i]]) if valid[i] else -1)
-            for key in MEMORY_FIELDS:
-                value = getattr(args, key) if args is not None else None
-                if type(value) is float and value.is_integer():
-                    value = int(value)
-                memory[key].append(_int64_or_none(value))
+        memory["ordinal"] = mem_index
+        memory["ts"] = np.where(placed, starts[mem_index], NO_VALUE)
+        mem_lanes = np.full(len(mem_rows), -1, dtype=np.int64)
+        mem_lanes[placed] = lanes[row_of[mem_index[placed]]]
+        memory["lane"] = mem_lanes
+        mem_args = [events[i].args for i in mem_rows]
+        if None in mem_args:
+            mem_args = [a if a is not None else EMPTY_ARGS for a in mem_args]
+        fields = list(map(_MEMORY_ARGS, mem_args))
+        flat = list(chain.from_iterable(fields))
+        table = None
+        if set(map(type, flat)) == {int}:
+            try:  # every field an integer (nearly always): one conversion for all of them
+                table = np.array(flat, dtype=np.int64).reshape(len(fields), len(MEMORY_FIELDS))
+            except OverflowError:
+                table = None
+        for k, key in enumerate(MEMORY_FIELDS):
+            if table is not None:
+                memory[key] = np.ascontiguousarray(table[:, k])
+            else:
+                memory[key] = _whole_int_only([row[k] for row in fields])
 
     start = starts[index]
     durs, dur_valid = _ns_column([e.dur or 0 for e in sub], m)
@@ -359,30 +369,49 @@ def _lanes(events: list[Event]) -> tuple[list[tuple[Any, Any]], np.ndarray]:
     n = len(events)
     pids = [e.pid for e in events]
     tids = [e.tid for e in events]
-    pid_ids = {key: i for i, key in enumerate(dict.fromkeys(pids))}
-    tid_ids = {key: i for i, key in enumerate(dict.fromkeys(tids))}
+    pid_list: list[Any] = []
+    tid_list: list[Any] = []
+    pid_ids, tid_ids = _Numbering(pid_list), _Numbering(tid_list)
+    tid_of = np.fromiter(map(tid_ids.__getitem__, tids), dtype=np.int64, count=n)
+    pid_of = np.fromiter(map(pid_ids.__getitem__, pids), dtype=np.int64, count=n)
     space = len(pid_ids) * len(tid_ids)
     if space > 4 * n + 64:
         keys = list(zip(pids, tids))
         ids = {key: i for i, key in enumerate(dict.fromkeys(keys))}
         return list(ids), np.fromiter(map(ids.__getitem__, keys), dtype=np.int32, count=n)
-    pair = np.fromiter(map(tid_ids.__getitem__, tids), dtype=np.int64, count=n)
+    pair = tid_of
     if len(pid_ids) > 1:
-        pair += np.fromiter(map(pid_ids.__getitem__, pids), dtype=np.int64, count=n) * len(tid_ids)
+        pair += pid_of * len(tid_ids)
     order = list(dict.fromkeys(pair.tolist()))
     lookup = np.empty(space, dtype=np.int32)
     lookup[order] = np.arange(len(order), dtype=np.int32)
-    pid_list, tid_list = list(pid_ids), list(tid_ids)
     width = len(tid_ids)
     keys = [(pid_list[p // width], tid_list[p % width]) for p in order]
     return keys, lookup[pair]
 
 
+class _Numbering(dict):
+    """Key -> number: a key not seen before gets the next number as it is first looked up, and
+    is appended to `table` (so that table[number] is the key)."""
+
+    def __init__(self, table: list) -> None:
+        super().__init__()
+        self.table = table
+
+    def __missing__(self, key: Any) -> int:
+        number = self[key] = len(self.table)
+        self.table.append(key)
+        return number
+
+
 def _int_only(values: list) -> np.ndarray:
     """JSON integers within int64 -> int64; None, bools, floats, strings, ... -> NO_VALUE."""
+    nones = values.count(None)
+    if nones == len(values):  # an args key this run never has: the common case
+        return np.full(nones, NO_VALUE, dtype=np.int64)
     types = set(map(type, values))
     if types <= _INT_TYPES:
-        if type(None) in types:
+        if nones:
             values = [NO_VALUE if v is None else v for v in values]
         try:
             out = np.array(values, dtype=np.int64)
@@ -391,6 +420,13 @@ def _int_only(values: list) -> np.ndarray:
         else:
             return out
     return np.array([_int64_or_none(v) for v in values], dtype=np.int64)
+
+
+def _whole_int_only(values: list) -> np.ndarray:
+    """As `_int_only`, but floats that are whole numbers count as integers (memory fields)."""
+    if float in set(map(type, values)):
+        values = [int(v) if type(v) is float and v.is_integer() else v for v in values]
+    return _int_only(values)
 
 
 _NOT_PLAIN_DIMS = bytes(range(256)).translate(None, b"0123456789[], \t\r\n")
@@ -403,26 +439,33 @@ def _shape_ids(values: list, intern: Any) -> tuple[np.ndarray, int]:
     """String ids of the shapes' texts, -1 where there is none; and how many were odd.
 
     Decoded as Raw JSON, the few distinct shapes of a run are turned into text once each."""
-    out = np.full(len(values), -1, dtype=np.int32)
-    present = [j for j, value in enumerate(values) if value is not None]
-    if not present:
-        return out, 0
-    odd = 0
-    if set(map(type, (values[j] for j in present))) == {msgspec.Raw}:
-        raws = [bytes(values[j]) for j in present]
-        ids = {}
-        for raw in dict.fromkeys(raws):
+    n = len(values)
+    if values.count(None) == n:
+        return np.full(n, -1, dtype=np.int32), 0
+    kinds = set(map(type, values))
+    kinds.discard(type(None))
+    if kinds == {msgspec.Raw}:
+        # One pass to bytes (hashable), one lookup each; None (absent) is -1.
+        keys = [None if value is None else bytes(value) for value in values]
+        ids: dict[bytes | None, int] = {None: -1}
+        for raw in dict.fromkeys(keys):
+            if raw in ids:
+                continue
+            assert raw is not None
             try:
                 text = _dims_text(raw)
             except OddShape:
                 ids[raw] = ODD_SHAPE
                 continue
             ids[raw] = intern(text) if text is not None else -1
-        out[present] = np.fromiter(map(ids.__getitem__, raws), dtype=np.int32, count=len(raws))
+        out = np.fromiter(map(ids.__getitem__, keys), dtype=np.int32, count=n)
         odd = int(np.count_nonzero(out == ODD_SHAPE))
         if odd:
             out[out == ODD_SHAPE] = -1
         return out, odd
+    out = np.full(n, -1, dtype=np.int32)
+    present = [j for j, value in enumerate(values) if value is not None]
+    odd = 0
     for j in present:
         try:
             text = _dims_text(values[j])
