@@ -180,25 +180,31 @@ def _read_ranges(trace: Trace, ranges: list[tuple[int, int | None]]) -> Iterator
         return
     state = SourceState(path=source.path, size=source.bytes, compressed=True)
     blocks = iter_blocks(state)
-    buffer = b""
-    buffer_start = 0  # uncompressed offset of buffer[0]
+    pieces: list[bytes] = []
+    pieces_start = 0  # uncompressed offset of pieces[0]
+    have = 0  # uncompressed offset just after the last piece
     eof = False
     for start, end in ranges:
-        while not eof and (end is None or buffer_start + len(buffer) < end):
+        while not eof and (end is None or have < end):
             block = next(blocks, None)
             if block is None:
                 eof = True
                 break
-            if buffer_start + len(buffer) + len(block) <= start:  # all before the range
-                buffer_start += len(buffer) + len(block)
-                buffer = b""
+            if have + len(block) <= start:  # all before the range: dropped
+                pieces, have = [], have + len(block)
+                pieces_start = have
                 continue
-            buffer += block
-            if buffer_start < start:
-                buffer = buffer[start - buffer_start :]
-                buffer_start = start
-        lo = max(0, start - buffer_start)
-        yield buffer[lo:] if end is None else buffer[lo : max(lo, end - buffer_start)]
+            pieces.append(block)
+            have += len(block)
+        data = b"".join(pieces)
+        lo = max(0, start - pieces_start)
+        if end is None:
+            yield data[lo:]
+            pieces, pieces_start = [], have
+            continue
+        yield data[lo : max(lo, end - pieces_start)]
+        rest = data[end - pieces_start :] if end > pieces_start else data
+        pieces, pieces_start = [rest], max(end, pieces_start)
 
 
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
@@ -735,10 +741,15 @@ def crop_trace(
             except msgspec.DecodeError:
                 items = _lenient_items(raw)
                 reencode = True
-            lo = int(np.searchsorted(row_set, first_ordinal))
-            hi = int(np.searchsorted(row_set, first_ordinal + len(items)))
-            rows_here = set(row_set[lo:hi].tolist())
-            for position, item in enumerate(items):
+            # Only the events wanted, and those that are not rows (metadata), are looked at.
+            last_ordinal = first_ordinal + len(items)
+            lo, hi = np.searchsorted(row_set, [first_ordinal, last_ordinal])
+            is_row = np.zeros(len(items), dtype=bool)
+            is_row[row_set[lo:hi] - first_ordinal] = True
+            lo, hi = np.searchsorted(wanted_ord, [first_ordinal, last_ordinal])
+            positions = np.union1d(wanted_ord[lo:hi] - first_ordinal, np.flatnonzero(~is_row))
+            for position in positions.tolist():
+                item = items[position]
                 ordinal = first_ordinal + position
                 if ordinal in baseline_ord:
                     alloc, reserved = baseline_ord[ordinal]
@@ -760,7 +771,7 @@ def crop_trace(
                         )
                     events.append(text)
                     keys.append(plan.order_of.get(row, ordinal))
-                elif ordinal not in rows_here:
+                elif not is_row[position]:
                     text = _as_bytes(item, reencode)
                     if text is not None and _is_metadata(text):
                         stats.metadata += 1
@@ -821,6 +832,20 @@ def _is_metadata(text: bytes) -> bool:
 # -- writing ------------------------------------------------------------------------------------
 
 
+def _blocks_of(crop: Crop, size: int = 1 << 20) -> Iterator[bytes]:
+    """The crop's text in blocks of about `size` bytes (few writes, each of them big)."""
+    pending: list[bytes] = []
+    have = 0
+    for piece in _chunks_of(crop):
+        pending.append(piece)
+        have += len(piece)
+        if have >= size:
+            yield b"".join(pending)
+            pending, have = [], 0
+    if pending:
+        yield b"".join(pending)
+
+
 def _chunks_of(crop: Crop) -> Iterator[bytes]:
     def events() -> Iterator[bytes]:
         yield b"[\n"
@@ -863,12 +888,12 @@ def write_crop(crop: Crop, out_path: str) -> int:
                     filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0
                 ) as handle,
             ):
-                for piece in _chunks_of(crop):
-                    handle.write(piece)
+                for block in _blocks_of(crop):
+                    handle.write(block)
         else:
             with open(temp, "wb") as handle:
-                for piece in _chunks_of(crop):
-                    handle.write(piece)
+                for block in _blocks_of(crop):
+                    handle.write(block)
         size = os.path.getsize(temp)
         os.replace(temp, out_path)
     except OSError as exc:

@@ -658,3 +658,60 @@ def test_truncated_trace_crops_what_was_read(tmp_path):
     reloaded = parser.load(str(out), use_cache=False)
     assert reloaded.complete and len(reloaded) > 0
     check_no_orphan_flows(reloaded)
+
+
+def test_damaged_events_crop_to_valid_json(tmp_path):
+    """A NaN in an event's args (repaired at load) and a malformed event (skipped at load): the
+    crop is valid JSON (the repaired event written from its decoded value) and loses nothing
+    that was read."""
+    data = gzip.decompress(SYNTHETIC.read_bytes())
+    at = data.index(b'"args":{', len(data) // 2) + len(b'"args":{')
+    data = data[:at] + b'"weird":NaN,' + data[at:]
+    at = data.index(b'{"ph":"X"', len(data) * 2 // 3)
+    data = data[:at] + b'{"ph":"X","name":broken},' + data[at:]
+    damaged = tmp_path / "damaged.json"
+    damaged.write_bytes(data)
+    trace = parser.load(str(damaged), use_cache=False)
+    assert any("malformed" in w for w in trace.warnings)
+    window = Window(int(trace.start.min()), int((trace.start + trace.dur).max()))
+    crop = crop_trace(str(damaged), window)
+    assert crop.stats.reencoded >= 1
+    out = tmp_path / "crop.json"
+    write_crop(crop, str(out))
+
+    def no_constants(name: str) -> None:
+        raise AssertionError(f"{name} in the crop: not JSON")
+
+    json.loads(out.read_text(), parse_constant=no_constants)  # strict JSON: no NaN left
+    reloaded = parser.load(str(out), use_cache=False)
+    assert reloaded.warnings == [] and len(reloaded) == len(trace)
+
+
+def test_clipped_slices_with_equal_times_nest_as_before(tmp_path):
+    """A window inside an operator: the step, the operator and whatever encloses the window
+    all clip to the window's exact times; they are written outermost first, so the crop nests
+    them as the original does, and every one of them is clipped."""
+    trace = parser.load(str(SYNTHETIC), use_cache=False)
+    session = TraceSession(trace)
+    nesting = session.nesting
+    # The longest slice two levels down (under a step and its child).
+    deep = np.flatnonzero(nesting.depth == 2)
+    row = int(deep[np.argmax(trace.dur[deep])])
+    start, dur = int(trace.start[row]), int(trace.dur[row])
+    window = Window(start + dur // 4, start + dur // 2)
+    crossing = np.flatnonzero(
+        (trace.ph == PH_COMPLETE)
+        & (trace.start < window.start_ns)
+        & (trace.start + trace.dur > window.end_ns)
+    )
+    assert {row, *nesting.ancestors(row)} <= set(crossing.tolist())
+    crop, _expected, reloaded, _out = check_crop(SYNTHETIC, window, tmp_path, clip=True)
+    assert crop.stats.clipped >= len(crossing)
+    clipped = np.flatnonzero(
+        (reloaded.ph == PH_COMPLETE)
+        & (reloaded.start == window.start_ns)
+        & (reloaded.start + reloaded.dur == window.end_ns)
+    )
+    assert len(clipped) == len(crossing)
+    depths = sorted(TraceSession(reloaded).nesting.depth[clipped].tolist())
+    assert depths == sorted(nesting.depth[crossing].tolist())
