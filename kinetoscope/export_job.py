@@ -314,11 +314,13 @@ class MergeResult:
     """What the merge wrote, per rank: the pid map (original -> merged, as JSON keys), the
     events from the crop and the metadata events added (process names, sort indices)."""
 
-    pid_stride: int
-    id_stride: int
+    pid_stride: int = 10
+    id_stride: int = 10
     pids: dict[int, list[list[Any]]] = field(default_factory=dict)  # [original, merged]
     events: dict[int, int] = field(default_factory=dict)
     added: dict[int, int] = field(default_factory=dict)
+    sort_stride: int = 10  # rank R's processes sort at R·sort_stride + their place
+    processes: dict[int, _Processes] = field(default_factory=dict, repr=False)
 
 
 def _digits_stride(largest: int) -> int:
@@ -444,92 +446,103 @@ def _encode(value: Any) -> msgspec.Raw:
 
 @dataclass
 class _Processes:
-    """One rank's processes: merged pid by original pid (in order of appearance), those with a
-    name and their original sort indices."""
+    """One rank's processes: original pid by key (in order of appearance) and its merged pid,
+    those with a name and their original sort indices."""
 
-    pids: dict[Any, Any] = field(default_factory=dict)
+    original: dict[Any, Any] = field(default_factory=dict)
+    pids: dict[Any, Any] = field(default_factory=dict)  # key -> merged pid
     named: set[Any] = field(default_factory=set)
     sort_index: dict[Any, int | None] = field(default_factory=dict)
+
+    def see(self, event: _Event) -> None:
+        key = _pid_key(event.pid)
+        if key not in self.original:
+            self.original[key] = event.pid
+        if event.meta:
+            name = event.value("name")
+            if name == "process_name":
+                self.named.add(key)
+            elif name == "process_sort_index":
+                args = event.value("args")
+                index = args.get("sort_index") if isinstance(args, dict) else None
+                self.sort_index[key] = index if _is_int(index) else None
 
     def order(self) -> dict[Any, int]:
         """Each process's place in the rank: by its own sort index (those with one first),
         then by appearance."""
-        seen = {key: i for i, key in enumerate(self.pids)}
+        seen = {key: i for i, key in enumerate(self.original)}
 
         def place(key: Any) -> tuple[int, int, int]:
             index = self.sort_index.get(key)
             return (0, index, seen[key]) if index is not None else (1, 0, seen[key])
 
-        return {key: i for i, key in enumerate(sorted(self.pids, key=place))}
+        return {key: i for i, key in enumerate(sorted(self.original, key=place))}
 
 
-def _processes(events: Sequence[_Event], rank: int, stride: int) -> _Processes:
-    found = _Processes()
-    for event in events:
-        if event.fields is None:
-            continue
-        key = _pid_key(event.pid)
-        if key not in found.pids:
-            found.pids[key] = _map_pid(event.pid, rank, stride)
-        if event.meta:
-            name = event.value("name")
-            if name == "process_name":
-                found.named.add(key)
-            elif name == "process_sort_index":
-                args = event.value("args")
-                index = args.get("sort_index") if isinstance(args, dict) else None
-                found.sort_index[key] = index if _is_int(index) else None
-    return found
-
-
-def merge_events(parts: Sequence[RankEvents]) -> tuple[list[bytes], MergeResult]:
-    """Every rank's events as one list of raw JSON texts (ranks in order, each rank's added
-    process names and sort indices first), pids and linking ids made unique across ranks and
-    times shifted by each rank's `shift_ns` (module docstring)."""
-    decoded = {part.rank: [_Event(raw) for raw in part.events] for part in parts}
-    largest_pid = max(
-        (abs(e.pid) for events in decoded.values() for e in events if _is_int(e.pid)), default=0
-    )
-    largest_id = max(
-        (abs(v) for events in decoded.values() for e in events for v in e.all_ids() if _is_int(v)),
-        default=0,
-    )
-    result = MergeResult(
-        pid_stride=_digits_stride(largest_pid), id_stride=_digits_stride(largest_id)
-    )
+def plan_merge(parts: Sequence[RankEvents]) -> MergeResult:
+    """The first pass of the merge: every rank's processes and the strides that make pids and
+    ids unique (each event is decoded and let go: only the crops' text stays in memory)."""
+    largest_pid = largest_id = 0
+    result = MergeResult()
+    for part in parts:
+        found = result.processes[part.rank] = _Processes()
+        for raw in part.events:
+            event = _Event(raw)
+            if event.fields is None:
+                continue
+            if _is_int(event.pid):
+                largest_pid = max(largest_pid, abs(event.pid))
+            for value in event.all_ids():
+                if _is_int(value):
+                    largest_id = max(largest_id, abs(value))
+            found.see(event)
+        result.events[part.rank] = len(part.events)
+    result.pid_stride = _digits_stride(largest_pid)
+    result.id_stride = _digits_stride(largest_id)
     top_rank = max((part.rank for part in parts), default=0)
     if (top_rank + 1) * max(result.id_stride, result.pid_stride) > MAX_ID:
         raise ExportError(
             "the ranks' ids are too large to be made unique as exact JSON integers "
             f"({top_rank + 1} ranks × {max(result.id_stride, result.pid_stride)})"
         )
-    processes = {
-        part.rank: _processes(decoded[part.rank], part.rank, result.pid_stride) for part in parts
-    }
-    # Sort indices: rank R's processes at R·K + their place in the rank.
-    per_rank = _digits_stride(max((len(p.pids) for p in processes.values()), default=1) - 1)
-    out: list[bytes] = []
-    for part in parts:
-        found = processes[part.rank]
-        base = part.rank * per_rank
+    most = max((len(p.original) for p in result.processes.values()), default=1)
+    result.sort_stride = _digits_stride(most - 1)
+    for rank, found in result.processes.items():
+        found.pids = {
+            k: _map_pid(pid, rank, result.pid_stride) for k, pid in found.original.items()
+        }
+        result.pids[rank] = [[pid, found.pids[k]] for k, pid in found.original.items()]
+        result.added[rank] = sum(
+            (k not in found.named) + (k not in found.sort_index) for k in found.original
+        )
+    return result
+
+
+def merged_events(parts: list[RankEvents], result: MergeResult) -> Iterator[bytes]:
+    """The second pass: every rank's events as raw JSON texts, ranks in order, each rank's
+    added process names and sort indices first; a rank's crop is let go once written."""
+    for index, part in enumerate(parts):
+        found = result.processes[part.rank]
+        base = part.rank * result.sort_stride
         place = found.order()
-        added: list[bytes] = []
         for key, new in found.pids.items():
-            original = key[1]
+            original = found.original[key]
             if key not in found.named:
                 label = f": {original}" if original not in (None, "") else ""
-                added.append(_metadata(new, "process_name", {"name": f"rank {part.rank}{label}"}))
+                yield _metadata(new, "process_name", {"name": f"rank {part.rank}{label}"})
             if key not in found.sort_index:
-                added.append(
-                    _metadata(new, "process_sort_index", {"sort_index": base + place[key]})
-                )
-        out.extend(added)
-        for event in decoded[part.rank]:
-            out.append(_rewrite(event, part, result, found, base + 0, place))
-        result.pids[part.rank] = [[key[1], new] for key, new in found.pids.items()]
-        result.events[part.rank] = len(decoded[part.rank])
-        result.added[part.rank] = len(added)
-    return out, result
+                yield _metadata(new, "process_sort_index", {"sort_index": base + place[key]})
+        for raw in part.events:
+            yield _rewrite(_Event(raw), part, result, found, base, place)
+        parts[index] = RankEvents(part.rank, (), part.shift_ns)  # its text is written: let go
+
+
+def merge_events(parts: Sequence[RankEvents]) -> tuple[list[bytes], MergeResult]:
+    """Every rank's events as one list of raw JSON texts (ranks in order, each rank's added
+    process names and sort indices first), pids and linking ids made unique across ranks and
+    times shifted by each rank's `shift_ns` (module docstring)."""
+    result = plan_merge(parts)
+    return list(merged_events(list(parts), result)), result
 
 
 def _pid_key(pid: Any) -> Any:
@@ -879,7 +892,7 @@ def _write_merged(cut: JobCut, out_path: str, clip: bool, workers: int | None) -
         tops[rank.rank] = crop.top
     if not parts:
         raise _nothing_left(cut)
-    events, result = merge_events(parts)
+    result = plan_merge(parts)
     top = tops.get(cut.reference) if cut.reference in tops else tops[parts[0].rank]
     info = record(cut)
     info["top_level_from_rank"] = cut.reference if cut.reference in tops else parts[0].rank
@@ -891,7 +904,7 @@ def _write_merged(cut: JobCut, out_path: str, clip: bool, workers: int | None) -
         if rank in result.pids:
             item["pids"] = result.pids[rank]
             item["metadata_added"] = result.added[rank]
-    return write_merged(out_path, top, events, info)
+    return write_merged(out_path, top, merged_events(parts, result), info)
 
 
 def summary_line(cut: JobCut, out_path: str, kind: str, written: int) -> str:
