@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TextIO
 
@@ -12,7 +13,10 @@ def terminal_problem(
     stdin: TextIO | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None
 ) -> str | None:
     """Why the viewer cannot run here, or None. It reads keys from stdin and draws on the
-    terminal behind stdout and stderr; without one it would wait for keys that never come."""
+    terminal behind stdout and stderr; without one it would wait for keys that never come.
+    Under Textual's web driver (`kinetoscope serve`) the browser is the terminal."""
+    if "web_driver" in os.environ.get("TEXTUAL_DRIVER", ""):
+        return None
     streams = (
         ("stdin", stdin or sys.stdin),
         ("stdout", stdout or sys.stdout),
