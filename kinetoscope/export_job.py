@@ -20,7 +20,7 @@ A rank's clock offset is the job analysis's: the median, over the synchronising 
 shares with the reference rank (the lowest rank taking part), of (its end − the reference's
 end), rounded to whole ns; its own clock runs ahead of the reference's by it.
 
-Outputs (docs/export.md, "A distributed job"):
+Outputs (docs/export-ranks.md):
 - a zip (`-o OUT.zip`): one JSON per rank (`rank<R>.json`, that rank's crop, times as recorded)
   and `perfetto_manifest.json` in Perfetto's trace-manifest format (version 1): each rank is a
   machine named `rank R`, and every other rank's file is pinned to the reference rank's file
