@@ -15,6 +15,7 @@ from kinetoscope.analysis.units import fmt_duration
 from textual.binding import Binding, BindingType
 
 from .columns import fmt_cell_time as fmt_cell_time  # the tables' duration format, re-exported
+from .exporting import EXPORT_BINDING, export_stem, start_export
 
 if TYPE_CHECKING:
     from .search import SearchState
@@ -90,6 +91,7 @@ DRILLDOWN_BINDINGS: list[BindingType] = [
         show=False,
         tooltip="Mark the selected event (e.g. a ProfilerStep) as the range; again clears it",
     ),
+    EXPORT_BINDING,
     Binding(
         "slash", "search", "Search", show=False, tooltip="Search event names (re: for a regex)"
     ),
@@ -246,12 +248,32 @@ class DrilldownActions:
     def action_clear_range(self) -> None:
         self.marked = None
 
+    def action_export_range(self) -> None:
+        """`e`: the marked range as a trace of its own (tui/exporting.py)."""
+        marked = self.marked
+        bounds = self.range_bounds()
+        if bounds is None:
+            self.notify(
+                "Press m again at the range's end, then e exports it"
+                if marked is not None
+                else "Nothing marked to export: m at a range's start and m at its end (or M on "
+                "a selected event, such as a ProfilerStep), then e",
+                timeout=5,
+                markup=False,
+            )
+            return
+        from kinetoscope.export import Window
+
+        session = self.data.session
+        stem = export_stem(session.trace.source.path, "window")
+        start_export(self, session, Window(*bounds), "the marked range", stem)
+
     def _announce_range(self) -> None:
         bounds = self.range_bounds()
         if bounds is not None:
             self.notify(
                 f"Range {range_label(self.data, bounds)}: o, k and v now show it "
-                "(M in a table switches to the whole trace)",
+                "(M in a table switches to the whole trace); e exports it",
                 timeout=4,
                 markup=False,
             )

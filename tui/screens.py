@@ -421,6 +421,13 @@ class GapListScreen(SavesCsv, ModalScreen[int]):
         Binding("i", "dismiss_none", "Close", show=False),
         Binding("q", "dismiss_none", "Close", show=False),
         SAVE_CSV_BINDING,
+        Binding(
+            "e",
+            "export_gap",
+            "Export",
+            show=False,
+            tooltip="Export the selected gap, its length of context on each side, as a trace",
+        ),
     ]
 
     def __init__(self, data: ViewData, threshold: int) -> None:
@@ -443,7 +450,7 @@ class GapListScreen(SavesCsv, ModalScreen[int]):
             yield Static(
                 Text(
                     f"GPU idle gaps ≥ {fmt_duration(self.threshold)}, longest first "
-                    f"({count:,} shown) · Enter jumps · Esc closes"
+                    f"({count:,} shown) · Enter jumps · e exports it · Esc closes"
                 ),
                 id="gap-title",
             )
@@ -472,6 +479,28 @@ class GapListScreen(SavesCsv, ModalScreen[int]):
 
     def action_dismiss_none(self) -> None:
         self.dismiss(-1)
+
+    def action_export_gap(self) -> None:
+        """`e`: the selected gap with its own length on each side, as `kinetoscope export
+        --around-gap K` cuts it (tui/exporting.py)."""
+        from kinetoscope.export import ExportError, gap_window
+
+        from .exporting import export_stem, start_export
+
+        table = self.query_one(DataTable)
+        if not len(self.order) or not 0 <= table.cursor_row < len(self.order):
+            self.notify("No gap to export", timeout=3, markup=False)
+            return
+        gap = int(self.order[table.cursor_row])
+        rank = int(np.flatnonzero(self.data.gaps.longest() == gap)[0]) + 1
+        session = self.data.session
+        try:
+            window = gap_window(session, rank)
+        except ExportError as error:
+            self.notify(str(error), severity="error", timeout=6, markup=False)
+            return
+        stem = export_stem(session.trace.source.path, f"gap{rank}")
+        start_export(self, session, window, f"gap #{rank} with its context", stem)
 
 
 class HelpScreen(ModalScreen[None]):

@@ -1,0 +1,121 @@
+"""The viewer's export key: `e` writes a time window of the trace as a trace of its own
+(kinetoscope/export.py: what Perfetto and kinetoscope need, and nothing else), in a worker
+thread, and a notification says where it went and what it kept.
+
+From the timeline, the window is the marked range (`m` twice, or `M` on a selected event); from
+the idle-gap list, the selected gap with its own length on each side (as `kinetoscope export
+--around-gap K`). The file is `<trace>.window.json.gz` (`<trace>.gap<K>.json.gz`) in the current
+directory, or in the temporary directory when that cannot be written; `-2`, `-3`... rather than
+over an existing file (the name is taken exclusively before anything is written).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from functools import partial
+from typing import Any
+
+from textual.binding import Binding
+
+from .failures import failure_message
+from .safe_text import clean
+
+EXPORT_BINDING = Binding(
+    "e",
+    "export_range",
+    "Export",
+    show=False,  # in the ? help and the command palette; the footer keeps its room
+    tooltip="Export the marked range (m/M) as a small trace for Perfetto, in the current directory",
+)
+SUFFIX = ".json.gz"  # gzip'd: Perfetto and kinetoscope open it as it is
+
+
+def reserve(stem: str, places: list[str] | None = None) -> str:
+    """Take the name `stem.json.gz` (or `stem-2.json.gz`...) in the current directory, else in
+    the temporary directory, by creating it empty and exclusively; its path. Raises the last
+    OSError when no place can be written."""
+    if places is None:
+        places = []
+        try:
+            places.append(os.getcwd())
+        except OSError:  # the current directory was removed
+            pass
+        places.append(tempfile.gettempdir())
+    error: OSError | None = None
+    for place in places:
+        for number in range(1, 10_000):
+            name = f"{stem}{SUFFIX}" if number == 1 else f"{stem}-{number}{SUFFIX}"
+            path = os.path.join(place, name)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                continue
+            except OSError as exc:  # not writable, gone: the next place
+                error = exc
+                break
+            os.close(fd)
+            return path
+    if error is None:
+        error = FileExistsError(f"too many files named {stem}-N{SUFFIX}")
+    raise error
+
+
+def export_stem(source: str, what: str) -> str:
+    """`<trace>.<what>`: the trace's name without .json/.json.gz, as the CSV files are named."""
+    from kinetoscope.tables import trace_stem
+
+    return f"{trace_stem(source)}.{what}"
+
+
+def start_export(screen: Any, session: Any, window: Any, what: str, stem: str) -> None:
+    """Write `window` of `session`'s trace in a worker thread, to a new file named after
+    `stem`; `what` says what it is in the notifications ("the marked range")."""
+    app = screen.app
+    # The app's worker: it runs on when the screen that started it is closed.
+    if any(worker.name == "export" and not worker.is_finished for worker in app.workers):
+        app.notify("An export is being written: wait for it", timeout=3, markup=False)
+        return
+    app.notify(f"Exporting {what}…", timeout=3, markup=False)
+    app.run_worker(
+        partial(_export, app, session, window, what, stem),
+        name="export",
+        group="export",
+        thread=True,
+        exit_on_error=False,
+    )
+
+
+def _export(app: Any, session: Any, window: Any, what: str, stem: str) -> None:
+    from kinetoscope.export import ExportError, export_trace
+
+    try:
+        path = reserve(stem)
+    except OSError as error:
+        message = failure_message("the export", error, "written")
+    else:
+        try:
+            line, notes = export_trace(
+                session.trace.source.path, path, window=window, session=session
+            )
+        except BaseException as error:
+            _remove(path)  # the name taken, and nothing written in it
+            if not isinstance(error, Exception):
+                raise
+            message = (
+                str(error)
+                if isinstance(error, ExportError)
+                else failure_message("the export", error, "written")
+            )
+        else:
+            text = "\n".join(clean(part) for part in [f"Exported {what}: {line}", *notes])
+            app.call_from_thread(app.notify, text, timeout=12, markup=False)
+            return
+    app.call_from_thread(app.notify, clean(message), severity="error", timeout=10, markup=False)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
