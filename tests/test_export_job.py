@@ -625,3 +625,32 @@ def test_step_window_spans_every_slice_of_the_steps_named():
         == "no ProfilerStep#3 (it has ProfilerStep#10)"
     )
     assert step_window([], [], [], [3]) == "no ProfilerStep#3 (it has no steps)"
+
+
+def test_manifest_pins_to_the_reference_rank_and_leaves_ranks_without_offsets_free():
+    """The reference is the lowest rank in a synchronising collective, not always rank 0."""
+    from kinetoscope.export_job import JobCut, RankCut, manifest
+
+    ranks = [
+        RankCut(0, "a/r0.json", offset_ns=None, window=(0, 10)),
+        RankCut(1, "a/r1.json", offset_ns=0, window=(0, 10)),
+        RankCut(2, "a/r2.json", offset_ns=-150_000, shift_ns=-150_000, window=(0, 10)),
+        RankCut(3, "a/r3.json", problem="cut off"),
+    ]
+    members = {0: "rank0.json", 1: "rank1.json", 2: "rank2.json"}
+    for aligned, pinned in ((True, 150_000), (False, 0)):
+        cut = JobCut(ranks, reference=1, aligned=aligned, origin_ns=0, describe="+0ns..+10ns")
+        document = manifest(cut, members)
+        files = {f["path"]: f for f in document["perfetto_manifest"]["files"]}
+        assert list(files) == ["rank0.json", "rank1.json", "rank2.json"]
+        assert "clocks" not in files["rank0.json"] and "clocks" not in files["rank1.json"]
+        assert files["rank2.json"]["clocks"] == {
+            "sync_to": {"file": "rank1.json"},
+            "offset_ns": pinned,
+        }
+        attributes = document["perfetto_manifest"]["attributes"]
+        assert attributes["kinetoscope.reference_rank"] == 1
+        assert all(isinstance(v, (str, int)) for v in attributes.values())  # Perfetto's rule
+        ours = {r["rank"]: r for r in document["kinetoscope"]["ranks"]}
+        assert ours[3]["left_out"] == "cut off" and ours[3]["file"] is None
+        assert ours[0]["offset_ns"] is None
