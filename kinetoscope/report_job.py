@@ -45,9 +45,9 @@ def run_job_summary(
     digests = map_ranks([f.path for f in files.files], executor=executor, workers=workers)
     job = analyze_job(digests, files, align_clocks=align_clocks)
     if csv_dir is not None:
-        from kinetoscope.tables import emit_written, job_tables
+        from kinetoscope import tables
 
-        return emit_written(job_tables(job), csv_dir, inputs[0])
+        return tables.emit_written(tables.job_tables(job), csv_dir, inputs[0])
     document = job_document(job)
     if output == "json":
         emit(summary_json(document) + "\n")
