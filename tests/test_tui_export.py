@@ -149,3 +149,47 @@ def test_the_name_is_taken_exclusively_and_falls_back(tmp_path):
     assert Path(reserve("t.window", [str(gone), str(other)])).parent == other
     with pytest.raises(OSError):
         reserve("t.window", [str(gone)])
+
+
+async def test_e_in_the_job_timeline_exports_every_ranks_marked_range(tmp_path, monkeypatch):
+    import json
+    import zipfile
+
+    from kinetoscope.tui.job_timeline import JobTimelineScreen
+    from test_tui_job_timeline import JobHost, job_in, ready, write_job
+
+    folder = tmp_path / "job"
+    write_job(folder)
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.chdir(out)
+    app = JobHost(job_in(folder), name="job")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(pilot, 3)
+        assert isinstance(screen, JobTimelineScreen)
+        await pilot.press("e")
+        await said(pilot, "Nothing marked to export")
+        focused = screen.current()
+        # From the job's origin (−50 µs): 990..2,010 µs as recorded, each rank's allreduce.
+        focused.cursor_time = 1_040_000 + int(focused.delta)
+        await pilot.press("m")
+        focused.cursor_time = 2_060_000 + int(focused.delta)
+        await pilot.press("m")
+        assert screen.marked_bounds() == (1_040_000, 2_060_000)
+        assert all(t.marked_range == (1_040_000, 2_060_000) for t in screen.timelines())
+        await pilot.press("e")
+        message = await said(pilot, "Exported the marked range of every rank")
+        await pilot.app.workers.wait_for_complete()
+    written = out / "job.window.zip"
+    assert f"wrote {written}: Perfetto bundle of 3 ranks" in message
+    with zipfile.ZipFile(written) as bundle:
+        names = sorted(bundle.namelist())
+        assert names == ["perfetto_manifest.json", "rank0.json", "rank1.json", "rank2.json"]
+        manifest = json.loads(bundle.read("perfetto_manifest.json"))
+        assert "perfetto_manifest" in manifest
+        for rank in (0, 1, 2):
+            crop = json.loads(bundle.read(f"rank{rank}.json"))
+            kernels = [e for e in crop["traceEvents"] if e.get("cat") == "kernel"]
+            # Each rank's allreduce is inside the window, as its own clock recorded it.
+            assert any(e["args"].get("Collective name") == "allreduce" for e in kernels)
+            assert not any(e["args"].get("Collective name") == "barrier" for e in kernels)

@@ -1,6 +1,8 @@
 """The viewer's export key: `e` writes a time window of the trace as a trace of its own
 (kinetoscope/export.py: what Perfetto and kinetoscope need, and nothing else), in a worker
-thread, and a notification says where it went and what it kept.
+thread, and a notification says where it went and what it kept. In the job viewer's timeline,
+`e` writes the marked range of every rank as one Perfetto bundle (kinetoscope/export_job.py),
+`<job>.window.zip`.
 
 From the timeline, the window is the marked range (`m` twice, or `M` on a selected event); from
 the idle-gap list, the selected gap with its own length on each side (as `kinetoscope export
@@ -31,10 +33,10 @@ EXPORT_BINDING = Binding(
 SUFFIX = ".json.gz"  # gzip'd: Perfetto and kinetoscope open it as it is
 
 
-def reserve(stem: str, places: list[str] | None = None) -> str:
-    """Take the name `stem.json.gz` (or `stem-2.json.gz`...) in the current directory, else in
-    the temporary directory, by creating it empty and exclusively; its path. Raises the last
-    OSError when no place can be written."""
+def reserve(stem: str, places: list[str] | None = None, suffix: str = SUFFIX) -> str:
+    """Take the name `stem.json.gz` (or `stem-2.json.gz`...; another `suffix`) in the current
+    directory, else in the temporary directory, by creating it empty and exclusively; its path.
+    Raises the last OSError when no place can be written."""
     if places is None:
         places = []
         try:
@@ -45,7 +47,7 @@ def reserve(stem: str, places: list[str] | None = None) -> str:
     error: OSError | None = None
     for place in places:
         for number in range(1, 10_000):
-            name = f"{stem}{SUFFIX}" if number == 1 else f"{stem}-{number}{SUFFIX}"
+            name = f"{stem}{suffix}" if number == 1 else f"{stem}-{number}{suffix}"
             path = os.path.join(place, name)
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -57,7 +59,7 @@ def reserve(stem: str, places: list[str] | None = None) -> str:
             os.close(fd)
             return path
     if error is None:
-        error = FileExistsError(f"too many files named {stem}-N{SUFFIX}")
+        error = FileExistsError(f"too many files named {stem}-N{suffix}")
     raise error
 
 
@@ -71,6 +73,28 @@ def export_stem(source: str, what: str) -> str:
 def start_export(screen: Any, session: Any, window: Any, what: str, stem: str) -> None:
     """Write `window` of `session`'s trace in a worker thread, to a new file named after
     `stem`; `what` says what it is in the notifications ("the marked range")."""
+    from kinetoscope.export import export_trace
+
+    def write(path: str) -> tuple[str, list[str]]:
+        return export_trace(session.trace.source.path, path, window=window, session=session)
+
+    _start(screen, write, what, stem, SUFFIX)
+
+
+def start_job_export(screen: Any, cut: Any, what: str, stem: str) -> None:
+    """Write the job's `cut` (kinetoscope/export_job.py: every rank's window) as one Perfetto
+    bundle, `stem.zip`, in a worker thread."""
+    from kinetoscope.export_job import export_job, problem_lines, summary_line
+
+    def write(path: str) -> tuple[str, list[str]]:
+        # The ranks are cut one after another here: no worker processes from inside the app.
+        kind, written = export_job(cut, path, workers=1)
+        return summary_line(cut, path, kind, written), problem_lines(cut)
+
+    _start(screen, write, what, stem, ".zip")
+
+
+def _start(screen: Any, write: Any, what: str, stem: str, suffix: str) -> None:
     app = screen.app
     # The app's worker: it runs on when the screen that started it is closed.
     if any(worker.name == "export" and not worker.is_finished for worker in app.workers):
@@ -78,7 +102,7 @@ def start_export(screen: Any, session: Any, window: Any, what: str, stem: str) -
         return
     app.notify(f"Exporting {what}…", timeout=3, markup=False)
     app.run_worker(
-        partial(_export, app, session, window, what, stem),
+        partial(_export, app, write, what, stem, suffix),
         name="export",
         group="export",
         thread=True,
@@ -86,18 +110,16 @@ def start_export(screen: Any, session: Any, window: Any, what: str, stem: str) -
     )
 
 
-def _export(app: Any, session: Any, window: Any, what: str, stem: str) -> None:
-    from kinetoscope.export import ExportError, export_trace
+def _export(app: Any, write: Any, what: str, stem: str, suffix: str) -> None:
+    from kinetoscope.export import ExportError
 
     try:
-        path = reserve(stem)
+        path = reserve(stem, suffix=suffix)
     except OSError as error:
         message = failure_message("the export", error, "written")
     else:
         try:
-            line, notes = export_trace(
-                session.trace.source.path, path, window=window, session=session
-            )
+            line, notes = write(path)
         except BaseException as error:
             _remove(path)  # the name taken, and nothing written in it
             if not isinstance(error, Exception):

@@ -466,6 +466,20 @@ class JobTimelineScreen(Screen):
             tooltip="This rank and the straggler (or the fastest) side by side",
         ),
         Binding("enter", "open_current", "Open rank", tooltip="Open the rank alone, all its lanes"),
+        Binding(
+            "m",
+            "mark",
+            "Mark",
+            show=False,
+            tooltip="Mark a range start, then its end, on every rank (e exports it)",
+        ),
+        Binding(
+            "e",
+            "export_range",
+            "Export",
+            show=False,
+            tooltip="Export the marked range of every rank as one Perfetto bundle (.zip)",
+        ),
         Binding("q", "back", "Back", tooltip="Back to the screen the timeline was opened from"),
         Binding("escape", "back", "Back", show=False),
     ]
@@ -511,6 +525,8 @@ class JobTimelineScreen(Screen):
         self._requested: set[int] = set()
         self._slots = threading.Semaphore(LOAD_THREADS)
         self._lock = threading.Lock()
+        # The marked range, job relative ns (start, end); end None while only the start is.
+        self.marked: tuple[int, int | None] | None = None
 
     @staticmethod
     def _offset(entry: RankEntry) -> int:
@@ -683,6 +699,7 @@ class JobTimelineScreen(Screen):
         self._evict(keep=rank)
         window = self.window
         timeline.show(view, window)
+        self.draw_marks()
         if window is None and self.pending_range is not None:
             # The window asked for comes first: no rank fits the whole job meanwhile.
             timeline._needs_fit = False
@@ -772,6 +789,85 @@ class JobTimelineScreen(Screen):
         self.query_one("#job-title", Static).update(self.title_text())
         word = "applied" if self.aligned else "not applied: clocks as recorded"
         self.notify(f"Clock offsets {word}", timeout=2)
+
+    def cursor_ns(self) -> int | None:
+        """The cursor in job relative ns (None until a rank is drawn)."""
+        if self.window is not None:
+            return int(self.window[2])
+        timeline = self.current()
+        if timeline is not None and timeline.data is not None:
+            return int(timeline.job_window()[2])
+        return None
+
+    def marked_bounds(self) -> tuple[int, int] | None:
+        """The complete marked range, job relative ns, or None."""
+        if self.marked is None or self.marked[1] is None:
+            return None
+        return min(self.marked[0], self.marked[1]), max(self.marked[0], self.marked[1])
+
+    def draw_marks(self) -> None:
+        """The marked range (or its start) shaded on every rank's ruler."""
+        marked = self.marked
+        for timeline in self.timelines():
+            if marked is None:
+                timeline.marked_range = None
+            else:
+                end = marked[1] if marked[1] is not None else marked[0]
+                lo, hi = min(marked[0], end), max(marked[0], end)
+                timeline.marked_range = (lo + int(timeline.delta), hi + int(timeline.delta))
+            timeline.refresh()
+
+    def action_mark(self) -> None:
+        now = self.cursor_ns()
+        if now is None:
+            self.notify("Wait for a rank to be drawn, then mark", timeout=3, markup=False)
+            return
+        if self.marked is None or self.marked[1] is not None:
+            self.marked = (now, None)
+            self.notify(
+                "Range start marked on every rank; move and press m again for its end",
+                timeout=3,
+                markup=False,
+            )
+        elif now == self.marked[0]:
+            self.notify("The end is the start: move the cursor first", timeout=3, markup=False)
+            return
+        else:
+            self.marked = (self.marked[0], now)
+            lo, hi = self.marked_bounds() or (now, now)
+            self.notify(
+                f"Range +{fmt_duration(lo)} … +{fmt_duration(hi)} ({fmt_duration(hi - lo)}) on "
+                "every rank: e exports it",
+                timeout=4,
+                markup=False,
+            )
+        self.draw_marks()
+
+    def action_export_range(self) -> None:
+        """`e`: the marked range of every rank as one Perfetto bundle (tui/exporting.py)."""
+        bounds = self.marked_bounds()
+        if bounds is None:
+            self.notify(
+                "Press m again at the range's end, then e exports it"
+                if self.marked is not None
+                else "Nothing marked to export: m at a range's start and m at its end, then e",
+                timeout=5,
+                markup=False,
+            )
+            return
+        from kinetoscope.export import ExportError
+        from kinetoscope.export_job import plan_from_job
+
+        from .exporting import export_stem, start_job_export
+
+        span = (self.origin + bounds[0], self.origin + bounds[1])
+        try:
+            cut = plan_from_job(self.job, span_ns=span, align_clocks=self.aligned)
+        except ExportError as error:
+            self.notify(clean(str(error)), severity="error", timeout=8, markup=False)
+            return
+        what = "the marked range of every rank"
+        start_job_export(self, cut, what, export_stem(self.title_name, "window"))
 
     def action_open_current(self) -> None:
         timeline = self.current()
