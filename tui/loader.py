@@ -274,12 +274,15 @@ class TraceLoad:
         try:
             # The model cache is written after the first frame, not before it; a cached one is
             # mapped unchecked, and checked after the first frame (`_cache_checked`).
+            # Read again after a failed check (`use_cache` False): in this process, as the
+            # decoding workers were not started before the UI took the standard streams.
             trace = load(
                 self.path,
                 progress=self._progress,
                 use_cache=use_cache,
                 write_cache=False,
                 verify_cache=False,
+                workers=None if use_cache else 1,
             )
             if self._cancelled.is_set():
                 raise _Cancel
