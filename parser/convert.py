@@ -139,7 +139,7 @@ def convert_run(events: list[Event], out_of_range: int = 0) -> RunColumns:
     """
     n = len(events)
     phs = [e.ph for e in events]
-    code_of = {p: _phase_code(p) for p in dict.fromkeys(phs)}
+    code_of = _PhaseCodes()  # in order of first appearance
     codes = np.fromiter(map(code_of.__getitem__, phs), dtype=np.uint8, count=n)
     by_phase = _phase_counts(phs, code_of, codes)
 
@@ -372,8 +372,8 @@ def _lanes(events: list[Event]) -> tuple[list[tuple[Any, Any]], np.ndarray]:
     pid_list: list[Any] = []
     tid_list: list[Any] = []
     pid_ids, tid_ids = _Numbering(pid_list), _Numbering(tid_list)
-    tid_of = np.fromiter(map(tid_ids.__getitem__, tids), dtype=np.int64, count=n)
-    pid_of = np.fromiter(map(pid_ids.__getitem__, pids), dtype=np.int64, count=n)
+    tid_of = _numbered(tids, tid_ids)
+    pid_of = _numbered(pids, pid_ids)
     space = len(pid_ids) * len(tid_ids)
     if space > 4 * n + 64:
         keys = list(zip(pids, tids))
@@ -388,6 +388,23 @@ def _lanes(events: list[Event]) -> tuple[list[tuple[Any, Any]], np.ndarray]:
     width = len(tid_ids)
     keys = [(pid_list[p // width], tid_list[p % width]) for p in order]
     return keys, lookup[pair]
+
+
+def _numbered(values: list, numbering: _Numbering) -> np.ndarray:
+    """Each value's number (int64); one value throughout (a run of one thread) is found by a
+    comparison at C speed, without a lookup per value."""
+    n = len(values)
+    if n and values.count(values[0]) == n:
+        return np.full(n, numbering[values[0]], dtype=np.int64)
+    return np.fromiter(map(numbering.__getitem__, values), dtype=np.int64, count=n)
+
+
+class _PhaseCodes(dict):
+    """Phase -> the byte it is stored as, computed once per distinct phase as it is looked up."""
+
+    def __missing__(self, ph: Any) -> int:
+        code = self[ph] = _phase_code(ph)
+        return code
 
 
 class _Numbering(dict):

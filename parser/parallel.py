@@ -24,10 +24,12 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from . import reader
 from .convert import RunColumns, convert_run
 from .events import Repair, decode_events
-from .model import Trace, out_of_memory_message
+from .model import ROW_COLUMNS, Trace, out_of_memory_message
 from .reader import Progress, Reader, gc_paused
 from .source import (
     READ_BLOCK,
@@ -568,4 +570,18 @@ def _decode_array(text: bytes | bytearray | memoryview) -> RunColumns | None:
     events, _closed_early = decode_events(text, repair)
     if events is None:
         return None
-    return convert_run(events, repair.out_of_range)
+    return constant_columns_as_values(convert_run(events, repair.out_of_range))
+
+
+def constant_columns_as_values(run: RunColumns) -> RunColumns:
+    """The run with each column that holds one value throughout (ids and flows of a run of
+    Python functions, the phase, the lane of one thread) as that value alone (a 0-d array), for
+    the trip back to the loading process: about half the bytes to pickle, send and copy. The
+    builder's assignments broadcast it. (`ordinal` stays whole: it says how many rows.)"""
+    if len(run.ordinal) < 2:
+        return run
+    for column in ROW_COLUMNS:
+        values = getattr(run, column)
+        if column != "ordinal" and values.ndim == 1 and (values == values[0]).all():
+            setattr(run, column, np.array(values[0], dtype=values.dtype))
+    return run

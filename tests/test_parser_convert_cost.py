@@ -113,3 +113,25 @@ def test_all_integer_memory_fields_take_the_one_conversion():
         addr = trace.memory.addr.tolist()
         assert addr[:7] == [94_000_000_000 + i for i in range(7)]
     assert addr[7] == NO_VALUE
+
+
+def test_a_worker_sends_constant_columns_as_one_value():
+    """A run of Python functions has no correlation, flow, stream or device: those columns (and
+    the phase) go back from a worker as one value each, and merge into the same model."""
+    import pickle
+
+    from kinetoscope.parser.builder import TraceBuilder
+    from kinetoscope.parser.model import ROW_COLUMNS
+    from kinetoscope.parser.parallel import decode_array
+
+    text = json.dumps([_python_event(i) for i in range(5000)]).encode()
+    sent = decode_array(text)
+    whole = convert_run(_decoded([_python_event(i) for i in range(5000)]))
+    assert sent is not None
+    assert len(pickle.dumps(sent)) < 0.6 * len(pickle.dumps(whole))
+    merged = []
+    for run in (pickle.loads(pickle.dumps(sent)), whole):
+        builder = TraceBuilder()
+        builder.add_run(run, 0, len(text))
+        merged.append({c: builder.columns[c][: builder.n_rows].tolist() for c in ROW_COLUMNS})
+    assert merged[0] == merged[1]
