@@ -3,6 +3,7 @@ and nesting level, the slices sorted by start so that a frame only searches, nev
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -210,10 +211,12 @@ class ViewData:
             self._set_row_lane(placement)
         else:
             self.complete_levels()
-        self.gap_order_longest = np.lexsort(
-            (self.gaps.device, self.gaps.start, -(self.gaps.end - self.gaps.start))
-        )
         self.device_names = _device_names(trace.header)
+
+    @functools.cached_property
+    def gap_order_longest(self) -> np.ndarray:
+        """Gap indices, longest first (made on first use: a sort of every gap)."""
+        return np.lexsort((self.gaps.device, self.gaps.start, -(self.gaps.end - self.gaps.start)))
 
     @property
     def slot(self) -> np.ndarray:
@@ -401,7 +404,7 @@ class ViewData:
         first = np.concatenate(([0], bounds))
         last = np.concatenate((bounds, [len(key)]))
         row_level = np.full(len(trace), -1, dtype=np.int32)
-        row_entry = np.full(len(trace), -1, dtype=np.int64)
+        row_entry = np.full(len(trace), -1, dtype=np.int32)  # a level holds < 2**31 slices
         per_lane: dict[int, dict[int, Level]] = {}
         for lo, hi in zip(first.tolist(), last.tolist()):
             if lo == hi:
