@@ -29,7 +29,6 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Any
 
 import msgspec
@@ -49,6 +48,8 @@ from kinetoscope.parser.model import (
 MEMORY_NAME = "[memory]"
 ITERATION_START = "Iteration Start"  # Kineto: "Iteration Start: PyTorch Profiler"
 RECORD_WINDOW_END = "Record Window End"
+# Earlier slices of a GPU stream tried for a flow event the latest one does not hold.
+OTHER_ANCHOR_TRIES = 8
 # What the memory baseline instant says about itself, in its args.
 BASELINE_NOTE = "memory totals before the exported window"
 
@@ -552,20 +553,29 @@ def _flow_anchors(trace: Trace, session: Any, flow_rows: np.ndarray) -> np.ndarr
             current[short] = nesting.parent_pos[current[short]]
         live = current >= 0
         anchor[live] = order[current[live]]
-    # Other slices (GPU activities, annotations): the latest on the lane starting by ts.
+    # Other slices (GPU activities, annotations): the innermost on the lane that holds ts,
+    # i.e. of those starting by ts the latest start, then the earliest end (a kernel rather
+    # than the GPU annotation that starts with it). A few earlier slices are tried when the
+    # latest one ends before ts.
     rest = np.flatnonzero(anchor < 0)
     if len(rest):
         other = np.flatnonzero((trace.ph == PH_COMPLETE) & (nesting.position < 0))
         if len(other):
-            sort = np.lexsort((trace.start[other], trace.lane[other]))
+            o_end = trace.start[other] + trace.dur[other]
+            sort = np.lexsort((-o_end, trace.start[other], trace.lane[other]))
             other = other[sort]
             o_lane = trace.lane[other].astype(np.int64)
             pos = _last_at_or_before(o_lane, trace.start[other], lane[rest], ts[rest])
-            ok = pos >= 0
-            found = other[np.maximum(pos, 0)]
-            ok &= o_lane[np.maximum(pos, 0)] == lane[rest]
-            ok &= trace.start[found] + trace.dur[found] >= ts[rest]
-            anchor[rest[ok]] = found[ok]
+            for _ in range(OTHER_ANCHOR_TRIES):
+                live = pos >= 0
+                found = other[np.maximum(pos, 0)]
+                ok = live & (o_lane[np.maximum(pos, 0)] == lane[rest])
+                ok &= trace.start[found] + trace.dur[found] >= ts[rest]
+                anchor[rest[ok]] = found[ok]
+                again = live & ~ok & (o_lane[np.maximum(pos, 0)] == lane[rest])
+                if not again.any():
+                    break
+                rest, pos = rest[again], pos[again] - 1
     return anchor
 
 
@@ -611,33 +621,19 @@ def _memory_baseline(trace: Trace, t0: int) -> list[tuple[int, int, int]]:
 # -- the crop -----------------------------------------------------------------------------------
 
 
-def exact_ns(text: bytes) -> int | None:
-    """A JSON number of µs, as written, -> integer ns without going through a float (half to
-    even below a ns); None when it is not a number."""
-    try:
-        value = Decimal(text.decode("ascii").strip()) * 1000
-    except (InvalidOperation, UnicodeDecodeError, ValueError):
-        return None
-    if not value.is_finite():
-        return None
-    return int(value.to_integral_value(rounding=ROUND_HALF_EVEN))
-
-
 def _with_times(raw: bytes, ts: int | None, end: int | None, model: tuple[int, int]) -> bytes:
-    """The event's text with `ts` and/or its end (`dur` = end - ts) written again; the side
-    that does not change keeps its time as written (read exactly from the text)."""
+    """The event's text with `ts` and/or its end written again (`dur` = end - ts), from the
+    model's integer ns (`model`: start, dur). The model's times are what a reader of the file
+    reads for the original (JSON numbers are read as doubles, as kinetoscope's parser and
+    Perfetto's do), so a clipped slice ends, for a reader, exactly where the original did."""
     fields = _RAW_OBJECT.decode(raw)
-    old_ts = exact_ns(bytes(fields["ts"])) if "ts" in fields else None
-    if old_ts is None:
-        old_ts = model[0]
-    new_ts = old_ts if ts is None else ts
+    start, dur = model
     if ts is not None:
-        fields["ts"] = msgspec.Raw(us_text(new_ts))
+        fields["ts"] = msgspec.Raw(us_text(ts))
     if end is not None or (ts is not None and "dur" in fields):
-        old_dur = exact_ns(bytes(fields["dur"])) if "dur" in fields else None
-        old_end = old_ts + (old_dur if old_dur is not None else model[1])
-        new_end = old_end if end is None else end
-        fields["dur"] = msgspec.Raw(us_text(max(new_end - new_ts, 0)))
+        new_start = start if ts is None else ts
+        new_end = start + dur if end is None else end
+        fields["dur"] = msgspec.Raw(us_text(max(new_end - new_start, 0)))
     return msgspec.json.encode(fields)
 
 

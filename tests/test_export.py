@@ -83,6 +83,12 @@ def ns_of(text: bytes | Any) -> int:
     return int(ns.to_integral_value())
 
 
+def read_ns(text: Any) -> int:
+    """A JSON number of µs -> ns as a reader gets it: an integer exactly, any other number
+    decoded as a double, then rounded."""
+    return to_ns(json.loads(bytes(text)))
+
+
 def fields(raw: bytes) -> dict[str, Any]:
     return json.loads(raw)
 
@@ -144,10 +150,20 @@ class Expected:
                     todo.append(other)
         self.slices = kept
         # Flows: every event must lie in a kept slice of its lane, the innermost one there.
-        lanes: dict[int, list[int]] = {}
-        for row in np.flatnonzero(is_x).tolist():
-            lanes.setdefault(int(trace.lane[row]), []).append(row)
+        lanes: dict[int, np.ndarray] = {}
+        x_rows = np.flatnonzero(is_x)
+        for lane in np.unique(trace.lane[x_rows]).tolist():
+            lanes[lane] = x_rows[trace.lane[x_rows] == lane]
+        kept_rows = np.array(sorted(kept), dtype=np.int64)
+        kept_lanes = {lane: kept_rows[trace.lane[kept_rows] == lane] for lane in lanes}
         depth = nesting.depth
+
+        def innermost(rows: np.ndarray, ts: int) -> int | None:
+            holders = rows[(start[rows] <= ts) & (end[rows] >= ts)]
+            if not len(holders):
+                return None
+            return max(holders.tolist(), key=lambda x: (int(depth[x]), int(start[x]), -int(end[x])))
+
         groups: dict[tuple[int, int], list[int]] = {}
         flow_rows = np.flatnonzero(np.isin(trace.ph, [ord(p) for p in FLOW_PHASES]))
         for row in flow_rows.tolist():
@@ -155,19 +171,19 @@ class Expected:
                 groups.setdefault((int(trace.cat[row]), int(trace.flow_id[row])), []).append(row)
         self.flows: set[int] = set()
         self.flow_groups = 0
+        empty = np.zeros(0, dtype=np.int64)
         for rows in groups.values():
             phases = {chr(trace.ph[r]) for r in rows}
             if "s" not in phases or "f" not in phases:
                 continue
             bound = True
             for r in rows:
-                ts = int(start[r])
-                holders = [x for x in lanes.get(int(trace.lane[r]), []) if start[x] <= ts <= end[x]]
-                if not holders:
+                ts, lane = int(start[r]), int(trace.lane[r])
+                # The innermost slice holding it is kept only if some kept slice holds it.
+                if innermost(kept_lanes.get(lane, empty), ts) is None:
                     bound = False
                     break
-                inner = max(holders, key=lambda x: (int(depth[x]), int(start[x]), -int(end[x])))
-                if inner not in kept:
+                if innermost(lanes[lane], ts) not in kept:
                     bound = False
                     break
             if bound:
@@ -266,8 +282,10 @@ def check_crop(path: Path, window: Window, tmp_path: Path, clip: bool, gz: bool 
         assert rest == want
     else:
         # Slices in the window are clipped to it, except on a side where they enclose a slice
-        # kept outside the window; every time is exact in integer ns (from the text as
-        # written, never through a float), written with three decimals where it changed.
+        # kept outside the window. Times are compared as a reader reads them (JSON numbers as
+        # doubles, as kinetoscope's parser and Perfetto do): the crop's clipped slice starts
+        # or ends at the window's edge and ends or starts where the original did for a reader;
+        # what changed is written with exactly three decimals.
         trace = expected.trace
         nesting = expected.session.nesting
         # text -> the (starts, ends) each kept slice of that text may have in the crop.
@@ -275,8 +293,8 @@ def check_crop(path: Path, window: Window, tmp_path: Path, clip: bool, gz: bool 
         for row in expected.slices:
             raw = expected.raw[int(trace.ordinal[row])]
             event = RAW_OBJECT.decode(raw)
-            s = ns_of(event["ts"])
-            e = s + ns_of(event.get("dur", b"0"))
+            s = read_ns(event["ts"])
+            e = s + read_ns(event.get("dur", b"0"))
             starts, ends = (s,), (e,)
             if row in expected.in_window:
                 # Slices it encloses that are kept although outside the window.
@@ -285,12 +303,10 @@ def check_crop(path: Path, window: Window, tmp_path: Path, clip: bool, gz: bool 
                     for d in nesting.descendants(row).tolist()
                     if d in expected.slices and d not in expected.in_window
                 ]
-                model_start = int(trace.start[row])
-                model_end = model_start + int(trace.dur[row])
                 # Clipped, or (where clipping would nest it differently) as written.
-                if model_start < t0 and all(trace.start[d] >= t0 for d in inner):
+                if s < t0 and all(trace.start[d] >= t0 for d in inner):
                     starts = (t0, s)
-                if model_end > t1 and all(trace.start[d] + trace.dur[d] <= t1 for d in inner):
+                if e > t1 and all(trace.start[d] + trace.dur[d] <= t1 for d in inner):
                     ends = (t1, e)
             want_x.setdefault(without_times(raw), []).append((starts, ends))
         got_x: Counter = Counter()
@@ -309,8 +325,8 @@ def check_crop(path: Path, window: Window, tmp_path: Path, clip: bool, gz: bool 
                     if text != bytes(original.get(key, b"")):
                         assert re.fullmatch(rb"-?\d+\.\d{3}", text), raw[:200]
             if bytes(event.get("ph", b"")) == b'"X"':
-                s = ns_of(event["ts"])
-                got_x[(without_times(raw), s, s + ns_of(event.get("dur", b"0")))] += count
+                s = read_ns(event["ts"])
+                got_x[(without_times(raw), s, s + read_ns(event.get("dur", b"0")))] += count
             else:
                 got_other[without_times(raw)] += count
         clipped = 0
@@ -410,6 +426,7 @@ def middle_window(path: Path, lo: float = 0.4, hi: float = 0.6) -> Window:
 
 
 CORPUS_WINDOWS = [
+    "hta/ns_resolution_rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
     "tracelens/h100_gaunernst_bert-small-uncased__1016001.json.gz",
     "hta/amd_mi250_minitoy_train_ROCm6_2_kineto.json.gz",
     "hta/nccl_parser_config_nccl_data.json.gz",
