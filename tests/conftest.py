@@ -26,6 +26,13 @@ def private_cache_dir(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("KINETOSCOPE_CACHE_DIR", str(tmp_path_factory.mktemp("model-cache")))
 
 
+@pytest.fixture(autouse=True)
+def scratch_working_dir(tmp_path_factory, monkeypatch):
+    """Tests run in a scratch folder: a key that saves a file (W, e) or a command that writes
+    next to the current directory never leaves files in the checkout."""
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+
+
 def pytest_generate_tests(metafunc):
     """Tests marked `also_no_color` run twice: as configured, and with NO_COLOR=1."""
     if metafunc.definition.get_closest_marker("also_no_color") is not None:
