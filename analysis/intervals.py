@@ -19,14 +19,20 @@ class Union:
         """Merge intervals; empty ones are dropped and touching ones are joined."""
         starts = np.asarray(starts, dtype=np.int64)
         ends = np.asarray(ends, dtype=np.int64)
+        # As few whole-size temporaries as can be: the steps' CPU unions take every slice of a
+        # thread, and on a 4 GB trace each such array is some 70 MB.
         keep = ends > starts
-        starts, ends = starts[keep], ends[keep]
+        if not keep.all():
+            starts, ends = starts[keep], ends[keep]
+        del keep
         if len(starts) == 0:
             empty = np.zeros(0, np.int64)
             return cls(empty, empty)
         order = np.argsort(starts, kind="stable")
-        starts, ends = starts[order], ends[order]
-        reach = np.maximum.accumulate(ends)
+        starts = starts[order]
+        ends = ends[order]  # a copy: the caller's array is never written
+        del order
+        reach = np.maximum.accumulate(ends, out=ends)
         # A new run begins where an interval starts after everything before it has ended.
         new_run = np.empty(len(starts), dtype=bool)
         new_run[0] = True

@@ -15,7 +15,7 @@ import numpy as np
 from kinetoscope.parser.model import NO_VALUE, MemoryEvents, Trace
 
 from .classify import Groups
-from .intervals import add_at, sums_fit
+from .intervals import add_at, cumulative, sums_fit
 from .memory import compute_memory
 from .nesting import Nesting
 from .units import us as _us
@@ -329,9 +329,10 @@ def _operator_memory(
     allocations: Allocations,
 ) -> OperatorMemory:
     n_groups = len(groups)
-    n_pos = len(nesting.order)
     group_of_pos = groups.index[nesting.order]  # int32
     outer_all = np.flatnonzero(nesting.outermost)
+    if len(nesting.order) < (1 << 31):  # positions: half the memory in 32 bits
+        outer_all = outer_all.astype(np.int32)
 
     # Byte counts near 2**63 are valid: their sums are then taken in Python integers.
     fits = sums_fit(nbytes)
@@ -341,18 +342,30 @@ def _operator_memory(
         pick = mask & (owner_pos >= 0)
         return add_at(out, group_of_pos[owner_pos[pick]], values[pick], fits)
 
-    def inclusive(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        # Subtrees are contiguous position ranges, and outermost instances of one group never
-        # nest, so summing over them counts each event once per group.
-        prefix = np.zeros(n_pos + 1, dtype=np.int64 if fits else object)
-        pick = mask & (owner_pos >= 0)
-        picked = values[pick] if fits else values[pick].astype(object)
-        np.add.at(prefix[1:], owner_pos[pick], picked)
-        np.cumsum(prefix, out=prefix)  # in place: one position-sized array, not three
-        below = prefix[nesting.subtree_stop[outer_all]] - prefix[outer_all]
-        del prefix
-        out = np.zeros(n_groups, dtype=np.int64)
-        return add_at(out, group_of_pos[outer_all], below, fits)
+    def inclusive(*wanted: tuple[np.ndarray, np.ndarray]) -> list[np.ndarray]:
+        """Per group, for each (values, mask): the sum over the events inside the subtrees of
+        its outermost instances. Subtrees are contiguous position ranges, and outermost
+        instances of one group never nest, so this counts each event once per group. The
+        events are sorted by position once; each instance's range of them is found by
+        bisection, a block of instances at a time (no position-sized temporaries)."""
+        events = np.flatnonzero(owner_pos >= 0)
+        events = events[np.argsort(owner_pos[events], kind="stable")]
+        at = owner_pos[events]
+        sums = [
+            cumulative(np.where(mask[events], values[events], 0), fits) for values, mask in wanted
+        ]
+        outs = [np.zeros(n_groups, dtype=np.int64) for _ in wanted]
+        for block in range(0, len(outer_all), PEAK_BLOCK):
+            outer = outer_all[block : block + PEAK_BLOCK]
+            lo = np.searchsorted(at, outer, side="left")
+            hi = np.searchsorted(at, nesting.subtree_stop[outer], side="left")
+            some = np.flatnonzero(hi > lo)
+            if not len(some):
+                continue
+            lo, hi, group = lo[some], hi[some], group_of_pos[outer[some]]
+            for k, prefix in enumerate(sums):
+                outs[k] = add_at(outs[k], group, prefix[hi] - prefix[lo], fits)
+        return outs
 
     is_alloc = nbytes > 0
     is_free = nbytes < 0
@@ -393,15 +406,18 @@ def _operator_memory(
         peak_start[winners] = when[better]
         peak_row[winners] = rows[known][firsts][better]
 
+    incl_allocations, incl_allocated, incl_net = inclusive(
+        (ones, is_alloc), (nbytes, is_alloc), (nbytes, is_alloc | is_free)
+    )
     return OperatorMemory(
         allocations=per_group(ones, is_alloc),
         allocated=per_group(nbytes, is_alloc),
         frees=per_group(ones, is_free),
         freed=per_group(-nbytes, is_free),
         self_net=per_group(nbytes, is_alloc | is_free),
-        incl_allocations=inclusive(ones, is_alloc),
-        incl_allocated=inclusive(nbytes, is_alloc),
-        incl_net=inclusive(nbytes, is_alloc | is_free),
+        incl_allocations=incl_allocations,
+        incl_allocated=incl_allocated,
+        incl_net=incl_net,
         peak_live=peak_live,
         peak_row=peak_row,
         unfreed=per_group(ones, unfreed_mask),

@@ -68,6 +68,9 @@ def overlapping_gpu_work(trace: Trace, gpu_rows: np.ndarray) -> tuple[np.ndarray
     return np.concatenate(found), np.concatenate(under)
 
 
+OUTLIVING_BLOCK = 1 << 20
+
+
 def slices_outliving_parent(trace: Trace, analysis: TraceSession) -> tuple[np.ndarray, np.ndarray]:
     """CPU slices that start inside a slice on their lane and end after it.
 
@@ -80,18 +83,34 @@ def slices_outliving_parent(trace: Trace, analysis: TraceSession) -> tuple[np.nd
     if n < 2:
         empty = np.zeros(0, np.int64)
         return empty, empty
-    parent = nesting.parent_pos
-    family = np.where(parent >= 0, parent, -1 - nesting.lane_of.astype(np.int64))
-    by_family = np.argsort(family, kind="stable")  # stable: siblings stay in position order
-    family = family[by_family]
-    same = family[1:] == family[:-1]
-    del family
-    later, earlier = by_family[1:][same], by_family[:-1][same]
-    del by_family, same
-    later_rows, earlier_rows = order[later], order[earlier]
-    del later, earlier
-    overlap = trace.start[earlier_rows] + trace.dur[earlier_rows] > trace.start[later_rows]
-    return later_rows[overlap], earlier_rows[overlap]
+    # A slice's next sibling, when it has one, is where its subtree stops: the positions in
+    # between are its descendants, and the one after has a greater end, so it is a sibling
+    # when it has the same parent on the same lane. Taken a block of positions at a time:
+    # this runs at the summary's peak of memory, and whole-trace temporaries would raise it.
+    parent, stop, lane = nesting.parent_pos, nesting.subtree_stop, nesting.lane_of
+    found_later, found_earlier, found_family = [], [], []
+    for lo in range(0, n, OUTLIVING_BLOCK):
+        hi = min(n, lo + OUTLIVING_BLOCK)
+        nxt = stop[lo:hi].astype(np.int64)
+        here = np.flatnonzero(nxt < n)
+        nxt = nxt[here]
+        here += lo
+        sibling = (parent[nxt] == parent[here]) & (lane[nxt] == lane[here])
+        here, nxt = here[sibling], nxt[sibling]
+        earlier_rows, later_rows = order[here], order[nxt]
+        overlap = trace.start[earlier_rows] + trace.dur[earlier_rows] > trace.start[later_rows]
+        found_later.append(nxt[overlap])
+        found_earlier.append(here[overlap])
+        family = parent[nxt[overlap]].astype(np.int64)
+        roots = family < 0
+        family[roots] = -1 - lane[nxt[overlap][roots]].astype(np.int64)
+        found_family.append(family)
+    later = np.concatenate(found_later)
+    earlier = np.concatenate(found_earlier)
+    # In the order of the sibling groups (by parent position, roots first by lane
+    # descending), then by position within each.
+    by = np.lexsort((later, np.concatenate(found_family)))
+    return order[later[by]].astype(np.int64), order[earlier[by]].astype(np.int64)
 
 
 def duplicate_correlations(trace: Trace, runtime: np.ndarray) -> np.ndarray:
@@ -123,33 +142,36 @@ def far_from_the_rest(trace: Trace) -> tuple[np.ndarray, int]:
 
     Returns (rows, gap in ns). Such slices (a clock that jumped, events of another run) make
     `fit all` show mostly emptiness."""
-    # Narrow, in place, and one at a time where it can be: these arrays are as long as the
-    # trace, and this runs at the summary's peak of memory.
-    rows = np.flatnonzero(trace.ph == PH_COMPLETE)
-    if len(rows) < (1 << 31):
-        rows = rows.astype(np.int32)
-    n = len(rows)
     empty = np.zeros(0, np.int64)
+    complete = trace.ph == PH_COMPLETE
+    # The holes of the union of the slices, from their starts and their ends each sorted on
+    # its own (in place: this runs at the summary's peak of memory, and whole-trace index
+    # arrays would raise it). With i slices started before a time t and the i-th smallest end
+    # at or before it, none is running at t, so the union has a hole from the i-th smallest
+    # end to the (i+1)-th start exactly where that end comes first: the same holes, at the
+    # same indices, as the running maximum of ends in start order gives.
+    start = trace.start[complete]
+    n = len(start)
     if n < 2:
         return empty, 0
-    start = trace.start[rows]
-    order = np.argsort(start, kind="stable")
-    start = start[order]
-    rows = rows[order]
-    del order
-    reach = trace.dur[rows]
-    reach += start
-    np.maximum.accumulate(reach, out=reach)
-    span = int(reach[-1]) - int(start[0])
+    end = trace.dur[complete].astype(np.int64, copy=False)  # a new array: written below
+    end += start
+    del complete
+    start.sort(kind="stable")
+    end.sort(kind="stable")
+    span = int(end[-1]) - int(start[0])
     if span <= 0:
         return empty, 0
-    holes = np.subtract(start[1:], reach[:-1], out=reach[:-1])  # reach is not needed after
+    holes = np.subtract(start[1:], end[:-1], out=end[:-1])  # the ends are not needed after
     del start
     widest = int(np.argmax(holes))
     gap = int(holes[widest])
+    del holes, end
     if gap < FAR_GAP_SHARE * span:
         return empty, 0
-    rows = rows.astype(np.int64)
+    # Rare (a clock that jumped): now the slices themselves, by start, on each side.
+    rows = np.flatnonzero(trace.ph == PH_COMPLETE)
+    rows = rows[np.argsort(trace.start[rows], kind="stable")]
     before, after = rows[: widest + 1], rows[widest + 1 :]
     few = max(1, int(FAR_SHARE * n))
     if len(after) <= few:

@@ -77,7 +77,11 @@ def step_rows(trace: Trace, cpu: np.ndarray) -> np.ndarray:
 
 def _union(trace: Trace, mask: np.ndarray) -> Union:
     rows = np.flatnonzero(mask)
-    return Union.of(trace.start[rows], trace.start[rows] + trace.dur[rows])
+    start = trace.start[rows]
+    end = trace.dur[rows].astype(np.int64, copy=False)  # a new array: written below
+    del rows
+    end += start
+    return Union.of(start, end)
 
 
 def compute_steps(
