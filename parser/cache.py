@@ -117,10 +117,12 @@ class FileFacts(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
 
 class Unchecked(msgspec.Struct, frozen=True):
-    """Array files mapped without their CRCs read (`load(verify=False)`): `check` reads them."""
+    """Array files mapped without their CRCs read (`load(verify=False)`): `check` reads them,
+    and removes `entry` (the trace's entry folder) if one does not match."""
 
     folder: str
     files: dict[str, FileFacts]
+    entry: str
 
 
 class Manifest(msgspec.Struct, forbid_unknown_fields=True):
@@ -544,7 +546,7 @@ def load_extra(
         if arrays is not None and lazy:
             trace.cache_unchecked = [
                 *(trace.cache_unchecked or []),
-                Unchecked(str(folder), extra.files),
+                Unchecked(str(folder), extra.files, entry=str(folder.parent)),
             ]
         return arrays
     except Exception:  # noqa: BLE001 - whatever a damaged entry raises, it is computed again
@@ -598,7 +600,8 @@ def _load(path: str, root: Path | None, verify: bool) -> Trace | None:
     trace.from_cache = True
     trace.cache_key = key
     if not verify:  # mapped on the identity and header checks; `check` reads the CRCs
-        trace.cache_unchecked = [Unchecked(str(entry_dir(path, root)), manifest.files)]
+        folder = str(entry_dir(path, root))
+        trace.cache_unchecked = [Unchecked(folder, manifest.files, entry=folder)]
     return trace
 
 
@@ -611,15 +614,17 @@ def check(trace: Trace) -> bool:
     unchecked = trace.cache_unchecked
     if not unchecked:
         return True
-    try:
-        good = all(_files_match(Path(item.folder), item.files) for item in unchecked)
-    except (OSError, ValueError):
-        good = False
-    if good:
-        trace.cache_unchecked = None
-        return True
-    drop(trace.source.path)
-    return False
+    for item in unchecked:
+        try:
+            good = _files_match(Path(item.folder), item.files)
+        except (OSError, ValueError):
+            good = False
+        if not good:
+            for entry in dict.fromkeys(other.entry for other in unchecked):
+                _remove_entry(Path(entry))
+            return False
+    trace.cache_unchecked = None
+    return True
 
 
 def _files_match(folder: Path, files: dict[str, FileFacts]) -> bool:
@@ -636,12 +641,16 @@ def _files_match(folder: Path, files: dict[str, FileFacts]) -> bool:
 
 
 def drop(path: str, root: Path | None = None) -> None:
-    """Remove the cache entry of `path` (and its extras), e.g. after a failed check."""
-    target = entry_dir(path, root)
+    """Remove the cache entry of `path` (and its extras)."""
+    _remove_entry(entry_dir(path, root))
+
+
+def _remove_entry(target: Path) -> None:
+    """Remove an entry folder (renamed out of the way at once, then deleted)."""
     try:
         if not target.is_symlink() and target.is_dir():
             gone = Path(tempfile.mkdtemp(prefix=".old-", dir=target.parent))
-            os.rename(target, gone / "entry")  # out of the way at once, then deleted
+            os.rename(target, gone / "entry")
             shutil.rmtree(gone, ignore_errors=True)
         elif os.path.lexists(target):
             os.unlink(target)

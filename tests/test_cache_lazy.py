@@ -346,3 +346,15 @@ def test_a_cached_view_with_rows_out_of_range_is_computed_instead(trace_path, en
         assert_same_levels(view, full, top_only=False)
         file.write_bytes(original)
         _rerecord(extra, name)
+
+
+def test_a_failed_check_removes_the_entry_it_was_read_from(tmp_path, trace_path, fresh):
+    root = tmp_path / "another-root"
+    folder = cache.save(fresh, root)
+    assert folder is not None and folder.parent == root
+    _flip_last_byte(folder / "start.npy")
+    _rerecord(folder, "start")
+    lazy = cache.load(str(trace_path), root, verify=False)
+    assert lazy is not None
+    assert not cache.check(lazy)
+    assert not folder.exists()
