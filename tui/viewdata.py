@@ -255,9 +255,9 @@ class ViewData:
         per_lane = self._per_lane(placement)
         self.session.provide_nesting(nesting)
         self.placement = placement
-        if self.lanes:
+        if self.lanes:  # the top levels' lanes (from a view cache that may not fit: .get)
             for view in self.lanes:
-                view.levels = _level_list(per_lane[view.lane.id])
+                view.levels = _level_list(per_lane.get(view.lane.id, {}))
         else:
             self._make_lanes(per_lane)
         self._set_row_lane(placement)
