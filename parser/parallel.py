@@ -168,9 +168,15 @@ def _read_source(state: SourceState, progress: Progress | None, workers: int | N
     from concurrent.futures.process import BrokenProcessPool
 
     pool = None
+    starting = None
     try:
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=worker_context())
-        _start_workers(pool, workers)
+        if _main_file_to_hide() is None and not state.compressed:
+            # Started in a thread: this process decodes the first runs meanwhile (the worker
+            # server's start, its imports included, takes about half a second).
+            starting = _Starting(pool, workers)
+        else:
+            _start_workers(pool, workers)
     except (BrokenProcessPool, OSError, ValueError):
         # Workers cannot start here (no usable standard streams, no /dev/shm, ...).
         if pool is not None:
@@ -178,8 +184,12 @@ def _read_source(state: SourceState, progress: Progress | None, workers: int | N
         return reader.read_source(state, iter_blocks(state), progress)
     try:
         with pool:
-            ahead = RunsAhead(pool, workers)
-            trace = reader.read_source(state, iter_blocks(state), progress, ahead)
+            try:
+                ahead = RunsAhead(pool, workers, starting)
+                trace = reader.read_source(state, iter_blocks(state), progress, ahead)
+            finally:
+                if starting is not None:
+                    starting.thread.join()  # before the pool shuts down
             trace.workers = workers
             return trace
     except BrokenProcessPool:
@@ -196,18 +206,45 @@ def _start_workers(pool: Any, workers: int) -> None:
     start, such a main module's `__file__` is hidden (workers never need the main module).
     """
     main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    hide = main is not None and path is not None and not os.path.isfile(path)
-    if hide:
-        assert main is not None
+    path = _main_file_to_hide()
+    if path is not None:
         del main.__file__
     try:
         for future in [pool.submit(int) for _ in range(workers)]:
             future.result()
     finally:
-        if hide:
-            assert main is not None
+        if path is not None:
             main.__file__ = path
+
+
+def _main_file_to_hide() -> str | None:
+    """The main module's `__file__` when it names no file (a program read from stdin)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path is not None and not os.path.isfile(path):
+        return path
+    return None
+
+
+class _Starting:
+    """The workers starting in a thread (`_start_workers`); `done` is set when they have,
+    or when they could not (`error`)."""
+
+    def __init__(self, pool: Any, workers: int) -> None:
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        self.thread = threading.Thread(
+            target=self._run, args=(pool, workers), name="kinetoscope-workers", daemon=True
+        )
+        self.thread.start()
+
+    def _run(self, pool: Any, workers: int) -> None:
+        try:
+            _start_workers(pool, workers)
+        except BaseException as error:  # reported to the load, which reads on without workers
+            self.error = error
+        finally:
+            self.done.set()
 
 
 CUT_WINDOW = 1 << 16  # the bytes before a run's target end searched for its cut
@@ -219,9 +256,10 @@ class RunsAhead:
     reader's builder in file order, until a run fails or only the last run is left; the reader's
     serial loop goes on from there. Called by `Reader.read_events`."""
 
-    def __init__(self, pool: Any, workers: int) -> None:
+    def __init__(self, pool: Any, workers: int, starting: _Starting | None = None) -> None:
         self.pool = pool
         self.workers = workers
+        self.starting = starting  # None: the workers have started
 
     def __call__(self, into: Reader) -> None:
         if into.state.compressed:
@@ -324,9 +362,17 @@ class RunsAhead:
                 break
             cut = window_start + matches[-1].start()
             length = cut + 1 - position
-            pending.append(
-                (self.pool.submit(decode_file_run, identity, position, length), position, length)
-            )
+            starting = self.starting
+            if starting is not None and not starting.done.is_set():
+                # The workers are still starting: this run is decoded here meanwhile.
+                here: Future = Future()
+                here.set_result(decode_file_run(identity, position, length))
+                pending.append((here, position, length))
+            elif starting is not None and starting.error is not None:
+                break  # no workers after all: the serial loop reads on from this run
+            else:
+                future = self.pool.submit(decode_file_run, identity, position, length)
+                pending.append((future, position, length))
             position = window_start + matches[-1].end() - 1
             while pending and (len(pending) >= limit or pending[0][0].done()):
                 failed_at = self._merge_oldest_by_offset(into, pending)
