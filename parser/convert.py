@@ -282,7 +282,14 @@ def convert_run(events: list[Event], out_of_range: int = 0) -> RunColumns:
                     flow_id[flow_idx[k]] = STRING_FLOW_BASE + intern(fid)
         bps = [sub[j].bp for j in flow_idx]
         if set(map(type, bps)) != {type(None)}:
-            flow_bp[flow_rows] = [_bp_code(bp) for bp in bps]
+            try:  # a few distinct binding points ("e"): each coded once
+                codes_of = {bp: _bp_code(bp) for bp in dict.fromkeys(bps)}
+            except TypeError:  # one that is not hashable (a list): coded one by one
+                flow_bp[flow_rows] = [_bp_code(bp) for bp in bps]
+            else:
+                flow_bp[flow_rows] = np.fromiter(
+                    map(codes_of.__getitem__, bps), dtype=np.uint8, count=len(bps)
+                )
 
     smin = emax = None
     if row_x.any():

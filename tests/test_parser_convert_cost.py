@@ -135,3 +135,23 @@ def test_a_worker_sends_constant_columns_as_one_value():
         builder.add_run(run, 0, len(text))
         merged.append({c: builder.columns[c][: builder.n_rows].tolist() for c in ROW_COLUMNS})
     assert merged[0] == merged[1]
+
+
+def _flow_event(i: int, bp: Any = "e") -> dict[str, Any]:
+    return {"ph": "sf"[i % 2], "id": i // 2, "pid": 7, "tid": 7, "ts": 5.0 + i, "bp": bp}
+
+
+def test_flow_binding_points_convert_without_a_call_per_event():
+    few = _python_calls(_decoded([_flow_event(i) for i in range(20)]))
+    many = _python_calls(_decoded([_flow_event(i) for i in range(2000)]))
+    assert many - few < 50, (few, many)
+
+
+def test_flow_binding_points_keep_their_codes():
+    """ "e" and other one-letter ASCII points are their byte; anything else (a list, a number,
+    a non-ASCII letter) is 0, and one unhashable point does not change the others' codes."""
+    points = ["e", "s", None, 1, "é", "", ["e"]]
+    for batch in (points[:-1], points):
+        run = convert_run(_decoded([_flow_event(i, bp) for i, bp in enumerate(batch)]))
+        expected = [ord("e"), ord("s"), 0, 0, 0, 0, 0][: len(batch)]
+        assert run.flow_bp.tolist() == expected
