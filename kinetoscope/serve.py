@@ -10,8 +10,8 @@ works as well as a direct one.
 
 The port is bound here, before anything is served: a busy port is one line, `--port 0` takes a
 free one, and the line that says where it listens names the real port. Ctrl+C (or SIGTERM)
-stops the server: each viewer is asked to quit, and whatever has not ended a few seconds later
-is terminated, so that no viewer process outlives it.
+stops the server: each viewer gets SIGTERM (on which Textual's web driver quits), and one that
+has not ended STOP_WAIT_S later is killed, so that no viewer process outlives it.
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ from typing import Any
 INSTALL = "pip install 'kinetoscope[serve]'"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
-QUIT_WAIT_S = 1.0  # how long the viewers are given to quit when asked, before SIGTERM
-STOP_WAIT_S = 5.0  # how long they are given after SIGTERM, before SIGKILL
+QUIT_WAIT_S = 1.0  # how long a session is waited for once its viewer has ended
+STOP_WAIT_S = 5.0  # how long the viewers are given to quit, before SIGKILL
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+KILL = getattr(signal, "SIGKILL", signal.SIGTERM)  # for a viewer that would not quit
 
 
 class ServeError(Exception):
@@ -325,23 +326,31 @@ def _server(command: str, sock: socket.socket, title: str, before: set[int]) -> 
                     self.sessions.discard(task)
 
         async def on_shutdown(self, app: web.Application) -> None:
-            # Each session's viewer is asked to quit as its websocket is cancelled; one that
-            # has not quit a moment later is terminated (its web driver quits on SIGTERM too).
-            # A browser that does not answer the websocket's close is not waited for long.
-            sessions = list(self.sessions)
-            for task in sessions:
-                task.cancel()
-            if sessions:
-                await asyncio.wait(sessions, timeout=QUIT_WAIT_S)
-            viewers = _children() - before
+            # Each viewer is told to quit (its web driver quits on SIGTERM as on a browser's
+            # quit) and waited for while the loop runs, so its output is read to the end and
+            # no pipe is left to close after the loop. Then the sessions end; a browser that
+            # does not answer the websocket's close is not waited for long.
+            viewers = _children(ended_too=True) - before
             for pid in viewers:
                 _signal(pid, signal.SIGTERM)
+            # Until each is gone, collected by the loop's child watcher (not only ended), and
+            # a moment more for the loop to close their pipes.
+            for signum, wait in ((None, STOP_WAIT_S), (KILL, QUIT_WAIT_S)):
+                left = viewers & _children(ended_too=True)
+                for pid in left if signum is not None else ():
+                    _signal(pid, signum)  # one that would not quit
+                deadline = time.monotonic() + wait
+                while left and time.monotonic() < deadline:
+                    await asyncio.sleep(0.05)
+                    left &= _children(ended_too=True)
+            await asyncio.sleep(0.1)
+            sessions = list(self.sessions)
             if sessions:
-                await asyncio.wait(sessions, timeout=QUIT_WAIT_S)
-            # Reaped while the loop runs (its child watcher collects them), so none is left.
-            deadline = time.monotonic() + STOP_WAIT_S
-            while viewers & _children() and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
+                _, late = await asyncio.wait(sessions, timeout=QUIT_WAIT_S)
+                for task in late:
+                    task.cancel()
+                if late:
+                    await asyncio.wait(late, timeout=QUIT_WAIT_S)
 
         def run(self) -> None:
             try:
@@ -361,9 +370,9 @@ def _server(command: str, sock: socket.socket, title: str, before: set[int]) -> 
     return ViewerServer()
 
 
-def _children() -> set[int]:
-    """The process ids of this process's running descendants (Linux's /proc; elsewhere none
-    known)."""
+def _children(ended_too: bool = False) -> set[int]:
+    """The process ids of this process's running descendants (`ended_too`: and those ended but
+    not yet collected) (Linux's /proc; elsewhere none known)."""
     parents: dict[int, int] = {}
     try:
         entries = os.listdir("/proc")
@@ -379,7 +388,7 @@ def _children() -> set[int]:
             continue
         # pid (comm) state ppid ...: the name may hold spaces and parentheses.
         fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 1 and fields[0] != b"Z":  # a zombie has ended already
+        if len(fields) > 1 and (ended_too or fields[0] != b"Z"):  # Z: ended, not collected
             parents[int(entry)] = int(fields[1])
     found: set[int] = set()
     frontier = {os.getpid()}
@@ -403,7 +412,7 @@ def _end_children(before: set[int]) -> None:
             if _reaped(pid):
                 left.discard(pid)
     for pid in left:
-        _signal(pid, signal.SIGKILL)
+        _signal(pid, KILL)
         _reaped(pid)
 
 
