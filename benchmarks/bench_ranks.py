@@ -123,7 +123,7 @@ def small_job(count: int) -> Path:
 # measuring -------------------------------------------------------------------------------------
 
 
-def _tree_rss(root: int) -> int:
+def tree_rss_bytes(root: int) -> int:
     """Resident bytes of `root` and all its descendants now (Linux /proc)."""
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
@@ -161,7 +161,7 @@ def run_sampled(command: list[str], env: dict[str, str]) -> tuple[float, int, by
     def sample() -> None:
         nonlocal peak
         while not done.is_set():
-            peak = max(peak, _tree_rss(process.pid))
+            peak = max(peak, tree_rss_bytes(process.pid))
             done.wait(0.02)
 
     sampler = threading.Thread(target=sample, daemon=True)

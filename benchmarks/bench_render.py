@@ -1,7 +1,7 @@
 """Frame time of the timeline for zoom, pan and idle-gap jumps on a big trace.
 
     python /path/to/scale_trace.py SOME_TRACE.json.gz benchmarks/data/big.json --target-mb 200
-    python benchmarks/bench_render.py benchmarks/data/big.json [--size 200x50]
+    python benchmarks/bench_render.py benchmarks/data/big.json [--size 200x50] [--json]
 
 A frame is one key's action plus drawing every line of the timeline from cold strip caches
 (each action moves the view, so nothing drawn before can be reused). Prints median and p95 per
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import time
 
@@ -116,6 +117,9 @@ def main() -> None:
     parser.add_argument("trace")
     parser.add_argument("--size", default="200x50", help="terminal size, WxH (default 200x50)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--json", action="store_true", help="also print the results as one last line of JSON"
+    )
     args = parser.parse_args()
     width, height = (int(v) for v in args.size.lower().split("x"))
     results = asyncio.run(run(args.trace, width, height, args.repeats))
@@ -125,6 +129,17 @@ def main() -> None:
             f"{name:<12} {len(values):>6} {statistics.median(values):>10.2f} "
             f"{percentile(values, 0.95):>8.2f} {max(values):>8.2f}"
         )
+    if args.json:
+        summary = {
+            name: {
+                "frames": len(values),
+                "median_ms": statistics.median(values),
+                "p95_ms": percentile(values, 0.95),
+                "max_ms": max(values),
+            }
+            for name, values in results.items()
+        }
+        print(json.dumps(summary))
 
 
 if __name__ == "__main__":
