@@ -216,3 +216,12 @@ def test_export_refuses_it(tmp_path, pftraces, capsys):
     assert "a Perfetto protobuf trace" in err and "export_chrome_trace" in err
     assert "\n" not in err and "Traceback" not in err
     assert not out.exists()
+
+
+def test_json_under_a_pftrace_name_is_read_as_json(tmp_path, capsys):
+    # torch 2.13's export_chrome_trace("x.pftrace") without the CUPTI monitor writes JSON.
+    path = tmp_path / "trace.pftrace"
+    shutil.copy(SAMPLE, path)
+    assert load(str(path), use_cache=False).n_events > 0
+    assert main(["summary", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)
