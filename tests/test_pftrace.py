@@ -207,6 +207,10 @@ def test_a_job_folder_of_only_pftrace_is_refused(tmp_path, pftraces, capsys):
     assert "(and 1 more such files)" in str(raised.value)
     assert main(["summary", str(job)]) == 1
     refused(capsys.readouterr().err.strip(), job / "rank0.pftrace")
+    bundle = tmp_path / "job.zip"  # the job's export finds the job the same way
+    assert main(["export", str(job), "-o", str(bundle), "--step", "1"]) == 1
+    refused(capsys.readouterr().err.strip(), job / "rank0.pftrace")
+    assert not bundle.exists()
 
 
 def test_export_refuses_it(tmp_path, pftraces, capsys):
