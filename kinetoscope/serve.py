@@ -23,6 +23,7 @@ import os
 import shlex
 import signal
 import socket
+import subprocess
 import sys
 import time
 from typing import Any
@@ -156,6 +157,8 @@ def viewer_command(paths: list[str], *, diff: bool = False, cycle: int | None = 
     argv += [os.path.abspath(p) for p in paths]
     if cycle is not None:
         argv += ["--cycle", str(cycle)]
+    if os.name != "posix":
+        return subprocess.list2cmdline(argv)
     return "exec " + shlex.join(argv)  # the shell textual-serve starts becomes the viewer
 
 
