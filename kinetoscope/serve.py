@@ -289,6 +289,7 @@ def _server(command: str, sock: socket.socket, title: str, before: set[int]) -> 
     """The textual-serve server of `command`, serving on `sock` (made here: textual-serve is
     imported only by `serve`). `before`: the processes that are not its viewers."""
     import asyncio
+    import logging
 
     from aiohttp import web
     from textual_serve.server import Server
@@ -333,6 +334,8 @@ def _server(command: str, sock: socket.socket, title: str, before: set[int]) -> 
             # quit) and waited for while the loop runs, so its output is read to the end and
             # no pipe is left to close after the loop. Then the sessions end; a browser that
             # does not answer the websocket's close is not waited for long.
+            # A viewer stopped while it starts is no failure to report ("failed to start").
+            logging.getLogger("textual-serve").setLevel(logging.CRITICAL)
             viewers = _children(ended_too=True) - before
             for pid in viewers:
                 _signal(pid, signal.SIGTERM)
