@@ -11,6 +11,12 @@ The framing is `reader.py`'s: the main process cuts runs after a `}` followed by
 the worker's decoder confirms the cut. A run that fails (a cut inside a string, malformed data,
 or the end of the array) hands over to the reader's serial loop at that run's start; it retries
 cuts and salvages from there. The last run is always read serially.
+
+Where the time goes (1 GB, two workers): the workers' decoding is about a third of their time
+and the conversion to columns about half; sending the columns back, a few per cent (a column
+that holds one value throughout a run travels as that value). The loading process finds cuts
+and merges runs (about a tenth of the CPU time), and decodes the first runs itself while the
+worker server starts (its imports take about half a second).
 """
 
 from __future__ import annotations
