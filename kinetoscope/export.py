@@ -102,6 +102,7 @@ class Crop:
     stats: CropStats = field(default_factory=CropStats)
     warnings: list[str] = field(default_factory=list)
     stopped_at: int | None = None  # the original stopped early (damaged, cut off) at this byte
+    edges: Window | None = None  # the times written at the window's edges (readable_edges)
 
     @property
     def kept(self) -> int:
@@ -161,6 +162,36 @@ def parse_window(text: str, trace_origin_ns: int, trace_end_ns: int | None = Non
     if end <= start:
         raise ExportError(f"the window {text.strip()!r} is empty: its end is not after its start")
     return Window(start, end)
+
+
+def read_back(ns: int) -> int:
+    """The ns a reader gets for a time written as `us_text(ns)`: JSON numbers with decimals
+    are read as doubles (kinetoscope's parser, Perfetto), then rounded to a ns."""
+    from kinetoscope.parser.convert import to_ns
+
+    value = to_ns(float(us_text(ns)))
+    return ns if value is None else value
+
+
+# How far from a window's edge a time that reads back exactly is looked for (epoch-based times
+# are read to some 256 ns; a few µs is plenty).
+EDGE_SEARCH_NS = 4096
+
+
+def readable_edges(window: Window) -> Window:
+    """The window's edges as written into the crop: each edge itself when a reader reads it
+    back exactly (every trace whose times fit a double), else the nearest time outside the
+    window that reads back exactly, so that clipped slices still cover the whole window for
+    a reader. `start_ns <= window.start_ns` and `end_ns >= window.end_ns`."""
+
+    def search(ns: int, step: int) -> int:
+        for offset in range(EDGE_SEARCH_NS):
+            candidate = ns + step * offset
+            if read_back(candidate) == candidate:
+                return candidate
+        return ns
+
+    return Window(search(window.start_ns, -1), search(window.end_ns, 1))
 
 
 # -- reading the file's bytes again -----------------------------------------------------------
@@ -286,6 +317,7 @@ class _Plan:
     baseline: list[tuple[int, int, int]]  # (ordinal of the last event before, alloc, reserved)
     stats: CropStats
     order_of: dict[int, int]  # rows written at another row's place (clipping ties)
+    edges: Window  # the times written at the window's edges (readable_edges)
 
 
 def _names(trace: Trace, test: Any) -> np.ndarray:
@@ -340,13 +372,17 @@ def _plan(trace: Trace, session: Any, window: Window, clip: bool) -> _Plan:
     new_start: dict[int, int] = {}
     new_end: dict[int, int] = {}
     order_of: dict[int, int] = {}
+    # The times written at the window's edges: the window's own, or just outside it where a
+    # reader would read those back a few ns off (epoch-based times beyond a double's precision).
+    edges = readable_edges(window)
+    e0, e1 = edges.start_ns, edges.end_ns
     if clip:
         depth = session.nesting.depth
-        cut_start, cut_end, order_of = _clipping(trace, keep, in_window, parent, depth, window)
+        cut_start, cut_end, order_of = _clipping(trace, keep, in_window, parent, depth, edges)
         for row in np.flatnonzero(cut_start).tolist():
-            new_start[row] = t0
+            new_start[row] = e0
         for row in np.flatnonzero(cut_end).tolist():
-            new_end[row] = t1
+            new_end[row] = e1
         stats.clipped = int((cut_start | cut_end).sum())
 
     # Flows: kept when every event of the flow is bound to a kept slice.
@@ -373,10 +409,10 @@ def _plan(trace: Trace, session: Any, window: Window, clip: bool) -> _Plan:
         if clip:  # a flow event stays inside the slice it is bound to
             for row, a in zip(flow_rows[kept_flow].tolist(), anchor[kept_flow].tolist()):
                 ts = int(start[row])
-                if a in new_start and ts < t0:
-                    new_start[row] = t0
-                elif a in new_end and ts > t1:
-                    new_start[row] = t1
+                if a in new_start and ts < e0:
+                    new_start[row] = e0
+                elif a in new_end and ts > e1:
+                    new_start[row] = e1
 
     # Instants, counters and the other phases.
     instant = (ph == PH_INSTANT) | (ph == PH_INSTANT_OLD)
@@ -385,9 +421,9 @@ def _plan(trace: Trace, session: Any, window: Window, clip: bool) -> _Plan:
     restamp_start = instant & _names(trace, lambda s: s.startswith(ITERATION_START))
     restamp_end = instant & _names(trace, lambda s: s == RECORD_WINDOW_END)
     for row in np.flatnonzero(restamp_start).tolist():
-        new_start[row] = t0
+        new_start[row] = e0
     for row in np.flatnonzero(restamp_end).tolist():
-        new_start[row] = t1
+        new_start[row] = e1
     restamped = restamp_start | restamp_end
     stats.restamped = int(restamped.sum())
     keep |= restamped
@@ -400,6 +436,7 @@ def _plan(trace: Trace, session: Any, window: Window, clip: bool) -> _Plan:
         new_start=new_start,
         new_end=new_end,
         baseline=_memory_baseline(trace, t0),
+        edges=edges,
         stats=stats,
         order_of=order_of,
     )
@@ -751,7 +788,9 @@ def crop_trace(
                     alloc, reserved = baseline_ord[ordinal]
                     text = _as_bytes(item, reencode)
                     if text is not None:
-                        baselines.append(_baseline_event(text, window.start_ns, alloc, reserved))
+                        baselines.append(
+                            _baseline_event(text, plan.edges.start_ns, alloc, reserved)
+                        )
                 row = row_of_ordinal.get(ordinal)
                 if row is not None:
                     text = _as_bytes(item, reencode)
@@ -795,6 +834,7 @@ def crop_trace(
         stats=stats,
         warnings=warnings,
         stopped_at=None if trace.complete else trace.stopped_at,
+        edges=plan.edges,
     )
 
 
