@@ -19,6 +19,9 @@ from kinetoscope.parser.model import Trace
 
 from .intervals import nesting_depth, next_greater, previous_at_least, slice_order, stable_order
 
+# Steps of `Nesting.slices_at`'s walk before it filters the rest in one numpy pass.
+SLICES_AT_WALK = 4096
+
 
 @dataclass(frozen=True)
 class Nesting:
@@ -80,8 +83,26 @@ class Nesting:
                 lo = mid + 1
             else:
                 hi = mid
-        candidates = order[first:lo]
-        return candidates[start[candidates] + trace.dur[candidates] > t]
+        # The slices that start by t, walked in order; a slice that ends by t is skipped with
+        # its whole subtree (a descendant never ends after its ancestor), so the walk visits
+        # the slices holding t and the siblings along the way, not every slice before t.
+        # A lane of many short top-level slices makes the walk long: the rest is then
+        # filtered in one pass.
+        dur, stop = trace.dur, self.subtree_stop
+        found: list[int] = []
+        pos, steps = first, 0
+        while pos < lo and steps < SLICES_AT_WALK:
+            row = int(order[pos])
+            if int(start[row]) + int(dur[row]) > t:
+                found.append(row)
+                pos += 1
+            else:
+                pos = int(stop[pos])
+            steps += 1
+        rest = order[min(pos, lo) : lo]
+        return np.concatenate(
+            (np.array(found, dtype=order.dtype), rest[start[rest] + dur[rest] > t])
+        )
 
     def visible(self, trace: Trace, lane: int, t0: int, t1: int) -> np.ndarray:
         """Rows of the lane's CPU slices that start before t1, by position (end is not checked)."""

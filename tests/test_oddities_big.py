@@ -110,3 +110,21 @@ def test_far_slices_match_their_definition(near, far):
     expected_rows, expected_gap = far_walked(trace)
     assert (rows.tolist(), gap) == (expected_rows, expected_gap)
     assert rows.dtype == "int64"
+
+
+@settings(max_examples=200, deadline=None)
+@given(SLICES, st.integers(-2, 70).map(lambda us: us * 1000), st.sampled_from([0, 1, 2, 4096]))
+def test_slices_at_a_time_match_their_definition(slices, t, walk):
+    """The slices of a lane holding a time, outermost first: walked with subtrees skipped, for
+    any length of walk before the one-pass filter."""
+    import kinetoscope.analysis.nesting as nesting_module
+
+    trace = trace_of(slices)
+    nesting = TraceSession(trace).nesting
+    for lane in sorted(set(trace.lane.tolist())):
+        on_lane = [int(r) for r in nesting.order if trace.lane[r] == lane]
+        expected = [r for r in on_lane if trace.start[r] <= t < trace.start[r] + trace.dur[r]]
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(nesting_module, "SLICES_AT_WALK", walk)
+            got = nesting.slices_at(trace, lane, t)
+        assert got.tolist() == expected
