@@ -291,11 +291,11 @@ def _top_keys(
 
 def _after_events(tail: bytes) -> bytes | None:
     """The keys after the events array (`], "k": v}`) as an object's text, or None."""
-    from kinetoscope.parser.reader import split_elements
+    from kinetoscope.parser.access import array_elements
 
     if not tail.strip():
         return None
-    _starts, _ends, closed = split_elements(tail, 0)
+    _starts, _ends, closed = array_elements(tail, 0)
     if closed is None:
         return None
     rest = tail[closed + 1 :].lstrip()

@@ -12,7 +12,15 @@ import numpy as np
 from .convert import to_ns
 from .events import lenient_loads
 from .model import Trace
+from .reader import split_elements
 from .source import SourceState, iter_blocks
+
+
+def array_elements(view: bytes, base_depth: int = 0) -> tuple[list[int], list[int], int | None]:
+    """The byte ranges of the complete elements of a JSON array body in `view`, and where the
+    array closes (None when it does not close in `view`): the parser's own framing, for callers
+    that read raw event text again (the export)."""
+    return split_elements(view, base_depth)
 
 
 def file_changed(trace: Trace) -> str | None:

@@ -21,6 +21,7 @@ worker server starts (its imports take about half a second).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sys
@@ -632,8 +633,9 @@ def constant_columns_as_values(run: RunColumns) -> RunColumns:
     builder's assignments broadcast it. (`ordinal` stays whole: it says how many rows.)"""
     if len(run.ordinal) < 2:
         return run
+    constant = {}
     for column in ROW_COLUMNS:
         values = getattr(run, column)
         if column != "ordinal" and values.ndim == 1 and (values == values[0]).all():
-            setattr(run, column, np.array(values[0], dtype=values.dtype))
-    return run
+            constant[column] = np.array(values[0], dtype=values.dtype)
+    return dataclasses.replace(run, **constant) if constant else run
