@@ -135,7 +135,8 @@ def release_workers() -> None:
         if stop is not None:
             try:
                 stop()
-            except (OSError, ValueError, AttributeError):
+            # TypeError: a tracker never started in this process (a worker re-running a script).
+            except (OSError, ValueError, AttributeError, TypeError):
                 pass
 
 
