@@ -450,7 +450,7 @@ class GapListScreen(SavesCsv, ModalScreen[int]):
             yield Static(
                 Text(
                     f"GPU idle gaps ≥ {fmt_duration(self.threshold)}, longest first "
-                    f"({count:,} shown) · Enter jumps · e exports it · Esc closes"
+                    f"({count:,} shown) · Enter jumps · Esc closes"
                 ),
                 id="gap-title",
             )
