@@ -15,8 +15,10 @@ class Union:
     end: np.ndarray  # int64, start[i] < end[i] <= start[i + 1]
 
     @classmethod
-    def of(cls, starts: np.ndarray, ends: np.ndarray) -> Union:
-        """Merge intervals; empty ones are dropped and touching ones are joined."""
+    def of(cls, starts: np.ndarray, ends: np.ndarray, *, writable: bool = False) -> Union:
+        """Merge intervals; empty ones are dropped and touching ones are joined. `writable`:
+        the caller gives `ends` away (an int64 array it no longer reads), and it may be written."""
+        given_ends = ends
         starts = np.asarray(starts, dtype=np.int64)
         ends = np.asarray(ends, dtype=np.int64)
         # As few whole-size temporaries as can be: the steps' CPU unions take every slice of a
@@ -28,10 +30,13 @@ class Union:
         if len(starts) == 0:
             empty = np.zeros(0, np.int64)
             return cls(empty, empty)
-        order = np.argsort(starts, kind="stable")
-        starts = starts[order]
-        ends = ends[order]  # a copy: the caller's array is never written
-        del order
+        if (starts[1:] < starts[:-1]).any():
+            order = np.argsort(starts, kind="stable")
+            starts = starts[order]
+            ends = ends[order]  # a copy: the caller's array is never written
+            del order
+        else:  # sorted already (rows in time order): no sort, no copy of the starts
+            ends = ends.copy() if ends is given_ends and not writable else ends
         reach = np.maximum.accumulate(ends, out=ends)
         # A new run begins where an interval starts after everything before it has ended.
         new_run = np.empty(len(starts), dtype=bool)
@@ -242,6 +247,13 @@ SUM_LIMIT = 2.0**62
 
 def sums_fit(values: np.ndarray) -> bool:
     """Does every sum of these values (each taken at most once) fit in int64?"""
+    values = np.asarray(values)
+    if len(values) and values.dtype.kind in "iu":
+        # Bounded by the largest magnitude times the count, found without the whole-size
+        # float64 copies below (two of them, 180 MB at 4 GB, at the summary's peak of memory).
+        largest = max(abs(int(values.max())), abs(int(values.min())))
+        if largest * len(values) < SUM_LIMIT:
+            return True
     return float(np.abs(np.asarray(values, dtype=np.float64)).sum()) < SUM_LIMIT
 
 
@@ -254,6 +266,14 @@ def add_at(out: np.ndarray, index: np.ndarray, values: np.ndarray, fits: bool) -
     wide = out.astype(object)
     np.add.at(wide, index, np.asarray(values).astype(object))
     return wide
+
+
+def cumulative_in_place(values: np.ndarray, fits: bool) -> np.ndarray:
+    """[v0, v0 + v1, ...]: the running sums, in `values`' own memory when `fits` (int64),
+    else a new array of Python integers. `cumulative` of values[1:] when values[0] is 0."""
+    if fits:
+        return np.cumsum(values, out=values)
+    return np.cumsum(np.asarray(values).astype(object))
 
 
 def cumulative(values: np.ndarray, fits: bool) -> np.ndarray:

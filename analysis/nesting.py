@@ -12,7 +12,7 @@ every subtree is a contiguous range of positions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from kinetoscope.parser.model import Trace
@@ -28,16 +28,36 @@ class Nesting:
     """The forest of CPU slices. Per-position arrays follow `order`; per-row arrays the trace."""
 
     order: np.ndarray  # int64 rows of CPU slices by (lane, start, -end, row): a preorder
-    lane_of: np.ndarray  # int32 lane per position
     parent_pos: np.ndarray  # int64 per position: parent's position, -1 for roots
     subtree_stop: np.ndarray  # int64 per position: one past the subtree's last position
     self_time: np.ndarray  # int64 per position
     outermost: np.ndarray  # bool per position: no ancestor has the same (cat, name)
     position: np.ndarray  # int64 per row: the row's position, -1 for rows that are not CPU slices
     parent: np.ndarray  # int32 per row: the parent row, -1 for roots and non-CPU rows
-    depth: np.ndarray  # int32 per row: 0 for roots, -1 for rows that are not CPU slices
     lane_ids: np.ndarray  # lanes that hold CPU slices, ascending
     lane_start: np.ndarray  # first position of each of those lanes (plus a final end)
+    # `depth` and `lane_of`, made on first use: the summary needs neither, and at 4 GB they are
+    # some 80 MB that would sit under its peak of memory.
+    _made: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def depth(self) -> np.ndarray:
+        """int32 per row: 0 for roots, -1 for rows that are not CPU slices."""
+        depth = self._made.get("depth")
+        if depth is None:
+            depth = np.full(len(self.position), -1, dtype=np.int32)
+            depth[self.order] = nesting_depth(self.subtree_stop)
+            self._made["depth"] = depth
+        return depth
+
+    @property
+    def lane_of(self) -> np.ndarray:
+        """The lane of each position (the trace's lane dtype)."""
+        lane = self._made.get("lane_of")
+        if lane is None:
+            lane = np.repeat(self.lane_ids, np.diff(self.lane_start))
+            self._made["lane_of"] = lane
+        return lane
 
     def lane_range(self, lane: int) -> tuple[int, int]:
         """Positions [lo, hi) of a lane's CPU slices (empty when the lane has none)."""
@@ -133,6 +153,7 @@ def compute_nesting(trace: Trace, cpu: np.ndarray, group: np.ndarray) -> Nesting
     new_lane = np.flatnonzero(lane[1:] != lane[:-1]) + 1
     lane_first = np.concatenate(([0], new_lane)) if n else np.zeros(0, np.int64)
     lane_ids = lane[lane_first]
+    del lane
     lane_start = np.append(lane_first, n).astype(np.int64)
     counts = np.diff(lane_start)
     first = np.repeat(lane_start[:-1], counts)
@@ -141,6 +162,11 @@ def compute_nesting(trace: Trace, cpu: np.ndarray, group: np.ndarray) -> Nesting
     stop = np.repeat(lane_start[1:], counts)
     subtree_stop = next_greater(end, stop)
     del stop, end
+    # Positions fit 32 bits (fewer than 2**31 slices): half the memory of the per-row arrays,
+    # narrowed before the work below, where the nesting sets the summary's peak of memory.
+    index_type = np.int32 if n < (1 << 31) - 1 else np.int64
+    parent_pos = parent_pos.astype(index_type)
+    subtree_stop = subtree_stop.astype(index_type)
 
     dur = trace.dur[order]
     has_parent = parent_pos >= 0
@@ -159,38 +185,34 @@ def compute_nesting(trace: Trace, cpu: np.ndarray, group: np.ndarray) -> Nesting
     g = slice_group[by_group]
     del slice_group
     span = np.int64(n + 1)
-    reach = np.maximum.accumulate(g * span + subtree_stop[by_group])
-    reach_before = np.empty(n, dtype=np.int64)
+    g *= span  # in place: g is a copy of the groups, and needed only scaled from here
+    reach = g + subtree_stop[by_group]
+    np.maximum.accumulate(reach, out=reach)
+    # The reach before each slice, into g's memory: negative when from an earlier group.
+    reach_before = g
+    del g
     if n:
+        np.subtract(reach[:-1], reach_before[1:], out=reach_before[1:])
         reach_before[0] = -1
-        reach_before[1:] = reach[:-1] - g[1:] * span  # negative when from an earlier group
-    del reach, g
+    del reach
     covered = reach_before > by_group
     del reach_before
     outermost = np.empty(n, dtype=bool)
     outermost[by_group] = ~covered
     del by_group, covered
 
-    # Positions fit 32 bits (fewer than 2**31 slices): half the memory of the per-row arrays.
-    index_type = np.int32 if n < (1 << 31) - 1 else np.int64
-    parent_pos = parent_pos.astype(index_type)
-    subtree_stop = subtree_stop.astype(index_type)
     position = np.full(len(trace), -1, dtype=index_type)
     position[order] = np.arange(n, dtype=index_type)
     parent = np.full(len(trace), -1, dtype=np.int32)
     parent[order[has_parent]] = order[parent_pos[has_parent]]
-    depth = np.full(len(trace), -1, dtype=np.int32)
-    depth[order] = nesting_depth(subtree_stop)
     return Nesting(
         order=order,
-        lane_of=lane,
         parent_pos=parent_pos,
         subtree_stop=subtree_stop,
         self_time=self_time,
         outermost=outermost,
         position=position,
         parent=parent,
-        depth=depth,
         lane_ids=lane_ids,
         lane_start=lane_start,
     )

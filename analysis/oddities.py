@@ -87,7 +87,13 @@ def slices_outliving_parent(trace: Trace, analysis: TraceSession) -> tuple[np.nd
     # between are its descendants, and the one after has a greater end, so it is a sibling
     # when it has the same parent on the same lane. Taken a block of positions at a time:
     # this runs at the summary's peak of memory, and whole-trace temporaries would raise it.
-    parent, stop, lane = nesting.parent_pos, nesting.subtree_stop, nesting.lane_of
+    parent, stop = nesting.parent_pos, nesting.subtree_stop
+    lane_ids, lane_start = nesting.lane_ids, nesting.lane_start
+
+    def lane(positions: np.ndarray) -> np.ndarray:
+        """The lane of each position (lanes are contiguous runs of positions)."""
+        return lane_ids[np.searchsorted(lane_start, positions, side="right") - 1]
+
     found_later, found_earlier, found_family = [], [], []
     for lo in range(0, n, OUTLIVING_BLOCK):
         hi = min(n, lo + OUTLIVING_BLOCK)
@@ -95,7 +101,7 @@ def slices_outliving_parent(trace: Trace, analysis: TraceSession) -> tuple[np.nd
         here = np.flatnonzero(nxt < n)
         nxt = nxt[here]
         here += lo
-        sibling = (parent[nxt] == parent[here]) & (lane[nxt] == lane[here])
+        sibling = (parent[nxt] == parent[here]) & (lane(nxt) == lane(here))
         here, nxt = here[sibling], nxt[sibling]
         earlier_rows, later_rows = order[here], order[nxt]
         overlap = trace.start[earlier_rows] + trace.dur[earlier_rows] > trace.start[later_rows]
@@ -103,7 +109,7 @@ def slices_outliving_parent(trace: Trace, analysis: TraceSession) -> tuple[np.nd
         found_earlier.append(here[overlap])
         family = parent[nxt[overlap]].astype(np.int64)
         roots = family < 0
-        family[roots] = -1 - lane[nxt[overlap][roots]].astype(np.int64)
+        family[roots] = -1 - lane(nxt[overlap][roots]).astype(np.int64)
         found_family.append(family)
     later = np.concatenate(found_later)
     earlier = np.concatenate(found_earlier)
@@ -157,8 +163,10 @@ def far_from_the_rest(trace: Trace) -> tuple[np.ndarray, int]:
     end = trace.dur[complete].astype(np.int64, copy=False)  # a new array: written below
     end += start
     del complete
-    start.sort(kind="stable")
-    end.sort(kind="stable")
+    # Plain values: any sort gives the same array, and numpy's default one sorts in place
+    # (a stable sort takes a buffer of half the array).
+    start.sort()
+    end.sort()
     span = int(end[-1]) - int(start[0])
     if span <= 0:
         return empty, 0

@@ -8,9 +8,12 @@ import numpy as np
 from kinetoscope.parser.model import Trace
 
 from .classify import Groups
-from .intervals import add_at, cumulative, sums_fit
+from .intervals import add_at, cumulative_in_place, sums_fit
 from .links import Links
 from .nesting import Nesting
+
+# Positions of the nesting taken at a time for the sums over outermost instances.
+OPERATOR_BLOCK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -29,14 +32,17 @@ class OperatorTable:
 
 
 def gpu_launched_per_position(
-    nesting: Nesting, links: Links, trace: Trace, fits: bool = True
+    nesting: Nesting, links: Links, trace: Trace, fits: bool = True, prefixed: bool = False
 ) -> np.ndarray:
     """Σ dur of the GPU activities linked to each CPU slice (by position in the nesting order).
 
-    int64, or Python integers unless `fits` (see intervals.sums_fit)."""
-    launched = np.zeros(len(nesting.order), dtype=np.int64)
+    int64, or Python integers unless `fits` (see intervals.sums_fit). `prefixed`: with a
+    leading 0 (one longer), ready for `cumulative_in_place`."""
+    launched = np.zeros(len(nesting.order) + prefixed, dtype=np.int64)
     linked = links.gpu_runtime >= 0
     runtime_pos = nesting.position[links.gpu_runtime[linked]]
+    if prefixed:
+        runtime_pos = runtime_pos.astype(np.int64) + 1
     return add_at(launched, runtime_pos, trace.dur[links.gpu_rows[linked]], fits)
 
 
@@ -54,28 +60,34 @@ def compute_operators(
     fits = sums_fit(trace.dur)
     count = np.bincount(group, minlength=n_groups).astype(np.int64)
     excl = add_at(np.zeros(n_groups, dtype=np.int64), group, nesting.self_time, fits)
-    outer_pos = np.flatnonzero(nesting.outermost)
-    incl = add_at(
-        np.zeros(n_groups, dtype=np.int64), group[outer_pos], trace.dur[order[outer_pos]], fits
-    )
-
-    launched = gpu_launched_per_position(nesting, links, trace, fits)
+    launched = gpu_launched_per_position(nesting, links, trace, fits, prefixed=True)
     # gpu_self: the runtime call's parent is an instance of the group.
-    with_parent = np.flatnonzero(nesting.parent_pos >= 0)
+    # Only the slices that launched GPU work add to a sum (the others add zero): far fewer.
+    with_parent = np.flatnonzero((nesting.parent_pos >= 0) & (launched[1:] != 0))
     gpu_self = add_at(
         np.zeros(n_groups, dtype=np.int64),
         group[nesting.parent_pos[with_parent]],
-        launched[with_parent],
+        launched[1:][with_parent],
         fits,
     )
     del with_parent
     # gpu_total: strict descendants of outermost instances. Subtrees are contiguous ranges of
     # positions, and outermost instances of one group never nest, so each launch counts once.
-    prefix = cumulative(launched, fits)
+    # The prefix sums are taken in the launches' own array (which has a leading zero for it).
+    prefix = cumulative_in_place(launched, fits)
     del launched
-    below = prefix[nesting.subtree_stop[outer_pos]] - prefix[outer_pos + 1]
+    # incl and gpu_total over the outermost instances, a block of positions at a time: no
+    # temporaries the size of the nesting (the summary's peak of memory is near here).
+    incl = np.zeros(n_groups, dtype=np.int64)
+    gpu_total = np.zeros(n_groups, dtype=np.int64)
+    stop = nesting.subtree_stop
+    for lo in range(0, max(len(order), 1), OPERATOR_BLOCK):  # once when empty: the dtypes
+        outer = np.flatnonzero(nesting.outermost[lo : lo + OPERATOR_BLOCK]) + lo
+        outer_group = group[outer]
+        incl = add_at(incl, outer_group, trace.dur[order[outer]], fits)
+        below = prefix[stop[outer]] - prefix[outer + 1]
+        gpu_total = add_at(gpu_total, outer_group, below, fits)
     del prefix
-    gpu_total = add_at(np.zeros(n_groups, dtype=np.int64), group[outer_pos], below, fits)
     return OperatorTable(
         groups=groups, count=count, incl=incl, excl=excl, gpu_self=gpu_self, gpu_total=gpu_total
     )

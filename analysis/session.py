@@ -190,7 +190,15 @@ class TraceSession:
     @derived
     def steps(self) -> Steps:
         c = self.classes
-        return compute_steps(self.trace, c.cpu, c.gpu, c.kind, c.runtime)
+        # The nesting, when there already (as in the summary), gives each thread's CPU slices in
+        # time order: the steps' per-thread unions need no sort then. The same result either way.
+        nesting = None
+        if self.nesting_ready:
+            try:
+                nesting = self.nesting
+            except AnalysisFailed:
+                nesting = None
+        return compute_steps(self.trace, c.cpu, c.gpu, c.kind, c.runtime, nesting)
 
     @derived
     def memory(self) -> list[MemoryGroup]:

@@ -10,6 +10,7 @@ from kinetoscope.parser.model import KIND_KERNEL, Trace
 
 from .intervals import Union
 from .names import SCAN_LIMIT
+from .nesting import Nesting
 
 STEP_NAME = re.compile(r"ProfilerStep#[0-9]+")
 DATALOADER_PREFIX = "enumerate(DataLoader)"
@@ -84,9 +85,29 @@ def _union(trace: Trace, mask: np.ndarray) -> Union:
     return Union.of(start, end)
 
 
+def _lane_union(trace: Trace, nesting: Nesting, lane: int, mask: np.ndarray) -> Union:
+    """`_union` of the lane's CPU slices that `mask` keeps, taken in the nesting's order: by
+    start already, so the union needs no sort and no copies (the peak of memory at 4 GB)."""
+    lo, hi = nesting.lane_range(lane)
+    rows = nesting.order[lo:hi]
+    rows = rows[mask[rows]]
+    start = trace.start[rows]
+    end = trace.dur[rows].astype(np.int64, copy=False)  # a new array: written below
+    del rows
+    end += start
+    return Union.of(start, end, writable=True)
+
+
 def compute_steps(
-    trace: Trace, cpu: np.ndarray, gpu: np.ndarray, kind: np.ndarray, runtime: np.ndarray
+    trace: Trace,
+    cpu: np.ndarray,
+    gpu: np.ndarray,
+    kind: np.ndarray,
+    runtime: np.ndarray,
+    nesting: Nesting | None = None,
 ) -> Steps:
+    """The steps' breakdown. `nesting`, the nesting of the `cpu` slices when there already,
+    only saves memory and time: the result is the same."""
     rows = step_rows(trace, cpu)
     start = trace.start[rows]
     end = start + trace.dur[rows]
@@ -114,7 +135,10 @@ def compute_steps(
     others[rows] = False
     for lane in np.unique(step_lane).tolist():
         mine = np.flatnonzero(step_lane == lane)
-        on_lane = _union(trace, others & (trace.lane == lane))
+        if nesting is None:
+            on_lane = _union(trace, others & (trace.lane == lane))
+        else:
+            on_lane = _lane_union(trace, nesting, lane, others)
         cpu_busy[mine] = on_lane.covered(start[mine], end[mine])
     is_collective = names_matching(trace, COLLECTIVE_NAME.match)
     return Steps(

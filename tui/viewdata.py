@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 from kinetoscope.analysis.idle import CAUSES
-from kinetoscope.analysis.intervals import nesting_depth, slice_order
+from kinetoscope.analysis.intervals import slice_order
 from kinetoscope.analysis.nesting import Nesting, compute_nesting
 from kinetoscope.analysis.session import TraceSession
 from kinetoscope.analysis.sync import blocking_rows
@@ -784,18 +784,14 @@ class CachedView:
         position[order] = np.arange(count, dtype=index_type)
         parent = np.full(n, -1, dtype=np.int32)
         parent[order[has_parent]] = order[parent_pos[has_parent]]
-        depth = np.full(n, -1, dtype=np.int32)
-        depth[order] = nesting_depth(subtree_stop)
         nesting = Nesting(
             order=order,
-            lane_of=trace.lane[order],
             parent_pos=parent_pos,
             subtree_stop=subtree_stop,
             self_time=self_time,
             outermost=forest["outermost"],
             position=position,
             parent=parent,
-            depth=depth,
             lane_ids=forest["lane_ids"],
             lane_start=forest["lane_start"],
         )
