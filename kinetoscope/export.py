@@ -27,7 +27,9 @@ from __future__ import annotations
 import gzip
 import os
 import re
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -909,34 +911,47 @@ def _chunks_of(crop: Crop) -> Iterator[bytes]:
     yield b"\n}\n"
 
 
+@contextmanager
+def replaced_file(out_path: str) -> Iterator[str]:
+    """A temporary file's path beside `out_path` to write, renamed onto `out_path` when the block
+    ends and removed when it raises: a failed write leaves no half file. The temporary file is
+    created by whoever writes it, so it gets the mode any new file would (the umask's)."""
+    folder = os.path.dirname(os.path.abspath(out_path))
+    name = f".{os.path.basename(out_path)}.{os.getpid()}.{threading.get_ident()}.part"
+    temp = os.path.join(folder, name)
+    try:
+        yield temp
+        os.replace(temp, out_path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise
+
+
 def write_crop(crop: Crop, out_path: str) -> int:
     """Write the crop to `out_path` (.gz: gzip'd); the number of bytes written to the file.
     Written to a temporary file beside it and renamed, so a failed write leaves no half file.
     Raises ExportError (one line) when it cannot be written."""
     out_path = str(out_path)
-    directory = os.path.dirname(os.path.abspath(out_path))
-    temp = os.path.join(directory, f".{os.path.basename(out_path)}.{os.getpid()}.part")
     try:
-        if out_path.endswith(".gz"):
-            with (
-                open(temp, "wb") as raw,
-                gzip.GzipFile(
-                    filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0
-                ) as handle,
-            ):
-                for block in _blocks_of(crop):
-                    handle.write(block)
-        else:
-            with open(temp, "wb") as handle:
-                for block in _blocks_of(crop):
-                    handle.write(block)
-        size = os.path.getsize(temp)
-        os.replace(temp, out_path)
+        with replaced_file(out_path) as temp:
+            if out_path.endswith(".gz"):
+                with (
+                    open(temp, "wb") as raw,
+                    gzip.GzipFile(
+                        filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0
+                    ) as handle,
+                ):
+                    for block in _blocks_of(crop):
+                        handle.write(block)
+            else:
+                with open(temp, "wb") as handle:
+                    for block in _blocks_of(crop):
+                        handle.write(block)
+            size = os.path.getsize(temp)
     except OSError as exc:
-        try:
-            os.unlink(temp)
-        except OSError:
-            pass
         reason = exc.strerror or str(exc)
         raise ExportError(f"{out_path}: cannot write the export ({reason})") from None
     return size

@@ -53,7 +53,14 @@ from typing import Any
 
 import msgspec
 
-from kinetoscope.export import ExportError, Window, crop_trace, parse_window, write_crop
+from kinetoscope.export import (
+    ExportError,
+    Window,
+    crop_trace,
+    parse_window,
+    replaced_file,
+    write_crop,
+)
 from kinetoscope.parser.ranks import MERGED_KEY  # a job's discovery leaves merged files out
 
 MANIFEST_NAME = "perfetto_manifest.json"
@@ -618,45 +625,35 @@ def write_merged(
     temporary file renamed into place; returns the bytes written (uncompressed)."""
     import gzip
 
-    folder = os.path.dirname(os.path.abspath(out_path))
-    handle, temp = tempfile.mkstemp(prefix=".kinetoscope-", suffix=".part", dir=folder)
     written = 0
-    try:
-        with os.fdopen(handle, "wb") as raw_file:
-            sink: Any = (
-                gzip.GzipFile(fileobj=raw_file, mode="wb", compresslevel=6, mtime=0)
-                if out_path.lower().endswith(".gz")
-                else raw_file
-            )
-            try:
-
-                def put(data: bytes) -> None:
-                    nonlocal written
-                    sink.write(data)
-                    written += len(data)
-
-                put(b"{")
-                for key, value in top.items():
-                    if key in ("traceEvents", MERGED_KEY):
-                        continue
-                    put(json.dumps(key).encode() + b": " + bytes(value).strip() + b",\n")
-                put(json.dumps(MERGED_KEY).encode() + b": " + json.dumps(record).encode() + b",\n")
-                put(b'"traceEvents": [\n')
-                first = True
-                for event in events:
-                    put(event if first else b",\n" + event)
-                    first = False
-                put(b"\n]}\n")
-            finally:
-                if sink is not raw_file:
-                    sink.close()
-        os.replace(temp, out_path)
-    except BaseException:
+    with replaced_file(out_path) as temp, open(temp, "wb") as raw_file:
+        sink: Any = (
+            gzip.GzipFile(fileobj=raw_file, mode="wb", compresslevel=6, mtime=0)
+            if out_path.lower().endswith(".gz")
+            else raw_file
+        )
         try:
-            os.unlink(temp)
-        except OSError:
-            pass
-        raise
+
+            def put(data: bytes) -> None:
+                nonlocal written
+                sink.write(data)
+                written += len(data)
+
+            put(b"{")
+            for key, value in top.items():
+                if key in ("traceEvents", MERGED_KEY):
+                    continue
+                put(json.dumps(key).encode() + b": " + bytes(value).strip() + b",\n")
+            put(json.dumps(MERGED_KEY).encode() + b": " + json.dumps(record).encode() + b",\n")
+            put(b'"traceEvents": [\n')
+            first = True
+            for event in events:
+                put(event if first else b",\n" + event)
+                first = False
+            put(b"\n]}\n")
+        finally:
+            if sink is not raw_file:
+                sink.close()
     return written
 
 
@@ -857,9 +854,7 @@ def _write_bundle(cut: JobCut, out_path: str, clip: bool, workers: int | None) -
     width = len(str(max((r.rank for r in cut.ranks), default=0)))
     members: dict[int, str] = {}
     folder = os.path.dirname(os.path.abspath(out_path))
-    handle, temp = tempfile.mkstemp(prefix=".kinetoscope-", suffix=".part", dir=folder)
-    os.close(handle)
-    try:
+    with replaced_file(out_path) as temp:
         with tempfile.TemporaryDirectory(prefix=".kinetoscope-export-", dir=folder) as scratch:
             with zipfile.ZipFile(temp, "w", compression=zipfile.ZIP_DEFLATED) as bundle:
                 for rank, crop in _crops(cut, clip, workers):
@@ -874,13 +869,6 @@ def _write_bundle(cut: JobCut, out_path: str, clip: bool, workers: int | None) -
                     raise _nothing_left(cut)
                 text = json.dumps(manifest(cut, members), indent=2) + "\n"
                 bundle.writestr(MANIFEST_NAME, text)
-        os.replace(temp, out_path)
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except OSError:
-            pass
-        raise
     return os.path.getsize(out_path)
 
 
@@ -1003,6 +991,8 @@ def run_job_export(
 
 def add_job_options(export: Any) -> None:
     """The options of `export` for a job's folder or several rank files."""
+    from kinetoscope.cli import _positive  # the same check as every count option
+
     job = export.add_argument_group(
         "a distributed job (a folder or several rank files: the same window from every rank; "
         "--window counts from the job's origin as the job timeline shows times, --step takes "
@@ -1034,21 +1024,6 @@ def add_job_options(export: Any) -> None:
         help="digest and crop the ranks in N processes (default: min(ranks, CPUs); ranks "
         "adding up to less than 32 MiB are cropped in this one)",
     )
-
-
-def _positive(text: str) -> int:
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"1 or more, not {value}")
-    return value
-
-
-JOB_OPTIONS = ("--align-clocks", "--cycle", "--merged", "--workers")
 
 
 def is_job(inputs: Sequence[str]) -> bool:
