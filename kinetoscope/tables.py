@@ -148,11 +148,11 @@ def trace_stem(path: str) -> str:
     return name[:120]
 
 
-def create_new(directory: str, stem: str) -> tuple[str, Any]:
-    """Open `directory/stem.csv` for writing, or `stem-2.csv`, `stem-3.csv`... the first that
-    does not exist (created exclusively: an existing file is never overwritten)."""
+def create_new(directory: str, stem: str, suffix: str = ".csv") -> tuple[str, Any]:
+    """Open `directory/stem.csv` (another `suffix`) for writing, or `stem-2.csv`, `stem-3.csv`...
+    the first that does not exist (created exclusively: an existing file is never overwritten)."""
     for number in range(1, 10_000):
-        name = f"{stem}.csv" if number == 1 else f"{stem}-{number}.csv"
+        name = f"{stem}{suffix}" if number == 1 else f"{stem}-{number}{suffix}"
         path = os.path.join(directory, name)
         try:
             handle = open(path, "x", newline="", encoding="utf-8")  # noqa: SIM115
@@ -162,21 +162,26 @@ def create_new(directory: str, stem: str) -> tuple[str, Any]:
     raise FileExistsError(errno.EEXIST, "too many files of that name", directory)
 
 
+def output_places() -> list[str]:
+    """Where the viewer writes what a key saves: the current directory, else (not writable, or
+    removed) the temporary directory."""
+    places = []
+    try:
+        places.append(os.getcwd())
+    except OSError:  # the current directory was removed
+        pass
+    places.append(tempfile.gettempdir())
+    return places
+
+
 def save_table(
     table: Table, rows: Iterable[int] | None, source: str, directory: str | None = None
 ) -> tuple[str, int]:
-    """The viewer's save: `<trace>.<table>.csv` in `directory` (default: the current directory;
-    when it cannot be written, the temporary directory), never over an existing file.
-    Returns (the path written, rows written); raises the last OSError when no place would do."""
+    """The viewer's save: `<trace>.<table>.csv` in `directory` (default: `output_places()`),
+    never over an existing file. Returns (the path written, rows written); raises the last
+    OSError when no place would do."""
     stem = f"{trace_stem(source)}.{table.name}"
-    if directory is not None:
-        places = [directory]
-    else:
-        try:
-            places = [os.getcwd()]
-        except OSError:  # the current directory was removed
-            places = []
-        places.append(tempfile.gettempdir())
+    places = [directory] if directory is not None else output_places()
     error: OSError | None = None
     for place in places:
         try:

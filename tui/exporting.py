@@ -14,7 +14,6 @@ over an existing file (the name is taken exclusively before anything is written)
 from __future__ import annotations
 
 import os
-import tempfile
 from functools import partial
 from typing import Any
 
@@ -35,31 +34,20 @@ SUFFIX = ".json.gz"  # gzip'd: Perfetto and kinetoscope open it as it is
 
 def reserve(stem: str, places: list[str] | None = None, suffix: str = SUFFIX) -> str:
     """Take the name `stem.json.gz` (or `stem-2.json.gz`...; another `suffix`) in the current
-    directory, else in the temporary directory, by creating it empty and exclusively; its path.
-    Raises the last OSError when no place can be written."""
-    if places is None:
-        places = []
-        try:
-            places.append(os.getcwd())
-        except OSError:  # the current directory was removed
-            pass
-        places.append(tempfile.gettempdir())
+    directory, else in the temporary directory (other `places`), by creating it empty and
+    exclusively; its path. Raises the last OSError when no place can be written."""
+    from kinetoscope.tables import create_new, output_places
+
     error: OSError | None = None
-    for place in places:
-        for number in range(1, 10_000):
-            name = f"{stem}{suffix}" if number == 1 else f"{stem}-{number}{suffix}"
-            path = os.path.join(place, name)
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                continue
-            except OSError as exc:  # not writable, gone: the next place
-                error = exc
-                break
-            os.close(fd)
-            return path
-    if error is None:
-        error = FileExistsError(f"too many files named {stem}-N{suffix}")
+    for place in output_places() if places is None else places:
+        try:
+            path, handle = create_new(place, stem, suffix)
+        except OSError as exc:  # not writable, gone, full of such names: the next place
+            error = exc
+            continue
+        handle.close()
+        return path
+    assert error is not None
     raise error
 
 
