@@ -16,6 +16,7 @@ import pytest
 from kinetoscope.analysis import TraceSession
 from kinetoscope.analysis.idle import CAUSES
 from kinetoscope.parser import load
+from pilot_helpers import settle
 
 from kinetoscope import tables
 from kinetoscope.cli import main
@@ -69,18 +70,6 @@ def test_us_text_is_exact_at_any_size():
 
 
 # -- the viewer: W on each table screen ----------------------------------------------------------
-
-
-async def settle(pilot, kind, timeout: float = 20.0):
-    """Wait for a screen of `kind`, then for its workers; the screen."""
-    deadline = time.monotonic() + timeout
-    while not isinstance(pilot.app.screen, kind):
-        assert time.monotonic() < deadline, f"{kind.__name__} never came: {pilot.app.screen!r}"
-        await pilot.pause(0.02)
-    await pilot.pause()
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
-    return pilot.app.screen
 
 
 async def save(pilot, folder: Path, timeout: float = 20.0) -> Path:

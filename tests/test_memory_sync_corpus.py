@@ -3,8 +3,6 @@ the memory and sync views opened on a few of them."""
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 from conftest import CORPUS, corpus_params
@@ -18,6 +16,7 @@ from kinetoscope.tui.memory_view import MemoryChart, MemoryScreen
 from kinetoscope.tui.screens import TraceScreen
 from kinetoscope.tui.sync_view import SyncScreen
 from kinetoscope.tui.timeline import Timeline
+from pilot_helpers import settle
 from textual.widgets import DataTable, Static
 
 pytestmark = pytest.mark.corpus
@@ -63,17 +62,6 @@ def test_memory_and_sync_invariants(path):
 OWLV2 = CORPUS / "tracelens" / "h100_google_owlv2-large-patch14-ensemble__1016001.json.gz"
 BERT = CORPUS / "tracelens" / "h100_gaunernst_bert-small-uncased__1016001.json.gz"
 ALEXNET = CORPUS / "hta" / "critical_path_alexnet_trace.json.gz"
-
-
-async def settle(pilot, kind, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while not isinstance(pilot.app.screen, kind):
-        assert time.monotonic() < deadline, f"{kind.__name__} never came: {pilot.app.screen!r}"
-        await pilot.pause(0.05)
-    await pilot.pause()
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
-    return pilot.app.screen
 
 
 @pytest.mark.skipif(not BERT.exists(), reason="corpus absent")

@@ -10,7 +10,6 @@ the bindings themselves."""
 from __future__ import annotations
 
 import random
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ from kinetoscope.tui.kernels import KernelsScreen
 from kinetoscope.tui.operators import CategoryPicker, OperatorsScreen, model_row
 from kinetoscope.tui.screens import TraceScreen
 from kinetoscope.tui.table import DataView
+from pilot_helpers import settle
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "sample_traces" / "synthetic_gpu_training.pt.trace.json.gz"
@@ -68,17 +68,6 @@ def trace_params():
         marks = [] if path.exists() else [pytest.mark.skip(reason=f"{name} not in the corpus")]
         params.append(pytest.param(path, id=name.split("/")[-1][:24], marks=marks))
     return params
-
-
-async def settle(pilot, kind=None, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while kind is not None and not isinstance(pilot.app.screen, kind):
-        assert time.monotonic() < deadline, f"{kind.__name__} never came: {pilot.app.screen!r}"
-        await pilot.pause(0.02)
-    await pilot.pause()
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
-    return pilot.app.screen
 
 
 async def step_done(pilot, op: str) -> None:

@@ -20,6 +20,7 @@ from kinetoscope.tui.screens import HelpScreen, TraceScreen
 from kinetoscope.tui.search import SearchScreen
 from kinetoscope.tui.table import DataView, TableModel, name_matcher, sort_rows
 from kinetoscope.tui.timeline import Timeline
+from pilot_helpers import settle
 from test_tui_sample import EVIL_NAME, sample_trace
 
 SAMPLE = (
@@ -30,18 +31,6 @@ SAMPLE = (
 SIZE = (120, 40)
 
 pytestmark = pytest.mark.skipif(not SAMPLE.exists(), reason="sample trace missing")
-
-
-async def settle(pilot, kind, timeout: float = 15.0):
-    """Wait for a screen of `kind`, then for its workers, and return it."""
-    deadline = time.monotonic() + timeout
-    while not isinstance(pilot.app.screen, kind):
-        assert time.monotonic() < deadline, f"{kind.__name__} never came: {pilot.app.screen!r}"
-        await pilot.pause(0.02)
-    await pilot.pause()
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
-    return pilot.app.screen
 
 
 async def press(pilot, *keys: str, until=None):

@@ -15,6 +15,7 @@ from kinetoscope.parser.model import PH_COMPLETE
 from kinetoscope.tui.app import KinetoscopeApp
 from kinetoscope.tui.exporting import reserve
 from kinetoscope.tui.screens import GapListScreen, HelpScreen, TraceScreen
+from pilot_helpers import settle
 
 from kinetoscope.export import gap_window
 
@@ -25,18 +26,6 @@ SAMPLE = (
 )
 STEM = "synthetic_gpu_training.pt.trace"
 SIZE = (120, 40)
-
-
-async def settle(pilot, kind, timeout: float = 30.0):
-    """Wait for a screen of `kind`, then for the app's workers."""
-    deadline = time.monotonic() + timeout
-    while not isinstance(pilot.app.screen, kind):
-        assert time.monotonic() < deadline, f"{kind.__name__} never came: {pilot.app.screen!r}"
-        await pilot.pause(0.02)
-    await pilot.pause()
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
-    return pilot.app.screen
 
 
 async def said(pilot, text: str, timeout: float = 60.0) -> str:

@@ -4,7 +4,6 @@ numbers test_memory_ops and test_sync know."""
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 import pytest
@@ -17,22 +16,12 @@ from kinetoscope.tui.screens import HelpScreen, TraceScreen
 from kinetoscope.tui.sync_view import SyncScreen
 from kinetoscope.tui.timeline import Timeline
 from kinetoscope.tui.viewdata import SLOT_RUNTIME, SLOT_SYNC, build_view_data
+from pilot_helpers import settle
 from test_memory_ops import known_trace as memory_trace
 from test_sync import known_trace as sync_trace
 from textual.widgets import DataTable, Static
 
 SIZE = (120, 40)
-
-
-async def settle(pilot, kind, timeout: float = 15.0):
-    deadline = time.monotonic() + timeout
-    while not isinstance(pilot.app.screen, kind):
-        assert time.monotonic() < deadline, f"{kind.__name__} never came: {pilot.app.screen!r}"
-        await pilot.pause(0.02)
-    await pilot.pause()
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
-    return pilot.app.screen
 
 
 def text_of(screen, selector: str) -> str:

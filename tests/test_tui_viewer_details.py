@@ -4,27 +4,15 @@ counts agree with their nouns."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from kinetoscope.tui.app import KinetoscopeApp
 from kinetoscope.tui.memory_view import MemoryChart, MemoryScreen
 from kinetoscope.tui.screens import HelpScreen, TraceScreen
 from kinetoscope.tui.sync_view import SyncScreen
 from kinetoscope.tui.timeline import Timeline
+from pilot_helpers import settle
 
 SIZE = (100, 30)
-
-
-async def settle(pilot, kind, timeout: float = 15.0):
-    deadline = time.monotonic() + timeout
-    while not isinstance(pilot.app.screen, kind):
-        assert time.monotonic() < deadline, f"{kind.__name__} never came: {pilot.app.screen!r}"
-        await pilot.pause(0.02)
-    await pilot.pause()
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
-    return pilot.app.screen
 
 
 def cpu_memory_trace(seconds: float = 3.0, n: int = 30) -> dict:
