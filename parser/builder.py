@@ -79,6 +79,14 @@ def lane_key(value: Any) -> Any:
     return (type(value) is str, value)
 
 
+def _remap(mapping: np.ndarray, local: np.ndarray, out: np.ndarray) -> None:
+    """Write `mapping[local]` into `out`; a 0-d `local` (one value for the run) broadcasts."""
+    if local.ndim == 0 or not len(out):
+        out[:] = mapping[local] if len(mapping) else local
+    else:
+        np.take(mapping, local, out=out)
+
+
 class TraceBuilder:
     """Collects runs; `finish` turns them into a Trace."""
 
@@ -136,7 +144,7 @@ class TraceBuilder:
         self.chunk_offset.append(offset)
         self.chunk_length.append(length)
         self.chunk_first.append(base)
-        string_map = np.array([self.intern(s) for s in run.strings], dtype=np.int32)
+        string_map = self._string_map(run.strings)
         lane_map = np.array([self.lane_id(p, t) for p, t in run.lane_keys], dtype=np.int32)
         m = len(run.ordinal)
         self._reserve(m, length)
@@ -145,16 +153,16 @@ class TraceBuilder:
         for column in ROW_COLUMNS:
             if column not in REMAPPED:
                 cols[column][lo:hi] = getattr(run, column)
-        cols["name"][lo:hi] = string_map[run.name]
-        cols["cat"][lo:hi] = string_map[run.cat]
-        cols["lane"][lo:hi] = lane_map[run.lane] if m else run.lane
-        shape = run.shape
-        has_shape = shape >= 0
-        cols["shape"][lo:hi] = np.where(has_shape, string_map[np.where(has_shape, shape, 0)], -1)
+        # Local ids become the trace's, gathered straight into place (no temporary per column).
+        # A shape's -1 (none) picks the -1 appended to the map.
+        _remap(string_map, run.name, cols["name"][lo:hi])
+        _remap(string_map, run.cat, cols["cat"][lo:hi])
+        _remap(lane_map, run.lane, cols["lane"][lo:hi])
+        _remap(np.append(string_map, np.int32(-1)), run.shape, cols["shape"][lo:hi])
         flow = cols["flow_id"][lo:hi]
         flow[:] = run.flow_id
-        string_flow = flow >= STRING_FLOW_BASE
-        if string_flow.any():
+        if m and flow.max() >= STRING_FLOW_BASE:
+            string_flow = flow >= STRING_FLOW_BASE
             local = flow[string_flow] - STRING_FLOW_BASE
             flow[string_flow] = STRING_FLOW_BASE + string_map[local].astype(np.int64)
         np.add(run.ordinal, base, out=cols["ordinal"][lo:hi])
@@ -183,6 +191,13 @@ class TraceBuilder:
         self.negative_durations += run.negative_durations
         for key, count in run.notes.items():
             self.notes[key] = self.notes.get(key, 0) + count
+
+    def _string_map(self, strings: list[str]) -> np.ndarray:
+        """The trace's ids of a run's strings, interning the new ones (in the run's order)."""
+        ids = list(map(self.string_ids.get, strings))
+        if None in ids:
+            ids = [self.intern(text) if sid is None else sid for text, sid in zip(strings, ids)]
+        return np.array(ids, dtype=np.int32)
 
     def _reserve(self, rows: int, run_bytes: int) -> None:
         """Make room for `rows` more rows."""
