@@ -13,10 +13,12 @@ or the end of the array) hands over to the reader's serial loop at that run's st
 cuts and salvages from there. The last run is always read serially.
 
 Where the time goes (1 GB, two workers): the workers' decoding is about a third of their time
-and the conversion to columns about half; sending the columns back, a few per cent (a column
-that holds one value throughout a run travels as that value). The loading process finds cuts
-and merges runs (about a tenth of the CPU time), and decodes the first runs itself while the
-worker server starts (its imports take about half a second).
+and the conversion to columns about half. The columns come back in shared memory blocks, not
+pickled through the pipe (that took about 4 % of the workers' CPU time), and a column that holds
+one value throughout a run travels as that value. The loading process finds cuts and merges runs
+(about a tenth of the CPU time, most of it the first writes into the model's new memory), and
+decodes the first runs itself while the worker server starts (its imports take about half a
+second).
 """
 
 from __future__ import annotations
@@ -256,6 +258,10 @@ class _Starting:
 
 
 CUT_WINDOW = 1 << 16  # the bytes before a run's target end searched for its cut
+# A shared memory block for one run's columns coming back from a worker: room for a run of
+# small events (a 4 MB run of 200-byte events is about 1.4 MB of columns); a larger one takes
+# the pipe.
+RESULT_BYTES = 2 * reader.RUN_BYTES
 _NEXT_EVENT = re.compile(rb"\}\s*,\s*\{")
 
 
@@ -348,8 +354,10 @@ class RunsAhead:
         """Plain files: workers read their own runs from the file, by offset and length.
 
         The main process reads only a small window at the end of each run to find the cut, so
-        it is nearly idle and the workers do all of the decoding. A run that fails, or the last
-        run, hands over to the serial loop from that run's start (reading from there).
+        it is nearly idle and the workers do all of the decoding. Their columns come back in
+        shared memory blocks (one per run in flight, reused once merged; the pipe without
+        them). A run that fails, or the last run, hands over to the serial loop from that
+        run's start (reading from there).
         """
         buf = into.buf
         state = into.state
@@ -359,56 +367,85 @@ class RunsAhead:
         run_bytes = reader.RUN_BYTES
         size = state.size
         position = buf.offset
-        pending: deque[tuple[Future, int, int]] = deque()
+        pending: deque[_ByOffset] = deque()
         limit = 2 * self.workers + 1
         failed_at: int | None = None
-        while position + run_bytes < size:
-            window_start = position + run_bytes - CUT_WINDOW
-            window = os.pread(state.fd, CUT_WINDOW, window_start)
-            matches = list(_NEXT_EVENT.finditer(window))
-            if not matches:
-                break
-            cut = window_start + matches[-1].start()
-            length = cut + 1 - position
-            starting = self.starting
-            if starting is not None and not starting.done.is_set():
-                # The workers are still starting: this run is decoded here meanwhile.
-                here: Future = Future()
-                here.set_result(decode_file_run(identity, position, length))
-                pending.append((here, position, length))
-            elif starting is not None and starting.error is not None:
-                break  # no workers after all: the serial loop reads on from this run
-            else:
-                future = self.pool.submit(decode_file_run, identity, position, length)
-                pending.append((future, position, length))
-            position = window_start + matches[-1].end() - 1
-            while pending and (len(pending) >= limit or pending[0][0].done()):
-                failed_at = self._merge_oldest_by_offset(into, pending)
+        blocks = _SharedBlocks(limit + 1, RESULT_BYTES) if size > run_bytes else None
+        try:
+            while position + run_bytes < size:
+                window_start = position + run_bytes - CUT_WINDOW
+                window = os.pread(state.fd, CUT_WINDOW, window_start)
+                matches = list(_NEXT_EVENT.finditer(window))
+                if not matches:
+                    break
+                cut = window_start + matches[-1].start()
+                length = cut + 1 - position
+                starting = self.starting
+                if starting is not None and not starting.done.is_set():
+                    # The workers are still starting: this run is decoded here meanwhile.
+                    here: Future = Future()
+                    here.set_result(decode_file_run(identity, position, length))
+                    pending.append(_ByOffset(here, position, length, None))
+                elif starting is not None and starting.error is not None:
+                    break  # no workers after all: the serial loop reads on from this run
+                else:
+                    block = blocks.take() if blocks is not None else None
+                    name = block.name if block is not None else None
+                    future = self.pool.submit(decode_file_run, identity, position, length, name)
+                    pending.append(_ByOffset(future, position, length, block))
+                position = window_start + matches[-1].end() - 1
+                while pending and (len(pending) >= limit or pending[0].future.done()):
+                    failed_at = self._merge_oldest_by_offset(into, pending, blocks)
+                    if failed_at is not None:
+                        break
                 if failed_at is not None:
                     break
-            if failed_at is not None:
-                break
-        while pending and failed_at is None:
-            failed_at = self._merge_oldest_by_offset(into, pending)
+            while pending and failed_at is None:
+                failed_at = self._merge_oldest_by_offset(into, pending, blocks)
+        finally:
+            for later in pending:
+                later.future.cancel()
+            if blocks is not None:
+                if pending and not all(h.future.done() for h in pending):
+                    # A worker may still write into a block: wait for the runs in flight.
+                    for later in pending:
+                        if not later.future.cancelled():
+                            later.future.exception()
+                blocks.close()
         resume = failed_at if failed_at is not None else position
-        for later in pending:
-            later[0].cancel()
         if resume != buf.offset:
             buf.restart_at(resume, _plain_blocks_from(state, resume))
 
     def _merge_oldest_by_offset(
-        self, into: Reader, pending: deque[tuple[Future, int, int]]
+        self, into: Reader, pending: deque[_ByOffset], blocks: _SharedBlocks | None
     ) -> int | None:
         """Merge the oldest run; on failure return its offset (where the serial loop resumes)."""
-        future, offset, length = pending.popleft()
-        run = future.result()
-        if run is None or isinstance(run, str):
-            # Undecodable, or (FILE_CHANGED) the worker did not find the file as it was opened:
-            # this process reads on from its own open file, and says at the end what changed.
-            return offset
-        into.state.bytes_read = max(into.state.bytes_read, offset + length)
-        into.accept_run(run, offset, length)
-        return None
+        future, offset, length, block = pending.popleft()
+        try:
+            run = future.result()
+            if run is None or isinstance(run, str):
+                # Undecodable, or (FILE_CHANGED) the worker did not find the file as it was
+                # opened: this process reads on from its own open file, and says at the end
+                # what changed.
+                return offset
+            if isinstance(run, Placed):
+                run = run.unpacked(block.buf)
+            into.state.bytes_read = max(into.state.bytes_read, offset + length)
+            into.accept_run(run, offset, length)
+            del run  # its views of the block: gone before the block is reused
+            return None
+        finally:
+            if blocks is not None:
+                blocks.give_back(block)
+
+
+class _ByOffset(NamedTuple):
+    """A run of a plain file handed to a worker (or decoded here)."""
+
+    future: Future
+    offset: int
+    length: int
+    block: Any  # the shared memory block its columns come back in (None: the pipe)
 
 
 class _Handed(NamedTuple):
@@ -495,11 +532,14 @@ def same_file(fd: int, identity: FileIdentity) -> bool:
 FILE_CHANGED = "file changed"  # a worker's answer when the file is not the one the load opened
 
 
-def decode_file_run(identity: FileIdentity, offset: int, length: int) -> RunColumns | str | None:
+def decode_file_run(
+    identity: FileIdentity, offset: int, length: int, block: str | None = None
+) -> RunColumns | Placed | str | None:
     """Worker side: read one run of whole events from a plain file, decode and convert it.
 
     The file is the loading process's open file (see `open_identical`), checked again after
-    the read: FILE_CHANGED if it is not that file, as it was when the load opened it."""
+    the read: FILE_CHANGED if it is not that file, as it was when the load opened it. With a
+    shared memory `block`, the run's columns are written there (`place_columns`)."""
     try:
         fd = open_identical(identity)
     except FileChanged:
@@ -518,7 +558,51 @@ def decode_file_run(identity: FileIdentity, offset: int, length: int) -> RunColu
         return FILE_CHANGED
     if got != length:
         return None
-    return decode_array(array)
+    run = decode_array(array)
+    if run is None or block is None:
+        return run
+    return place_columns(run, block)
+
+
+class Placed(NamedTuple):
+    """A worker's run whose whole columns wait in a shared memory block: `run` holds them
+    empty, `columns` says where each is (name, dtype, offset, count)."""
+
+    run: RunColumns
+    columns: tuple[tuple[str, str, int, int], ...]
+
+    def unpacked(self, buffer: memoryview) -> RunColumns:
+        """The run with its columns read in place from the block's buffer (views, no copy:
+        merge them before the block is reused)."""
+        views = {
+            column: np.frombuffer(buffer, dtype=np.dtype(dtype), count=count, offset=offset)
+            for column, dtype, offset, count in self.columns
+        }
+        return dataclasses.replace(self.run, **views)
+
+
+def place_columns(run: RunColumns, name: str) -> RunColumns | Placed:
+    """Worker side: write the run's whole columns into the shared memory block `name`, for the
+    loading process to merge from there: no pickling, no pipe, no copy but the merge's own.
+    The run unchanged if they do not fit (it takes the pipe)."""
+    shared = _attached(name).buf
+    assert shared is not None
+    columns = []
+    end = 0
+    for column in ROW_COLUMNS:
+        values = getattr(run, column)
+        if values.ndim == 1 and len(values):
+            columns.append((column, values, end))
+            end += -(-values.nbytes // 8) * 8  # each column 8-byte aligned
+    if end > len(shared) or not columns:
+        return run
+    layout = []
+    empty = {}
+    for column, values, offset in columns:
+        np.ndarray(len(values), values.dtype, buffer=shared, offset=offset)[:] = values
+        layout.append((column, values.dtype.str, offset, len(values)))
+        empty[column] = values[:0]
+    return Placed(dataclasses.replace(run, **empty), tuple(layout))
 
 
 def _read_into(fd: int, view: memoryview, offset: int) -> int:
@@ -577,19 +661,19 @@ class _SharedBlocks:
 
     def close(self) -> None:
         for block in self.all:
-            try:
-                block.close()
-                block.unlink()
-            except (OSError, BufferError):
-                pass
+            for step in (block.unlink, block.close):  # unlinked even if a view outlives it
+                try:
+                    step()
+                except (OSError, BufferError):
+                    pass
         self.all, self.free = [], []
 
 
 _ATTACHED: dict[str, Any] = {}
 
 
-def decode_shared(name: str, length: int) -> RunColumns | None:
-    """Worker side: decode the run a shared memory block holds (attached once per block)."""
+def _attached(name: str) -> Any:
+    """Worker side: the shared memory block `name`, attached once per block."""
     block = _ATTACHED.get(name)
     if block is None:
         from multiprocessing import shared_memory
@@ -604,7 +688,12 @@ def decode_shared(name: str, length: int) -> RunColumns | None:
                     _ATTACHED.pop(old).close()
                 except BufferError:
                     pass
-    shared = block.buf
+    return block
+
+
+def decode_shared(name: str, length: int) -> RunColumns | None:
+    """Worker side: decode the run a shared memory block holds (attached once per block)."""
+    shared = _attached(name).buf
     assert shared is not None  # an attached block has its buffer until it is closed
     view = shared[:length]
     try:

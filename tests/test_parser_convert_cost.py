@@ -9,9 +9,12 @@ import json
 import sys
 from typing import Any
 
+import numpy as np
+import pytest
 from kinetoscope.parser import NO_VALUE, loads
 from kinetoscope.parser.convert import convert_run
 from kinetoscope.parser.events import EVENTS_DECODER
+from kinetoscope.parser.model import ROW_COLUMNS
 
 
 def _memory_event(i: int) -> dict[str, Any]:
@@ -155,3 +158,136 @@ def test_flow_binding_points_keep_their_codes():
         run = convert_run(_decoded([_flow_event(i, bp) for i, bp in enumerate(batch)]))
         expected = [ord("e"), ord("s"), 0, 0, 0, 0, 0][: len(batch)]
         assert run.flow_bp.tolist() == expected
+
+
+def _builder_calls(runs: list) -> int:
+    """Python functions called while the last of `runs` is merged (the others first)."""
+    from kinetoscope.parser.builder import TraceBuilder
+
+    builder = TraceBuilder()
+    for run in runs[:-1]:
+        builder.add_run(run, 0, 1)
+    calls = 0
+
+    def hook(frame: Any, event: str, arg: Any) -> None:
+        nonlocal calls
+        if event == "call":
+            calls += 1
+
+    sys.setprofile(hook)
+    try:
+        builder.add_run(runs[-1], 0, 1)
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def test_merging_a_run_makes_no_call_per_known_string():
+    """Each run brings its own table of strings (hundreds, nearly all seen in earlier runs):
+    the loading process maps the known ones to the trace's ids without a call per string."""
+    events = [{**_python_event(i), "name": f"f{i}"} for i in range(2000)]
+    run = convert_run(_decoded(events))
+    assert len(run.strings) > 2000
+    calls = _builder_calls([run, convert_run(_decoded(events))])
+    assert calls < 100, calls
+
+
+def test_merged_runs_map_every_local_id():
+    """Names, categories, lanes, shapes (-1: none) and string flow ids of runs merged in order,
+    whole columns or one value per run (as workers send them), against the per-row mapping."""
+    from kinetoscope.parser.builder import TraceBuilder
+    from kinetoscope.parser.convert import STRING_FLOW_BASE
+    from kinetoscope.parser.model import ROW_COLUMNS
+    from kinetoscope.parser.parallel import constant_columns_as_values
+
+    def flows(first: int) -> list[dict[str, Any]]:
+        return [
+            {"ph": "sf"[i % 2], "id": f"k{i // 2}", "pid": 7, "tid": 9, "ts": 1.0 + i, "cat": "c"}
+            for i in range(first, first + 6)
+        ]
+
+    batches = [
+        [_python_event(i) for i in range(40)],
+        flows(0),
+        [{**_python_event(i), "args": {}} for i in range(8)],  # one name... no shape at all
+        [{**_python_event(3), "tid": 99} for _ in range(5)],  # every column one value
+        flows(4),
+        [],
+    ]
+    runs = [convert_run(_decoded(batch)) for batch in batches]
+    for sent in (runs, [constant_columns_as_values(run) for run in runs]):
+        builder = TraceBuilder()
+        for run in sent:
+            builder.add_run(run, 0, 1)
+        merged = {c: builder.columns[c][: builder.n_rows].tolist() for c in ROW_COLUMNS}
+        expected: dict[str, list] = {c: [] for c in ROW_COLUMNS}
+        base = 0
+        for run in runs:  # the whole columns, mapped row by row
+            ids = [builder.string_ids[text] for text in run.strings]
+            lanes = [builder.lane_ids[builder_key(p, t)] for p, t in run.lane_keys]
+            expected["name"] += [ids[i] for i in run.name.tolist()]
+            expected["cat"] += [ids[i] for i in run.cat.tolist()]
+            expected["lane"] += [lanes[i] for i in run.lane.tolist()]
+            expected["shape"] += [ids[i] if i >= 0 else -1 for i in run.shape.tolist()]
+            expected["flow_id"] += [
+                STRING_FLOW_BASE + ids[f - STRING_FLOW_BASE] if f >= STRING_FLOW_BASE else f
+                for f in run.flow_id.tolist()
+            ]
+            expected["ordinal"] += [base + o for o in run.ordinal.tolist()]
+            for column in set(ROW_COLUMNS) - {"name", "cat", "lane", "shape", "flow_id", "ordinal"}:
+                expected[column] += getattr(run, column).tolist()
+            base += run.n_events
+        assert merged == expected
+        assert any(f >= STRING_FLOW_BASE for f in merged["flow_id"])
+        assert -1 in merged["shape"] and max(merged["shape"]) > 0
+
+
+def builder_key(pid: Any, tid: Any) -> tuple:
+    from kinetoscope.parser.builder import lane_key
+
+    return (lane_key(pid), lane_key(tid))
+
+
+def test_a_worker_returns_its_columns_in_shared_memory(tmp_path):
+    """A worker writes a run's whole columns into the loading process's shared memory block:
+    what crosses the pipe is a small fraction of the run, and the columns read back from the
+    block are the run's. Columns too large for the block take the pipe as before."""
+    import pickle
+
+    from kinetoscope.parser.parallel import (
+        Placed,
+        _SharedBlocks,
+        decode_file_run,
+        identity_of,
+    )
+    from kinetoscope.parser.source import open_source
+
+    events = [_python_event(i) for i in range(3000)] + [_flow_event(i) for i in range(40)]
+    text = json.dumps(events).encode()
+    path = tmp_path / "run.json"
+    path.write_bytes(text)
+    state = open_source(str(path))
+    identity = identity_of(state)
+    assert identity is not None
+    whole = decode_file_run(identity, 1, len(text) - 2)
+    assert whole is not None and not isinstance(whole, (str, Placed))
+    for size, placed_expected in ((1 << 22, True), (1 << 10, False)):
+        blocks = _SharedBlocks(1, size)
+        block = blocks.take()
+        if block is None:
+            blocks.close()
+            pytest.skip("no shared memory here")
+        try:
+            sent = decode_file_run(identity, 1, len(text) - 2, block.name)
+            assert isinstance(sent, Placed) == placed_expected
+            if isinstance(sent, Placed):
+                assert len(pickle.dumps(sent)) < 0.2 * len(pickle.dumps(whole))
+                run = pickle.loads(pickle.dumps(sent)).unpacked(block.buf)
+            else:
+                run = sent
+            for column in ROW_COLUMNS:
+                assert np.array_equal(getattr(run, column), getattr(whole, column)), column
+            del run
+        finally:
+            blocks.close()
+    state.close()
