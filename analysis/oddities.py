@@ -23,6 +23,8 @@ from kinetoscope.parser.model import (
     Trace,
 )
 
+from .intervals import Union
+
 if TYPE_CHECKING:
     from .rules import Finding
     from .session import TraceSession
@@ -143,12 +145,49 @@ def before_window(trace: Trace, kind: np.ndarray) -> np.ndarray:
     return np.flatnonzero(slices)
 
 
+# Rows taken at a time by `_widest_gap_bound`.
+FAR_BLOCK = 1 << 20
+
+
+def _widest_gap_bound(trace: Trace) -> tuple[int, int, int] | None:
+    """(count, span, bound) of the complete slices: how many, from the first start to the last
+    end, and a length no stretch of that span which no slice covers exceeds (the widest hole
+    of the union of the slices with a length, its two ends included). Worked a block of rows at
+    a time, so that the usual answer, no wide hole, takes no whole-trace arrays (this runs at
+    the summary's peak of memory). None where a slice ends before it starts."""
+    union = Union(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    count, first, last = 0, 0, 0
+    for lo in range(0, len(trace), FAR_BLOCK):
+        rows = np.flatnonzero(trace.ph[lo : lo + FAR_BLOCK] == PH_COMPLETE) + lo
+        if not len(rows):
+            continue
+        dur = trace.dur[rows].astype(np.int64, copy=False)
+        if (dur < 0).any():
+            return None
+        start = trace.start[rows]
+        end = dur
+        end += start
+        first = int(start.min()) if not count else min(first, int(start.min()))
+        last = int(end.max()) if not count else max(last, int(end.max()))
+        count += len(rows)
+        union = union.merge(Union.of(start, end, writable=True))
+    edge_start = np.concatenate(([first], union.end))
+    edge_end = np.concatenate((union.start, [last]))
+    return count, last - first, int((edge_end - edge_start).max()) if count else 0
+
+
 def far_from_the_rest(trace: Trace) -> tuple[np.ndarray, int]:
     """Slices set apart from nearly all others by a gap of most of the trace's span.
 
     Returns (rows, gap in ns). Such slices (a clock that jumped, events of another run) make
     `fit all` show mostly emptiness."""
     empty = np.zeros(0, np.int64)
+    bound = _widest_gap_bound(trace)
+    if bound is not None:
+        count, span, widest = bound
+        # Every hole found below lies in a stretch no slice covers: none is as wide as that.
+        if count < 2 or span <= 0 or widest < FAR_GAP_SHARE * span:
+            return empty, 0
     complete = trace.ph == PH_COMPLETE
     # The holes of the union of the slices, from their starts and their ends each sorted on
     # its own (in place: this runs at the summary's peak of memory, and whole-trace index

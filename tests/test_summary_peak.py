@@ -204,3 +204,27 @@ def test_sums_fit_at_the_limit():
     assert not sums_fit(np.array([2**61, 2**61, 2**61], dtype=np.int64))
     assert not sums_fit(np.array([-(2**62), 1], dtype=np.int64))
     assert sums_fit(np.zeros(0, dtype=np.int64))
+
+
+GAPPY = st.lists(
+    st.tuples(st.integers(1, 2), st.integers(0, 1000), st.sampled_from([0, 0, 1, 3, 50, 400])),
+    min_size=1,
+    max_size=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(GAPPY, st.sampled_from([1, 2, 3, 1 << 20]))
+def test_far_from_the_rest_bound_changes_nothing(slices, block):
+    """The bound found a block of rows at a time only answers 'no wide hole' early: the answer
+    is the one the whole-trace pass gives, points (zero-length slices) included."""
+    import kinetoscope.analysis.oddities as oddities
+
+    trace = trace_of([(tid, ts, dur, False) for tid, ts, dur in slices])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(oddities, "FAR_BLOCK", block)
+        rows, gap = oddities.far_from_the_rest(trace)
+        patch.setattr(oddities, "_widest_gap_bound", lambda _trace: None)
+        whole_rows, whole_gap = oddities.far_from_the_rest(trace)
+    assert gap == whole_gap
+    assert np.array_equal(rows, whole_rows)
