@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
-from textual.app import App
-from textual.binding import Binding, BindingType
 from textual.message import Message
 
 from .appbase import ViewerApp
@@ -20,7 +16,6 @@ from .loader import (
     Report,
     TraceLoad,
 )
-from .palette import ScreenActions
 from .screens import ErrorScreen, LoadingScreen, TraceScreen
 from .timeline import Timeline
 from .viewdata import ViewData
@@ -79,13 +74,7 @@ class KinetoscopeApp(ViewerApp):
     that steps through the keys wants. A caller may pass the `loader` it started itself
     (before importing Textual), with its own staging."""
 
-    CSS_PATH = "kinetoscope.tcss"
     TITLE = "kinetoscope"
-    COMMANDS = App.COMMANDS | {ScreenActions}
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("q", "quit", "Quit"),
-        Binding("question_mark", "help", "Keys"),
-    ]
 
     def __init__(
         self,

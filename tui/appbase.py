@@ -3,11 +3,12 @@ colours in the current theme, redrawing on a theme change, and the `?` key help.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from textual.app import App
+from textual.binding import Binding, BindingType
 
-from .palette import key_help_for
+from .palette import ScreenActions, key_help_for
 from .screens import HelpScreen
 from .theme import variables_for
 
@@ -15,6 +16,13 @@ from .theme import variables_for
 class ViewerApp(App[int]):
     """Base of the apps. Subclasses call `follow_theme()` when mounted and may name extra key
     help sections (`help_sections`)."""
+
+    CSS_PATH = "kinetoscope.tcss"
+    COMMANDS = App.COMMANDS | {ScreenActions}
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", "Keys"),
+    ]
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         """The viewer's named colours (`$ks-*`, see theme.py) in the current theme."""

@@ -13,7 +13,7 @@ import os
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.message import Message
@@ -24,7 +24,7 @@ from .appbase import ViewerApp
 from .failures import ReportsWorkerFailures, failure_message
 from .loader import BackgroundFailure, Complete, Failed, Progress, Ready, Report, TraceLoad
 from .loader import Cancelled as LoadCancelledReport
-from .palette import ScreenActions, diff_help_sections
+from .palette import diff_help_sections
 from .safe_text import clean
 from .screens import ErrorScreen, TraceScreen
 from .viewdata import ViewData
@@ -96,13 +96,7 @@ class DiffApp(ViewerApp):
     DiffOptions: threshold, steps, template folding); `loads`: the two loads, when the caller
     started them (before importing Textual)."""
 
-    CSS_PATH = "kinetoscope.tcss"
     TITLE = "kinetoscope diff"
-    COMMANDS = App.COMMANDS | {ScreenActions}
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("q", "quit", "Quit"),
-        Binding("question_mark", "help", "Keys"),
-    ]
 
     def __init__(
         self,

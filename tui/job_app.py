@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from rich.text import Text
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
@@ -29,7 +29,7 @@ from .job_loader import JobDone, JobFailed, JobLoad, JobReport, RankDone
 from .loader import BackgroundFailure, Complete, Failed, Ready, TraceLoad
 from .loader import Cancelled as LoadCancelledReport
 from .loader import Progress as LoadProgress
-from .palette import ScreenActions, job_help_sections
+from .palette import job_help_sections
 from .safe_text import clean
 from .screens import ErrorScreen, LoadingScreen, TraceScreen
 from .theme import palette_of
@@ -169,13 +169,7 @@ class JobApp(ViewerApp):
     holds the reason it failed. `workers`: digesting processes (None: min(ranks, CPUs)).
     `staged` as KinetoscopeApp's, for the ranks' own views."""
 
-    CSS_PATH = "kinetoscope.tcss"
     TITLE = "kinetoscope"
-    COMMANDS = App.COMMANDS | {ScreenActions}
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("q", "quit", "Quit"),
-        Binding("question_mark", "help", "Keys"),
-    ]
     DEFAULT_CSS = """
     #job-loading-ranks { height: auto; max-height: 20; }
     #job-loading-list { text-wrap: nowrap; text-overflow: ellipsis; }
