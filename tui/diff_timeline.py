@@ -337,13 +337,7 @@ class HalfTraceScreen(TraceScreen):
 
     def __init__(self, data: ViewData, side: str) -> None:
         super().__init__(data)
-        self.side = side
-
-    def _title(self) -> Text:
-        text = Text(no_wrap=True, overflow="ellipsis")
-        text.append(f"{self.side} · ", "bold")
-        text.append_text(super()._title())
-        return text
+        self.title_prefix = side
 
     def show_window(self, start: float, per_cell: float, cursor: float) -> None:
         timeline = self.timeline

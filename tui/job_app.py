@@ -111,12 +111,7 @@ class RankTraceScreen(TraceScreen):
         super().__init__(data)
         self.rank = rank
         self.pending_jump = jump
-
-    def _title(self) -> Text:
-        text = Text(no_wrap=True, overflow="ellipsis")
-        text.append(f"rank {self.rank} · ", "bold")
-        text.append_text(super()._title())
-        return text
+        self.title_prefix = f"rank {rank}"
 
     def on_timeline_first_frame(self, message: Timeline.FirstFrame) -> None:
         """The timeline fitted the whole trace: now show what was asked for."""

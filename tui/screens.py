@@ -185,6 +185,7 @@ class TraceScreen(DrilldownActions, Screen):
         self.shown_threshold = DEFAULT_GAP_THRESHOLD  # the idle-gap threshold the title counts
         self.shown_hide_python = False  # the title says when Python frames are hidden
         self.details_rows: int | None = None  # the details pane's height set with { }, if any
+        self.title_prefix = ""  # what a subclass shows before the title ("rank 3", "base")
 
     def compose(self) -> ComposeResult:
         yield Static(self._title(), id="title")
@@ -231,6 +232,8 @@ class TraceScreen(DrilldownActions, Screen):
         data = self.data
         trace = data.trace
         text = Text(no_wrap=True, overflow="ellipsis")
+        if self.title_prefix:
+            text.append(f"{self.title_prefix} · ", "bold")
         text.append("kinetoscope ", "bold")
         text.append(clean(os.path.basename(trace.source.path)))
         if self.shown_hide_python:  # early in the line: it survives a narrow terminal
