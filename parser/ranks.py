@@ -23,7 +23,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from .source import PERFETTO_REASON, perfetto_message, perfetto_problem
+from .source import PERFETTO_REASON, PERFETTO_SUFFIXES, perfetto_message, perfetto_problem
 
 TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json")
 HEAD_LIMIT = 64 << 20  # uncompressed bytes read at most to find the header keys
@@ -109,13 +109,11 @@ class NotATrace(ValueError):
 # -- input files --------------------------------------------------------------------------
 
 
-# Perfetto protobuf traces (newer torch can write them) are listed too, to be left out by name.
-_PERFETTO_NAMES = (".pftrace", ".pftrace.gz")
-
-
 def is_trace_name(name: str) -> bool:
+    """A file a job folder's listing looks at: JSON, or Perfetto protobuf (newer torch can write
+    it), to be left out with how to get JSON instead."""
     lower = name.lower()
-    return not name.startswith(".") and lower.endswith((".json", ".json.gz", *_PERFETTO_NAMES))
+    return not name.startswith(".") and lower.endswith((".json", ".json.gz", *PERFETTO_SUFFIXES))
 
 
 def trace_files(inputs: list[str]) -> list[str]:

@@ -180,7 +180,7 @@ def open_source(path: str) -> SourceState:
 # 0x0a, a varint length, the packet). It is recognised by its bytes and refused with a way out.
 
 PERFETTO_HEAD = 1 << 16  # bytes looked at to recognise a protobuf trace
-_PERFETTO_SUFFIXES = (".pftrace", ".pftrace.gz", ".perfetto-trace", ".perfetto-trace.gz")
+PERFETTO_SUFFIXES = (".pftrace", ".pftrace.gz", ".perfetto-trace", ".perfetto-trace.gz")
 
 
 PERFETTO_REASON = (
@@ -281,7 +281,7 @@ def _is_perfetto(path: str, head: bytes) -> bool:
     `.pftrace` whose bytes are not JSON (damaged, or a packet this reader does not expect)."""
     if looks_like_perfetto(head):
         return True
-    return path.lower().endswith(_PERFETTO_SUFFIXES) and bool(head) and not _json_start(head)
+    return path.lower().endswith(PERFETTO_SUFFIXES) and bool(head) and not _json_start(head)
 
 
 def _perfetto_at(fd: int, path: str) -> bool:
