@@ -175,9 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_diff_command(sub)
 
-    from kinetoscope.export import add_export_command
-
-    add_export_command(sub)
+    _add_export_command(sub)
 
     from kinetoscope.serve import add_serve_command
 
@@ -187,6 +185,109 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_capture_commands(sub)
     return parser
+
+
+def _add_export_command(sub: Any) -> None:
+    """`kinetoscope export`: its arguments (the work: kinetoscope/export.py, export_job.py,
+    imported when the command runs)."""
+    export = sub.add_parser(
+        "export",
+        help="write a time window of a trace as a smaller trace (Perfetto, kinetoscope)",
+        description="Write the part of a trace inside a time window as a trace of its own: "
+        "every slice that overlaps the window, the runtime calls and GPU activities linked to "
+        "them, whole flows, metadata and top-level keys, memory totals at the window's start "
+        "(docs/export.md). Choose the window with one of --window, --step, --around-gap.",
+    )
+    export.add_argument(
+        "trace",
+        metavar="TRACE",
+        nargs="+",
+        help="a .json or .json.gz torch.profiler trace; or a job's folder, or several rank "
+        "files, for every rank's window in one bundle (docs/export.md)",
+    )
+    export.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="OUT",
+        help="the file to write: OUT.json, or OUT.json.gz for a gzip'd one; for a job, OUT.zip "
+        "(a Perfetto bundle: a file per rank and perfetto_manifest.json) or one merged OUT.json",
+    )
+    choice = export.add_mutually_exclusive_group(required=True)
+    choice.add_argument(
+        "--window",
+        metavar="A..B",
+        help="times as the viewer shows them, from the trace's first slice: e.g. "
+        "+12.5ms..+40ms (units ns, us, µs, ms, s; A.. to the end, ..B from the start)",
+    )
+    choice.add_argument(
+        "--step",
+        action="append",
+        metavar="N",
+        help="ProfilerStep#N: the window spans the steps named; repeatable, or N,M or N-M",
+    )
+    choice.add_argument(
+        "--around-gap",
+        type=int,
+        metavar="K",
+        help="the K-th longest GPU idle gap (1 = the longest, as in the viewer's gap list) "
+        "with --context on each side",
+    )
+    export.add_argument(
+        "--context",
+        metavar="TIME",
+        help="with --around-gap: time shown on each side of the gap (default: the gap's "
+        "length), e.g. 2ms",
+    )
+    export.add_argument(
+        "--clip",
+        action="store_true",
+        help="clip slices to the window (times computed in integer ns); slices kept outside "
+        "the window by correlation stay whole",
+    )
+    _add_export_job_options(export)
+    export.set_defaults(handler=_run_export)
+
+
+def _add_export_job_options(export: Any) -> None:
+    """The options of `export` for a job's folder or several rank files."""
+    job = export.add_argument_group(
+        "a distributed job (a folder or several rank files: the same window from every rank; "
+        "--window counts from the job's origin as the job timeline shows times, --step takes "
+        "each rank's own ProfilerStep#N; docs/export-ranks.md)"
+    )
+    job.add_argument(
+        "--align-clocks",
+        action="store_true",
+        help="cut each rank at the same instants on the reference rank's clock (the estimated "
+        "clock offsets applied) instead of the same times on its own clock; the manifest pins "
+        "the ranks with the offsets and the merged trace shifts their times",
+    )
+    job.add_argument(
+        "--cycle",
+        type=_positive,
+        metavar="N",
+        help="use profiling cycle N (1 = the oldest) instead of the newest complete one",
+    )
+    job.add_argument(
+        "--merged",
+        action="store_true",
+        help="write one merged trace (OUT.json or OUT.json.gz; the default for those names) "
+        "instead of the Perfetto bundle (OUT.zip)",
+    )
+    job.add_argument(
+        "--workers",
+        type=_positive,
+        metavar="N",
+        help="digest and crop the ranks in N processes (default: min(ranks, CPUs); ranks "
+        "adding up to less than 32 MiB are cropped in this one)",
+    )
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    from kinetoscope.export import run_export_command
+
+    return run_export_command(args)
 
 
 def _add_diff_command(sub: Any) -> None:

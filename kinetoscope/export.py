@@ -1035,69 +1035,6 @@ def gap_window(session: Any, rank: int, context_ns: int | None = None) -> Window
 # -- the command --------------------------------------------------------------------------------
 
 
-def add_export_command(sub: Any) -> None:
-    """`kinetoscope export`: its arguments (cli.py calls this)."""
-    export = sub.add_parser(
-        "export",
-        help="write a time window of a trace as a smaller trace (Perfetto, kinetoscope)",
-        description="Write the part of a trace inside a time window as a trace of its own: "
-        "every slice that overlaps the window, the runtime calls and GPU activities linked to "
-        "them, whole flows, metadata and top-level keys, memory totals at the window's start "
-        "(docs/export.md). Choose the window with one of --window, --step, --around-gap.",
-    )
-    export.add_argument(
-        "trace",
-        metavar="TRACE",
-        nargs="+",
-        help="a .json or .json.gz torch.profiler trace; or a job's folder, or several rank "
-        "files, for every rank's window in one bundle (docs/export.md)",
-    )
-    export.add_argument(
-        "-o",
-        "--output",
-        required=True,
-        metavar="OUT",
-        help="the file to write: OUT.json, or OUT.json.gz for a gzip'd one; for a job, OUT.zip "
-        "(a Perfetto bundle: a file per rank and perfetto_manifest.json) or one merged OUT.json",
-    )
-    choice = export.add_mutually_exclusive_group(required=True)
-    choice.add_argument(
-        "--window",
-        metavar="A..B",
-        help="times as the viewer shows them, from the trace's first slice: e.g. "
-        "+12.5ms..+40ms (units ns, us, µs, ms, s; A.. to the end, ..B from the start)",
-    )
-    choice.add_argument(
-        "--step",
-        action="append",
-        metavar="N",
-        help="ProfilerStep#N: the window spans the steps named; repeatable, or N,M or N-M",
-    )
-    choice.add_argument(
-        "--around-gap",
-        type=int,
-        metavar="K",
-        help="the K-th longest GPU idle gap (1 = the longest, as in the viewer's gap list) "
-        "with --context on each side",
-    )
-    export.add_argument(
-        "--context",
-        metavar="TIME",
-        help="with --around-gap: time shown on each side of the gap (default: the gap's "
-        "length), e.g. 2ms",
-    )
-    export.add_argument(
-        "--clip",
-        action="store_true",
-        help="clip slices to the window (times computed in integer ns); slices kept outside "
-        "the window by correlation stay whole",
-    )
-    from kinetoscope.export_job import add_job_options
-
-    add_job_options(export)
-    export.set_defaults(handler=run_export_command)
-
-
 def run_export_command(args: Any) -> int:
     """`kinetoscope export`: 0 written, 1 an error (one line), 2 a usage error."""
     import sys

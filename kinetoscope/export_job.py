@@ -989,43 +989,6 @@ def run_job_export(
 # -- the `export` subcommand's job options (kinetoscope/export.py adds them) -----------------
 
 
-def add_job_options(export: Any) -> None:
-    """The options of `export` for a job's folder or several rank files."""
-    from kinetoscope.cli import _positive  # the same check as every count option
-
-    job = export.add_argument_group(
-        "a distributed job (a folder or several rank files: the same window from every rank; "
-        "--window counts from the job's origin as the job timeline shows times, --step takes "
-        "each rank's own ProfilerStep#N; docs/export-ranks.md)"
-    )
-    job.add_argument(
-        "--align-clocks",
-        action="store_true",
-        help="cut each rank at the same instants on the reference rank's clock (the estimated "
-        "clock offsets applied) instead of the same times on its own clock; the manifest pins "
-        "the ranks with the offsets and the merged trace shifts their times",
-    )
-    job.add_argument(
-        "--cycle",
-        type=_positive,
-        metavar="N",
-        help="use profiling cycle N (1 = the oldest) instead of the newest complete one",
-    )
-    job.add_argument(
-        "--merged",
-        action="store_true",
-        help="write one merged trace (OUT.json or OUT.json.gz; the default for those names) "
-        "instead of the Perfetto bundle (OUT.zip)",
-    )
-    job.add_argument(
-        "--workers",
-        type=_positive,
-        metavar="N",
-        help="digest and crop the ranks in N processes (default: min(ranks, CPUs); ranks "
-        "adding up to less than 32 MiB are cropped in this one)",
-    )
-
-
 def is_job(inputs: Sequence[str]) -> bool:
     """Several files, or a folder: a job's ranks."""
     return len(inputs) > 1 or (len(inputs) == 1 and os.path.isdir(inputs[0]))
