@@ -541,3 +541,13 @@ def test_the_gap_list_says_when_idle_by_cpu_failed(trace_path, monkeypatch):
     monkeypatch.setattr(session_module, "compute_idle_by_cpu", broken)
     text = str(idle_by_cpu_text(build_view_data(load(trace_path))))
     assert "could not be computed" in text and "no idea" in text
+
+
+def test_a_progress_report_to_a_loading_screen_without_its_widgets_is_dropped():
+    # A rank's loading screen opened by a key while the app quits gets its first report after
+    # it was taken down: it has no bar to move, and must not fail (a traceback on exit).
+    screen = LoadingScreen("trace.json")
+    report = loader_module.Progress(
+        stage=loader_module.Stage.READING, done=0, total=0, events=0, rate=0.0
+    )
+    screen.on_loading_screen_progress(LoadingScreen.Progress(report))

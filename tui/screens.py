@@ -107,7 +107,9 @@ class LoadingScreen(Screen):
             self.notify("Still loading: keys work once the trace is shown (Esc cancels)", timeout=3)
 
     def on_loading_screen_progress(self, message: LoadingScreen.Progress) -> None:
-        if self._cancelling:
+        # A report may arrive before the screen is composed or after it was taken down (a key
+        # that opened a rank while the app was quitting): nothing to show it on.
+        if self._cancelling or not self.query("#loading-bar"):
             return
         report = message.progress
         total = max(report.total, 1)
