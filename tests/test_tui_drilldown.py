@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -425,7 +424,7 @@ async def test_shapes_grouping_and_hostile_names(write_trace):
         assert [r[0] for r in shown_rows(detail)] == ["[[4,8]]"]
 
 
-def test_big_table_sorts_and_filters_quickly():
+def test_big_table_sorts_and_filters_without_work_per_row():
     n = 400_000
     rng = np.random.default_rng(1)
     values = rng.integers(0, 10**9, n)
@@ -438,13 +437,16 @@ def test_big_table_sorts_and_filters_quickly():
         name_text=texts.__getitem__,
         default_sort=1,
     )
-    began = time.perf_counter()
-    order = sort_rows(model, 1, True)
-    keep = model.matching("kernel_12")
-    elapsed = time.perf_counter() - began
+    from work_count import CallCount
+
+    with CallCount() as count:
+        order = sort_rows(model, 1, True)
+        keep = model.matching("kernel_12")
     assert np.all(np.diff(values[order]) <= 0)
     assert keep.sum() == np.isin(names, [12, *range(120, 130), *range(1200, 1300)]).sum()
-    assert elapsed < 1.5
+    # A few calls per distinct name (5,000 of them), never one per row (400,000): counted,
+    # not timed.
+    assert count.calls < 200_000, count.calls
 
 
 def _text_column(texts, names):
