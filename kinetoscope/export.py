@@ -1136,6 +1136,8 @@ def _check_output(path: str, out_path: str) -> None:
         raise ExportError("-o: name the file to write")
     if os.path.isdir(out_path):
         raise ExportError(f"{out_path}: is a directory; name the file to write")
+    if os.path.exists(out_path) and not os.path.isfile(out_path):  # never renamed over a device
+        raise ExportError(f"{out_path}: not a regular file; name a file to write")
     try:
         if os.path.exists(out_path) and os.path.samefile(path, out_path):
             raise ExportError(f"{out_path}: is the trace itself; write the export elsewhere")

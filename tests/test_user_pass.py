@@ -1,0 +1,34 @@
+"""Bugs found by using every command on real traces as a new user would (a user pass): each test
+here failed before its fix. Corpus traces come from ../shared/corpus and are skipped when absent;
+synthetic traces are used where they show the bug as well."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from conftest import SAMPLES
+
+from kinetoscope.cli import main
+
+SAMPLE = SAMPLES / "synthetic_gpu_training.pt.trace.json.gz"
+
+
+def test_export_refuses_to_replace_a_file_that_is_not_a_regular_one(tmp_path: Path, capsys):
+    """`-o /dev/null` (or a named pipe, a device) was replaced by the crop: the crop is written
+    beside the output and renamed over it, so as root `-o /dev/full` turned the device into a
+    regular file and said `wrote /dev/full`. It is refused in one line and left as it was."""
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    code = main(["export", str(SAMPLE), "-o", str(fifo), "--window", ".."])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert err.count("\n") == 1 and "not a regular file" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe.json"]
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
