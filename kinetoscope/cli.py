@@ -373,6 +373,10 @@ def main(argv: list[str] | None = None) -> int:
     # `kinetoscope TRACE` is `kinetoscope view TRACE`.
     if argv and argv[0] not in SUBCOMMANDS and not argv[0].startswith("-"):
         argv.insert(0, "view")
+    # `--window -5ms..+1ms`: argparse takes a value starting with `-` for an option; join them.
+    for i in range(len(argv) - 1, 0, -1):
+        if argv[i - 1] == "--window" and argv[i][:1] == "-" and argv[i][1:2] in " .0123456789":
+            argv[i - 1 : i + 1] = [f"--window={argv[i]}"]
     try:
         try:
             args = build_parser().parse_args(argv)

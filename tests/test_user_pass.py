@@ -30,5 +30,17 @@ def test_export_refuses_to_replace_a_file_that_is_not_a_regular_one(tmp_path: Pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe.json"]
 
 
+def test_export_window_may_start_with_a_negative_time(tmp_path: Path, capsys):
+    """docs/export.md: "a negative time is before the origin"; `--window -1ms..+1ms` gave
+    argparse's `argument --window: expected one argument` (a value starting with `-` is read as
+    an option), so only `--window=-1ms..+1ms` worked."""
+    out = tmp_path / "crop.json"
+    code = main(["export", str(SAMPLE), "-o", str(out), "--window", "-1ms..+1ms"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "window -1ms..+1ms" in captured.out
+    assert out.is_file()
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
