@@ -51,9 +51,11 @@ def run_job_summary(
     document = job_document(job)
     if output == "json":
         emit(summary_json(document) + "\n")
-        return 0
-    sections = job_tables(document)
-    emit_sections(sections, output, width)
+    else:
+        emit_sections(job_tables(document), output, width)
+    if job.ranks and not any(entry.loaded for entry in job.ranks):
+        print("kinetoscope: no rank could be read (the report says why)", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -42,5 +42,20 @@ def test_export_window_may_start_with_a_negative_time(tmp_path: Path, capsys):
     assert out.is_file()
 
 
+@pytest.mark.parametrize("output", [[], ["--json"]])
+def test_job_summary_with_no_rank_read_exits_with_an_error(tmp_path: Path, capsys, output):
+    """`summary A.json B.json` where neither file can be read printed the job report (every
+    rank `not loaded`, a straggler heading over nothing) and exited 0, where one unreadable
+    trace exits 1 and `export` of the same files says `no rank could be exported` (1). The
+    report still says why each rank was not read; the status and one line say nothing was."""
+    bad = tmp_path / "rank0.json"
+    bad.write_bytes(b"x\n")
+    code = main(["summary", str(bad), str(tmp_path / "rank1.json"), *output])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "no rank could be read" in captured.err and captured.err.count("\n") == 1
+    assert "rank1.json: no such file" in captured.out
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
