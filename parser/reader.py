@@ -274,11 +274,15 @@ def read_source(
     return trace
 
 
+# A JSON value other than an object or array, as the first bytes of a file show it.
+_JSON_SCALAR = re.compile(rb'\s*(?:"|(?:true|false|null|-?\d+(?:\.\d*)?(?:[eE][+-]?\d*)?)\s*\Z)')
+
+
 def _not_json_message(path: str, head: bytes) -> str:
     printable = sum(32 <= b < 127 or b in b"\t\r\n" for b in head)
     if head and printable < len(head) * 0.8:
         return f"{path}: not a trace (binary data, not JSON)"
-    if head[:1].isdigit() or head[:1] in (b'"', b"-", b"t", b"f", b"n"):
+    if _JSON_SCALAR.match(head):
         return f"{path}: not a trace (JSON, but neither an object with traceEvents nor an array)"
     return f"{path}: not a trace (not JSON: starts with {head[:12]!r})"
 

@@ -57,5 +57,27 @@ def test_job_summary_with_no_rank_read_exits_with_an_error(tmp_path: Path, capsy
     assert "rank1.json: no such file" in captured.out
 
 
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b"notgzip", "not JSON: starts with b'notgzip'"),
+        (b"false alarm, not a trace", "not JSON: starts with"),
+        (b"12 monkeys", "not JSON: starts with"),
+        (b"null", "JSON, but neither an object with traceEvents nor an array"),
+        (b'"a string"', "JSON, but neither an object with traceEvents nor an array"),
+        (b"-12.5e3\n", "JSON, but neither an object with traceEvents nor an array"),
+    ],
+)
+def test_text_that_is_not_json_is_not_called_json(tmp_path: Path, capsys, content, said):
+    """A text file starting with n, t, f, a digit, `"` or `-` (`notgzip`, `12 monkeys`) was
+    said to be `JSON, but neither an object with traceEvents nor an array`: only a JSON value
+    (null, true, false, a number, a string) is called JSON."""
+    path = tmp_path / "trace.json"
+    path.write_bytes(content)
+    assert main(["summary", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert said in err and err.count("\n") == 1
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
