@@ -1107,6 +1107,8 @@ def export_trace(
             raise ExportError(str(exc)) from None
         session = TraceSession(trace)
     trace = session.trace
+    if not len(trace):
+        raise ExportError(f"{path}: the trace holds no events: there is nothing to export")
     origin = int(trace.slice_start_min) if trace.slice_start_min is not None else 0
     if isinstance(window, str):
         end = int((trace.start + trace.dur).max()) if len(trace) else origin

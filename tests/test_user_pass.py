@@ -79,5 +79,18 @@ def test_text_that_is_not_json_is_not_called_json(tmp_path: Path, capsys, conten
     assert said in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("content", [b'{"traceEvents": []}', b"[]"])
+def test_export_of_a_trace_without_events_says_so(tmp_path: Path, capsys, content):
+    """`export --window ..` of a trace with no events said `the window '..' is empty: its end
+    is not after its start`, blaming the window; it says the trace holds no events."""
+    path = tmp_path / "trace.json"
+    path.write_bytes(content)
+    code = main(["export", str(path), "-o", str(tmp_path / "out.json"), "--window", ".."])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "no events" in err and "window" not in err and err.count("\n") == 1
+    assert not (tmp_path / "out.json").exists()
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
