@@ -710,6 +710,12 @@ def emit_written(tables_made: Sequence[Table], directory: str, source: str) -> i
         written = write_tables(tables_made, directory, source)
     except FileExistsError as exc:
         where = clean(str(exc.filename))
+        if not os.path.isdir(directory):  # DIR itself is a file
+            print(
+                f"kinetoscope: {where}: a file, not a folder: give a folder to --csv",
+                file=sys.stderr,
+            )
+            return 1
         print(
             f"kinetoscope: {where} already exists: remove it or give another folder to --csv",
             file=sys.stderr,

@@ -92,5 +92,17 @@ def test_export_of_a_trace_without_events_says_so(tmp_path: Path, capsys, conten
     assert not (tmp_path / "out.json").exists()
 
 
+def test_csv_dir_that_is_a_file_is_said_to_be_one(tmp_path: Path, capsys):
+    """`summary TRACE --csv DIR` with DIR an existing file said `DIR already exists: remove it
+    or give another folder`, as if a table's file were in the way; it says DIR is a file."""
+    target = tmp_path / "tables"
+    target.write_text("notes\n")
+    code = main(["summary", str(SAMPLE), "--csv", str(target)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert f"{target}: a file, not a folder" in err and err.count("\n") == 1
+    assert target.read_text() == "notes\n"
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
