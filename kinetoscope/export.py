@@ -142,6 +142,8 @@ def parse_time(text: str) -> int:
     if frac[digits:].strip("0"):
         raise ExportError(f"the time {text.strip()!r} is finer than a nanosecond")
     ns = int(whole or "0") * scale + (int(frac_digits) if digits else 0)
+    if ns >= 1 << 60:  # some 36 years: beyond any trace, and beyond int64 arithmetic
+        raise ExportError(f"the time {text.strip()!r} is too large")
     return -ns if sign == "-" else ns
 
 

@@ -104,5 +104,19 @@ def test_csv_dir_that_is_a_file_is_said_to_be_one(tmp_path: Path, capsys):
     assert target.read_text() == "notes\n"
 
 
+@pytest.mark.parametrize(
+    "window", ["..+99999999999999999999999999s", "-99999999999999999999s..+1ms"]
+)
+def test_export_window_too_far_is_one_line(tmp_path: Path, capsys, window):
+    """`--window ..+99999999999999999999999999s` ended in an OverflowError traceback (numpy's
+    int64 arithmetic on a Python int of 1e35 ns); a time that far is refused in one line."""
+    out = tmp_path / "crop.json"
+    code = main(["export", str(SAMPLE), "-o", str(out), f"--window={window}"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "too large" in err and err.count("\n") == 1
+    assert not out.exists()
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
