@@ -160,7 +160,7 @@ def parse_window(text: str, trace_origin_ns: int, trace_end_ns: int | None = Non
     if right.strip():
         end = trace_origin_ns + parse_time(right)
     elif trace_end_ns is not None:
-        end = max(trace_end_ns, start)
+        end = max(trace_end_ns, start + 1)  # after the trace: "outside the trace", not "empty"
     else:
         raise ExportError(f"the window {text.strip()!r} has no end")
     if end <= start:

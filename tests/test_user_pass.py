@@ -118,5 +118,15 @@ def test_export_window_too_far_is_one_line(tmp_path: Path, capsys, window):
     assert not out.exists()
 
 
+def test_export_open_window_after_the_trace_says_it_is_outside(tmp_path: Path, capsys):
+    """`--window +1000s..` (to the end, starting after it) said `the window is empty: its end
+    is not after its start`, though the user gave no end; it says the window lies outside the
+    trace, with the trace's span, as a closed window after the trace does."""
+    code = main(["export", str(SAMPLE), "-o", str(tmp_path / "c.json"), "--window", "+1000s.."])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "outside the trace" in err and "empty" not in err and err.count("\n") == 1
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
