@@ -502,6 +502,9 @@ def run_diff(
     except TraceError as exc:
         print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
         return 1
+    for side, path, session in (("BASE", base_path, base), ("NEW", new_path, new)):
+        for warning in session.trace.warnings:  # cut off, damaged: as the summary says
+            print(f"kinetoscope: {side} {clean(path)}: {clean(warning)}", file=sys.stderr)
     try:
         diff = diff_sessions(base, new, options)
         if csv_dir is not None:

@@ -4,6 +4,7 @@ synthetic traces are used where they show the bug as well."""
 
 from __future__ import annotations
 
+import gzip
 import os
 import stat
 from pathlib import Path
@@ -126,6 +127,22 @@ def test_export_open_window_after_the_trace_says_it_is_outside(tmp_path: Path, c
     err = capsys.readouterr().err
     assert code == 1
     assert "outside the trace" in err and "empty" not in err and err.count("\n") == 1
+
+
+def test_diff_says_when_a_trace_was_cut_off(tmp_path: Path, capsys):
+    """`diff BASE NEW` with BASE cut off (half its events lost) gave its verdict without a word
+    about it, where `summary` shows `incomplete` and the load's warning: the diff now says, on
+    stderr, which side was read only in part and why; stdout and the status are unchanged."""
+    text = gzip.decompress(SAMPLE.read_bytes())
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(text[: len(text) // 2])
+    code = main(["diff", str(cut), str(SAMPLE), "--format", "text"])
+    captured = capsys.readouterr()
+    assert code in (0, 3)
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"kinetoscope: BASE {cut}: ")
+    assert "before the JSON does" in lines[0]
+    assert "Verdict" in captured.out
 
 
 if __name__ == "__main__":
