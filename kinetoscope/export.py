@@ -20,6 +20,10 @@ fields still copied as they were written. docs/export.md defines what is kept an
 
 Times that change are computed in integer ns from the model and written as µs with exactly
 three decimals (never through a float).
+
+`open_crop` chooses the events and `write_crop` then reads the file's runs as it writes them,
+so the memory is the model's plus one run's (streamed, whatever the number of events kept);
+`crop_trace` is the same crop with every kept event's text held (the multi-rank merge).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import gzip
 import os
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -255,34 +259,47 @@ _PHASE = msgspec.json.Decoder(_Phase)
 _KEY_OF_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[\s*$')
 
 
-def _top_keys(
-    trace: Trace, head: bytes, tail: bytes, warnings: list[str]
-) -> tuple[dict[str, bytes], int, bool]:
-    """The top-level keys around the events array as raw text: (keys, how many come before
-    `traceEvents`, whether the file is a bare array)."""
+def _head_keys(head: bytes) -> tuple[list[tuple[str, bytes]], bool]:
+    """The top-level keys before the events array as raw text, in order, and whether the file
+    is a bare array of events (then there are none)."""
     text = head.lstrip(b"\xef\xbb\xbf").lstrip()
     if text.startswith(b"["):
-        return {}, 0, True
-    top: dict[str, bytes] = {}
+        return [], True
     match = _KEY_OF_EVENTS.search(text)
     if match is not None and text.startswith(b"{"):
         before = text[1 : match.start()].rstrip().rstrip(b",")
         try:
-            top.update((k, bytes(v)) for k, v in _RAW_OBJECT.decode(b"{" + before + b"}").items())
+            return [
+                (k, bytes(v)) for k, v in _RAW_OBJECT.decode(b"{" + before + b"}").items()
+            ], False
         except msgspec.DecodeError:
             pass
-    events_at = len(top)
-    after = _after_events(tail)
-    if after is not None:
+    return [], False
+
+
+def _tail_keys(
+    trace: Trace, before: dict[str, bytes], tail: bytes, warnings: list[str]
+) -> list[tuple[str, bytes]]:
+    """The top-level keys written after the events array, as raw text: those after it in the
+    file (but the keys `before` it), then the trace's keys whose text could not be read again
+    (damaged), from their parsed value, with a warning."""
+    after: dict[str, bytes] = {}
+    text = _after_events(tail)
+    if text is not None:
         try:
-            for key, value in _RAW_OBJECT.decode(after).items():
-                top.setdefault(key, bytes(value))
+            for key, value in _RAW_OBJECT.decode(text).items():
+                if key not in before:
+                    after.setdefault(key, bytes(value))
         except msgspec.DecodeError:
             pass
-    missing = [key for key in trace.header if key not in top and key != "traceEvents"]
+    missing = [
+        key
+        for key in trace.header
+        if key not in before and key not in after and key != "traceEvents"
+    ]
     for key in missing:  # unreadable as text again (damaged): written from the parsed value
         try:
-            top[key] = msgspec.json.encode(trace.header[key])
+            after[key] = msgspec.json.encode(trace.header[key])
         except (TypeError, ValueError, OverflowError):
             continue
     if missing:
@@ -290,7 +307,7 @@ def _top_keys(
             "top-level keys written from their parsed value (their text could not be read "
             "again): " + ", ".join(missing[:5])
         )
-    return top, events_at, False
+    return list(after.items())
 
 
 def _after_events(tail: bytes) -> bytes | None:
@@ -703,11 +720,27 @@ def crop_trace(
     trace: Trace | None = None,
     session: Any = None,
 ) -> Crop:
-    """Crop the trace at `path` to `window` (see the module's docstring for what is kept).
+    """Crop the trace at `path` to `window` (see the module's docstring for what is kept), every
+    kept event's text held in the result (`open_crop` streams it to a file instead).
 
     `trace` / `session`: the trace already loaded from `path` and its TraceSession, when the
     caller has them (the viewer); else the trace is loaded here. Raises ExportError (one line).
     """
+    return open_crop(path, window, clip=clip, trace=trace, session=session).collect()
+
+
+def open_crop(
+    path: str,
+    window: Window,
+    *,
+    clip: bool = False,
+    trace: Trace | None = None,
+    session: Any = None,
+) -> CropStream:
+    """The crop of the trace at `path` to `window`, chosen but not yet read: `write_crop` reads
+    the file's runs as it writes them, so that only one run's text is held at a time (the
+    memory is the model's plus a bounded working set, whatever the number of events kept).
+    Arguments as `crop_trace`'s. Raises ExportError (one line)."""
     from kinetoscope.analysis.session import TraceSession
     from kinetoscope.parser import TraceError, load
     from kinetoscope.parser.access import file_changed
@@ -737,109 +770,262 @@ def crop_trace(
     chunks = trace.chunks
     if chunks is None or not len(chunks.first_ordinal):
         raise ExportError(f"{path}: the events cannot be read again from the file")
+    return CropStream(path, trace, window, _plan(trace, session, window, clip))
 
-    plan = _plan(trace, session, window, clip)
-    stats = plan.stats
-    warnings: list[str] = []
-    # Ordinals wanted: the kept rows, and the sources of the memory baseline.
-    kept_rows = np.flatnonzero(plan.keep)
-    kept_ord = trace.ordinal[kept_rows]
-    baseline_ord = {ordinal: (a, r) for ordinal, a, r in plan.baseline}
-    wanted_ord = np.union1d(kept_ord, np.fromiter(baseline_ord, dtype=np.int64))
-    row_of_ordinal = dict(zip(kept_ord.tolist(), kept_rows.tolist()))
-    firsts = chunks.first_ordinal
-    # Events per run: up to the next run's first ordinal (the last: up to the event count).
-    counts = np.diff(np.append(firsts, max(trace.n_events, int(firsts[-1]))))
-    rows_per = np.diff(np.searchsorted(trace.ordinal, np.append(firsts, np.iinfo(np.int64).max)))
-    wanted_per = np.diff(np.searchsorted(wanted_ord, np.append(firsts, np.iinfo(np.int64).max)))
-    # A run is read when it holds a wanted event or events that are not rows (metadata).
-    read = (wanted_per > 0) | (rows_per != counts)
-    read[-1] = True
-    to_read = np.flatnonzero(read).tolist()
-    head_end = int(chunks.offset[0])
-    last_end = int(chunks.offset[-1] + chunks.length[-1])
-    ranges: list[tuple[int, int | None]] = [(0, head_end)]
-    ranges += [(int(chunks.offset[i]), int(chunks.offset[i] + chunks.length[i])) for i in to_read]
-    ranges.append((last_end, None))
 
-    events: list[bytes] = []
-    keys: list[int] = []  # the file position each event is written at
-    baselines: list[bytes] = []
-    row_set = trace.ordinal
-    pieces = _read_ranges(trace, ranges)
-    head = next(pieces)
-    try:
-        for chunk in to_read:
+class CropStream:
+    """A crop whose events are read from the file while they are written (`write_crop`), in
+    the order the crop holds them: the memory baselines first, then the events in file order.
+
+    Two kinds of event are read ahead, in a first pass over their runs only (seeks in a plain
+    file, decompression up to the last of them in a gzip'd one), because they are written
+    before their own place in the file: the sources of the memory baselines, and the slices
+    that clipping gave the same times as their parent (written at another one's place,
+    `_ties_in_nesting_order`: a few per lane). Everything else is written as its run is read.
+
+    `stats`, `warnings` and the keys after the events are complete once the events have been
+    read (written, or `collect`ed). The events can be read once."""
+
+    def __init__(self, path: str, trace: Trace, window: Window, plan: _Plan) -> None:
+        self.path = path
+        self.trace = trace
+        self.window = window
+        self.plan = plan
+        self.stats = plan.stats
+        self.edges = plan.edges
+        self.warnings: list[str] = []
+        self.stopped_at = None if trace.complete else trace.stopped_at
+        self.kept_rows = np.flatnonzero(plan.keep)
+        self.kept_ord = trace.ordinal[self.kept_rows]
+        # Clipping ties: ordinal of each slice of a tie -> the file position it is written at.
+        self.placed = {int(trace.ordinal[row]): place for row, place in plan.order_of.items()}
+        self.baselines, self.ahead = self._read_ahead()
+        chunks = trace.chunks
+        assert chunks is not None
+        firsts = chunks.first_ordinal
+        # Events per run: up to the next run's first ordinal (the last: up to the event count).
+        counts = np.diff(np.append(firsts, max(trace.n_events, int(firsts[-1]))))
+        big = np.iinfo(np.int64).max
+        rows_per = np.diff(np.searchsorted(trace.ordinal, np.append(firsts, big)))
+        kept_per = np.diff(np.searchsorted(self.kept_ord, np.append(firsts, big)))
+        # A run is read when it holds a kept event or events that are not rows (metadata).
+        read = (kept_per > 0) | (rows_per != counts)
+        read[-1] = True
+        self.to_read = np.flatnonzero(read).tolist()
+        head_end = int(chunks.offset[0])
+        last_end = int(chunks.offset[-1] + chunks.length[-1])
+        ranges: list[tuple[int, int | None]] = [(0, head_end)]
+        ranges += [
+            (int(chunks.offset[i]), int(chunks.offset[i] + chunks.length[i])) for i in self.to_read
+        ]
+        ranges.append((last_end, None))
+        self._ranges = ranges
+        self._pieces: Generator[bytes, None, None] | None = None
+        self.before: list[tuple[str, bytes]] = []
+        self.array_form = False
+        self._after: list[tuple[str, bytes]] | None = None
+        self._used = False
+
+    def _start(self) -> None:
+        """Start the pass over the file: read the text before the events (the top-level keys
+        written before them, `before`, or a bare array: `array_form`). Once; `close` ends it."""
+        if self._pieces is None:
+            self._pieces = self._guarded(_read_ranges(self.trace, self._ranges))
+            self.before, self.array_form = _head_keys(next(self._pieces, b""))
+
+    def close(self) -> None:
+        """End the pass over the file (its file and, for a gzip'd one, its thread)."""
+        if self._pieces is not None:
+            self._pieces.close()
+
+    def _guarded(self, pieces: Iterator[bytes]) -> Generator[bytes, None, None]:
+        """The pieces, a failure to read them being one line (ExportError)."""
+        try:
+            yield from pieces
+        except OSError as exc:
+            raise ExportError(
+                f"{self.path}: cannot read it again ({exc.strerror or exc})"
+            ) from None
+
+    def _runs(self, chunk_list: list[int], pieces: Iterator[bytes]) -> Iterator[tuple[int, Any]]:
+        """(first ordinal, (items, re-encode)) of each run of `chunk_list`, read from `pieces`."""
+        firsts = self.trace.chunks.first_ordinal  # type: ignore[union-attr]
+        for chunk in chunk_list:
             raw = next(pieces)
-            first_ordinal = int(firsts[chunk])
             try:
                 items: list[Any] = _RAW_LIST.decode(b"[" + raw + b"]")
                 reencode = False
             except msgspec.DecodeError:
                 items = _lenient_items(raw)
                 reencode = True
-            # Only the events wanted, and those that are not rows (metadata), are looked at.
-            last_ordinal = first_ordinal + len(items)
-            lo, hi = np.searchsorted(row_set, [first_ordinal, last_ordinal])
-            is_row = np.zeros(len(items), dtype=bool)
-            is_row[row_set[lo:hi] - first_ordinal] = True
-            lo, hi = np.searchsorted(wanted_ord, [first_ordinal, last_ordinal])
-            positions = np.union1d(wanted_ord[lo:hi] - first_ordinal, np.flatnonzero(~is_row))
-            for position in positions.tolist():
-                item = items[position]
-                ordinal = first_ordinal + position
-                if ordinal in baseline_ord:
-                    alloc, reserved = baseline_ord[ordinal]
+            yield int(firsts[chunk]), (items, reencode)
+
+    def _kept_in(self, first: int, last: int) -> dict[int, int]:
+        """Ordinal -> row of the kept rows with ordinals in [first, last)."""
+        lo, hi = np.searchsorted(self.kept_ord, [first, last])
+        return dict(zip(self.kept_ord[lo:hi].tolist(), self.kept_rows[lo:hi].tolist()))
+
+    def _row_text(self, item: Any, reencode: bool, row: int) -> bytes | None:
+        """A kept row's text as the crop writes it (its times written again where they change)."""
+        plan = self.plan
+        text = _as_bytes(item, reencode)
+        if text is None:
+            return None
+        self.stats.reencoded += reencode
+        if row in plan.new_start or row in plan.new_end:
+            text = _with_times(
+                text,
+                plan.new_start.get(row),
+                plan.new_end.get(row),
+                (int(self.trace.start[row]), int(self.trace.dur[row])),
+            )
+        return text
+
+    def _read_ahead(self) -> tuple[list[bytes], list[tuple[int, bytes]]]:
+        """The memory baselines (in file order of their sources), and the clipping ties' texts
+        as (the place each is written at, text), by place."""
+        trace = self.trace
+        plan = self.plan
+        baseline_of = {ordinal: (a, r) for ordinal, a, r in plan.baseline}
+        wanted = np.array(sorted(set(baseline_of) | set(self.placed)), dtype=np.int64)
+        if not len(wanted):
+            return [], []
+        firsts = trace.chunks.first_ordinal  # type: ignore[union-attr]
+        offset, length = trace.chunks.offset, trace.chunks.length  # type: ignore[union-attr]
+        chunk_list = np.unique(np.searchsorted(firsts, wanted, side="right") - 1)
+        chunk_list = chunk_list[chunk_list >= 0].tolist()
+        ranges: list[tuple[int, int | None]] = [
+            (int(offset[i]), int(offset[i] + length[i])) for i in chunk_list
+        ]
+        baselines: list[bytes] = []
+        ahead: list[tuple[int, bytes]] = []
+        pieces = self._guarded(_read_ranges(trace, ranges))
+        try:
+            self._read_runs_ahead(pieces, chunk_list, wanted, baseline_of, baselines, ahead)
+        finally:
+            pieces.close()
+        ahead.sort(key=lambda pair: pair[0])
+        return baselines, ahead
+
+    def _read_runs_ahead(
+        self,
+        pieces: Iterator[bytes],
+        chunk_list: list[int],
+        wanted: np.ndarray,
+        baseline_of: dict[int, tuple[int, int]],
+        baselines: list[bytes],
+        ahead: list[tuple[int, bytes]],
+    ) -> None:
+        plan = self.plan
+        for first, (items, reencode) in self._runs(chunk_list, pieces):
+            last = first + len(items)
+            kept = self._kept_in(first, last)
+            lo, hi = np.searchsorted(wanted, [first, last])
+            for ordinal in wanted[lo:hi].tolist():
+                item = items[ordinal - first]
+                if ordinal in baseline_of:
+                    alloc, reserved = baseline_of[ordinal]
                     text = _as_bytes(item, reencode)
                     if text is not None:
                         baselines.append(
                             _baseline_event(text, plan.edges.start_ns, alloc, reserved)
                         )
-                row = row_of_ordinal.get(ordinal)
+                row = kept.get(ordinal)
+                if row is not None and ordinal in self.placed:
+                    text = self._row_text(item, reencode, row)
+                    if text is not None:
+                        ahead.append((self.placed[ordinal], text))
+
+    def events(self) -> Iterator[bytes]:
+        """The crop's events in order, read from the file run by run (once)."""
+        if self._used:
+            raise RuntimeError("a CropStream's events can be read once")
+        self._used = True
+        self._start()
+        assert self._pieces is not None
+        stats = self.stats
+        trace = self.trace
+        stats.baseline = len(self.baselines)
+        stats.events = 0
+        yield from self.baselines
+        stats.events += len(self.baselines)
+        ahead = self.ahead
+        next_ahead = 0
+        row_set = trace.ordinal
+        for first, (items, reencode) in self._runs(self.to_read, self._pieces):
+            # Only the events kept, and those that are not rows (metadata), are looked at.
+            last = first + len(items)
+            lo, hi = np.searchsorted(row_set, [first, last])
+            is_row = np.zeros(len(items), dtype=bool)
+            is_row[row_set[lo:hi] - first] = True
+            kept = self._kept_in(first, last)
+            positions = np.union1d(
+                np.fromiter(kept, dtype=np.int64, count=len(kept)) - first,
+                np.flatnonzero(~is_row),
+            )
+            for position in positions.tolist():
+                ordinal = first + position
+                # The clipping ties placed before this event.
+                while next_ahead < len(ahead) and ahead[next_ahead][0] < ordinal:
+                    yield ahead[next_ahead][1]
+                    stats.events += 1
+                    next_ahead += 1
+                item = items[position]
+                row = kept.get(ordinal)
                 if row is not None:
-                    text = _as_bytes(item, reencode)
+                    if ordinal in self.placed:  # a tie: written from what was read ahead
+                        continue
+                    text = self._row_text(item, reencode, row)
                     if text is None:
                         continue
-                    stats.reencoded += reencode
-                    if row in plan.new_start or row in plan.new_end:
-                        text = _with_times(
-                            text,
-                            plan.new_start.get(row),
-                            plan.new_end.get(row),
-                            (int(trace.start[row]), int(trace.dur[row])),
-                        )
-                    events.append(text)
-                    keys.append(plan.order_of.get(row, ordinal))
                 elif not is_row[position]:
                     text = _as_bytes(item, reencode)
-                    if text is not None and _is_metadata(text):
-                        stats.metadata += 1
-                        stats.reencoded += reencode
-                        events.append(text)
-                        keys.append(ordinal)
-        tail = next(pieces, b"")
-    except OSError as exc:
-        raise ExportError(f"{path}: cannot read it again ({exc.strerror or exc})") from None
-    top, events_at, array_form = _top_keys(trace, head, tail, warnings)
-    if plan.order_of:
-        events = [events[i] for i in sorted(range(len(events)), key=keys.__getitem__)]
-    stats.baseline = len(baselines)
-    events[:0] = baselines
-    stats.events = len(events)
-    stats.source_events = trace.n_events
-    if not trace.complete:
-        warnings.extend(trace.warnings[:1])
-    return Crop(
-        top=top,
-        events=events,
-        window=window,
-        events_at=events_at,
-        array_form=array_form,
-        stats=stats,
-        warnings=warnings,
-        stopped_at=None if trace.complete else trace.stopped_at,
-        edges=plan.edges,
-    )
+                    if text is None or not _is_metadata(text):
+                        continue
+                    stats.metadata += 1
+                    stats.reencoded += reencode
+                else:
+                    continue
+                yield text
+                stats.events += 1
+        for _place, text in ahead[next_ahead:]:
+            yield text
+            stats.events += 1
+        tail = next(self._pieces, b"")
+        self.close()
+        if not self.array_form:
+            self._after = _tail_keys(trace, dict(self.before), tail, self.warnings)
+        else:
+            self._after = []
+        stats.source_events = trace.n_events
+        if not trace.complete:
+            self.warnings.extend(trace.warnings[:1])
+
+    def after(self) -> list[tuple[str, bytes]]:
+        """The top-level keys written after the events (known once the events were read)."""
+        if self._after is None:
+            raise RuntimeError("the keys after the events are known once the events are read")
+        return self._after
+
+    def collect(self) -> Crop:
+        """The whole crop in memory: every kept event's text."""
+        try:
+            events = list(self.events())
+        finally:
+            self.close()
+        top = dict(self.before)
+        top.update(self.after())
+        return Crop(
+            top=top,
+            events=events,
+            window=self.window,
+            events_at=len(self.before),
+            array_form=self.array_form,
+            stats=self.stats,
+            warnings=self.warnings,
+            stopped_at=self.stopped_at,
+            edges=self.edges,
+        )
 
 
 def _lenient_items(raw: bytes) -> list[Any]:
@@ -872,7 +1058,7 @@ def _is_metadata(text: bytes) -> bool:
 # -- writing ------------------------------------------------------------------------------------
 
 
-def _blocks_of(crop: Crop, size: int = 1 << 20) -> Iterator[bytes]:
+def _blocks_of(crop: Crop | CropStream, size: int = 1 << 20) -> Iterator[bytes]:
     """The crop's text in blocks of about `size` bytes (few writes, each of them big)."""
     pending: list[bytes] = []
     have = 0
@@ -886,30 +1072,40 @@ def _blocks_of(crop: Crop, size: int = 1 << 20) -> Iterator[bytes]:
         yield b"".join(pending)
 
 
-def _chunks_of(crop: Crop) -> Iterator[bytes]:
-    def events() -> Iterator[bytes]:
+def _chunks_of(crop: Crop | CropStream) -> Iterator[bytes]:
+    """The crop's text: the top-level keys before the events, the events (a CropStream's read
+    from the file as they are written), then the keys after them."""
+    before: list[tuple[str, bytes]]
+    after: Callable[[], list[tuple[str, bytes]]]
+    if isinstance(crop, CropStream):
+        crop._start()
+        before, events, after = crop.before, crop.events(), crop.after
+    else:
+        keys = list(crop.top.items())
+        before, events = keys[: crop.events_at], iter(crop.events)
+
+        def after() -> list[tuple[str, bytes]]:
+            return keys[crop.events_at :]
+
+    def array() -> Iterator[bytes]:
         yield b"[\n"
-        for index, event in enumerate(crop.events):
+        for index, event in enumerate(events):
             yield (b",\n" if index else b"") + event
         yield b"\n]"
 
     if crop.array_form:
-        yield from events()
+        yield from array()
         yield b"\n"
         return
-    keys = list(crop.top.items())
     yield b"{\n"
     parts = 0
-    for index, (key, value) in enumerate(keys):
-        if index == crop.events_at:
-            yield (b",\n" if parts else b"") + b'"traceEvents": '
-            yield from events()
-            parts += 1
+    for key, value in before:
         yield (b",\n" if parts else b"") + msgspec.json.encode(key) + b": " + value
         parts += 1
-    if crop.events_at >= len(keys):
-        yield (b",\n" if parts else b"") + b'"traceEvents": '
-        yield from events()
+    yield (b",\n" if parts else b"") + b'"traceEvents": '
+    yield from array()
+    for key, value in after():
+        yield b",\n" + msgspec.json.encode(key) + b": " + value
     yield b"\n}\n"
 
 
@@ -932,8 +1128,9 @@ def replaced_file(out_path: str) -> Iterator[str]:
         raise
 
 
-def write_crop(crop: Crop, out_path: str) -> int:
+def write_crop(crop: Crop | CropStream, out_path: str) -> int:
     """Write the crop to `out_path` (.gz: gzip'd); the number of bytes written to the file.
+    A CropStream (`open_crop`) is read from the trace's file as it is written.
     Written to a temporary file beside it and renamed, so a failed write leaves no half file.
     Raises ExportError (one line) when it cannot be written."""
     out_path = str(out_path)
@@ -956,6 +1153,9 @@ def write_crop(crop: Crop, out_path: str) -> int:
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise ExportError(f"{out_path}: cannot write the export ({reason})") from None
+    finally:
+        if isinstance(crop, CropStream):
+            crop.close()
     return size
 
 
@@ -1123,8 +1323,8 @@ def export_trace(
         chosen = gap_window(session, around_gap, context_ns)
     else:
         raise ExportError("choose the window: --window A..B, --step N or --around-gap K")
-    crop = crop_trace(path, chosen, clip=clip, trace=trace, session=session)
-    size = write_crop(crop, out_path)
+    crop = open_crop(path, chosen, clip=clip, trace=trace, session=session)
+    size = write_crop(crop, out_path)  # the events are read from the file as they are written
     notes = []
     if crop.stopped_at is not None:
         notes.append(
@@ -1161,7 +1361,7 @@ def _relative(ns: int) -> str:
     return ("+" if ns >= 0 else "-") + fmt_duration(abs(ns)).replace(" ", "")
 
 
-def describe(crop: Crop, out_path: str, size: int, origin: int) -> str:
+def describe(crop: Crop | CropStream, out_path: str, size: int, origin: int) -> str:
     """One line: where the crop went, its window as the viewer shows times, and what it kept."""
     from kinetoscope.analysis.units import fmt_bytes, fmt_duration
 

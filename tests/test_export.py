@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import tracemalloc
 from collections import Counter
 from decimal import Decimal
 from pathlib import Path
@@ -26,6 +27,8 @@ import pytest
 from conftest import CORPUS, SAMPLES
 from kinetoscope.analysis.ranges import kernels_in_range, operators_in_range
 from kinetoscope.analysis.session import TraceSession
+from kinetoscope.parser import reader as reader_module
+from kinetoscope.parser import source as source_module
 from kinetoscope.parser.convert import to_ns
 from kinetoscope.parser.model import (
     KIND_KERNEL,
@@ -42,6 +45,7 @@ from kinetoscope.export import (
     ExportError,
     Window,
     crop_trace,
+    export_trace,
     gap_window,
     parse_steps,
     parse_time,
@@ -750,3 +754,70 @@ def test_clipped_slices_with_equal_times_nest_as_before(tmp_path):
     assert len(clipped) == len(crossing)
     depths = sorted(TraceSession(reloaded).nesting.depth[clipped].tolist())
     assert depths == sorted(nesting.depth[crossing].tolist())
+
+
+# -- memory: the export streams --------------------------------------------------------------
+
+
+def many_events_trace(steps: int) -> str:
+    """A trace of `steps` iterations, each an operator with a runtime launch inside, its
+    kernel, the launch's flow (start and end), a [memory] instant and a counter: 7 events of
+    some 150 bytes each per iteration."""
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "main"}},
+    ]
+    for i in range(steps):
+        ts = 1000.0 + i * 10
+        events += [
+            {"ph": "X", "cat": "cpu_op", "name": f"aten::op{i % 7}", "pid": 1, "tid": 2,
+             "ts": ts, "dur": 8, "args": {"External id": i, "Sequence number": i}},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 2,
+             "ts": ts + 1, "dur": 2, "args": {"correlation": i, "External id": i}},
+            {"ph": "X", "cat": "kernel", "name": f"kernel_{i % 5}", "pid": 0, "tid": 7,
+             "ts": ts + 4, "dur": 5, "args": {"correlation": i, "stream": 7, "device": 0}},
+            {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": i, "pid": 1, "tid": 2,
+             "ts": ts + 1},
+            {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": i, "pid": 0, "tid": 7,
+             "ts": ts + 4, "bp": "e"},
+            {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 2,
+             "ts": ts + 0.5, "s": "t", "args": {"Device Type": 1, "Device Id": 0,
+             "Bytes": 512, "Addr": i, "Total Allocated": 512 * i, "Total Reserved": 1 << 20}},
+            {"ph": "C", "name": "queue", "pid": 1, "tid": 2, "ts": ts, "args": {"depth": i % 3}},
+        ]  # fmt: skip
+    return json.dumps({"schemaVersion": 1, "traceEvents": events, "displayTimeUnit": "ms"})
+
+
+@pytest.mark.slow
+def test_export_memory_does_not_grow_with_the_events_kept(tmp_path, monkeypatch):
+    """The kept events are written as their runs of the file are read, never all held: with
+    the trace loaded, exporting the whole trace (every event kept, a crop of some 16 MB)
+    allocates at its peak hardly more than exporting a window of one iteration of it (a few
+    events kept) does. Both crops are of the same model, so what differs is only what the
+    number of kept events costs. Runs of 128 KB: a bounded working set is small against 16 MB."""
+    monkeypatch.setattr(reader_module, "RUN_BYTES", 1 << 17)
+    monkeypatch.setattr(source_module, "READ_BLOCK", 1 << 15)
+    path = tmp_path / "many.json"
+    path.write_text(many_events_trace(16_000))
+    trace = parser.load(str(path), use_cache=False, write_cache=False)
+    assert len(trace.chunks.first_ordinal) > 50  # many runs
+    session = TraceSession(trace)
+    session.nesting, session.links  # noqa: B018 (computed here, not counted below)
+    first, last = int(trace.start.min()), int((trace.start + trace.dur).max())
+    middle = first + (last - first) // 2
+
+    def peak_of(window: Window, out: Path) -> tuple[int, str]:
+        tracemalloc.start()
+        try:
+            line, _notes = export_trace(str(path), str(out), window=window, session=session)
+            return tracemalloc.get_traced_memory()[1], line
+        finally:
+            tracemalloc.stop()
+
+    narrow, narrow_line = peak_of(Window(middle, middle + 5_000), tmp_path / "narrow.json")
+    whole, whole_line = peak_of(Window(first, last), tmp_path / "whole.json")
+    kept = (tmp_path / "whole.json").stat().st_size
+    assert kept > 14 << 20 and f"{len(trace) + 2:,} of" in whole_line, whole_line
+    assert (tmp_path / "narrow.json").stat().st_size < 20_000, narrow_line
+    # What the 16 MB of kept text adds to the peak: the writer's blocks and one run's pieces.
+    assert whole - narrow < 4 << 20, (whole, narrow, kept)
