@@ -18,6 +18,7 @@ that does not exist (no shape, no launching operator, a rank not loaded) is an e
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import errno
 import math
@@ -209,10 +210,18 @@ def write_tables(tables: Sequence[Table], directory: str, source: str) -> list[t
     existing = [p for p in paths if os.path.lexists(p)]
     if existing:
         raise FileExistsError(errno.EEXIST, "already exists", existing[0])
-    written = []
-    for table, path in zip(tables, paths):
-        with open(path, "x", newline="", encoding="utf-8") as handle:
-            written.append((path, write_csv(table, handle)))
+    written: list[tuple[str, int]] = []
+    made: list[str] = []
+    try:
+        for table, path in zip(tables, paths):
+            with open(path, "x", newline="", encoding="utf-8") as handle:
+                made.append(path)
+                written.append((path, write_csv(table, handle)))
+    except BaseException:  # a full disk, Ctrl-C: no tables half written, none left behind
+        for path in made:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        raise
     return written
 
 

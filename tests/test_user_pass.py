@@ -4,6 +4,7 @@ synthetic traces are used where they show the bug as well."""
 
 from __future__ import annotations
 
+import errno
 import gzip
 import os
 import stat
@@ -143,6 +144,30 @@ def test_diff_says_when_a_trace_was_cut_off(tmp_path: Path, capsys):
     assert len(lines) == 1 and lines[0].startswith(f"kinetoscope: BASE {cut}: ")
     assert "before the JSON does" in lines[0]
     assert "Verdict" in captured.out
+
+
+def test_summary_csv_that_fails_midway_leaves_no_files(tmp_path: Path, capsys, monkeypatch):
+    """`summary --csv DIR` on a disk that filled up (a 64 KiB tmpfs) said `cannot write` but
+    left the tables written so far and the one cut mid-way (16,384 bytes of the gaps), so the
+    next try said `already exists`. The files it made are removed, as the viewer's W does."""
+    from kinetoscope import tables
+
+    real = tables.write_csv
+    calls = []
+
+    def fills_up(table, handle, rows=None):
+        calls.append(table.name)
+        if len(calls) == 3:
+            handle.write("name,count\r\nhalf")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(table, handle, rows)
+
+    monkeypatch.setattr(tables, "write_csv", fills_up)
+    target = tmp_path / "csv"
+    code = main(["summary", str(SAMPLE), "--csv", str(target)])
+    err = capsys.readouterr().err
+    assert code == 1 and "No space left on device" in err and err.count("\n") == 1
+    assert len(calls) == 3 and list(target.iterdir()) == []
 
 
 if __name__ == "__main__":
