@@ -860,7 +860,10 @@ def _write_bundle(cut: JobCut, out_path: str, clip: bool, workers: int | None) -
                 for rank, crop in _crops(cut, clip, workers):
                     name = member_name(rank.rank, width)
                     path = os.path.join(scratch, name)
-                    write_crop(crop, path)
+                    try:
+                        write_crop(crop, path)
+                    except ExportError as exc:  # it names the scratch file: name the bundle
+                        raise ExportError(str(exc).replace(path, out_path, 1)) from None
                     del crop
                     bundle.write(path, arcname=name)
                     os.unlink(path)

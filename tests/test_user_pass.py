@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import gzip
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -168,6 +169,29 @@ def test_summary_csv_that_fails_midway_leaves_no_files(tmp_path: Path, capsys, m
     err = capsys.readouterr().err
     assert code == 1 and "No space left on device" in err and err.count("\n") == 1
     assert len(calls) == 3 and list(target.iterdir()) == []
+
+
+def test_job_bundle_write_failure_names_the_bundle(tmp_path: Path, capsys, monkeypatch):
+    """A job bundle that could not be written (a full disk) said `/…/.kinetoscope-export-
+    ocbo6ps_/rank0.json: cannot write the export (No space left on device)`: a hidden scratch
+    folder, already removed. The line names the bundle asked for; nothing is left behind."""
+    from kinetoscope import export_job
+    from kinetoscope.export import ExportError
+
+    def full_disk(crop, path):
+        raise ExportError(f"{path}: cannot write the export (No space left on device)")
+
+    monkeypatch.setattr(export_job, "write_crop", full_disk)
+    ranks = [tmp_path / "rank0.json.gz", tmp_path / "rank1.json.gz"]
+    for rank in ranks:
+        shutil.copy(SAMPLE, rank)
+    out = tmp_path / "out" / "job.zip"
+    out.parent.mkdir()
+    code = main(["export", *map(str, ranks), "-o", str(out), "--window", ".."])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err == f"kinetoscope: {out}: cannot write the export (No space left on device)\n"
+    assert list(out.parent.iterdir()) == []
 
 
 if __name__ == "__main__":
