@@ -821,3 +821,23 @@ def test_export_memory_does_not_grow_with_the_events_kept(tmp_path, monkeypatch)
     assert (tmp_path / "narrow.json").stat().st_size < 20_000, narrow_line
     # What the 16 MB of kept text adds to the peak: the writer's blocks and one run's pieces.
     assert whole - narrow < 4 << 20, (whole, narrow, kept)
+
+
+def test_read_failure_while_streaming_leaves_no_file(tmp_path, monkeypatch):
+    """The export reads the trace again while it writes: a read that fails midway (the disk,
+    the file's folder gone) is one line that says so, and no half file is left."""
+    import kinetoscope.export as export_module
+
+    read_ranges = export_module._read_ranges
+
+    def failing(trace, ranges):
+        pieces = read_ranges(trace, ranges)
+        yield next(pieces)  # the text before the events
+        yield next(pieces)  # the first run
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(export_module, "_read_ranges", failing)
+    out = tmp_path / "out.json.gz"
+    with pytest.raises(ExportError, match="cannot read it again .Input/output error"):
+        export_trace(str(SYNTHETIC), str(out), window=middle_window(SYNTHETIC, 0.0, 0.9))
+    assert list(tmp_path.iterdir()) == []
