@@ -51,6 +51,11 @@ def run_summary(
 
         print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
         return 1
+    note = merged_export_note(trace.header)
+    if note is not None:
+        from kinetoscope.tui.safe_text import clean
+
+        print(f"kinetoscope: {clean(path)}: {note}", file=sys.stderr)
     try:
         if csv_dir is not None:
             from kinetoscope.analysis import TraceSession
@@ -73,6 +78,23 @@ def run_summary(
         return 1
     emit_sections(sections, output, width)
     return 0
+
+
+def merged_export_note(header: dict[str, Any]) -> str | None:
+    """What to say of a trace that is a job's merged export (`kinetoscope export DIR -o X.json`),
+    None for any other: its ranks are summarised together as one trace."""
+    from kinetoscope.parser.ranks import MERGED_KEY
+
+    record = header.get(MERGED_KEY)
+    if record is None:
+        return None
+    ranks = record.get("ranks") if isinstance(record, dict) else None
+    count = f"{len(ranks)} ranks" if isinstance(ranks, list) else "a job's ranks"
+    return (
+        f"a merged export of {count} (kinetoscope export): summarised together as one trace, "
+        "steps and GPU totals mixing the ranks; for numbers per rank, summarise the job's "
+        "folder or rank files"
+    )
 
 
 def emit_sections(sections: list[Any], output: str, width: int | None) -> None:

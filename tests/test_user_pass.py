@@ -196,3 +196,38 @@ def test_job_bundle_write_failure_names_the_bundle(tmp_path: Path, capsys, monke
 
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
+
+
+@pytest.mark.parametrize("output", [[], ["--json"]])
+def test_summary_of_a_merged_job_export_says_what_it_is(tmp_path: Path, capsys, output):
+    """`summary` of the merged JSON that `export DIR -o X.json` writes showed every rank's
+    `ProfilerStep#N` as unlabelled rows and GPU totals mixing the ranks' devices, with no word
+    that the file holds a whole job. One stderr line says so and where per-rank numbers come
+    from; stdout (the JSON) is unchanged."""
+    import json
+
+    job = tmp_path / "job"
+    job.mkdir()
+    base = {"ph": "X", "cat": "cpu_op", "pid": 1, "tid": 1, "dur": 50}
+    for rank in range(2):
+        events = [
+            {**base, "name": "ProfilerStep#3", "cat": "user_annotation", "ts": 0, "dur": 500},
+            {**base, "name": "aten::mm", "ts": 10 + rank},
+        ]
+        info = {"rank": rank, "world_size": 2, "backend": "gloo"}
+        trace = {"distributedInfo": info, "traceEvents": events}
+        (job / f"rank{rank}.json").write_text(json.dumps(trace))
+    merged = tmp_path / "merged.json"
+    assert main(["export", str(job), "-o", str(merged), "--window", ".."]) == 0
+    capsys.readouterr()
+    plain = tmp_path / "plain.json"
+    plain.write_text((job / "rank0.json").read_text())
+
+    assert main(["summary", str(merged), *output]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1, captured.err
+    assert "merged export of 2 ranks" in captured.err and "per rank" in captured.err
+    if output:
+        json.loads(captured.out)
+    assert main(["summary", str(plain), *output]) == 0
+    assert capsys.readouterr().err == ""
