@@ -585,12 +585,49 @@ def _ties_in_nesting_order(
 
 def _flow_anchors(trace: Trace, session: Any, flow_rows: np.ndarray) -> np.ndarray:
     """Per flow event, the row of the slice it is bound to, or -1: the innermost CPU slice of
-    its lane that holds its time (start <= ts <= end), or else a slice on its lane (a GPU
-    activity, ...) that starts at or before it and ends at or after it, latest start first."""
-    nesting = session.nesting
+    its thread that holds its time (start <= ts <= end), or else a slice there (a GPU
+    activity, ...) that starts at or before it and ends at or after it, latest start first.
+
+    Its thread is its own lane, or, where no slice there holds it, the other lanes of the same
+    pid and tid written as text, in lane order: 2021 Kineto traces write the CPU slices with
+    tid "24572" (a string) and their flow events with tid 24572 (an int). The parser keeps
+    them apart as the spec says; Perfetto reads them as one thread and draws the arrows."""
     ts = trace.start[flow_rows]
-    lane = trace.lane[flow_rows].astype(np.int64)
-    anchor = np.full(len(flow_rows), -1, dtype=np.int64)
+    own = trace.lane[flow_rows].astype(np.int64)
+    anchor = _anchors_on(trace, session, own, ts)
+    for mate in _same_thread_lanes(trace):  # the k-th other lane of each lane's thread
+        lane = mate[own]
+        retry = np.flatnonzero((anchor < 0) & (lane >= 0))
+        if len(retry):
+            anchor[retry] = _anchors_on(trace, session, lane[retry], ts[retry])
+    return anchor
+
+
+def _same_thread_lanes(trace: Trace) -> list[np.ndarray]:
+    """The other lanes of each lane's thread: the lanes of the same pid and tid as text
+    (`24572`, `"24572"`) that hold slices, in lane order. Item k maps a lane id to the k-th
+    such lane, or -1."""
+    with_slices = set(np.unique(trace.lane[trace.ph == PH_COMPLETE]).tolist())
+    by_text: dict[tuple[str, str], list[int]] = {}
+    for lane in trace.lanes:
+        by_text.setdefault((str(lane.pid), str(lane.tid)), []).append(lane.id)
+    size = max((lane.id for lane in trace.lanes), default=-1) + 1
+    out: list[np.ndarray] = []
+    for ids in by_text.values():
+        for lane_id in ids:
+            mates = [other for other in ids if other != lane_id and other in with_slices]
+            for k, other in enumerate(mates):
+                if k == len(out):
+                    out.append(np.full(size, -1, dtype=np.int64))
+                out[k][lane_id] = other
+    return out
+
+
+def _anchors_on(trace: Trace, session: Any, lane: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """Per (lane, ts), the row of the slice of that lane a flow event there is bound to, or -1
+    (`_flow_anchors`)."""
+    nesting = session.nesting
+    anchor = np.full(len(lane), -1, dtype=np.int64)
     order = nesting.order
     if len(order):
         key_lane = nesting.lane_of.astype(np.int64)

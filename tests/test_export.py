@@ -153,13 +153,14 @@ class Expected:
                     kept.add(other)
                     todo.append(other)
         self.slices = kept
-        # Flows: every event must lie in a kept slice of its lane, the innermost one there.
+        # Flows: every event must lie in a kept slice of its thread, the innermost one there.
+        # Its thread: its own lane, or where no slice there holds it, the lanes of the same pid
+        # and tid written as text ("24572" and 24572, as Perfetto reads them), in lane order.
         lanes: dict[int, np.ndarray] = {}
         x_rows = np.flatnonzero(is_x)
         for lane in np.unique(trace.lane[x_rows]).tolist():
             lanes[lane] = x_rows[trace.lane[x_rows] == lane]
-        kept_rows = np.array(sorted(kept), dtype=np.int64)
-        kept_lanes = {lane: kept_rows[trace.lane[kept_rows] == lane] for lane in lanes}
+        same_thread = thread_lanes(trace)
         depth = nesting.depth
 
         def innermost(rows: np.ndarray, ts: int) -> int | None:
@@ -182,12 +183,10 @@ class Expected:
                 continue
             bound = True
             for r in rows:
-                ts, lane = int(start[r]), int(trace.lane[r])
-                # The innermost slice holding it is kept only if some kept slice holds it.
-                if innermost(kept_lanes.get(lane, empty), ts) is None:
-                    bound = False
-                    break
-                if innermost(lanes[lane], ts) not in kept:
+                ts = int(start[r])
+                holders = (innermost(lanes.get(n, empty), ts) for n in same_thread[trace.lane[r]])
+                holder = next((h for h in holders if h is not None), None)
+                if holder is None or holder not in kept:
                     bound = False
                     break
             if bound:
@@ -385,19 +384,41 @@ def check_crop(path: Path, window: Window, tmp_path: Path, clip: bool, gz: bool 
     return crop, expected, reloaded, out
 
 
+def thread_lanes(trace: parser.Trace) -> dict[int, list[int]]:
+    """Per lane, the lanes a flow event on it is bound in, in the order tried: its own, then
+    the others of the same pid and tid written as text (`24572` and `"24572"`) that hold
+    slices, in lane order."""
+    with_slices = set(np.unique(trace.lane[trace.ph == PH_COMPLETE]).tolist())
+    by_text: dict[tuple[str, str], list[int]] = {}
+    for lane in trace.lanes:
+        by_text.setdefault((str(lane.pid), str(lane.tid)), []).append(lane.id)
+    return {
+        lane.id: [lane.id]
+        + [
+            other
+            for other in by_text[(str(lane.pid), str(lane.tid))]
+            if other != lane.id and other in with_slices
+        ]
+        for lane in trace.lanes
+    }
+
+
 def check_no_orphan_flows(trace: parser.Trace) -> None:
+    """Each flow has a start and an end, and each of its events lies in a slice of its thread
+    (its lane, or a lane of the same pid and tid as text: `thread_lanes`)."""
     flows: dict[tuple[int, int], list[int]] = {}
     for row in np.flatnonzero(np.isin(trace.ph, [ord(p) for p in FLOW_PHASES])).tolist():
         flows.setdefault((int(trace.cat[row]), int(trace.flow_id[row])), []).append(row)
     is_x = np.flatnonzero(trace.ph == PH_COMPLETE)
     end = trace.start + trace.dur
+    same_thread = thread_lanes(trace)
     for rows in flows.values():
         phases = {chr(trace.ph[r]) for r in rows}
         assert "s" in phases and "f" in phases, "an orphan flow event"
         for r in rows:
-            same_lane = is_x[trace.lane[is_x] == trace.lane[r]]
+            mine = is_x[np.isin(trace.lane[is_x], same_thread[int(trace.lane[r])])]
             ts = trace.start[r]
-            assert ((trace.start[same_lane] <= ts) & (end[same_lane] >= ts)).any()
+            assert ((trace.start[mine] <= ts) & (end[mine] >= ts)).any()
 
 
 # -- the cases ---------------------------------------------------------------------------------
@@ -756,13 +777,49 @@ def test_clipped_slices_with_equal_times_nest_as_before(tmp_path):
     assert depths == sorted(nesting.depth[crossing].tolist())
 
 
+def test_flows_of_a_string_tid_thread_with_int_tid_flows(tmp_path):
+    """2021 Kineto traces write CPU slices with tid "2" (a string) and their flow starts with
+    tid 2 (an int): two lanes for the parser, one thread for Perfetto, which draws the arrows.
+    A flow event whose lane holds no slice is bound on the lane of the same pid and tid as
+    text, so the launches keep their flows (they were all dropped), and only whole ones."""
+    path = tmp_path / "tids.json"
+    path.write_text(many_events_trace(40, slice_tid="2"))
+    trace = parser.load(str(path), use_cache=False)
+    x_lanes = set(trace.lane[trace.ph == PH_COMPLETE].tolist())
+    assert set(trace.lane[trace.ph == ord("s")].tolist()).isdisjoint(x_lanes)
+    window = middle_window(path, 0.3, 0.6)
+    for clip in (False, True):
+        crop, expected, reloaded, _out = check_crop(path, window, tmp_path, clip)
+        assert crop.stats.flows == expected.flow_groups >= 10
+        assert int(np.isin(reloaded.ph, [ord("s"), ord("f")]).sum()) == 2 * crop.stats.flows
+
+
+@pytest.mark.corpus
+def test_corpus_2021_flows_kept(tmp_path):
+    """The 2021 trace of the issue (CPU slices with string tids, flow starts with int tids):
+    a window keeps its launches' flows, and the crop re-loads with them."""
+    path = corpus("kineto/2021-06_resnet50_nw0_worker0.1623143089861.pt.trace.json.gz")
+    trace = parser.load(str(path), use_cache=False)
+    origin = int(trace.slice_start_min)
+    window = Window(origin + 100_000_000, origin + 200_000_000)
+    crop, expected, reloaded, _out = check_crop(path, window, tmp_path, clip=False)
+    assert crop.stats.flows == expected.flow_groups > 1000
+    assert int(np.isin(reloaded.ph, [ord("s"), ord("f")]).sum()) == 2 * crop.stats.flows
+    whole = tmp_path / "whole.json.gz"
+    result = kinetoscope("export", str(path), "-o", str(whole), "--window", "..")
+    assert result.returncode == 0, result.stderr
+    flows = int(np.isin(trace.ph, [ord("s")]).sum())
+    assert flows > 9000 and f" {flows:,} flows" in result.stdout, result.stdout
+
+
 # -- memory: the export streams --------------------------------------------------------------
 
 
-def many_events_trace(steps: int) -> str:
+def many_events_trace(steps: int, slice_tid: Any = 2) -> str:
     """A trace of `steps` iterations, each an operator with a runtime launch inside, its
     kernel, the launch's flow (start and end), a [memory] instant and a counter: 7 events of
-    some 150 bytes each per iteration."""
+    some 150 bytes each per iteration. `slice_tid`: the tid of the CPU slices (the flow
+    starts' is 2: `"2"` makes the 2021 Kineto traces' mix of a string and an int tid)."""
     events: list[dict[str, Any]] = [
         {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}},
         {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "main"}},
@@ -770,10 +827,12 @@ def many_events_trace(steps: int) -> str:
     for i in range(steps):
         ts = 1000.0 + i * 10
         events += [
-            {"ph": "X", "cat": "cpu_op", "name": f"aten::op{i % 7}", "pid": 1, "tid": 2,
-             "ts": ts, "dur": 8, "args": {"External id": i, "Sequence number": i}},
-            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 2,
-             "ts": ts + 1, "dur": 2, "args": {"correlation": i, "External id": i}},
+            {"ph": "X", "cat": "cpu_op", "name": f"aten::op{i % 7}", "pid": 1,
+             "tid": slice_tid, "ts": ts, "dur": 8,
+             "args": {"External id": i, "Sequence number": i}},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
+             "tid": slice_tid, "ts": ts + 1, "dur": 2,
+             "args": {"correlation": i, "External id": i}},
             {"ph": "X", "cat": "kernel", "name": f"kernel_{i % 5}", "pid": 0, "tid": 7,
              "ts": ts + 4, "dur": 5, "args": {"correlation": i, "stream": 7, "device": 0}},
             {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": i, "pid": 1, "tid": 2,
