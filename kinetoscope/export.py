@@ -1253,14 +1253,16 @@ def gap_window(session: Any, rank: int, context_ns: int | None = None) -> Window
     """The `rank`-th longest GPU idle gap (1-based, the order of the viewer's gap list) with
     `context_ns` on each side (default: the gap's own length, so the window is three gaps
     long and shows the work before and after it)."""
+    from kinetoscope.analysis.units import plural
+
     gaps = session.idle.gaps
     order = gaps.longest()
     if not len(order):
         raise ExportError("the trace has no GPU idle gaps: choose a --window or --step instead")
     if not 1 <= rank <= len(order):
         raise ExportError(
-            f"--around-gap {rank}: the trace has {len(order):,} GPU idle gap"
-            f"{'s' if len(order) != 1 else ''} (1 = the longest)"
+            f"--around-gap {rank}: the trace has {plural(len(order), 'GPU idle gap')} "
+            "(1 = the longest)"
         )
     gap = int(order[rank - 1])
     start, end = int(gaps.start[gap]), int(gaps.end[gap])
@@ -1400,7 +1402,7 @@ def _relative(ns: int) -> str:
 
 def describe(crop: Crop | CropStream, out_path: str, size: int, origin: int) -> str:
     """One line: where the crop went, its window as the viewer shows times, and what it kept."""
-    from kinetoscope.analysis.units import fmt_bytes, fmt_duration
+    from kinetoscope.analysis.units import fmt_bytes, fmt_duration, plural
 
     s = crop.stats
     w = crop.window
@@ -1408,14 +1410,15 @@ def describe(crop: Crop | CropStream, out_path: str, size: int, origin: int) -> 
     def at(ns: int) -> str:
         return _relative(ns - origin)
 
-    parts = [f"{s.slices:,} slices ({s.closure:,} outside the window by correlation)"]
-    parts.append(f"{s.flows:,} flows")
+    parts = [f"{plural(s.slices, 'slice')} ({s.closure:,} outside the window by correlation)"]
+    parts.append(plural(s.flows, "flow"))
     if s.memory or s.baseline:
-        parts.append(f"{s.memory:,} [memory] instants + {s.baseline} at the start")
+        parts.append(f"{plural(s.memory, '[memory] instant')} + {s.baseline} at the start")
     parts.append(f"{s.metadata:,} metadata")
     if s.clipped:
         parts.append(f"{s.clipped:,} clipped")
     return (
-        f"wrote {out_path} ({fmt_bytes(size)}): {s.events:,} of {s.source_events:,} events, "
+        f"wrote {out_path} ({fmt_bytes(size)}): {s.events:,} of "
+        f"{plural(s.source_events, 'event')}, "
         f"window {at(w.start_ns)}..{at(w.end_ns)} ({fmt_duration(w.length)}): " + ", ".join(parts)
     )

@@ -900,7 +900,7 @@ def _write_merged(cut: JobCut, out_path: str, clip: bool, workers: int | None) -
 
 def summary_line(cut: JobCut, out_path: str, kind: str, written: int) -> str:
     """The one line saying what was written where."""
-    from kinetoscope.analysis.units import fmt_bytes
+    from kinetoscope.analysis.units import fmt_bytes, plural
 
     done = cut.exported
     events = sum(r.events for r in done)
@@ -911,8 +911,8 @@ def summary_line(cut: JobCut, out_path: str, kind: str, written: int) -> str:
         else "clocks as recorded"
     )
     return (
-        f"wrote {out_path}: {what} of {len(done)} rank{'s' if len(done) != 1 else ''} "
-        f"({events:,} events, {fmt_bytes(written)}), {cut.describe}, {clocks}"
+        f"wrote {out_path}: {what} of {plural(len(done), 'rank')} "
+        f"({plural(events, 'event')}, {fmt_bytes(written)}), {cut.describe}, {clocks}"
     )
 
 

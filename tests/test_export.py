@@ -42,9 +42,12 @@ from kinetoscope.parser.model import (
 from kinetoscope import parser
 from kinetoscope.export import (
     BASELINE_NOTE,
+    Crop,
+    CropStats,
     ExportError,
     Window,
     crop_trace,
+    describe,
     export_trace,
     gap_window,
     parse_steps,
@@ -626,6 +629,20 @@ def test_parse_steps():
     for bad in (["x"], ["5-3"], ["3,,4"]):
         with pytest.raises(ExportError):
             parse_steps(bad)
+
+
+def test_describe_counts_one_in_the_singular():
+    """The message says `1 slice`, `1 flow`, `1 of 1 event`, never `1 flows`."""
+    stats = CropStats(events=1, source_events=1, slices=1, flows=1, memory=1, baseline=1)
+    crop = Crop(top={}, events=[b"{}"], window=Window(0, 1_000), stats=stats)
+    line = describe(crop, "out.json", 10, 0)
+    for said in ("1 of 1 event,", "1 slice (0 outside", "1 flow,", "1 [memory] instant +"):
+        assert said in line, line
+    assert not re.search(r"\b1 (events|slices|flows|\[memory\] instants)\b", line), line
+    stats = CropStats(events=2, source_events=3, slices=2, closure=1, flows=2, memory=2)
+    line = describe(Crop(top={}, events=[], window=Window(0, 1_000), stats=stats), "o", 10, 0)
+    for said in ("2 of 3 events,", "2 slices (1 outside", "2 flows,", "2 [memory] instants +"):
+        assert said in line, line
 
 
 # -- the command ------------------------------------------------------------------------------

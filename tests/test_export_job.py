@@ -23,10 +23,13 @@ from kinetoscope.export import Window, crop_trace
 from kinetoscope.export_job import (
     MANIFEST_NAME,
     MERGED_KEY,
+    JobCut,
+    RankCut,
     RankEvents,
     job_origin,
     merge_events,
     shift_ts,
+    summary_line,
     ts_ns,
 )
 
@@ -656,3 +659,13 @@ def test_manifest_pins_to_the_reference_rank_and_leaves_ranks_without_offsets_fr
         ours = {r["rank"]: r for r in document["kinetoscope"]["ranks"]}
         assert ours[3]["left_out"] == "cut off" and ours[3]["file"] is None
         assert ours[0]["offset_ns"] is None
+
+
+def test_summary_line_counts_one_in_the_singular():
+    """`1 rank (1 event, ...)`, never `1 events`."""
+    cut = JobCut(ranks=[RankCut(0, "r0.json", events=1)], reference=0, aligned=False,
+                 origin_ns=0, describe="+0ns..+1ms")  # fmt: skip
+    line = summary_line(cut, "out.zip", "zip", 100)
+    assert "of 1 rank (1 event," in line, line
+    cut.ranks.append(RankCut(1, "r1.json", events=2))
+    assert "of 2 ranks (3 events," in summary_line(cut, "out.zip", "zip", 100)
