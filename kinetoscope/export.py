@@ -1166,14 +1166,15 @@ def replaced_file(out_path: str) -> Iterator[str]:
 
 
 def write_crop(crop: Crop | CropStream, out_path: str) -> int:
-    """Write the crop to `out_path` (.gz: gzip'd); the number of bytes written to the file.
+    """Write the crop to `out_path` (.gz in any case: gzip'd, else plain JSON); the number of
+    bytes written to the file.
     A CropStream (`open_crop`) is read from the trace's file as it is written.
     Written to a temporary file beside it and renamed, so a failed write leaves no half file.
     Raises ExportError (one line) when it cannot be written."""
     out_path = str(out_path)
     try:
         with replaced_file(out_path) as temp:
-            if out_path.endswith(".gz"):
+            if out_path.lower().endswith(".gz"):
                 with (
                     open(temp, "wb") as raw,
                     gzip.GzipFile(

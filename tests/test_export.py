@@ -683,6 +683,16 @@ def test_command_bad_input(tmp_path, args, message):
     assert "Traceback" not in result.stderr and not out.exists()
 
 
+@pytest.mark.parametrize("name", ["crop.JSON.GZ", "crop.json.Gz"])
+def test_gz_suffix_in_any_case_is_gzipped(tmp_path, name):
+    """`-o X.JSON.GZ` is written gzip'd, as `.json.gz` is (the check was case-sensitive)."""
+    out = tmp_path / name
+    result = kinetoscope("export", str(SYNTHETIC), "-o", str(out), "--window", "+1ms..+2ms")
+    assert result.returncode == 0, result.stderr
+    assert out.read_bytes()[:2] == b"\x1f\x8b"
+    assert json.loads(gzip.decompress(out.read_bytes()))["traceEvents"]
+
+
 def test_command_unwritable_output(tmp_path):
     """Where the export cannot be written: one line, and no file left behind."""
     blocker = tmp_path / "a-file"

@@ -28,9 +28,11 @@ from kinetoscope.export_job import (
     RankEvents,
     job_origin,
     merge_events,
+    output_kind,
     shift_ts,
     summary_line,
     ts_ns,
+    write_merged,
 )
 
 DLRM = CORPUS / "multirank" / "dlrm_8rank"
@@ -669,3 +671,13 @@ def test_summary_line_counts_one_in_the_singular():
     assert "of 1 rank (1 event," in line, line
     cut.ranks.append(RankCut(1, "r1.json", events=2))
     assert "of 2 ranks (3 events," in summary_line(cut, "out.zip", "zip", 100)
+
+
+def test_output_suffix_in_any_case(tmp_path):
+    """`.ZIP` is the bundle and `.JSON.GZ` a gzip'd merged trace, as in lower case."""
+    assert output_kind("job.ZIP", False) == "zip"
+    assert output_kind("job.JSON.GZ", False) == output_kind("job.Json", False) == "merged"
+    out = tmp_path / "job.JSON.GZ"
+    write_merged(str(out), {}, [b'{"ph": "M", "name": "x", "pid": 1, "tid": 1}'], {})
+    assert out.read_bytes()[:2] == b"\x1f\x8b"
+    assert json.loads(gzip.decompress(out.read_bytes()))["traceEvents"]
