@@ -1165,13 +1165,36 @@ def replaced_file(out_path: str) -> Iterator[str]:
         raise
 
 
+# Names of archives and compressed files a crop is not written as (plain JSON in such a name
+# would be opened by no tool that goes by the name): a single trace is .json or .json.gz.
+NOT_WRITTEN_AS = (".zip", ".7z", ".tar", ".tgz", ".bz2", ".xz", ".zst", ".lz4")
+
+
+def output_problem(out_path: str) -> str | None:
+    """Why a crop cannot be written under `out_path`'s name (an archive's suffix), or None.
+    Suffixes are compared in any case (`.JSON.GZ` is gzip'd, `.ZIP` refused)."""
+    lower = str(out_path).lower()
+    suffix = next((s for s in NOT_WRITTEN_AS if lower.endswith(s)), None)
+    if suffix is None:
+        return None
+    bundle = " (a .zip Perfetto bundle is for a job: a folder or several rank files)"
+    return f"{out_path}: a single trace is written as .json or .json.gz, not {suffix}" + (
+        bundle if suffix == ".zip" else ""
+    )
+
+
 def write_crop(crop: Crop | CropStream, out_path: str) -> int:
-    """Write the crop to `out_path` (.gz in any case: gzip'd, else plain JSON); the number of
-    bytes written to the file.
+    """Write the crop to `out_path` (.gz in any case: gzip'd, else plain JSON; an archive's
+    suffix such as .zip is refused: `output_problem`); the number of bytes written to the file.
     A CropStream (`open_crop`) is read from the trace's file as it is written.
     Written to a temporary file beside it and renamed, so a failed write leaves no half file.
     Raises ExportError (one line) when it cannot be written."""
     out_path = str(out_path)
+    problem = output_problem(out_path)
+    if problem is not None:
+        if isinstance(crop, CropStream):
+            crop.close()
+        raise ExportError(problem)
     try:
         with replaced_file(out_path) as temp:
             if out_path.lower().endswith(".gz"):
@@ -1342,6 +1365,9 @@ def export_trace(
         if problem is not None:
             raise ExportError(problem)
     _check_output(path, out_path)
+    problem = output_problem(out_path)
+    if problem is not None:
+        raise ExportError(problem)
     if session is None:
         try:
             trace = load(path, write_cache=False, release=True)

@@ -693,6 +693,18 @@ def test_gz_suffix_in_any_case_is_gzipped(tmp_path, name):
     assert json.loads(gzip.decompress(out.read_bytes()))["traceEvents"]
 
 
+@pytest.mark.parametrize("name", ["crop.zip", "crop.ZIP", "crop.json.zip", "crop.json.xz"])
+def test_single_trace_to_an_archive_name_is_refused(tmp_path, name):
+    """One trace is written as .json or .json.gz: a .zip (the bundle a job is written as) or
+    another archive's name would get plain JSON that no tool opens by its name; refused in
+    one line, nothing written."""
+    out = tmp_path / name
+    result = kinetoscope("export", str(SYNTHETIC), "-o", str(out), "--window", "+1ms..+2ms")
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert "a single trace is written as .json or .json.gz" in result.stderr
+    assert "Traceback" not in result.stderr and list(tmp_path.iterdir()) == []
+
+
 def test_command_unwritable_output(tmp_path):
     """Where the export cannot be written: one line, and no file left behind."""
     blocker = tmp_path / "a-file"
