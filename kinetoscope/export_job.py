@@ -4,8 +4,9 @@ every rank of a distributed job, written as one Perfetto bundle or as one merged
 The job is found as `summary DIR` finds it (`parser/ranks.py`: a folder or several files, the
 newest complete profiling cycle or `--cycle N`), its ranks are digested in worker processes and
 merged (`analysis/job.py`) for their time spans and estimated clock offsets, and each rank is
-then cut by `kinetoscope.export.crop_trace` (the single-trace crop: overlapping events, flow
-closure, metadata and top-level keys intact).
+then cut as a single trace is (`kinetoscope.export`: overlapping events, flow closure, metadata
+and top-level keys intact): streamed into its file of the bundle (`open_crop` + `write_crop`,
+`write_rank`), or held (`crop_trace`) for the merged JSON, which rewrites the events.
 
 The window:
 - `--window A..B`: times from the job's origin, the origin the job timeline shows: the earliest
@@ -43,6 +44,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import tempfile
 import zipfile
@@ -57,6 +59,7 @@ from kinetoscope.export import (
     ExportError,
     Window,
     crop_trace,
+    open_crop,
     parse_window,
     replaced_file,
     write_crop,
@@ -774,38 +777,68 @@ def crop_rank(path: str, window: tuple[int, int], clip: bool) -> tuple[Any, str 
         return None, "out of memory while cropping it"
 
 
-def _crops(cut: JobCut, clip: bool, workers: int | None) -> Iterator[tuple[RankCut, Any]]:
-    """Each exported rank with its crop, in rank order; ranks whose crop fails get their
-    `problem` and are skipped. Several ranks are cropped in worker processes (`workers`,
-    default min(ranks, CPUs)), each loading its own trace, when their files are big enough
-    (POOL_BYTES) or `workers` is given."""
+def write_rank(
+    path: str, window: tuple[int, int], clip: bool, out_path: str
+) -> tuple[int | None, str | None]:
+    """One rank's crop written to `out_path` (in a worker process, or here), streamed: its
+    events are read from the rank's file as they are written (`open_crop` + `write_crop`),
+    never all held. (events written, None), or (None, why the rank is left out). A file that
+    cannot be written raises ExportError (it names `out_path`): the bundle cannot be made."""
+    try:
+        stream = open_crop(path, Window(*window), clip=clip)
+    except ExportError as exc:
+        return None, str(exc)
+    except MemoryError:
+        return None, "out of memory while cropping it"
+    try:
+        write_crop(stream, out_path)
+    except ExportError as exc:
+        if str(exc).startswith(out_path):  # writing failed (a full disk): no bundle
+            raise
+        return None, str(exc)  # the rank's file could not be read again
+    except MemoryError:
+        return None, "out of memory while cropping it"
+    return stream.stats.events, None
+
+
+def _each_rank(
+    cut: JobCut, workers: int | None, task: Any, args: Any
+) -> Iterator[tuple[RankCut, Any]]:
+    """Each exported rank with `task(*args(rank))`'s value, in rank order; a rank whose task
+    says why it fails (value None, problem) gets its `problem` and is skipped. Several ranks
+    are done in worker processes (`workers`, default min(ranks, CPUs)), each loading its own
+    trace, when their files are big enough (POOL_BYTES) or `workers` is given."""
     from kinetoscope.analysis.job import default_workers, worker_context
 
     todo = [r for r in cut.ranks if r.problem is None and r.window is not None]
     pool_size = workers or default_workers(len(todo))
     size = sum(_size_of(r.path) for r in todo)
     if len(todo) <= 1 or pool_size <= 1 or (workers is None and size < POOL_BYTES):
-        results: Iterable[tuple[Any, str | None]] = (
-            crop_rank(r.path, r.window, clip)  # type: ignore[arg-type]
-            for r in todo
-        )
+        results: Iterable[tuple[Any, str | None]] = (task(*args(r)) for r in todo)
         pool = None
     else:
         from concurrent.futures import ProcessPoolExecutor
 
         pool = ProcessPoolExecutor(max_workers=pool_size, mp_context=worker_context())
-        futures = [pool.submit(crop_rank, r.path, r.window, clip) for r in todo]
+        futures = [pool.submit(task, *args(r)) for r in todo]
         results = (future.result() for future in futures)
     try:
-        for rank, (crop, problem) in zip(todo, results):
-            if crop is None:
+        for rank, (value, problem) in zip(todo, results):
+            if value is None:
                 rank.problem = problem
                 continue
-            rank.events = len(crop.events)
-            yield rank, crop
+            yield rank, value
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _crops(cut: JobCut, clip: bool, workers: int | None) -> Iterator[tuple[RankCut, Any]]:
+    """Each exported rank with its crop held whole (the merged trace needs the events), in
+    rank order (`_each_rank`)."""
+    for rank, crop in _each_rank(cut, workers, crop_rank, lambda r: (r.path, r.window, clip)):
+        rank.events = len(crop.events)
+        yield rank, crop
 
 
 def export_job(
@@ -851,23 +884,32 @@ def _nothing_left(cut: JobCut) -> ExportError:
 
 
 def _write_bundle(cut: JobCut, out_path: str, clip: bool, workers: int | None) -> int:
+    """The Perfetto bundle: each rank's crop streamed into its own file (`write_rank`: never
+    held whole; in worker processes when `_each_rank` uses them), added to the zip in rank
+    order and removed, then the manifest."""
     width = len(str(max((r.rank for r in cut.ranks), default=0)))
     members: dict[int, str] = {}
     folder = os.path.dirname(os.path.abspath(out_path))
     with replaced_file(out_path) as temp:
         with tempfile.TemporaryDirectory(prefix=".kinetoscope-export-", dir=folder) as scratch:
+
+            def args(rank: RankCut) -> tuple[Any, ...]:
+                name = member_name(rank.rank, width)
+                return rank.path, rank.window, clip, os.path.join(scratch, name)
+
             with zipfile.ZipFile(temp, "w", compression=zipfile.ZIP_DEFLATED) as bundle:
-                for rank, crop in _crops(cut, clip, workers):
-                    name = member_name(rank.rank, width)
-                    path = os.path.join(scratch, name)
-                    try:
-                        write_crop(crop, path)
-                    except ExportError as exc:  # it names the scratch file: name the bundle
-                        raise ExportError(str(exc).replace(path, out_path, 1)) from None
-                    del crop
-                    bundle.write(path, arcname=name)
-                    os.unlink(path)
-                    members[rank.rank] = name
+                try:
+                    for rank, events in _each_rank(cut, workers, write_rank, args):
+                        name = member_name(rank.rank, width)
+                        path = os.path.join(scratch, name)
+                        rank.events = events
+                        bundle.write(path, arcname=name)
+                        os.unlink(path)
+                        members[rank.rank] = name
+                except ExportError as exc:  # it names a scratch file: name the bundle
+                    member = re.escape(os.path.join(scratch, "rank")) + r"[0-9]+\.json"
+                    text = re.sub(member, lambda _match: out_path, str(exc), count=1)
+                    raise ExportError(text) from None
                 if not members:
                     raise _nothing_left(cut)
                 text = json.dumps(manifest(cut, members), indent=2) + "\n"

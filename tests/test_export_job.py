@@ -19,7 +19,7 @@ import pytest
 from conftest import CORPUS
 from kinetoscope.parser import load
 
-from kinetoscope.export import Window, crop_trace
+from kinetoscope.export import Window, crop_trace, write_crop
 from kinetoscope.export_job import (
     MANIFEST_NAME,
     MERGED_KEY,
@@ -681,3 +681,47 @@ def test_output_suffix_in_any_case(tmp_path):
     write_merged(str(out), {}, [b'{"ph": "M", "name": "x", "pid": 1, "tid": 1}'], {})
     assert out.read_bytes()[:2] == b"\x1f\x8b"
     assert json.loads(gzip.decompress(out.read_bytes()))["traceEvents"]
+
+
+@pytest.mark.slow
+def test_bundle_streams_each_rank_never_holding_its_crop(tmp_path, monkeypatch):
+    """Each rank's file in the bundle is written as its runs are read (open_crop +
+    write_crop), never held whole: exporting the whole of a rank (some 8 MB of kept text)
+    allocates at its peak hardly more than exporting a sliver of it. The bundle's member is
+    the single-trace crop, byte for byte."""
+    import tracemalloc
+
+    from kinetoscope.parser import reader as reader_module
+    from kinetoscope.parser import source as source_module
+    from test_export import many_events_trace
+
+    from kinetoscope.export_job import export_job, plan_job
+
+    monkeypatch.setattr(reader_module, "RUN_BYTES", 1 << 17)
+    monkeypatch.setattr(source_module, "READ_BLOCK", 1 << 15)
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "rank0.pt.trace.json").write_text(many_events_trace(8_000))
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def peak_of(window: str, name: str) -> int:
+        cut = plan_job([str(job)], window=window)
+        tracemalloc.start()
+        try:
+            export_job(cut, str(out / name))
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    narrow = peak_of("+40ms..+40.01ms", "narrow.zip")
+    whole = peak_of("..", "whole.zip")
+    with zipfile.ZipFile(out / "whole.zip") as bundle:
+        member = bundle.read("rank0.json")
+    assert len(member) > 7 << 20
+    source = job / "rank0.pt.trace.json"
+    crop = crop_trace(str(source), Window(0, 1 << 60))
+    single = tmp_path / "single.json"
+    write_crop(crop, str(single))
+    assert member == single.read_bytes()
+    assert whole - narrow < 4 << 20, (whole, narrow, len(member))
