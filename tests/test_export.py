@@ -587,6 +587,25 @@ def test_sample_steps(tmp_path):
         step_window(session, [99])
 
 
+def test_step_crop_holds_part_of_the_step_before(tmp_path):
+    """docs/export.md's trap: `--step 11` also holds `ProfilerStep#10`, brought (whole, but
+    with only some of its slices) by a launch in step 10 of a kernel that runs in step 11; so
+    `diff` of step crops pairs partial steps. The original compared with `--steps` does not."""
+    session = TraceSession(parser.load(str(SYNTHETIC), use_cache=False))
+    out = tmp_path / "s11.json"
+    export_trace(str(SYNTHETIC), str(out), steps=[11], session=session)
+    crop = TraceSession(parser.load(str(out), use_cache=False))
+    names = [crop.trace.name_of(r) for r in crop.steps.rows.tolist()]
+    assert names == ["ProfilerStep#10", "ProfilerStep#11"]
+
+    def inside(s: TraceSession, name: str) -> int:
+        row = [r for r in s.steps.rows.tolist() if s.trace.name_of(r) == name][0]
+        return len(s.nesting.descendants(row))
+
+    assert inside(crop, "ProfilerStep#10") < inside(session, "ProfilerStep#10")
+    assert inside(crop, "ProfilerStep#11") == inside(session, "ProfilerStep#11")
+
+
 def test_sample_around_gap(tmp_path):
     session = TraceSession(parser.load(str(SYNTHETIC), use_cache=False))
     gaps = session.idle.gaps
