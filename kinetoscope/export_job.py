@@ -631,7 +631,7 @@ def write_merged(
     written = 0
     with replaced_file(out_path) as temp, open(temp, "wb") as raw_file:
         sink: Any = (
-            gzip.GzipFile(fileobj=raw_file, mode="wb", compresslevel=6, mtime=0)
+            gzip.GzipFile(filename="", fileobj=raw_file, mode="wb", compresslevel=6, mtime=0)
             if out_path.lower().endswith(".gz")
             else raw_file
         )

@@ -725,3 +725,16 @@ def test_bundle_streams_each_rank_never_holding_its_crop(tmp_path, monkeypatch):
     write_crop(crop, str(single))
     assert member == single.read_bytes()
     assert whole - narrow < 4 << 20, (whole, narrow, len(member))
+
+
+def test_merged_gzip_header_names_no_file(tmp_path):
+    """The merged .json.gz's gzip header held the hidden temporary file's name
+    (`.job.json.gz.<pid>.<thread>.part`), so two exports of the same job differed: it names
+    none now (as the single-trace export), and the same input gives the same bytes."""
+    out = tmp_path / "job.json.gz"
+    events = [b'{"ph": "M", "name": "x", "pid": 1, "tid": 1}']
+    write_merged(str(out), {}, events, {})
+    first = out.read_bytes()
+    assert first[3] & 0x08 == 0  # FNAME flag: no file name in the header
+    write_merged(str(out), {}, events, {})
+    assert out.read_bytes() == first
