@@ -20,14 +20,12 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ranks import tree_rss_bytes  # noqa: E402
+from run import measure_output  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
 DEFAULT = DATA / "h100_google_owlv2-large-patch14-ensemble_1000mb.json"
@@ -40,19 +38,8 @@ CASES = {
 
 def measure(argv: list[str], env: dict[str, str]) -> tuple[float, int, str]:
     """(wall seconds, peak tree RSS in MiB, the command's output line) of one command."""
-    start = time.perf_counter()
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=err)
-        peak = 0
-        while proc.poll() is None:
-            peak = max(peak, tree_rss_bytes(proc.pid))
-            time.sleep(0.02)
-        wall = time.perf_counter() - start
-        if proc.returncode != 0:
-            err.seek(0)
-            raise RuntimeError(f"{argv} failed: {err.read().decode(errors='replace')[-2000:]}")
-        out.seek(0)
-        return wall, peak // 2**20, out.read().decode(errors="replace").strip()
+    wall, peak, out = measure_output(argv, env)
+    return wall, peak, out.decode(errors="replace").strip()
 
 
 def main() -> int:
