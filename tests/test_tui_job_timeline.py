@@ -329,7 +329,7 @@ async def test_from_the_overview_to_the_straggler_beside_the_fastest_in_a_few_ke
         assert isinstance(app.screen, HelpScreen)
         assert rows[0] == ("── Job timeline (t) · this screen", "")
         keys = {k for row, _ in rows[: rows.index(("── Everywhere", ""))] for k in row.split()}
-        assert {"c", "x", "w", "a", "g"} <= keys
+        assert {"c", "x", "w", "a", "g", "m", "M", "e"} <= keys
         assert any("Open the rank alone" in text for _, text in rows)
         await pilot.press("escape")
         await pilot.press("x")
@@ -495,3 +495,123 @@ async def test_a_cpu_only_rank_says_no_gpu_instead_of_an_empty_gpu_row(tmp_path)
         block = screen.timeline_of(0)
         block.unload("loading…")
         assert "no GPU" in line_text(block, 1) and "GPU compute" not in line_text(block, 1)
+
+
+# -- M: the selected event as every rank's marked range -------------------------------------------
+
+
+def notes(app: Any) -> list[str]:
+    return [str(note.message) for note in app._notifications]
+
+
+async def select_on_row(pilot: Any, screen: JobTimelineScreen, name: str, presses: int = 1):
+    """Up or down the focused rank's block to its row `name`, then → `presses` times (the
+    events from the cursor on, as a user selects them); the focused timeline."""
+    timeline = screen.current()
+    assert timeline is not None
+    labels = [timeline.data.lanes[row.lane].short_label for row in timeline.rows]
+    target = labels.index(name)
+    while timeline.cursor_row != target:
+        await pilot.press("down" if timeline.cursor_row < target else "up")
+    assert screen.current() is timeline
+    for _ in range(presses):
+        await pilot.press("right")
+    await pilot.pause()
+    return timeline
+
+
+@pytest.mark.also_no_color
+async def test_M_marks_the_selected_event_on_every_rank_and_again_clears_it(synthetic_job):
+    app = JobHost(synthetic_job)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(pilot, 3)
+        timeline = screen.current()
+        assert timeline.rank == 1  # the straggler, focused
+        # Its ProfilerStep#1 on the CPU main thread: 100..10,100 µs of rank 1's clock; the
+        # job's origin is −50 µs.
+        await select_on_row(pilot, screen, "CPU main thread")
+        row = timeline.selected_row
+        assert timeline.data.trace.name_of(row) == "ProfilerStep#1"
+        await pilot.press("M")
+        assert screen.marked_bounds() == (150_000, 10_150_000)
+        assert all(t.marked_range == (150_000, 10_150_000) for t in screen.timelines())
+        assert any(
+            n.startswith("ProfilerStep#1 of rank 1: +150 µs … +10.15 ms (10 ms) marked on every")
+            and "e exports it" in n
+            for n in notes(app)
+        ), notes(app)
+        # Another event selected: M marks that one instead.
+        await select_on_row(pilot, screen, "communication")  # the allreduce: 1,400..1,996 µs
+        assert timeline.data.trace.name_of(timeline.selected_row).startswith("nccl")
+        await pilot.press("M")
+        assert screen.marked_bounds() == (1_550_000, 2_146_000)
+        assert all(t.marked_range == (1_550_000, 2_146_000) for t in screen.timelines())
+        # Again on the same event: cleared on every rank.
+        await pilot.press("M")
+        assert screen.marked is None and screen.marked_bounds() is None
+        assert all(t.marked_range is None for t in screen.timelines())
+        assert any("Range cleared" in n for n in notes(app))
+        # With the clock offsets applied, the same event's span in the job's clock (rank 1
+        # drawn 100 µs earlier).
+        await pilot.press("c")
+        await pilot.press("M")
+        assert screen.marked_bounds() == (1_450_000, 2_046_000)
+
+
+async def test_M_with_nothing_selected_says_so(synthetic_job):
+    app = JobHost(synthetic_job)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(pilot, 3)
+        assert screen.current().selected_row < 0
+        await pilot.press("M")
+        await pilot.pause()
+        assert screen.marked is None
+        assert any("Select an event" in n for n in notes(app)), notes(app)
+        # A range marked with m is cleared by M with nothing selected (as on one trace).
+        focused = screen.current()
+        focused.cursor_time = 1_000_000
+        await pilot.press("m")
+        focused.cursor_time = 2_000_000
+        await pilot.press("m")
+        assert screen.marked_bounds() == (1_000_000, 2_000_000)
+        await pilot.press("M")
+        assert screen.marked is None
+        assert all(t.marked_range is None for t in screen.timelines())
+
+
+async def test_M_then_e_exports_the_selected_event_of_every_rank(tmp_path, monkeypatch):
+    import json
+    import zipfile
+
+    from test_tui_export import said
+
+    folder = tmp_path / "job"
+    write_job(folder)
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.chdir(out)
+    app = JobHost(job_in(folder), name="job")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(pilot, 3)
+        await pilot.press("c")  # the clock offsets applied: one instant on every rank
+        timeline = await select_on_row(pilot, screen, "CPU main thread")
+        assert timeline.rank == 1
+        assert timeline.data.trace.name_of(timeline.selected_row) == "ProfilerStep#1"
+        await pilot.press("M")
+        await pilot.press("e")
+        message = await said(pilot, "Exported the marked range of every rank")
+        await pilot.app.workers.wait_for_complete()
+    written = out / "job.window.zip"
+    assert f"wrote {written}: Perfetto bundle of 3 ranks" in message
+    with zipfile.ZipFile(written) as bundle:
+        record = json.loads(bundle.read("perfetto_manifest.json"))["kinetoscope"]
+        crops = {r: json.loads(bundle.read(f"rank{r}.json")) for r in (0, 1, 2)}
+    assert record["clocks"] == "aligned"
+    # Each rank's step ran at the same true instant, 10 ms long (its clock OFFSET µs ahead):
+    # the window cut from each is exactly its own ProfilerStep#1, as its clock recorded it.
+    windows_ns = {r["rank"]: r["window_ns"] for r in record["ranks"]}
+    for rank in (0, 1, 2):
+        start = round(OFFSET[rank] * 1000)
+        assert windows_ns[rank] == [start, start + 10_000_000]
+        steps = [e for e in crops[rank]["traceEvents"] if e.get("name") == "ProfilerStep#1"]
+        assert len(steps) == 1 and steps[0]["dur"] == 10_000

@@ -474,6 +474,14 @@ class JobTimelineScreen(Screen):
             tooltip="Mark a range start, then its end, on every rank (e exports it)",
         ),
         Binding(
+            "M",
+            "mark_selection",
+            "Mark the selected event",
+            show=False,
+            tooltip="Mark the selected event (e.g. a ProfilerStep) as the range on every rank; "
+            "again clears it (e exports it)",
+        ),
+        Binding(
             "e",
             "export_range",
             "Export",
@@ -834,14 +842,64 @@ class JobTimelineScreen(Screen):
             return
         else:
             self.marked = (self.marked[0], now)
-            lo, hi = self.marked_bounds() or (now, now)
-            self.notify(
-                f"Range +{fmt_duration(lo)} … +{fmt_duration(hi)} ({fmt_duration(hi - lo)}) on "
-                "every rank: e exports it",
-                timeout=4,
-                markup=False,
-            )
+            self._announce_range()
         self.draw_marks()
+
+    def action_mark_selection(self) -> None:
+        """`M`: the focused rank's selected event (its span, in the job's clock as drawn) is
+        the marked range on every rank; M on the same event again, or with nothing selected,
+        clears it."""
+        timeline = self.current()
+        row = timeline.selected_row if timeline is not None and timeline.data is not None else -1
+        if row < 0:
+            if self.marked is not None:
+                self.marked = None
+                self.draw_marks()
+                self.notify("Range cleared", timeout=2, markup=False)
+            elif timeline is not None and timeline.data is None:
+                self.notify(
+                    f"Rank {timeline.rank} is {self._not_ready(timeline.rank)}",
+                    timeout=3,
+                    markup=False,
+                )
+            else:
+                self.notify(
+                    "Select an event first (←/→ or a click; e.g. a ProfilerStep on the CPU "
+                    "main thread), then M marks it on every rank",
+                    timeout=4,
+                    markup=False,
+                )
+            return
+        assert timeline is not None and timeline.data is not None
+        view = timeline.data
+        # The rank's relative time is the job's plus the timeline's delta (0 here).
+        start = view.rel_start(row) - int(timeline.delta)
+        end = view.rel_end(row) - int(timeline.delta)
+        if self.marked_bounds() == (start, end):
+            self.marked = None
+            self.draw_marks()
+            self.notify("Range cleared", timeout=2, markup=False)
+            return
+        if end == start:
+            self.notify("The selected event has no duration", timeout=3, markup=False)
+            return
+        self.marked = (start, end)
+        name = clean(view.trace.name_of(row))
+        self._announce_range(f"{name[:60]} of rank {timeline.rank}:")
+        self.draw_marks()
+
+    def _announce_range(self, what: str = "Range") -> None:
+        """Say the marked range (`what`: the event it is, else "Range")."""
+        bounds = self.marked_bounds()
+        if bounds is None:
+            return
+        lo, hi = bounds
+        self.notify(
+            f"{what} +{fmt_duration(lo)} … +{fmt_duration(hi)} ({fmt_duration(hi - lo)}) marked "
+            "on every rank: e exports it",
+            timeout=4,
+            markup=False,
+        )
 
     def action_export_range(self) -> None:
         """`e`: the marked range of every rank as one Perfetto bundle (tui/exporting.py)."""
@@ -850,7 +908,8 @@ class JobTimelineScreen(Screen):
             self.notify(
                 "Press m again at the range's end, then e exports it"
                 if self.marked is not None
-                else "Nothing marked to export: m at a range's start and m at its end, then e",
+                else "Nothing marked to export: m at a range's start and m at its end (or M on "
+                "a selected event, such as a ProfilerStep), then e",
                 timeout=5,
                 markup=False,
             )
