@@ -1394,8 +1394,9 @@ def export_trace(
     notes = []
     if crop.stopped_at is not None:
         notes.append(
-            f"{path}: the file stops being readable at byte {crop.stopped_at:,} (damaged or "
-            "cut off): the export holds what was read before it"
+            f"{path}: the file stops being readable at byte {crop.stopped_at:,}"
+            f"{' of the decompressed JSON' if trace.source.compressed else ''} (damaged or cut "
+            "off): the export holds what was read before it"
         )
     notes.extend(w for w in crop.warnings if w not in trace.warnings)
     return describe(crop, out_path, size, origin), notes

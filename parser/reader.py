@@ -270,8 +270,15 @@ def read_source(
     trace.complete = complete
     if not complete:
         trace.stopped_at = reader.last_good
+    if state.compressed:
+        # Offsets are of the decompressed JSON, which a .gz file's size does not show.
+        warnings = [w + COMPRESSED_OFFSETS if _BYTE_OFFSET.search(w) else w for w in warnings]
     trace.warnings[:0] = warnings
     return trace
+
+
+COMPRESSED_OFFSETS = " (bytes of the decompressed JSON)"
+_BYTE_OFFSET = re.compile(r"\bbytes? \d")
 
 
 # A JSON value other than an object or array, as the first bytes of a file show it.

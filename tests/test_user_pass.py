@@ -231,3 +231,30 @@ def test_summary_of_a_merged_job_export_says_what_it_is(tmp_path: Path, capsys, 
         json.loads(captured.out)
     assert main(["summary", str(plain), *output]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_byte_offsets_of_a_cut_gzip_trace_say_they_count_the_decompressed_json(
+    tmp_path: Path, capsys
+):
+    """A cut-off .gz said `the file ends at byte 77940 before the JSON does` of a 7 KB file:
+    the offsets count the decompressed JSON, and the messages now say so. A plain file's
+    messages are unchanged."""
+    import json
+
+    raw = gzip.decompress(SAMPLE.read_bytes())
+    cut = raw[: len(raw) // 2]
+    (tmp_path / "cut.json").write_bytes(cut)
+    (tmp_path / "cut.json.gz").write_bytes(gzip.compress(cut))
+    said = {}
+    for name in ("cut.json", "cut.json.gz"):
+        assert main(["summary", "--json", str(tmp_path / name)]) == 0
+        document = json.loads(capsys.readouterr().out)
+        text = json.dumps(document)
+        assert "ends at byte" in text
+        said[name] = "decompressed" in text
+        out = tmp_path / f"crop-{name}"
+        assert main(["export", str(tmp_path / name), "-o", str(out), "--window", ".."]) == 0
+        err = capsys.readouterr().err
+        assert "stops being readable at byte" in err
+        assert ("decompressed" in err) == (name == "cut.json.gz"), err
+    assert said == {"cut.json": False, "cut.json.gz": True}
