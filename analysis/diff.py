@@ -47,10 +47,12 @@ from kinetoscope.parser.model import KIND_KERNEL, NO_VALUE
 
 from .idle import CAUSES
 from .intervals import Union
-from .memory import CUDA_DEVICE_TYPE, device_properties
+from .memory import device_properties
 from .names import SCAN_LIMIT
 from .session import TraceSession
 from .steps import COMM_NAME, DATALOADER_PREFIX, names_matching
+
+CPU_DEVICE_TYPE = 0  # c10::DeviceType::CPU: host memory, not a GPU's
 
 # -- options --------------------------------------------------------------------------------
 
@@ -400,7 +402,9 @@ def _memory_peak(session: TraceSession, lo: np.ndarray, hi: np.ndarray) -> list[
     keep = (
         (memory.ts != NO_VALUE)
         & (memory.total_allocated != NO_VALUE)
-        & (memory.device_type == CUDA_DEVICE_TYPE)
+        # Any accelerator: CUDA (1), and HIP (6) as ROCm builds of torch write it, XPU, MTIA...
+        & (memory.device_type != CPU_DEVICE_TYPE)
+        & (memory.device_type != NO_VALUE)
     )
     ts = memory.ts[keep]
     value = memory.total_allocated[keep]

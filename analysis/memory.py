@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from kinetoscope.parser.model import NO_VALUE, MemoryEvents, Trace
 
-CUDA_DEVICE_TYPE = 1  # c10::DeviceType::CUDA (ROCm builds report HIP devices as CUDA too)
+CUDA_DEVICE_TYPE = 1  # c10::DeviceType::CUDA (some ROCm builds write HIP, 6, instead)
 
 
 def device_properties(trace: Trace) -> list[dict[str, Any]]:

@@ -1,0 +1,70 @@
+"""Bugs found by a user pass of `diff`, the compile lens, the multi-rank job, `capture` and
+`summary` on real and synthetic traces: each test here failed before its fix. Corpus traces come
+from ../shared/corpus and are skipped when absent; synthetic traces are used where they show the
+bug as well."""
+
+from __future__ import annotations
+
+import json
+
+from kinetoscope.cli import main
+
+
+def _hip_trace(allocated: int) -> dict:
+    """One ProfilerStep on the CPU and `[memory]` events of a HIP device (`Device Type` 6, as a
+    ROCm build of torch writes them)."""
+    events: list[dict] = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1000,
+            "dur": 1000,
+        },
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::empty",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1100,
+            "dur": 100,
+        },
+    ]
+    for i, total in enumerate((allocated // 2, allocated, allocated // 4)):
+        events.append(
+            {
+                "ph": "i",
+                "s": "t",
+                "cat": "cpu_instant_event",
+                "name": "[memory]",
+                "pid": 1,
+                "tid": 1,
+                "ts": 1200 + 100 * i,
+                "args": {
+                    "Device Type": 6,
+                    "Device Id": 0,
+                    "Bytes": 1024,
+                    "Addr": 1 + i,
+                    "Total Allocated": total,
+                    "Total Reserved": 2 * allocated,
+                },
+            }
+        )
+    return {"schemaVersion": 1, "traceEvents": events}
+
+
+def test_diff_memory_peak_counts_a_rocm_trace_hip_memory(write_trace, capsys):
+    """`diff h100_bert mi300_bert` showed NEW's memory peak as `–` (null): the MI300 trace's 234
+    `[memory]` events are `Device Type` 6 (HIP) and the diff kept type 1 (CUDA) only, while
+    docs/diff.md says "GPU `[memory]` events, any device" and `summary` lists the HIP device's
+    peak (146 MB)."""
+    base = write_trace(_hip_trace(4096))
+    new = write_trace(_hip_trace(8192))
+    code = main(["diff", str(base), str(new), "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    peak = json.loads(captured.out)["overall"]["memory_peak"]
+    assert (peak["base"], peak["new"], peak["delta"]) == (4096, 8192, 4096)
