@@ -673,7 +673,7 @@ def single_trace_tables(session: Any) -> list[Table]:
 def diff_table(groups: Sequence[Any], what: str) -> Table:
     """The diff viewer's table of `what` ("kernels" or "operators"): a row per GroupDiff (a
     normalised (category, name)) in the diff's order, largest |Δ| first."""
-    statuses = {"added": "added", "removed": "removed"}
+    statuses = {"added": "added", "removed": "removed", "common": "common"}
     delta = np.array([g.new_total - g.base_total for g in groups], np.int64)
     fields = [
         Field("name", TEXT, lambda r: groups[r].name),

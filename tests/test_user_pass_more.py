@@ -5,6 +5,7 @@ bug as well."""
 
 from __future__ import annotations
 
+import csv
 import json
 
 from kinetoscope.cli import main
@@ -68,3 +69,21 @@ def test_diff_memory_peak_counts_a_rocm_trace_hip_memory(write_trace, capsys):
     assert code == 0, captured.err
     peak = json.loads(captured.out)["overall"]["memory_peak"]
     assert (peak["base"], peak["new"], peak["delta"]) == (4096, 8192, 4096)
+
+
+def test_diff_csv_says_common_for_a_name_in_both_traces(write_trace, tmp_path, capsys):
+    """`diff BASE NEW --csv DIR` left the `status` cell empty for a name in both traces, where
+    the text report, the Markdown and the JSON say `common`: a spreadsheet filter on `common`
+    found nothing, and an empty cell means "nothing to say" (docs/csv.md)."""
+    base = write_trace(_hip_trace(4096))
+    new = write_trace(_hip_trace(8192))
+    out = tmp_path / "csv"
+    assert main(["diff", str(base), str(new), "--csv", str(out)]) == 0
+    capsys.readouterr()
+    (operators,) = out.glob("*.diff-operators.csv")
+    with operators.open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["name"]: r["status"] for r in rows} == {
+        "ProfilerStep#…": "common",
+        "aten::empty": "common",
+    }
