@@ -292,6 +292,8 @@ def metrics_text(diff: TraceDiff, palette: Palette) -> Text:
     line per metric that either trace has, base, new, Δ and Δ % in columns."""
     text = Text(no_wrap=True, overflow="ellipsis")
     what = "whole trace" if diff.whole else "per step (mean)"
+    # `diff.overall` sums the compared pairs (memory: the highest peak); shown per step here
+    pairs = 1 if diff.whole else max(1, len(diff.pairs))
     heading = f"{what:<24}{'base':>12}{'new':>12}{'Δ':>12} {'Δ %':>9}"
     text.append(heading, palette.style("heading"))
     for metric in diff.overall:
@@ -304,6 +306,7 @@ def metrics_text(diff: TraceDiff, palette: Palette) -> Text:
                 return "–"
             if unit == "bytes":
                 return fmt_bytes(value, signed=signed)
+            value = value / pairs
             return ("+" if signed and value > 0 else "") + fmt_duration(value)
 
         text.append("\n")
