@@ -293,6 +293,7 @@ class CategoryPicker(ModalScreen[tuple[int | None] | None]):
         Binding("escape", "cancel", "Cancel"),
         Binding("q", "cancel", "Cancel", show=False),
         Binding("C", "cancel", "Cancel", show=False),
+        Binding("question_mark", "app.help", "Keys", show=False),  # modal: the app's is hidden
     ]
     DEFAULT_CSS = """
     CategoryPicker { align: center middle; }

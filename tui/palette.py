@@ -62,7 +62,7 @@ def viewer_help_sections() -> list[tuple[str, type, list[BindingType]]]:
     from .memory_view import MemoryChart, MemoryScreen
     from .operators import OperatorDetailScreen, OperatorsScreen
     from .overview import OverviewScreen
-    from .screens import TraceScreen
+    from .screens import GapListScreen, TraceScreen
     from .search import SearchScreen
     from .sync_view import SyncScreen
     from .table import TableScreen
@@ -85,6 +85,15 @@ def viewer_help_sections() -> list[tuple[str, type, list[BindingType]]]:
             "enter", "table_choose", "Show the call on the timeline, and the GPU idle after it"
         ),
     ]
+    details_keys: list[BindingType] = [  # Textual's own focus keys, on every screen
+        Binding("tab", "focus_next", "Focus the details pane, to scroll it (↑ ↓ PgUp PgDn)"),
+        Binding("shift+tab", "focus_previous", "Back to the timeline"),
+    ]
+    gaps = [
+        *GapListScreen.BINDINGS,
+        Binding("up,down,pageup,pagedown,home,end", "table_move", "Move in the list"),
+        Binding("enter", "table_choose", "Jump to the gap on the timeline"),
+    ]
     by_title = {title: bindings for title, bindings in drilldown_help_sections()}
     classes = {
         "Operators (o)": OperatorsScreen,
@@ -98,8 +107,9 @@ def viewer_help_sections() -> list[tuple[str, type, list[BindingType]]]:
         "Any table": TableScreen,
     }
     return [
-        ("Timeline", TraceScreen, [*Timeline.BINDINGS, *TraceScreen.BINDINGS]),
+        ("Timeline", TraceScreen, [*Timeline.BINDINGS, *TraceScreen.BINDINGS, *details_keys]),
         *((title, classes[title], bindings) for title, bindings in by_title.items()),
+        ("Idle gaps (i)", GapListScreen, gaps),
         ("Memory (p)", MemoryScreen, memory),
         ("Sync (b)", SyncScreen, sync),
     ]

@@ -425,6 +425,8 @@ class GapListScreen(SavesCsv, ModalScreen[int]):
         Binding("escape", "dismiss_none", "Close"),
         Binding("i", "dismiss_none", "Close", show=False),
         Binding("q", "dismiss_none", "Close", show=False),
+        # A modal screen hides the app's keys: `?` is bound here too, as it works everywhere.
+        Binding("question_mark", "app.help", "Keys", show=False),
         SAVE_CSV_BINDING,
         Binding(
             "e",

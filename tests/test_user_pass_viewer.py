@@ -1,0 +1,52 @@
+"""Bugs found by using the single-trace viewer on real traces as a demanding user would (a user
+pass of `kinetoscope TRACE`): each test here failed before its fix. Synthetic traces are used
+where they show the bug as well as a corpus trace."""
+
+from __future__ import annotations
+
+import pytest
+from kinetoscope.tui.app import KinetoscopeApp
+from kinetoscope.tui.screens import GapListScreen, HelpScreen, TraceScreen
+from test_tui_app import loaded, wait_for_screen
+from test_tui_sample import sample_trace
+
+SIZE = (120, 40)
+
+
+@pytest.fixture
+def trace_path(write_trace):
+    return str(write_trace(sample_trace(), name="sample.json"))
+
+
+async def test_question_mark_in_the_idle_gap_list_shows_the_keys(trace_path):
+    """`?` in the idle-gap list (`i`) did nothing, though the help says `?` works everywhere;
+    the list's own keys (`Enter`, `e`, `W`) were in no section of the help."""
+    app = KinetoscopeApp(trace_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("i")
+        await wait_for_screen(pilot, GapListScreen)
+        await pilot.press("question_mark")
+        help_screen = await wait_for_screen(pilot, HelpScreen)
+        rows = help_screen.bindings
+        assert rows[0][0].startswith("── Idle gaps") and "this screen" in rows[0][0]
+        keys = dict(rows[1 : next(i for i, r in enumerate(rows) if r[0] == "── Everywhere")])
+        assert {"e", "W", "⏎"} <= set(keys), keys
+        await pilot.press("escape")
+        await wait_for_screen(pilot, GapListScreen)
+        await pilot.press("escape")
+        await wait_for_screen(pilot, TraceScreen)
+
+
+async def test_help_on_the_timeline_lists_tab_for_the_details_pane(trace_path):
+    """README and docs/tui.md: `Tab` / `shift+Tab` focus the details pane to scroll it and go
+    back; `?` on the timeline did not list them (only `}`'s text hinted at Tab)."""
+    app = KinetoscopeApp(trace_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("question_mark")
+        help_screen = await wait_for_screen(pilot, HelpScreen)
+        rows = help_screen.bindings
+        mine = dict(rows[1 : next(i for i, r in enumerate(rows) if r[0] == "── Everywhere")])
+        assert "tab" in mine and "details" in mine["tab"].lower(), mine
+        assert "shift+tab" in mine, mine
