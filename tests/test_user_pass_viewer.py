@@ -4,7 +4,10 @@ where they show the bug as well as a corpus trace."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from kinetoscope.parser import loads
 from kinetoscope.tui.app import KinetoscopeApp
 from kinetoscope.tui.screens import GapListScreen, HelpScreen, TraceScreen
 from test_tui_app import loaded, wait_for_screen
@@ -50,3 +53,22 @@ async def test_help_on_the_timeline_lists_tab_for_the_details_pane(trace_path):
         mine = dict(rows[1 : next(i for i, r in enumerate(rows) if r[0] == "── Everywhere")])
         assert "tab" in mine and "details" in mine["tab"].lower(), mine
         assert "shift+tab" in mine, mine
+
+
+def test_a_process_named_with_its_pid_is_not_named_twice():
+    """MTIA traces name the device's process `MTIA 9` (pid 9): its group row on the timeline
+    read `MTIA 9 9` and its lanes `MTIA 9 9 / Stream 1 FW`. A name that already ends with the
+    pid keeps it once; other names still get it (`python3 19392`)."""
+    meta = [
+        {"ph": "M", "name": "process_name", "pid": 9, "tid": 0, "args": {"name": "MTIA 9"}},
+        {"ph": "M", "name": "thread_name", "pid": 9, "tid": 1, "args": {"name": "Stream 1 FW"}},
+        {"ph": "M", "name": "process_name", "pid": 19, "tid": 0, "args": {"name": "python3"}},
+        {"ph": "M", "name": "process_name", "pid": 7, "tid": 0, "args": {"name": "worker 71"}},
+    ]
+    slices = [
+        {"ph": "X", "cat": "mtia_ccp_events", "name": "k", "pid": p, "tid": 1, "ts": 1, "dur": 1}
+        for p in (9, 19, 7)
+    ]
+    trace = loads(json.dumps({"traceEvents": meta + slices}).encode())
+    labels = sorted(lane.label for lane in trace.lanes)
+    assert labels == ["MTIA 9 / Stream 1 FW", "python3 19 / thread 1", "worker 71 7 / thread 1"]
