@@ -289,7 +289,7 @@ def oddity_findings(analysis: TraceSession) -> list[Finding]:
         add(
             "overlapping_gpu_work",
             np.concatenate((late[:1], under[:1], late[1:])),
-            f"{len(late)} GPU activities start before the previous one on the same stream has "
+            f"{len(late):,} GPU activities start before the previous one on the same stream has "
             f"ended (first: {name(first)} on {lane.label}). All are drawn and counted; busy "
             "time counts the overlap once. Clock skew or a merged trace can cause this.",
             device=int(trace.device[first]),
@@ -300,7 +300,7 @@ def oddity_findings(analysis: TraceSession) -> list[Finding]:
         add(
             "slice_outlives_parent",
             np.concatenate((outliving[:1], earlier[:1], outliving[1:])),
-            f"{len(outliving)} CPU slices start inside another slice on the same thread but "
+            f"{len(outliving):,} CPU slices start inside another slice on the same thread but "
             f"end after it (first: {name(first)} in {name(int(earlier[0]))}). Each is shown "
             "as that slice's sibling, not its child, so self time in its group can add up to "
             "more than the group's total.",
@@ -311,7 +311,7 @@ def oddity_findings(analysis: TraceSession) -> list[Finding]:
         add(
             "duplicate_correlation",
             repeated,
-            f"{len(repeated)} runtime calls reuse a correlation id an earlier call carries "
+            f"{len(repeated):,} runtime calls reuse a correlation id an earlier call carries "
             f"(first: {name(first)}, id {int(trace.corr[first])}). GPU work with that id is "
             "linked to the first call only.",
         )
@@ -320,7 +320,7 @@ def oddity_findings(analysis: TraceSession) -> list[Finding]:
         add(
             "events_before_window",
             early,
-            f"{len(early)} slices start before the profiler's window (its `Trace` span) "
+            f"{len(early):,} slices start before the profiler's window (its `Trace` span) "
             f"begins (first: {name(int(early[0]))}). They are drawn and counted as they are.",
         )
     far, gap = far_from_the_rest(trace)
@@ -330,7 +330,7 @@ def oddity_findings(analysis: TraceSession) -> list[Finding]:
         add(
             "events_far_from_the_rest",
             far,
-            f"{len(far)} slices lie {ms(gap)} away from all the others (first: "
+            f"{len(far):,} slices lie {ms(gap)} away from all the others (first: "
             f"{name(int(far[0]))}): a clock jump, or events of another run? Fit-all (0) "
             "includes them, so the main part looks small: zoom in on it.",
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from kinetoscope.analysis import TraceSession
 from kinetoscope.parser import loads
 from kinetoscope.tui.app import KinetoscopeApp
 from kinetoscope.tui.screens import GapListScreen, HelpScreen, TraceScreen
@@ -72,3 +73,36 @@ def test_a_process_named_with_its_pid_is_not_named_twice():
     trace = loads(json.dumps({"traceEvents": meta + slices}).encode())
     labels = sorted(lane.label for lane in trace.lanes)
     assert labels == ["MTIA 9 / Stream 1 FW", "python3 19 / thread 1", "worker 71 7 / thread 1"]
+
+
+def test_findings_count_thousands_with_separators():
+    """The findings table (`t`) on the MTIA trace read `3551 CPU slices start inside another
+    slice…` one row above `29,267 slices of categories…`: the trace-oddity counts had no
+    thousands separator where every other count has one."""
+    events = []
+    for i in range(1200):  # each "late" starts inside "early" and ends after it
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "early",
+                "pid": 1,
+                "tid": 1,
+                "ts": 100 * i,
+                "dur": 10,
+            }
+        )
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "late",
+                "pid": 1,
+                "tid": 1,
+                "ts": 100 * i + 5,
+                "dur": 10,
+            }
+        )
+    trace = loads(json.dumps({"traceEvents": events}).encode())
+    finding = next(f for f in TraceSession(trace).findings if f.rule == "slice_outlives_parent")
+    assert finding.message.startswith("1,200 CPU slices"), finding.message
