@@ -466,7 +466,7 @@ def finish(result: CaptureResult, *, view: bool) -> None:
         print(f"kinetoscope: no trace written: {result.reason}", file=sys.stderr)
         return
     command = f"kinetoscope view {shlex.quote(str(result.path))}"
-    print(f"kinetoscope: wrote {result.path} ({result.options.window_text()})", file=sys.stderr)
+    print(f"kinetoscope: wrote {result.path} ({result.recorded_text()})", file=sys.stderr)
     if view and sys.stdout.isatty() and sys.stdin.isatty():
         try:
             from kinetoscope.viewer import run_view

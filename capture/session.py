@@ -133,6 +133,20 @@ class CaptureResult:
     options: CaptureOptions
     reason: str = ""  # why nothing was written, when path is None
 
+    def recorded_text(self) -> str:
+        """The steps the written trace holds: the window, or its start when the program ended
+        inside it (the step it ended in is then cut short)."""
+        opts = self.options
+        last = opts.first_recorded_step + opts.active - 1
+        if not opts.windowed or self.steps_seen > last:
+            return opts.window_text()
+        first, ended = opts.first_recorded_step, max(self.steps_seen, opts.first_recorded_step)
+        span = f"ProfilerStep#{first}" + (f"..#{ended}" if ended != first else "")
+        return (
+            f"{span} of the window {opts.window_text()}: the program ended during "
+            f"ProfilerStep#{ended}"
+        )
+
 
 def default_output_path(label: str, directory: Path | None = None) -> Path:
     """A readable, unused name: `<label>_<YYYYmmdd-HHMMSS>.pt.trace.json.gz` (with `_2`... on clash)."""

@@ -6,7 +6,13 @@ bug as well."""
 from __future__ import annotations
 
 import csv
+import gzip
 import json
+import os
+import subprocess
+import sys
+
+import pytest
 
 from kinetoscope.cli import main
 
@@ -122,3 +128,47 @@ def test_diff_viewer_per_step_mean_is_a_mean(write_trace):
     text = metrics_text(diff, palette_of(None)).plain
     line = next(row for row in text.splitlines() if row.startswith("step time"))
     assert line.split()[2:] == ["1", "ms", "1.1", "ms", "+100", "µs", "+10.0"], line
+
+
+def test_capture_of_a_program_that_fails_inside_the_window_says_which_steps_it_wrote(tmp_path):
+    """A program that raised in its 9th step (default window ProfilerStep#7..#9) wrote a trace
+    of ProfilerStep#7 and #8 only, but the report said `wrote PATH (ProfilerStep#7..#9 (skip
+    5, warm up 2, record 3))`: the planned window, not what the file holds. It names the steps
+    written and says the program ended during the last one."""
+    pytest.importorskip("torch")
+    script = tmp_path / "fails.py"
+    script.write_text(
+        "import torch\n"
+        "m = torch.nn.Linear(4, 4)\n"
+        "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for i in range(10):\n"
+        "    m(torch.randn(2, 4)).sum().backward()\n"
+        "    opt.step()\n"
+        "    if i == 7:\n"
+        "        raise ValueError('boom')\n"
+    )
+    out = tmp_path / "fails.pt.trace.json.gz"
+    env = dict(os.environ)
+    env.pop("KINETO_USE_DAEMON", None)
+    run = subprocess.run(
+        [sys.executable, "-m", "kinetoscope", "capture", "--no-view", "-o", str(out), "fails.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert run.returncode == 1, run.stderr
+    document = json.loads(gzip.decompress(out.read_bytes()))
+    steps = sorted(
+        {
+            e["name"]
+            for e in document["traceEvents"]
+            if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("ph") == "X"
+        }
+    )
+    assert steps == ["ProfilerStep#7", "ProfilerStep#8"]
+    wrote = next(line for line in run.stderr.splitlines() if line.startswith("kinetoscope: wrote"))
+    assert "(ProfilerStep#7..#8 of the window ProfilerStep#7..#9 " in wrote, wrote
+    assert "ended during ProfilerStep#8" in wrote, wrote
