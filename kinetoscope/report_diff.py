@@ -15,6 +15,7 @@ TOP_ROWS = 100  # operators and kernels in the JSON document, by |Δ|
 TABLE_ROWS = 20  # rows of each text table
 ALIGN_ENTRIES = 50  # non-equal alignment entries listed per stream in the JSON document
 EXIT_REGRESSION = 3  # `--fail-above PCT`: a regression of more than PCT %
+UNNAMED = "not named (no deviceProperties)"  # the GPUs row, for a trace that names no GPU
 
 
 # -- the JSON document ------------------------------------------------------------------------
@@ -214,7 +215,8 @@ def diff_tables(diff: Any) -> list[Any]:
     head.add_row(
         "GPUs",
         _data(
-            f"BASE {', '.join(diff.devices_base) or '?'}; NEW {', '.join(diff.devices_new) or '?'}"
+            f"BASE {', '.join(diff.devices_base) or UNNAMED}; "
+            f"NEW {', '.join(diff.devices_new) or UNNAMED}"
         ),
     )
     out.append(head)

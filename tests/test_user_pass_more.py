@@ -172,3 +172,17 @@ def test_capture_of_a_program_that_fails_inside_the_window_says_which_steps_it_w
     wrote = next(line for line in run.stderr.splitlines() if line.startswith("kinetoscope: wrote"))
     assert "(ProfilerStep#7..#8 of the window ProfilerStep#7..#9 " in wrote, wrote
     assert "ended during ProfilerStep#8" in wrote, wrote
+
+
+def test_diff_gpus_row_says_why_a_trace_names_no_gpu(write_trace, capsys):
+    """The diff's verdict table read `GPUs │ BASE ?; NEW ?` for two traces without
+    `deviceProperties` (the HTA sampled ranks, the 2021 resnet50 runs): a bare `?` that reads as
+    a failure. It says the trace names no GPU, and why."""
+    base = write_trace(_stepped_trace(1000))
+    new = write_trace(_stepped_trace(1100))
+    assert main(["diff", str(base), str(new), "--format", "tsv"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("GPUs\t"))
+    assert row == (
+        "GPUs\tBASE not named (no deviceProperties); NEW not named (no deviceProperties)"
+    )
