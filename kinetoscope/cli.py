@@ -489,6 +489,8 @@ def _dispatch(args: argparse.Namespace) -> int:
                 steps=args.steps,
                 templates=args.fold_templates,
             )
+        if args.csv is not None and (args.json or args.format or args.width is not None):
+            return _usage_error("--csv writes files instead of printing: drop the output options")
         return run_diff(
             args.base,
             args.new,

@@ -186,3 +186,18 @@ def test_diff_gpus_row_says_why_a_trace_names_no_gpu(write_trace, capsys):
     assert row == (
         "GPUs\tBASE not named (no deviceProperties); NEW not named (no deviceProperties)"
     )
+
+
+def test_diff_csv_with_an_output_option_is_a_usage_error(write_trace, tmp_path, capsys):
+    """`diff BASE NEW --csv DIR --json` wrote the CSV files and printed no JSON, exit 0: the
+    `--json` was dropped without a word, where `summary --csv DIR --json` is a usage error
+    (docs/csv.md: `--csv` does not combine with `--json`, `--format` or `--width`)."""
+    base = write_trace(_stepped_trace(1000))
+    new = write_trace(_stepped_trace(1100))
+    for option in (["--json"], ["--format", "md"], ["--width", "80"]):
+        out = tmp_path / f"csv{len(option)}{option[-1]}"
+        code = main(["diff", str(base), str(new), "--csv", str(out), *option])
+        captured = capsys.readouterr()
+        assert code == 2, option
+        assert captured.err.count("\n") == 1 and "--csv" in captured.err
+        assert not out.exists()
