@@ -822,8 +822,10 @@ def compile_tables(document: dict[str, Any]) -> list[Any]:
     tables = [facts]
     if c["eager_islands"]:
         numbers = ("count", "CPU time", "GPU time")
+        listed = len(c["eager_islands"])
+        shown = f" (10 of {listed} in --json)" if listed > 10 else ""
         islands = _table(
-            "Eager islands: operators outside compiled code",
+            f"Eager islands: operators outside compiled code{shown}",
             "operator",
             *numbers,
             right=numbers,

@@ -201,3 +201,38 @@ def test_diff_csv_with_an_output_option_is_a_usage_error(write_trace, tmp_path, 
         assert code == 2, option
         assert captured.err.count("\n") == 1 and "--csv" in captured.err
         assert not out.exists()
+
+
+def test_summary_eager_islands_table_says_it_shows_the_first_ten(write_trace, capsys):
+    """The compile section's eager-island table printed the first 10 islands under the title
+    `Eager islands: operators outside compiled code`, with nothing saying there were more: the
+    CPU demo's compiled run has 11 (`aten::to` was missing from the summary; the viewer's `c`
+    lists all 11). The title says how many of how many, as the operator table does."""
+    events = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "Torch-Compiled Region: 0/0",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1000,
+            "dur": 10,
+        }
+    ]
+    for i in range(12):
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": f"aten::op{i:02d}",
+                "pid": 1,
+                "tid": 1,
+                "ts": 1020 + 10 * i,
+                "dur": 5 + i,
+            }
+        )
+    path = write_trace({"schemaVersion": 1, "traceEvents": events})
+    assert main(["summary", str(path), "--format", "tsv"]) == 0
+    out = capsys.readouterr().out
+    title = next(line for line in out.splitlines() if line.startswith("# Eager islands"))
+    assert title == "# Eager islands: operators outside compiled code (10 of 12 in --json)"
