@@ -106,3 +106,30 @@ def test_findings_count_thousands_with_separators():
     trace = loads(json.dumps({"traceEvents": events}).encode())
     finding = next(f for f in TraceSession(trace).findings if f.rule == "slice_outlives_parent")
     assert finding.message.startswith("1,200 CPU slices"), finding.message
+
+
+async def test_resizing_the_terminal_keeps_the_time_range_on_screen(trace_path):
+    """Widening the terminal (tmux resize-window 80x24 -> 120x40) left the whole trace in
+    the left two thirds of the timeline, an empty stretch past its end; narrowing it cut the
+    trace's end off. The window shows the same time range at any width: the whole trace stays
+    whole, a zoomed view keeps its range."""
+    app = KinetoscopeApp(trace_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        timeline = await loaded(pilot)
+        span = timeline.data.span
+        assert timeline.view_start == 0 and timeline.view_end >= span
+        narrow = timeline.ns_per_cell
+        await pilot.resize_terminal(120, 40)
+        await pilot.pause()
+        await pilot.pause()
+        assert timeline.ns_per_cell < narrow
+        assert timeline.view_start == 0 and span <= timeline.view_end <= span + 2 * narrow
+        await pilot.press("w", "w", "d")
+        await pilot.pause()
+        shown = (timeline.view_start, timeline.view_end)
+        assert shown[1] < span
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        await pilot.pause()
+        assert timeline.view_start == pytest.approx(shown[0])
+        assert timeline.view_end == pytest.approx(shown[1], abs=timeline.ns_per_cell)

@@ -129,6 +129,7 @@ class Timeline(ScrollView, can_focus=True):
         self._needs_fit = False
         self._first_frame_posted = False
         self._geometry_cache: tuple = (None, (0, 12, 1))
+        self._resized_cells = 0  # the cells width at the last resize (see on_resize)
         self._highlight: np.ndarray | None = None  # search matches: bool per string id
         self._highlight_version = 0
         # The time the ruler calls 0 (relative ns): another timeline's origin, when several
@@ -238,7 +239,16 @@ class Timeline(ScrollView, can_focus=True):
     def on_resize(self, event: events.Resize) -> None:
         self.virtual_size = Size(event.size.width, len(self.rows) + 1)
         self._strips.clear()
-        self._initial_fit()
+        # The same time range stays on screen at the new width (a fitted trace stays whole):
+        # the cells width as of the previous resize (the geometry cache is already the new one).
+        old_cells, cells = self._resized_cells, self.cells_width
+        self._resized_cells = cells
+        if self._needs_fit or self.data is None:
+            self._initial_fit()
+        elif 0 < old_cells != cells:
+            shown = old_cells * self.ns_per_cell
+            self.ns_per_cell = min(max(shown / cells, MIN_NS_PER_CELL), self._max_ns_per_cell())
+            self._clamp_view()
 
     # -- change notifications ---------------------------------------------------------------------
 
