@@ -236,3 +236,28 @@ def test_summary_eager_islands_table_says_it_shows_the_first_ten(write_trace, ca
     out = capsys.readouterr().out
     title = next(line for line in out.splitlines() if line.startswith("# Eager islands"))
     assert title == "# Eager islands: operators outside compiled code (10 of 12 in --json)"
+
+
+async def test_diff_viewer_of_two_cpu_traces_opens_on_the_operators(write_trace):
+    """`kinetoscope demo --compile` on a CPU opens the diff of its eager and compiled runs, and
+    the diff viewer opened on an empty kernels table (`0 rows`: neither trace has GPU
+    activity), the operators one `T` away. With no kernel on either side it opens on the
+    operators; `T` still switches."""
+    from kinetoscope.tui.diff_app import DiffApp
+    from kinetoscope.tui.diff_table import DiffScreen
+
+    base = write_trace(_stepped_trace(1000))
+    new = write_trace(_stepped_trace(1100))
+    app = DiffApp(str(base), str(new))
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(400):
+            await pilot.pause(0.05)
+            if isinstance(app.screen, DiffScreen):
+                break
+        screen = app.screen
+        assert isinstance(screen, DiffScreen), app.exit_message
+        await pilot.pause()
+        assert screen.shown == "operators"
+        assert screen.table.row_count == 2
+        await pilot.press("T")
+        assert screen.shown == "kernels"

@@ -355,7 +355,8 @@ class DiffScreen(TableScreen):
             "kernels": NameRows("kernels", diff.kernels),
             "operators": NameRows("operators", diff.operators),
         }
-        self.shown = "kernels"
+        # Neither trace ran a kernel (CPU-only runs): the operators are what changed.
+        self.shown = "kernels" if diff.kernels or not diff.operators else "operators"
         self.order = 0
         self.pair = 0  # the step pair the timelines show
 
