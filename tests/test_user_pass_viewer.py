@@ -10,6 +10,7 @@ import pytest
 from kinetoscope.analysis import TraceSession
 from kinetoscope.parser import loads
 from kinetoscope.tui.app import KinetoscopeApp
+from kinetoscope.tui.safe_text import fit_name
 from kinetoscope.tui.screens import GapListScreen, HelpScreen, TraceScreen
 from test_tui_app import loaded, wait_for_screen
 from test_tui_sample import sample_trace
@@ -133,3 +134,15 @@ async def test_resizing_the_terminal_keeps_the_time_range_on_screen(trace_path):
         await pilot.pause()
         assert timeline.view_start == pytest.approx(shown[0])
         assert timeline.view_end == pytest.approx(shown[1], abs=timeline.ns_per_cell)
+
+
+def test_a_numbered_name_keeps_its_number_in_a_narrow_column():
+    """At 80x24 the overview's (`v`) step column is 8 cells: its rows read `Profile…`,
+    `Profile…`, `Profile…` (ProfilerStep#4, #5, #6): a numbered name lost its number, the one
+    part that tells the rows apart, as soon as fewer than six characters of its start were
+    left (docs/tui-drilldown.md: numbered names keep their number)."""
+    assert fit_name("ProfilerStep#4", 8) == "Profi…#4"
+    assert fit_name("ProfilerStep#12", 8) == "Prof…#12"
+    assert fit_name("ProfilerStep#1234", 8) == "Pr…#1234"
+    assert len({fit_name(f"ProfilerStep#{n}", 7) for n in (4, 5, 6)}) == 3
+    assert fit_name("ProfilerStep#1234", 6) == "Profi…"  # no room for a start and the number

@@ -151,11 +151,12 @@ def cut_front(text: str, width: int) -> str:
 
 def cut_middle(text: str, width: int, suffix: str) -> str:
     """`text` (already clean, ending in `suffix`) in at most `width` cells, keeping `suffix`
-    (`ProfilerSt…#12`); its end is cut when the suffix leaves too little room."""
+    (`ProfilerSt…#12`, `Prof…#12`: the number tells the rows of a column apart); its end is
+    cut when the suffix leaves no room for two cells of its start."""
     if _head(text, width)[1]:
         return text
     room = width - cell_len(suffix) - 1
-    if room < min(6, cell_len(text) - cell_len(suffix)):
+    if room < min(2, cell_len(text) - cell_len(suffix)):
         return cut_end(text, width)
     return _head(text[: len(text) - len(suffix)], room)[0] + ELLIPSIS + suffix
 
