@@ -261,3 +261,25 @@ async def test_diff_viewer_of_two_cpu_traces_opens_on_the_operators(write_trace)
         assert screen.table.row_count == 2
         await pilot.press("T")
         assert screen.shown == "kernels"
+
+
+async def test_diff_viewer_metrics_do_not_wrap_on_a_narrow_terminal(write_trace):
+    """On a 70-column terminal each line of the diff viewer's step comparison wrapped in two
+    (its `Δ %` alone on the next line), so the block, capped at 12 lines, hid its last
+    metrics and pushed the table down. Each metric keeps one line, cut at the edge."""
+    from kinetoscope.tui.diff_app import DiffApp
+    from kinetoscope.tui.diff_table import DiffScreen
+
+    base = write_trace(_stepped_trace(1000))
+    new = write_trace(_stepped_trace(1100))
+    app = DiffApp(str(base), str(new))
+    async with app.run_test(size=(70, 30)) as pilot:
+        for _ in range(400):
+            await pilot.pause(0.05)
+            if isinstance(app.screen, DiffScreen):
+                break
+        assert isinstance(app.screen, DiffScreen), app.exit_message
+        await pilot.pause()
+        metrics = app.screen.query_one("#diff-metrics")
+        # the heading and `step time` (the only metric these traces have)
+        assert metrics.size.height == 2

@@ -337,7 +337,9 @@ class DiffScreen(TableScreen):
     ]
     DEFAULT_CSS = """
     #diff-verdict { height: auto; max-height: 2; padding: 0 1; }
-    #diff-metrics { height: auto; max-height: 12; padding: 0 1; }
+    #diff-metrics {
+        height: auto; max-height: 12; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis;
+    }
     #diff-pairs { height: auto; max-height: 1; padding: 0 1; }
     """
     SHOW_DETAIL = True
