@@ -146,3 +146,26 @@ def test_a_numbered_name_keeps_its_number_in_a_narrow_column():
     assert fit_name("ProfilerStep#1234", 8) == "Pr…#1234"
     assert len({fit_name(f"ProfilerStep#{n}", 7) for n in (4, 5, 6)}) == 3
     assert fit_name("ProfilerStep#1234", 6) == "Profi…"  # no room for a start and the number
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_the_idle_gap_list_fits_its_box(write_trace, size):
+    """At 80x24 the idle-gap list's `next GPU event` column ran past the box's right edge, cut
+    with no ellipsis (`Memcpy DtoD (Device`), the rest only by scrolling sideways; at 120x40
+    it was cut at 40 cells with half the box empty. The names take the room the box has."""
+    doc = sample_trace()
+    for i, event in enumerate(doc["traceEvents"]):
+        if event.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            event["name"] = f"a_plain_kernel_name_that_is_rather_long_number_{i:04d}"
+    app = KinetoscopeApp(str(write_trace(doc, name="long.json")))
+    async with app.run_test(size=size) as pilot:
+        await loaded(pilot)
+        await pilot.press("i")
+        screen = await wait_for_screen(pilot, GapListScreen)
+        await pilot.pause()
+        table = screen.query_one("#gap-table")
+        assert table.virtual_size.width <= table.scrollable_content_region.width
+        names = [str(table.get_row_at(i)[-1]) for i in range(table.row_count)]
+        if size[0] >= 120:  # room for the whole 51-cell name
+            assert all(n.startswith("a_plain_kernel_name_that_is_rather_long") for n in names)
+            assert all(len(n) == 51 for n in names), names

@@ -466,19 +466,31 @@ class GapListScreen(SavesCsv, ModalScreen[int]):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        table.add_columns("#", "GPU", "start", "length", "cause", "next GPU event")
+        titles = ("#", "GPU", "start", "length", "cause", "next GPU event")
+        table.add_columns(*titles)
         data = self.data
         gaps = data.gaps
-        for rank, gap in enumerate(self.order.tolist(), start=1):
-            table.add_row(
+        rows = [
+            (
                 str(rank),
                 str(int(gaps.device[gap])),
                 time_cell(int(gaps.start[gap]) - data.origin, "+"),
                 time_cell(int(gaps.end[gap] - gaps.start[gap])),
                 data.gap_cause(gap),
-                Text(fit_name(data.trace.name_of(int(gaps.next_row[gap])), 40)),
-                key=str(gap),
             )
+            for rank, gap in enumerate(self.order.tolist(), start=1)
+        ]
+        # The names take the room the other columns leave in the box (90% of the screen, its
+        # border, the scrollbar; each column has a cell of padding on both sides).
+        widths = [cell_len(title) for title in titles[:-1]]
+        for cells in rows:
+            lengths = [c.cell_len if isinstance(c, Text) else cell_len(c) for c in cells]
+            widths = [max(w, n) for w, n in zip(widths, lengths, strict=True)]
+        room = int(self.app.size.width * 0.9) - 2 - 2 - sum(w + 2 for w in widths) - 2
+        name_width = max(16, room)
+        for cells, gap in zip(rows, self.order.tolist(), strict=True):
+            name = fit_name(data.trace.name_of(int(gaps.next_row[gap])), name_width)
+            table.add_row(*cells, Text(name), key=str(gap))
         table.focus()
 
     def on_data_table_row_selected(self, message: DataTable.RowSelected) -> None:
