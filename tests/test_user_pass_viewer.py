@@ -169,3 +169,16 @@ async def test_the_idle_gap_list_fits_its_box(write_trace, size):
         if size[0] >= 120:  # room for the whole 51-cell name
             assert all(n.startswith("a_plain_kernel_name_that_is_rather_long") for n in names)
             assert all(len(n) == 51 for n in names), names
+
+
+async def test_W_on_the_timeline_says_where_it_works(trace_path):
+    """README lists `W` among the viewer's keys (save a table as CSV); on the timeline, where
+    there is no table, it did nothing and said nothing. It says which screens have tables."""
+    app = KinetoscopeApp(trace_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("W")
+        await pilot.pause()
+        notes = [str(n.message) for n in app._notifications]
+        assert any("W saves a table" in note and "o operators" in note for note in notes), notes
+        assert isinstance(app.screen, TraceScreen)

@@ -164,6 +164,7 @@ class TraceScreen(DrilldownActions, Screen):
             tooltip="Memory curve per device: peak, live bytes, operators that allocate",
         ),
         Binding("b", "syncs", "Syncs", show=False, tooltip="Where the CPU blocks on the GPU"),
+        Binding("W", "save_csv_hint", "Save CSV", show=False, tooltip="Save CSV: in a table"),
         Binding(
             "left_curly_bracket",
             "details_size(-3)",
@@ -375,6 +376,15 @@ class TraceScreen(DrilldownActions, Screen):
         from .sync_view import open_sync_view
 
         open_sync_view(self)
+
+    def action_save_csv_hint(self) -> None:
+        """`W` saves a table; the timeline has none: say where it works."""
+        self.notify(
+            "W saves a table as CSV: open one first (o operators, k kernels, t findings, "
+            "v steps, i idle gaps, p memory, b syncs, c compile)",
+            timeout=4,
+            markup=False,
+        )
 
     def action_clear(self) -> None:
         self.timeline.selected_row = -1
