@@ -865,6 +865,8 @@ def diff_sessions(
             reasons.append(
                 f"no common steps (BASE has {steps_b}, NEW {steps_n}): whole traces compared"
             )
+        elif options.steps is not None:
+            reasons.append("--steps picks none: neither trace has steps (whole traces compared)")
     whole = not common
     pairs: list[StepPair] = []
     if whole:

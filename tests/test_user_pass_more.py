@@ -283,3 +283,32 @@ async def test_diff_viewer_metrics_do_not_wrap_on_a_narrow_terminal(write_trace)
         metrics = app.screen.query_one("#diff-metrics")
         # the heading and `step time` (the only metric these traces have)
         assert metrics.size.height == 2
+
+
+def test_diff_steps_option_on_traces_without_steps_is_not_ignored(write_trace, capsys):
+    """`diff A B --steps 2` of two traces without ProfilerSteps compared the whole traces and
+    gave a verdict (`NEUTRAL`) as if `--steps` had not been given: the pair asked for does not
+    exist. docs/diff.md: `--steps` picking none makes the traces not comparable (the verdict
+    `inconclusive`, the reason said)."""
+
+    def stepless(dur: int) -> dict:
+        events = [
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::mm",
+                "pid": 1,
+                "tid": 1,
+                "ts": 1000,
+                "dur": dur,
+            }
+        ]
+        return {"schemaVersion": 1, "traceEvents": events}
+
+    base, new = write_trace(stepless(100)), write_trace(stepless(100))
+    assert main(["diff", str(base), str(new), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"]["verdict"] == "neutral"
+    assert main(["diff", str(base), str(new), "--json", "--steps", "2"]) == 0
+    verdict = json.loads(capsys.readouterr().out)["verdict"]
+    assert verdict["verdict"] == "inconclusive"
+    assert any(reason.startswith("--steps picks none") for reason in verdict["reasons"])
