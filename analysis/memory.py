@@ -9,6 +9,8 @@ import numpy as np
 from kinetoscope.parser.model import NO_VALUE, MemoryEvents, Trace
 
 CUDA_DEVICE_TYPE = 1  # c10::DeviceType::CUDA (some ROCm builds write HIP, 6, instead)
+HIP_DEVICE_TYPE = 6  # c10::DeviceType::HIP
+GPU_DEVICE_TYPES = (CUDA_DEVICE_TYPE, HIP_DEVICE_TYPE)  # a GPU's memory, whichever is written
 
 
 def device_properties(trace: Trace) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ from kinetoscope.parser.model import NO_VALUE
 
 from .idle import HOST_WAIT, KERNEL_WAIT
 from .intervals import Union
-from .memory import CUDA_DEVICE_TYPE, device_properties
+from .memory import GPU_DEVICE_TYPES, device_properties
 from .oddities import oddity_findings
 from .steps import COMM_NAME, names_matching
 from .units import fmt_bytes, us
@@ -614,7 +614,7 @@ def memory_near_capacity(a: TraceSession) -> list[Finding]:
     out = []
     memory = a.trace.memory
     for group in a.memory:
-        if group.device_type != CUDA_DEVICE_TYPE or group.device_id not in capacity:
+        if group.device_type not in GPU_DEVICE_TYPES or group.device_id not in capacity:
             continue
         peak = group.peak_reserved if group.peak_reserved is not None else group.peak_allocated
         if peak is None:

@@ -187,6 +187,8 @@ def test_memory_near_capacity():
     critical = run(975)
     assert critical.severity == "critical" and critical.start == 5000 and critical.device == 0
     assert run(990, device_type=0) is None  # CPU memory is not judged against the GPU's
+    # ROCm builds that write HIP (6) for the GPU: judged as CUDA's (it was never judged).
+    assert run(975, device_type=6).severity == "critical"
 
 
 def test_memory_near_capacity_says_the_sizes_as_the_trace_facts_do():
