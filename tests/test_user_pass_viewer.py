@@ -182,3 +182,35 @@ async def test_W_on_the_timeline_says_where_it_works(trace_path):
         notes = [str(n.message) for n in app._notifications]
         assert any("W saves a table" in note and "o operators" in note for note in notes), notes
         assert isinstance(app.screen, TraceScreen)
+
+
+async def test_right_arrow_inside_the_only_slice_of_a_row_selects_it(write_trace):
+    """On a Python-stack trace the top row of the main thread is one slice covering the whole
+    trace (`<string>(1): <module>`). After panning, `→` with nothing selected said "No more
+    events on this lane" with that slice under the cursor, while the details pane says
+    "←/→ walk events". It selects the slice under the cursor when none starts after it."""
+    events = [
+        {
+            "ph": "X",
+            "cat": "python_function",
+            "name": "<module>",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 1000,
+        },
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 20},
+    ]
+    app = KinetoscopeApp(str(write_trace({"traceEvents": events}, name="module.json")))
+    async with app.run_test(size=SIZE) as pilot:
+        timeline = await loaded(pilot)
+        trace = timeline.data.trace
+        module = next(r for r in range(len(trace)) if trace.name_of(r) == "<module>")
+        row = next(i for i, r in enumerate(timeline.rows) if not r.is_header and r.level == 0)
+        timeline.cursor_row = row
+        timeline.cursor_time = 500_000  # ns: mid-slice, after every start on the row
+        await pilot.press("right")
+        await pilot.pause()
+        assert timeline.selected_row == module
+        notes = [str(n.message) for n in app._notifications]
+        assert not any("No more events" in note for note in notes), notes

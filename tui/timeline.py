@@ -673,6 +673,11 @@ class Timeline(ScrollView, can_focus=True):
             target = entry + direction
         elif direction > 0:
             target = int(np.searchsorted(level.start, self.cursor_time, "left"))
+            under = self.event_under_cursor() if target == len(level) else -1
+            if under >= 0:  # none starts after the cursor: the slice under it (`<module>`)
+                self._leave_gap()
+                self.select(under)
+                return
         else:
             target = int(np.searchsorted(level.start, self.cursor_time, "left")) - 1
         if not (0 <= target < len(level)):
