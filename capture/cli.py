@@ -29,6 +29,7 @@ from kinetoscope.capture.session import (
     CaptureError,
     CaptureOptions,
     CaptureResult,
+    CaptureUsage,
     StepSource,
 )
 
@@ -229,10 +230,10 @@ def _program_from_args(args: argparse.Namespace) -> Program:
     if args.code is not None:
         return Program(CODE, args.code, rest)
     if not rest:
-        raise CaptureError("nothing to run: give script.py, -m module or -c code")
+        raise CaptureUsage("nothing to run: give script.py, -m module or -c code")
     script, *script_args = rest
     if script.startswith("-"):
-        raise CaptureError(f"unknown option {script} (options go before the script)")
+        raise CaptureUsage(f"unknown option {script} (options go before the script)")
     if not os.path.isfile(script):
         raise CaptureError(f"can't open file {script!r}: no such file")
     return Program(SCRIPT, script, script_args)
@@ -261,8 +262,8 @@ def handle_capture(args: argparse.Namespace) -> int:
     from kinetoscope.capture.run import capture_program
 
     try:
+        options = _options_from_args(args)  # its mistakes are usage errors: said first
         program = _program_from_args(args)
-        options = _options_from_args(args)
         env = RankEnv.from_environ()
         if args.nproc is not None:
             if env is not None:
@@ -276,7 +277,7 @@ def handle_capture(args: argparse.Namespace) -> int:
         outcome, result = capture_program(program, options, output=output, force=args.force)
     except CaptureError as exc:
         _say_error(exc)
-        return 1
+        return 2 if isinstance(exc, CaptureUsage) else 1
     finish(result, view=not args.no_view)
     return outcome.exit_code
 
@@ -341,7 +342,7 @@ def _capture_rank(
 def _launch_ranks(args: argparse.Namespace, program: Program) -> int:
     """`capture --nproc N`: N local ranks through torch's launcher, then the folder's report."""
     if args.nproc < 1:
-        raise CaptureError(f"--nproc needs 1 or more ranks, got {args.nproc}")
+        raise CaptureUsage(f"--nproc needs 1 or more ranks, got {args.nproc}")
     check_launcher_available()
     run_dir = Path(args.output) if args.output else new_run_dir(program.label)
     prepare_run_dir(run_dir)

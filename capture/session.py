@@ -35,6 +35,11 @@ class CaptureError(Exception):
     """A capture could not be set up (bad option, existing output, no torch)."""
 
 
+class CaptureUsage(CaptureError):
+    """The command line asks for something that cannot be (exit status 2, as other usage
+    errors): no program, an unknown option, an option's value out of its range."""
+
+
 class TorchMissing(CaptureError):
     """torch is not importable."""
 
@@ -73,8 +78,8 @@ class StepSource:
                 seconds = -1.0
             if seconds > 0:
                 return cls(kind=kind, seconds=seconds)
-            raise CaptureError(f"--steps-from time:SECONDS needs a positive number, got {arg!r}")
-        raise CaptureError(
+            raise CaptureUsage(f"--steps-from time:SECONDS needs a positive number, got {arg!r}")
+        raise CaptureUsage(
             f"unknown step source {text!r}: use optimizer, function:NAME, time:SECONDS or run"
         )
 
@@ -103,9 +108,9 @@ class CaptureOptions:
 
     def validate(self) -> None:
         if self.wait < 0 or self.warmup < 0:
-            raise CaptureError("--wait and --warmup must be 0 or more")
+            raise CaptureUsage("--wait and --warmup must be 0 or more")
         if self.active < 1:
-            raise CaptureError("--active must be 1 or more")
+            raise CaptureUsage("--active must be 1 or more")
 
     @property
     def windowed(self) -> bool:

@@ -316,7 +316,7 @@ def test_nproc_refused_inside_a_rank_and_when_not_positive(tmp_path: Path) -> No
         "kinetoscope: --nproc starts ranks itself; this is already a rank of a job (RANK is set)"
     )
     zero = run_kinetoscope(["capture", "--nproc", "0", "train.py"], tmp_path)
-    assert zero.returncode == 1
+    assert zero.returncode == 2  # a usage error
     assert zero.stderr.strip() == "kinetoscope: --nproc needs 1 or more ranks, got 0"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]
 

@@ -312,3 +312,28 @@ def test_diff_steps_option_on_traces_without_steps_is_not_ignored(write_trace, c
     verdict = json.loads(capsys.readouterr().out)["verdict"]
     assert verdict["verdict"] == "inconclusive"
     assert any(reason.startswith("--steps picks none") for reason in verdict["reasons"])
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        ([], "nothing to run"),
+        (["--", "--bogus"], "unknown option --bogus"),
+        (["--active", "0", "missing.py"], "--active must be 1 or more"),
+        (["--steps-from", "bogus", "missing.py"], "unknown step source"),
+        (["--nproc", "0", "train.py"], "--nproc needs 1 or more ranks"),
+    ],
+)
+def test_capture_usage_errors_exit_2(tmp_path, monkeypatch, capsys, argv, said):
+    """`kinetoscope --help` says status 2 is a usage error, as for every other command; capture's
+    own usage errors (no program, an unknown option, an option's value out of range) exited 1,
+    and an option's mistake was hidden behind a missing script's. A missing script is still an
+    error (1), not a usage one."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")
+    code = main(["capture", "--no-view", *argv])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert said in err and err.count("\n") == 1, err
+    assert main(["capture", "--no-view", "missing.py"]) == 1
+    assert "missing.py" in capsys.readouterr().err
