@@ -214,3 +214,28 @@ async def test_right_arrow_inside_the_only_slice_of_a_row_selects_it(write_trace
         assert timeline.selected_row == module
         notes = [str(n.message) for n in app._notifications]
         assert not any("No more events" in note for note in notes), notes
+
+
+async def test_help_in_the_category_picker_lists_its_own_keys(trace_path):
+    """`?` in the operators' category picker (`o`, `C`) listed `q Quit` under "Everywhere",
+    where `q` closes the picker; the picker's keys were in no section."""
+    from kinetoscope.tui.operators import CategoryPicker, OperatorsScreen
+
+    app = KinetoscopeApp(trace_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("o")
+        await wait_for_screen(pilot, OperatorsScreen)
+        await app.workers.wait_for_complete()
+        await pilot.press("C")
+        await wait_for_screen(pilot, CategoryPicker)
+        await pilot.press("question_mark")
+        rows = (await wait_for_screen(pilot, HelpScreen)).bindings
+        assert "this screen" in rows[0][0], rows[0]
+        end = next(i for i, r in enumerate(rows) if r[0] == "── Everywhere")
+        mine = dict(rows[1:end])
+        assert "⏎" in mine and "esc q C" in mine, mine
+        everywhere = rows[
+            end + 1 : next(i for i, r in enumerate(rows) if i > end and r[0].startswith("──"))
+        ]
+        assert "q" not in dict(everywhere), everywhere

@@ -60,7 +60,7 @@ def viewer_help_sections() -> list[tuple[str, type, list[BindingType]]]:
     from .findings import FindingsScreen
     from .kernels import KernelDetailScreen, KernelsScreen
     from .memory_view import MemoryChart, MemoryScreen
-    from .operators import OperatorDetailScreen, OperatorsScreen
+    from .operators import CategoryPicker, OperatorDetailScreen, OperatorsScreen
     from .overview import OverviewScreen
     from .screens import GapListScreen, TraceScreen
     from .search import SearchScreen
@@ -84,6 +84,11 @@ def viewer_help_sections() -> list[tuple[str, type, list[BindingType]]]:
         Binding(
             "enter", "table_choose", "Show the call on the timeline, and the GPU idle after it"
         ),
+    ]
+    categories = [
+        *CategoryPicker.BINDINGS,
+        Binding("up,down,home,end", "table_move", "Move in the list"),
+        Binding("enter", "table_choose", "Show the highlighted category"),
     ]
     details_keys: list[BindingType] = [  # Textual's own focus keys, on every screen
         Binding("tab", "focus_next", "Focus the details pane, to scroll it (↑ ↓ PgUp PgDn)"),
@@ -110,6 +115,7 @@ def viewer_help_sections() -> list[tuple[str, type, list[BindingType]]]:
         ("Timeline", TraceScreen, [*Timeline.BINDINGS, *TraceScreen.BINDINGS, *details_keys]),
         *((title, classes[title], bindings) for title, bindings in by_title.items()),
         ("Idle gaps (i)", GapListScreen, gaps),
+        ("Operator categories (C in o)", CategoryPicker, categories),
         ("Memory (p)", MemoryScreen, memory),
         ("Sync (b)", SyncScreen, sync),
     ]
