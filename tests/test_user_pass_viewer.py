@@ -239,3 +239,20 @@ async def test_help_in_the_category_picker_lists_its_own_keys(trace_path):
             end + 1 : next(i for i, r in enumerate(rows) if i > end and r[0].startswith("──"))
         ]
         assert "q" not in dict(everywhere), everywhere
+
+
+async def test_incomplete_shows_in_the_title_of_an_80_column_terminal(write_trace):
+    """A trace cut off mid-write: the title ends with `INCOMPLETE: the file ends at byte …`,
+    after the counts, so at 80 columns it was cut away (`… 28 GPU gaps ≥ 10 µs …`) and
+    nothing on screen said the trace was incomplete. `INCOMPLETE` now comes right after the
+    file name (as `Python frames hidden` does); where the file stops stays at the end."""
+    text = json.dumps(sample_trace())
+    cut = text[: text.index('"gemm_kernel"') + 40]
+    app = KinetoscopeApp(str(write_trace(cut, name="a_rather_long_trace_file_name.json")))
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await wait_for_screen(pilot, TraceScreen)
+        title = screen.query_one("#title")
+        line = str(title.render())
+        shown = title.content_region.width
+        assert 0 <= line.index("INCOMPLETE") <= shown - len("INCOMPLETE") - 1, line
+        assert "the file ends" in line.split("INCOMPLETE", 1)[1], line

@@ -239,7 +239,12 @@ class TraceScreen(DrilldownActions, Screen):
             text.append(f"{self.title_prefix} · ", "bold")
         text.append("kinetoscope ", "bold")
         text.append(clean(os.path.basename(trace.source.path)))
-        if self.shown_hide_python:  # early in the line: it survives a narrow terminal
+        # Early in the line, so that a narrow terminal still shows them; the details last.
+        if not trace.complete:
+            text.append(" · INCOMPLETE", "bold red")
+        if self.changed_on_disk is not None:
+            text.append(" · CHANGED ON DISK", "bold red")
+        if self.shown_hide_python:
             text.append(" · Python frames hidden (P)", "bold")
         text.append(
             f" · {plural(trace.n_events, 'event')} · {plural(len(data.lanes), 'lane')} · "
@@ -247,9 +252,7 @@ class TraceScreen(DrilldownActions, Screen):
         )
         if not trace.complete:
             reason = trace.warnings[0] if trace.warnings else "the file ends early"
-            text.append(f" · INCOMPLETE: {clean(reason)}", "bold red")
-        if self.changed_on_disk is not None:
-            text.append(" · CHANGED ON DISK", "bold red")
+            text.append(f" · {clean(reason)}", "red")
         return text
 
     def _gap_count_text(self) -> str:
