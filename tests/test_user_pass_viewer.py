@@ -256,3 +256,23 @@ async def test_incomplete_shows_in_the_title_of_an_80_column_terminal(write_trac
         shown = title.content_region.width
         assert 0 <= line.index("INCOMPLETE") <= shown - len("INCOMPLETE") - 1, line
         assert "the file ends" in line.split("INCOMPLETE", 1)[1], line
+
+
+async def test_P_on_a_trace_without_python_frames_says_so(write_trace):
+    """`P` on a trace recorded without `with_stack` (no python_function slice, e.g. the 2021
+    Kineto traces) said "Python frames hidden (P shows them)" and the title kept "Python
+    frames hidden (P)", though nothing was or could be hidden. It says there are none."""
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 9},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::t", "pid": 1, "tid": 1, "ts": 1, "dur": 2},
+    ]
+    app = KinetoscopeApp(str(write_trace({"traceEvents": events}, name="nostack.json")))
+    async with app.run_test(size=SIZE) as pilot:
+        timeline = await loaded(pilot)
+        await app.workers.wait_for_complete()
+        await pilot.press("P")
+        await pilot.pause()
+        assert not timeline.data.hide_python
+        assert "Python frames hidden" not in str(app.screen.query_one("#title").render())
+        notes = [str(n.message) for n in app._notifications]
+        assert notes and "no Python frames" in notes[-1], notes

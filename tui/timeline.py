@@ -766,6 +766,13 @@ class Timeline(ScrollView, can_focus=True):
         data = self.data
         if data is None or self.levels_pending():
             return
+        if not data.hide_python and not data.python_rows().any():
+            self.notify(
+                "This trace has no Python frames (python_function slices: recorded with "
+                "with_stack=True): P has nothing to hide",
+                timeout=4,
+            )
+            return
         current = self.rows[self.cursor_row] if 0 <= self.cursor_row < len(self.rows) else None
         data.set_hide_python(not data.hide_python)
         self.expanded = {lane for lane in self.expanded if data.lanes[lane].expandable}
