@@ -121,7 +121,7 @@ def dataloader_bound(a: TraceSession) -> list[Finding]:
     row = int(steps.rows[worst])
     severity = CRITICAL if share[worst] >= DATALOADER_CRITICAL else WARNING
     message = (
-        f"{len(slow)} of {len(steps)} steps spend at least {pct(DATALOADER_WARNING)} of their "
+        f"{len(slow):,} of {len(steps):,} steps spend at least {pct(DATALOADER_WARNING)} of their "
         f"time waiting for the DataLoader (worst: {a.trace.name_of(row)}, "
         f"{ms(steps.dataloader[worst])}, {pct(share[worst])}). Try more DataLoader workers "
         "(num_workers), pin_memory=True with persistent_workers, prefetching, or moving "
@@ -196,7 +196,7 @@ def host_sync(a: TraceSession) -> list[Finding]:
     rows = calls.rows[blocking]
     starts, durs = trace.start[rows], trace.dur[rows]
     blocked = Union.of(starts, starts + durs).total
-    n_calls = f"{len(blocking)} call{'s' if len(blocking) != 1 else ''}"
+    n_calls = f"{len(blocking):,} call{'s' if len(blocking) != 1 else ''}"
     windows = {d.device: d.window for d in a.idle.devices if d.window is not None}
     sites = [site for site in group_sites(trace, calls) if calls.kind[site.worst] != STREAM_WAIT]
     if windows:
@@ -308,7 +308,7 @@ def pageable_memcpy(a: TraceSession) -> list[Finding]:
     severity = WARNING if host.total >= PAGEABLE_WARNING_NS else INFO
     issued = f" issued by {', '.join(names[:3])}" if names else ""
     message = (
-        f"{len(copy_rows)} copies between the GPU and pageable host memory ({kinds}){issued}: "
+        f"{len(copy_rows):,} copies between the GPU and pageable host memory ({kinds}){issued}: "
         f"the host is blocked {ms(host.total)} in them, even in the async ones, and the GPU "
         f"idles {ms(idle)} meanwhile. Copy from pinned memory: DataLoader(pin_memory=True) "
         "or tensor.pin_memory(), then .to(device, non_blocking=True); keep host buffers for "
@@ -415,7 +415,7 @@ def _launch_bound_steps(a: TraceSession, kernel_rows: np.ndarray, small_gap: np.
     row = int(steps.rows[i])
     severity = CRITICAL if share >= LAUNCH_WAIT_CRITICAL else WARNING
     message = (
-        f"{len(bound)} of {len(steps)} steps are launch-bound (worst: {trace.name_of(row)} on "
+        f"{len(bound):,} of {len(steps):,} steps are launch-bound (worst: {trace.name_of(row)} on "
         f"GPU {device}: {short} of {total} kernels under {SHORT_KERNEL_NS // 1000} µs, idle "
         f"{ms(waited)} ({pct(share)} of the step) in gaps under {LAUNCH_GAP_NS // 1000} µs "
         "between them): launches cannot keep up with the GPU there. Try CUDA graphs or "
@@ -489,7 +489,7 @@ def communication_heavy(a: TraceSession) -> list[Finding]:
         severity = CRITICAL if exposed[worst] >= COMM_EXPOSED_CRITICAL else WARNING
         name = trace.name_of(int(steps.rows[worst]))
         message = (
-            f"{len(heavy)} of {len(steps)} steps spend at least {pct(COMM_WARNING)} of their "
+            f"{len(heavy):,} of {len(steps):,} steps spend at least {pct(COMM_WARNING)} of their "
             f"time in communication kernels (worst: {name}, {pct(share[worst])}, of which "
             f"{pct(exposed[worst])} not overlapped by compute). Try overlapping communication "
             "with compute (DDP bucket size, FSDP prefetching), fewer or larger collectives "
@@ -552,7 +552,7 @@ def collective_wait(a: TraceSession) -> list[Finding]:
     names = sorted({trace.name_of(int(r)) for r in inside[:50]})
     severity = CRITICAL if share[worst] >= COLLECTIVE_CRITICAL else WARNING
     message = (
-        f"{len(heavy)} of {len(steps)} steps spend at least {pct(COLLECTIVE_WARNING)} of their "
+        f"{len(heavy):,} of {len(steps):,} steps spend at least {pct(COLLECTIVE_WARNING)} of their "
         f"time in collectives (worst: {trace.name_of(int(steps.rows[worst]))}, "
         f"{ms(steps.collective[worst])}, {pct(share[worst])}, in {', '.join(names[:3])}). "
         "Without a GPU, time in a collective is mostly waiting for the slowest rank: compare "
@@ -586,7 +586,7 @@ def uninstrumented_step_time(a: TraceSession) -> list[Finding]:
         " (the collectives run on other threads meanwhile)" if (steps.collective[worst] > 0) else ""
     )
     message = (
-        f"{len(dark)} of {len(steps)} steps spend at least {pct(UNINSTRUMENTED_WARNING)} of "
+        f"{len(dark):,} of {len(steps):,} steps spend at least {pct(UNINSTRUMENTED_WARNING)} of "
         f"their time on the step's thread outside every profiled operator (worst: "
         f"{trace.name_of(int(steps.rows[worst]))}, {ms(steps.uninstrumented[worst])}, "
         f"{pct(share[worst])}){collective}: Python code between operators, waiting on other "
@@ -662,7 +662,7 @@ def recompiles(a: TraceSession) -> list[Finding]:
     start = min(int(a.trace.start[r]) for r in rows)
     end = max(int(a.trace.start[r] + a.trace.dur[r]) for r in rows)
     message = (
-        f"{len(frames)} compiled frame{'s' if len(frames) != 1 else ''} recompiled inside the "
+        f"{len(frames):,} compiled frame{'s' if len(frames) != 1 else ''} recompiled inside the "
         f"window ({listed}): a guard failed (a new shape, dtype, or a changed Python value), and "
         "each recompile costs compile time. Run with TORCH_LOGS=recompiles to see which guard; "
         "mark varying sizes dynamic (torch._dynamo.mark_dynamic) or keep them constant."
@@ -699,7 +699,7 @@ def likely_graph_breaks(a: TraceSession) -> list[Finding]:
         return []
     worst = max(breaks, key=lambda b: (len(b.frames), -b.start))
     where = (
-        f"{len(breaks)} step{'s' if len(breaks) != 1 else ''} run"
+        f"{len(breaks):,} step{'s' if len(breaks) != 1 else ''} run"
         if worst.step_row >= 0
         else "the trace runs"
     )

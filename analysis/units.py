@@ -18,8 +18,8 @@ Durations (every input is in ns, the model's unit):
   decimals with trailing zeros dropped (`1.5 µs`, `10 µs`, `2 s`). Prose is not aligned, and a
   setting (a gap threshold, a zoom step) reads as the round number it is.
 - **Ruler ticks** (`fmt_tick`): just enough decimals to tell ticks `step` apart, no space.
-- **Findings' messages** (`fmt_ms`): milliseconds with two decimals (`12.34 ms`), whatever the
-  size. The messages are part of the summary document, which scripts compare from run to run.
+- **Findings' messages** (`fmt_ms`): milliseconds with two decimals and thousands separators
+  (`12.34 ms`, `15,942.42 ms`), whatever the size; counts in them get separators too. The messages are part of the summary document, which scripts compare from run to run.
 - **Summary document** (`us`): numbers, not text: microseconds rounded to 3 decimals.
 
 Bytes (`fmt_bytes`): binary units (B, KiB, MiB, GiB), two decimals above B (`1.50 GiB`,
@@ -90,8 +90,9 @@ def fmt_table_time(ns: float, align_units: bool = True) -> str:
 
 
 def fmt_ms(ns: float) -> str:
-    """A duration in a finding's message: milliseconds with two decimals, `12.34 ms`."""
-    return f"{ns / 1e6:.2f} ms"
+    """A duration in a finding's message: milliseconds with two decimals and thousands
+    separators, `12.34 ms`, `15,942.42 ms`."""
+    return f"{ns / 1e6:,.2f} ms"
 
 
 def tick_step(ns_per_cell: float, min_cells: int = 12) -> int:

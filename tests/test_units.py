@@ -58,6 +58,7 @@ def test_durations_in_prose_and_in_table_cells(ns, prose, cell, cell_unaligned):
 def test_other_units():
     assert fmt_duration(1_234_567, 2) == "1.23 ms"  # the per-cell scale: two decimals at most
     assert fmt_ms(12_345_678) == "12.35 ms" and fmt_ms(500) == "0.00 ms"
+    assert fmt_ms(15_942_420_000) == "15,942.42 ms"  # was "15942.42 ms" beside "1,760 copies"
     assert fmt_tick(1_500_000, tick_step(10_000)) == "1.5ms"
     assert fmt_bytes(512) == "512 B" and fmt_bytes(3 << 30) == "3.00 GiB"
     assert fmt_bytes(-(3 << 20)) == "-3.00 MiB" and fmt_bytes(1536, signed=True) == "+1.50 KiB"
