@@ -326,7 +326,8 @@ def _capture_rank(
         write_marker(run_dir, env, CaptureResult(None, 0, options, str(exc)), 1)
         raise
     write_marker(run_dir, env, result, outcome.exit_code)
-    if result.path is None:
+    # Rank 0's report (or --nproc's, for every rank) names the ranks without a trace and why.
+    if result.path is None and not lead and not env.launched_by_kinetoscope:
         _to_stderr(f"kinetoscope: {env.describe()}: no trace written: {result.reason}")
     if not lead or env.launched_by_kinetoscope:
         return outcome.exit_code
@@ -345,6 +346,7 @@ def _launch_ranks(args: argparse.Namespace, program: Program) -> int:
         raise CaptureUsage(f"--nproc needs 1 or more ranks, got {args.nproc}")
     check_launcher_available()
     run_dir = Path(args.output) if args.output else new_run_dir(program.label)
+    created = not run_dir.exists()
     prepare_run_dir(run_dir)
     if not args.force:
         taken = [
@@ -366,6 +368,11 @@ def _launch_ranks(args: argparse.Namespace, program: Program) -> int:
         timeout=1.0,  # the launcher has ended: every rank has too
     )
     report_job(job, _to_stderr)
+    if created and not job.written:
+        try:
+            run_dir.rmdir()  # the folder made for the ranks is left empty: not kept
+        except OSError:
+            pass
     _view_folder(run_dir, view=not args.no_view and bool(job.written))
     return code
 

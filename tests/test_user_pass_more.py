@@ -337,3 +337,48 @@ def test_capture_usage_errors_exit_2(tmp_path, monkeypatch, capsys, argv, said):
     assert said in err and err.count("\n") == 1, err
     assert main(["capture", "--no-view", "missing.py"]) == 1
     assert "missing.py" in capsys.readouterr().err
+
+
+_NO_STEP_RANK = """
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+x = torch.ones(4)
+dist.all_reduce(x)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_nproc_capture_without_steps_says_each_reason_once_and_leaves_no_folder(tmp_path):
+    """`capture --nproc 2` of a program that never steps: each rank's 'no trace' reason was
+    printed twice (by the rank and in the report) and the empty run folder was left behind. The
+    exit status is the program's, as for a single-process capture (0 here)."""
+    (tmp_path / "nostep.py").write_text(_NO_STEP_RANK)
+    (tmp_path / "single.py").write_text("import torch\nprint(torch.ones(2).sum().item())\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.pop("MASTER_ADDR", None)
+    env.pop("MASTER_PORT", None)
+    run_dir = tmp_path / "run"
+
+    def capture(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "kinetoscope", "capture", "--no-view", *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            stdin=subprocess.DEVNULL,
+        )
+
+    single = capture("-o", str(tmp_path / "one.pt.trace.json.gz"), "single.py")
+    assert "no trace written: no steps were seen" in single.stderr
+    job = capture("--nproc", "2", "-o", str(run_dir), "nostep.py")
+    assert job.returncode == single.returncode == 0, job.stderr
+    assert "0 of 2 ranks wrote their traces" in job.stderr
+    for rank in (0, 1):
+        said = [line for line in job.stderr.splitlines() if f"rank {rank}" in line]
+        assert len([line for line in said if "no steps were seen" in line]) == 1, job.stderr
+    assert not run_dir.exists()
