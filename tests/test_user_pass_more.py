@@ -382,3 +382,31 @@ def test_nproc_capture_without_steps_says_each_reason_once_and_leaves_no_folder(
         said = [line for line in job.stderr.splitlines() if f"rank {rank}" in line]
         assert len([line for line in said if "no steps were seen" in line]) == 1, job.stderr
     assert not run_dir.exists()
+
+
+async def test_compile_view_steps_table_without_profiler_steps_says_why(tmp_path):
+    """The compile view's S table on a trace without ProfilerStep# said only '0 rows'; like the
+    viewer's other empty tables, its title now says why."""
+    from kinetoscope.tui.app import KinetoscopeApp
+    from kinetoscope.tui.compile_view import CompileScreen
+    from test_tui_compile import X, open_compile_view
+    from test_tui_drilldown import press
+
+    events = [
+        X("aten::embedding", 10, 50),
+        X("Torch-Compiled Region: 0/0", 70, 430),
+        X("CompiledFunction", 80, 410),
+        X("cpp_fused_add_relu_0", 100, 200),
+        X("aten::topk", 600, 200),
+    ]
+    path = tmp_path / "nosteps.pt.trace.json.gz"
+    path.write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
+    app = KinetoscopeApp(str(path))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_compile_view(pilot)
+        assert screen.shown == "islands"
+        await press(pilot, "S")
+        assert isinstance(screen, CompileScreen) and screen.shown == "steps"
+        title = str(screen.query_one("#table-title").render())
+        assert screen.table.row_count == 0
+        assert "no ProfilerStep# annotations in the trace" in title, title

@@ -130,6 +130,8 @@ class CompileScreen(TableScreen):
             if self.shown == ISLANDS
             else " · steps (S: eager islands)"
         )
+        if self.shown == STEPS and not result.steps:
+            text.append(" · no ProfilerStep# annotations in the trace", "dim")
         return text
 
     def csv_table(self) -> Table | None:
