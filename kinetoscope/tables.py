@@ -765,8 +765,6 @@ def _exact_mean(values: Any) -> Fraction | None:
 def ranks_table(job: Any) -> Table:
     """The ranks overview's per-rank table: per rank its means per step (step time, compute,
     exposed communication, idle), the total time it waited in collectives, its clock offset."""
-    from kinetoscope.analysis.job import phase_values
-
     rows = _job_rows(job)
     straggler = job.straggler["rank"] if job.straggler else None
 
@@ -779,12 +777,10 @@ def ranks_table(job: Any) -> Table:
         if entry is None:
             return None
         digest = entry.digest
-        if key == "compute":
-            return _exact_mean(phase_values(digest)["compute"]) if digest.step_names else None
-        if key == "comm":
-            return _exact_mean(digest.steps.get("comm" if digest.has_gpu else "collective"))
-        if key == "idle":
-            return _exact_mean(digest.steps.get("idle")) if digest.has_gpu else None
+        if key in ("compute", "comm", "idle"):
+            # The GPU columns, the means of rank-steps' (empty for a CPU-only rank: its CPU time
+            # is rank-steps' cpu_busy_us, its collectives' collective_us).
+            return _exact_mean(digest.steps.get(key)) if digest.has_gpu else None
         return _exact_mean(digest.steps.get(key))
 
     def entry_value(i: int, get: Callable[[Any], Any]) -> Any:

@@ -410,3 +410,40 @@ async def test_compile_view_steps_table_without_profiler_steps_says_why(tmp_path
         title = str(screen.query_one("#table-title").render())
         assert screen.table.row_count == 0
         assert "no ProfilerStep# annotations in the trace" in title, title
+
+
+def test_cpu_only_job_ranks_and_rank_steps_agree_on_the_gpu_columns(tmp_path):
+    """A gloo (CPU-only) job: ranks.csv and the viewer's per-rank table gave a mean compute (CPU
+    ops) and 'exposed comm' (time in collectives) while rank-steps.csv, the steps-by-rank table
+    and the job document leave those GPU columns empty for CPU-only ranks (as documented): the
+    per-rank means now agree with the per-step columns they are means of."""
+    import math
+
+    from kinetoscope.analysis.job import analyze_job, digest_rank
+    from kinetoscope.parser.ranks import discover
+    from kinetoscope.tui.job_ranks import rank_breakdown, rank_rows
+    from test_job import gloo_rank
+
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for rank in range(3):
+        (folder / f"rank{rank}.json").write_text(json.dumps(gloo_rank(rank, late=2)))
+    out = tmp_path / "out"
+    assert main(["summary", str(folder), "--csv", str(out), "--workers", "1"]) == 0
+
+    def table(name: str) -> list[dict[str, str]]:
+        with open(out / f"job.{name}.csv", newline="") as handle:
+            return list(csv.DictReader(handle))
+
+    steps = table("rank-steps")
+    assert len(steps) == 6
+    for column in ("compute_us", "exposed_comm_us"):
+        assert {row[column] for row in steps} == {""}, column
+    assert {row["cpu_busy_us"] for row in steps} != {""}  # what the CPU did is still there
+    for row in table("ranks"):
+        assert row["mean_compute_us"] == row["mean_exposed_comm_us"] == "", row
+    files = discover([str(folder)])
+    job = analyze_job([digest_rank(f.path) for f in files.files], files)
+    for row in rank_rows(job):
+        shown = rank_breakdown(row)
+        assert math.isnan(shown["compute"]) and math.isnan(shown["comm"]), shown

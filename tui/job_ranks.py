@@ -167,9 +167,10 @@ def rank_breakdown(row: RankRow) -> dict[str, float]:
     steps = digest.steps
     out["steps"] = float(len(digest.step_names))
     out["dur"] = _mean(steps.get("dur"))
-    out["compute"] = _mean(phase_values(digest)["compute"]) if digest.step_names else nan
-    out["comm"] = _mean(steps.get("comm") if digest.has_gpu else steps.get("collective"))
-    out["idle"] = _mean(steps.get("idle")) if digest.has_gpu else nan
+    if digest.has_gpu:  # GPU columns, as the steps' (none for a CPU-only rank)
+        out["compute"] = _mean(steps.get("compute"))
+        out["comm"] = _mean(steps.get("comm"))
+        out["idle"] = _mean(steps.get("idle"))
     out["wait"] = float(entry.wait_ns)
     if entry.offset_ns is not None:
         out["offset"] = float(entry.offset_ns)
@@ -660,7 +661,8 @@ class RanksScreen(SavesCsv, Screen):
                 steps = entry.digest.steps
                 phases = phase_values(entry.digest)
                 parts = [f"step {fmt_duration(int(steps['dur'][k]))}"]
-                parts.append(f"compute {fmt_duration(int(phases['compute'][k]))}")
+                busy = "compute" if entry.digest.has_gpu else "CPU busy"  # cpu_busy_us
+                parts.append(f"{busy} {fmt_duration(int(phases['compute'][k]))}")
                 if entry.digest.has_gpu:
                     parts.append(f"exposed comm {fmt_duration(int(steps['comm'][k]))}")
                     parts.append(f"GPU idle {fmt_duration(int(steps['idle'][k]))}")
