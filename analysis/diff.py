@@ -47,12 +47,10 @@ from kinetoscope.parser.model import KIND_KERNEL, NO_VALUE
 
 from .idle import CAUSES
 from .intervals import Union
-from .memory import device_properties
+from .memory import CPU_DEVICE_TYPE, device_properties
 from .names import SCAN_LIMIT
 from .session import TraceSession
 from .steps import COMM_NAME, DATALOADER_PREFIX, names_matching
-
-CPU_DEVICE_TYPE = 0  # c10::DeviceType::CPU: host memory, not a GPU's
 
 # -- options --------------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 from kinetoscope.parser.model import NO_VALUE, MemoryEvents, Trace
 
+CPU_DEVICE_TYPE = 0  # c10::DeviceType::CPU: host memory, not a device's
 CUDA_DEVICE_TYPE = 1  # c10::DeviceType::CUDA (some ROCm builds write HIP, 6, instead)
 HIP_DEVICE_TYPE = 6  # c10::DeviceType::HIP
 GPU_DEVICE_TYPES = (CUDA_DEVICE_TYPE, HIP_DEVICE_TYPE)  # a GPU's memory, whichever is written

@@ -153,12 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="subtract each rank's estimated clock offset (from the ends of synchronising "
         "collectives) before computing waits and skews",
     )
-    job.add_argument(
-        "--cycle",
-        type=_positive,
-        metavar="N",
-        help="use profiling cycle N (1 = the oldest) instead of the newest complete one",
-    )
+    _add_cycle_option(job)
     job.add_argument(
         "--workers",
         type=_positive,
@@ -249,6 +244,16 @@ def _add_export_command(sub: Any) -> None:
     export.set_defaults(handler=_run_export)
 
 
+def _add_cycle_option(group: Any) -> None:
+    """`--cycle N`, for the commands that read a job (summary, export)."""
+    group.add_argument(
+        "--cycle",
+        type=_positive,
+        metavar="N",
+        help="use profiling cycle N (1 = the oldest) instead of the newest complete one",
+    )
+
+
 def _add_export_job_options(export: Any) -> None:
     """The options of `export` for a job's folder or several rank files."""
     job = export.add_argument_group(
@@ -263,12 +268,7 @@ def _add_export_job_options(export: Any) -> None:
         "clock offsets applied) instead of the same times on its own clock; the manifest pins "
         "the ranks with the offsets and the merged trace shifts their times",
     )
-    job.add_argument(
-        "--cycle",
-        type=_positive,
-        metavar="N",
-        help="use profiling cycle N (1 = the oldest) instead of the newest complete one",
-    )
+    _add_cycle_option(job)
     job.add_argument(
         "--merged",
         action="store_true",

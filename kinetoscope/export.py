@@ -40,6 +40,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from kinetoscope.parser.access import RAW_LIST, read_ranges
 from kinetoscope.parser.model import (
     NO_VALUE,
     PH_COMPLETE,
@@ -205,49 +206,6 @@ def readable_edges(window: Window) -> Window:
 # -- reading the file's bytes again -----------------------------------------------------------
 
 
-def _read_ranges(trace: Trace, ranges: list[tuple[int, int | None]]) -> Iterator[bytes]:
-    """The uncompressed bytes of each [start, end) range (end None: to the end of the stream),
-    in order; ranges ascend and do not overlap. A plain file is read by seeks, a gzip'd one in
-    one pass of decompression. Bytes past the end of the stream are missing, never an error."""
-    from kinetoscope.parser.source import SourceState, iter_blocks
-
-    source = trace.source
-    if not source.compressed:
-        with open(source.path, "rb") as handle:
-            for start, end in ranges:
-                handle.seek(start)
-                yield handle.read() if end is None else handle.read(end - start)
-        return
-    state = SourceState(path=source.path, size=source.bytes, compressed=True)
-    blocks = iter_blocks(state)
-    pieces: list[bytes] = []
-    pieces_start = 0  # uncompressed offset of pieces[0]
-    have = 0  # uncompressed offset just after the last piece
-    eof = False
-    for start, end in ranges:
-        while not eof and (end is None or have < end):
-            block = next(blocks, None)
-            if block is None:
-                eof = True
-                break
-            if have + len(block) <= start:  # all before the range: dropped
-                pieces, have = [], have + len(block)
-                pieces_start = have
-                continue
-            pieces.append(block)
-            have += len(block)
-        data = b"".join(pieces)
-        lo = max(0, start - pieces_start)
-        if end is None:
-            yield data[lo:]
-            pieces, pieces_start = [], have
-            continue
-        yield data[lo : max(lo, end - pieces_start)]
-        rest = data[end - pieces_start :] if end > pieces_start else data
-        pieces, pieces_start = [rest], max(end, pieces_start)
-
-
-_RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _RAW_OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 
@@ -867,7 +825,7 @@ class CropStream:
         """Start the pass over the file: read the text before the events (the top-level keys
         written before them, `before`, or a bare array: `array_form`). Once; `close` ends it."""
         if self._pieces is None:
-            self._pieces = self._guarded(_read_ranges(self.trace, self._ranges))
+            self._pieces = self._guarded(read_ranges(self.trace, self._ranges))
             self.before, self.array_form = _head_keys(next(self._pieces, b""))
 
     def close(self) -> None:
@@ -890,7 +848,7 @@ class CropStream:
         for chunk in chunk_list:
             raw = next(pieces)
             try:
-                items: list[Any] = _RAW_LIST.decode(b"[" + raw + b"]")
+                items: list[Any] = RAW_LIST.decode(b"[" + raw + b"]")
                 reencode = False
             except msgspec.DecodeError:
                 items = _lenient_items(raw)
@@ -936,7 +894,7 @@ class CropStream:
         ]
         baselines: list[bytes] = []
         ahead: list[tuple[int, bytes]] = []
-        pieces = self._guarded(_read_ranges(trace, ranges))
+        pieces = self._guarded(read_ranges(trace, ranges))
         try:
             self._read_runs_ahead(pieces, chunk_list, wanted, baseline_of, baselines, ahead)
         finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import closing
 from typing import Any
 
 import msgspec
@@ -81,25 +82,52 @@ def _is_row(trace: Trace, row: int, event: dict[str, Any]) -> bool:
 
 
 def _read_range(trace: Trace, offset: int, length: int) -> bytes | None:
-    source = trace.source
     try:
-        if not source.compressed:
-            with open(source.path, "rb") as handle:
-                handle.seek(offset)
-                return handle.read(length)
-        state = SourceState(path=source.path, size=source.bytes, compressed=True)
-        pieces: list[bytes] = []
-        position = 0
-        for block in iter_blocks(state):
-            block_end = position + len(block)
-            if block_end > offset:
-                pieces.append(block[max(0, offset - position) : offset + length - position])
-            position = block_end
-            if position >= offset + length:
-                break
-        return b"".join(pieces)
+        with closing(read_ranges(trace, [(offset, offset + length)])) as pieces:
+            return next(pieces, None)
     except OSError:
         return None
+
+
+def read_ranges(trace: Trace, ranges: list[tuple[int, int | None]]) -> Iterator[bytes]:
+    """The uncompressed bytes of each [start, end) range (end None: to the end of the stream),
+    in order; ranges ascend and do not overlap. A plain file is read by seeks, a gzip'd one in
+    one pass of decompression (closed with the generator). Bytes past the end of the stream are
+    missing, never an error; a failure to read raises OSError."""
+    source = trace.source
+    if not source.compressed:
+        with open(source.path, "rb") as handle:
+            for start, end in ranges:
+                handle.seek(start)
+                yield handle.read() if end is None else handle.read(end - start)
+        return
+    state = SourceState(path=source.path, size=source.bytes, compressed=True)
+    with closing(iter_blocks(state)) as blocks:
+        pieces: list[bytes] = []
+        pieces_start = 0  # uncompressed offset of pieces[0]
+        have = 0  # uncompressed offset just after the last piece
+        eof = False
+        for start, end in ranges:
+            while not eof and (end is None or have < end):
+                block = next(blocks, None)
+                if block is None:
+                    eof = True
+                    break
+                if have + len(block) <= start:  # all before the range: dropped
+                    pieces, have = [], have + len(block)
+                    pieces_start = have
+                    continue
+                pieces.append(block)
+                have += len(block)
+            data = b"".join(pieces)
+            lo = max(0, start - pieces_start)
+            if end is None:
+                yield data[lo:]
+                pieces, pieces_start = [], have
+                continue
+            yield data[lo : max(lo, end - pieces_start)]
+            rest = data[end - pieces_start :] if end > pieces_start else data
+            pieces, pieces_start = [rest], max(end, pieces_start)
 
 
 def read_events(
@@ -127,7 +155,7 @@ def read_events(
         if needle is not None and raw.find(needle) < 0:
             continue
         try:
-            events = _RAW_LIST.decode(b"[" + raw + b"]")
+            events = RAW_LIST.decode(b"[" + raw + b"]")
         except Exception:  # a run that needed repairs at load: decode it the lenient way
             try:
                 events = lenient_loads(b"[" + raw + b"]")
@@ -151,42 +179,18 @@ def read_events(
     return found
 
 
-_RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
+RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])  # a run's events, each as its JSON text
 
 
 def _read_chunks(trace: Trace, wanted: list[int]) -> Iterator[tuple[int, bytes]]:
-    """(chunk, bytes) for the wanted chunks, in order: seeks in a plain file, one pass of
-    decompression in a gzip'd one."""
+    """(chunk, bytes) for the wanted chunks (ascending), in order; a failure to read ends them."""
     chunks = trace.chunks
     assert chunks is not None
-    source = trace.source
-    if not source.compressed:
-        for index in wanted:
-            raw = _read_range(trace, int(chunks.offset[index]), int(chunks.length[index]))
-            if raw is not None:
-                yield index, raw
-        return
+    ranges = [(int(chunks.offset[i]), int(chunks.offset[i] + chunks.length[i])) for i in wanted]
+    pieces = read_ranges(trace, ranges)
     try:
-        state = SourceState(path=source.path, size=source.bytes, compressed=True)
-        pending = iter(wanted)
-        chunk: int | None = next(pending, None)
-        buffer = b""
-        buffer_start = 0  # uncompressed offset of buffer[0]
-        for block in iter_blocks(state):
-            buffer += block
-            while chunk is not None:
-                start = int(chunks.offset[chunk])
-                end = start + int(chunks.length[chunk])
-                if buffer_start + len(buffer) < end:
-                    break
-                yield chunk, buffer[start - buffer_start : end - buffer_start]
-                chunk = next(pending, None)
-            if chunk is None:
-                return
-            # Keep only what the next wanted chunk may need.
-            keep_from = int(chunks.offset[chunk]) - buffer_start
-            if keep_from > 0:
-                buffer = buffer[keep_from:]
-                buffer_start += keep_from
+        yield from zip(wanted, pieces)
     except OSError:
         return
+    finally:
+        pieces.close()

@@ -101,7 +101,6 @@ class Lane:
         proc = f"{self.process_name} {self.pid}" if self.process_name else f"process {self.pid}"
         if self.process_name and self.process_name.split()[-1:] == [str(self.pid)]:
             proc = self.process_name  # `MTIA 9` (pid 9): the pid once
-
         thread = self.thread_name.strip() if self.thread_name else f"thread {self.tid}"
         return f"{proc} / {thread}"
 

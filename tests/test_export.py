@@ -945,7 +945,7 @@ def test_read_failure_while_streaming_leaves_no_file(tmp_path, monkeypatch):
     the file's folder gone) is one line that says so, and no half file is left."""
     import kinetoscope.export as export_module
 
-    read_ranges = export_module._read_ranges
+    read_ranges = export_module.read_ranges
 
     def failing(trace, ranges):
         pieces = read_ranges(trace, ranges)
@@ -953,7 +953,7 @@ def test_read_failure_while_streaming_leaves_no_file(tmp_path, monkeypatch):
         yield next(pieces)  # the first run
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(export_module, "_read_ranges", failing)
+    monkeypatch.setattr(export_module, "read_ranges", failing)
     out = tmp_path / "out.json.gz"
     with pytest.raises(ExportError, match="cannot read it again .Input/output error"):
         export_trace(str(SYNTHETIC), str(out), window=middle_window(SYNTHETIC, 0.0, 0.9))

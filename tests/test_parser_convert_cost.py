@@ -6,7 +6,6 @@ give is what the per-event rules say."""
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 import numpy as np
@@ -15,6 +14,7 @@ from kinetoscope.parser import NO_VALUE, loads
 from kinetoscope.parser.convert import convert_run
 from kinetoscope.parser.events import EVENTS_DECODER
 from kinetoscope.parser.model import ROW_COLUMNS
+from work_count import CallCount
 
 
 def _memory_event(i: int) -> dict[str, Any]:
@@ -52,19 +52,9 @@ def _python_event(i: int) -> dict[str, Any]:
 
 def _python_calls(events: list) -> int:
     """Python functions called while `events` are converted."""
-    calls = 0
-
-    def hook(frame: Any, event: str, arg: Any) -> None:
-        nonlocal calls
-        if event == "call":
-            calls += 1
-
-    sys.setprofile(hook)
-    try:
+    with CallCount(python_only=True) as count:
         convert_run(events)
-    finally:
-        sys.setprofile(None)
-    return calls
+    return count.calls
 
 
 def _decoded(objects: list[dict[str, Any]]) -> list:
@@ -167,19 +157,9 @@ def _builder_calls(runs: list) -> int:
     builder = TraceBuilder()
     for run in runs[:-1]:
         builder.add_run(run, 0, 1)
-    calls = 0
-
-    def hook(frame: Any, event: str, arg: Any) -> None:
-        nonlocal calls
-        if event == "call":
-            calls += 1
-
-    sys.setprofile(hook)
-    try:
+    with CallCount(python_only=True) as count:
         builder.add_run(runs[-1], 0, 1)
-    finally:
-        sys.setprofile(None)
-    return calls
+    return count.calls
 
 
 def test_merging_a_run_makes_no_call_per_known_string():

@@ -10,14 +10,16 @@ from typing import Any
 
 
 class CallCount:
-    """Counts Python and C function calls (profile hook events "call" and "c_call") made in this
-    thread, and in threads started while counting, between enter and exit."""
+    """Counts Python and C function calls (profile hook events "call" and "c_call"; `python_only`:
+    "call" only) made in this thread, and in threads started while counting, between enter and
+    exit."""
 
-    def __init__(self) -> None:
+    def __init__(self, python_only: bool = False) -> None:
         self.calls = 0
+        self._events = ("call",) if python_only else ("call", "c_call")
 
     def _hook(self, frame: Any, event: str, arg: Any) -> None:
-        if event == "call" or event == "c_call":
+        if event in self._events:
             self.calls += 1
 
     def __enter__(self) -> CallCount:
