@@ -1,11 +1,14 @@
 import gzip
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-CORPUS = REPO.parent / "shared" / "corpus"
+# The real traces: $KINETOSCOPE_CORPUS, else ../shared/corpus beside the checkout
+# (tests/corpus/fetch.py fetches them from their public repositories).
+CORPUS = Path(os.environ.get("KINETOSCOPE_CORPUS") or REPO.parent / "shared" / "corpus")
 SAMPLES = REPO / "sample_traces"
 
 

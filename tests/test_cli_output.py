@@ -12,13 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import CORPUS
 from kinetoscope.analysis.units import fmt_table_time
 
 from kinetoscope import __version__
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_traces" / "synthetic_gpu_training.pt.trace.json.gz"
-CORPUS = ROOT.parent / "shared" / "corpus"
 # Corpus traces with the widest summaries that load in seconds: the deepest CPU stacks at GPU
 # idle gaps (45 and 37 levels of python_function), a 5,123-character operator name, and the
 # Qwen trace of the issue (MI300, 31 levels). Measured with `kinetoscope summary --json`.

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import CORPUS
 from kinetoscope.analysis import TraceSession
 from kinetoscope.analysis.idle import CAUSES
 from kinetoscope.parser import load
@@ -23,7 +24,6 @@ from kinetoscope.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_traces" / "synthetic_gpu_training.pt.trace.json.gz"
-CORPUS = ROOT.parent / "shared" / "corpus"
 SIZE = (120, 40)
 # Commas, quotes, a line break, a carriage return, a tab, a NUL and non-ASCII: csv must quote.
 HOSTILE = 'aten::evil,"name"\nline two\r\tµ\x00 end'

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import CORPUS as CORPUS_ROOT
 from kinetoscope.analysis import TraceSession
 from kinetoscope.analysis.diff import (
     ADDED,
@@ -28,7 +29,7 @@ from kinetoscope.analysis.diff import (
 )
 from kinetoscope.parser import loads
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "tracelens"
+CORPUS = CORPUS_ROOT / "tracelens"
 
 
 def X(name, ts, dur, cat="cpu_op", tid=1):

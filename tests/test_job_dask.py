@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import CORPUS
 from kinetoscope.capture.synthetic import TraceBuilder
 
 REPO = Path(__file__).resolve().parents[1]
-CORPUS_JOB = REPO.parent / "shared" / "corpus" / "multirank" / "dlrm_8rank"
+CORPUS_JOB = CORPUS / "multirank" / "dlrm_8rank"
 
 RANKS = 4
 SLOW_RANK = 2

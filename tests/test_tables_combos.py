@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import CORPUS
 from kinetoscope.tui.app import KinetoscopeApp
 from kinetoscope.tui.kernels import KernelsScreen
 from kinetoscope.tui.operators import CategoryPicker, OperatorsScreen, model_row
@@ -23,7 +24,6 @@ from pilot_helpers import settle
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "sample_traces" / "synthetic_gpu_training.pt.trace.json.gz"
-CORPUS = REPO.parent / "shared" / "corpus"
 SMALL_CORPUS = (
     "tracelens/h100_gaunernst_bert-small-uncased__1016001.json.gz",
     "hta/amd_mi250_minitoy_train_ROCm6_2_kineto.json.gz",

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import CORPUS
 from kinetoscope.analysis import TraceSession
 from kinetoscope.parser import load
 from kinetoscope.tui.app import KinetoscopeApp
@@ -16,14 +17,7 @@ from kinetoscope.tui.screens import HelpScreen, TraceScreen
 from test_tui_drilldown import column_index, press, settle, shown_rows
 
 SIZE = (120, 40)
-CORPUS_COMPILE = (
-    Path(__file__).resolve().parents[1]
-    / ".."
-    / "shared"
-    / "corpus"
-    / "tracelens"
-    / "torch_compile_triton_trace.json.gz"
-)
+CORPUS_COMPILE = CORPUS / "tracelens" / "torch_compile_triton_trace.json.gz"
 
 
 def X(name, ts, dur, cat="cpu_op", pid=1, tid=1):

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import CORPUS as CORPUS_ROOT
 from kinetoscope.tui.diff_app import DiffApp
 from kinetoscope.tui.diff_table import DiffScreen
 from kinetoscope.tui.diff_timeline import DiffPairScreen, HalfTraceScreen
@@ -311,7 +312,7 @@ async def test_with_no_step_pair_the_timelines_show_the_whole_traces(pair):
             assert not len(timeline.half.marked)
 
 
-BERT = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "tracelens"
+BERT = CORPUS_ROOT / "tracelens"
 
 
 @pytest.mark.also_no_color
