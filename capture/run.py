@@ -6,7 +6,14 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from kinetoscope.capture.runner import Outcome, Program, run_callable, run_program
+from kinetoscope.capture.runner import (
+    Outcome,
+    Program,
+    os_thread_named,
+    program_thread_name,
+    run_callable,
+    run_program,
+)
 from kinetoscope.capture.session import (
     CaptureOptions,
     CaptureResult,
@@ -26,14 +33,16 @@ def capture_program(
     """Run `program` in this process under the profiler; the trace is written even on Ctrl-C.
 
     `announce` receives kinetoscope's own progress lines (default: printed to stderr)."""
-    return _capture(
-        lambda: run_program(program),
-        options,
-        output=output or default_output_path(program.label),
-        force=force,
-        what=program.describe(),
-        announce=announce,
-    )
+    # The profiler names threads as it first sees them, so the name is set before it starts.
+    with os_thread_named(program_thread_name(program)):
+        return _capture(
+            lambda: run_program(program),
+            options,
+            output=output or default_output_path(program.label),
+            force=force,
+            what=program.describe(),
+            announce=announce,
+        )
 
 
 def capture_callable(

@@ -344,9 +344,15 @@ class CaptureSession:
             }.get(opts.steps.kind, "")
             return f"no steps were seen: {hint}"
         plural = "step was" if self.steps_seen == 1 else "steps were"
+        # The window records ProfilerStep#first..#last: its first step is kept once `needed` steps
+        # have run, the whole window once `needed + active - 1` have.
+        whole = needed + opts.active - 1
+        need = f"{needed} steps" + (
+            f" to record its first step, {whole} for all of it" if whole != needed else ""
+        )
         return (
             f"only {self.steps_seen} {plural} seen (steps from {source}) but the recording "
-            f"window, {opts.window_text()}, needs {needed}; lower --wait/--warmup or use "
+            f"window, {opts.window_text()}, needs {need}; lower --wait/--warmup or use "
             "--whole-run"
         )
 
@@ -362,15 +368,51 @@ class CaptureSession:
             self._install_timer(self.options.steps.seconds)
 
     def _install_optimizer_hook(self, torch: Any) -> None:
-        from torch.optim.optimizer import register_optimizer_step_post_hook
+        from torch.optim.optimizer import Optimizer, register_optimizer_step_post_hook
+
+        # torch calls step post hooks inside the `Optimizer.step#...` range; a profiler step taken
+        # there would end ProfilerStep#N while that range is still open (a slice outliving its
+        # parent in every captured trace). So the hook only notes the step, and the step is taken
+        # when the optimizer's step returns: torch wraps each optimizer class's step with
+        # `Optimizer.profile_hook_step` when its first instance is made, and classes wrapped
+        # while we run get an outer wrapper that takes the step after the range closes. A class
+        # wrapped before the capture began steps inside the range, as before.
+        pending = {"step": False, "depth": 0}
 
         def after_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
             # With several optimizers (a GAN, say), one training step calls each of them; count
             # the steps of the first optimizer that ever stepped.
             if self._main_optimizer_id is None:
                 self._main_optimizer_id = id(optimizer)
-            if id(optimizer) == self._main_optimizer_id:
+            if id(optimizer) != self._main_optimizer_id:
+                return
+            if pending["depth"] > 0:
+                pending["step"] = True
+            else:
                 self.step()
+
+        original = Optimizer.__dict__.get("profile_hook_step")
+        if isinstance(original, staticmethod):
+            import functools
+
+            def profile_hook_step(func: Callable[..., Any]) -> Callable[..., Any]:
+                inner = original.__func__(func)
+
+                @functools.wraps(inner)
+                def stepping_after(*args: Any, **kwargs: Any) -> Any:
+                    pending["depth"] += 1
+                    try:
+                        return inner(*args, **kwargs)
+                    finally:
+                        pending["depth"] -= 1
+                        if pending["depth"] == 0 and pending["step"]:
+                            pending["step"] = False
+                            self.step()
+
+                return stepping_after
+
+            Optimizer.profile_hook_step = staticmethod(profile_hook_step)  # type: ignore[method-assign]
+            self._undo.append(lambda: setattr(Optimizer, "profile_hook_step", original))
 
         handle = register_optimizer_step_post_hook(after_optimizer_step)
         self._undo.append(handle.remove)
