@@ -86,10 +86,9 @@ async def test_operator_table_drill_down_instance_to_timeline():
             ):
                 assert shown[column_index(screen, title)] == fmt_cell_time(values[group]), title
 
-        # Typing filters; Enter leaves the filter, Enter again drills in.
+        # Typing filters; Enter drills into the highlighted row at once.
         await type_text(pilot, "aten::mm")
         assert [r[0] for r in shown_rows(screen)] == ["aten::mm"]
-        await press(pilot, "enter")
         detail = await press(pilot, "enter", until=OperatorDetailScreen)
         mm = detail.name_group
         longest = instances_of(trace, analysis.cpu_groups, mm)
@@ -142,8 +141,13 @@ async def test_escape_clears_the_filter_then_goes_back():
         assert screen.table.has_focus
         await type_text(pilot, "re:(")
         assert screen.table.filter_error is not None
-        await press(pilot, "enter", "escape")  # back to the table, then clear
+        await press(pilot, "enter")  # a broken pattern: back to the table, nothing opened
+        assert screen.table.has_focus and isinstance(app.screen, OperatorsScreen)
+        await press(pilot, "escape")  # then clear
         assert screen.table.pattern == ""
+        # Enter on a filter that matches opens the row; Enter with the box empty only goes back.
+        await press(pilot, "slash", "enter")
+        assert screen.table.has_focus and isinstance(app.screen, OperatorsScreen)
         await press(pilot, "escape", until=TraceScreen)
 
 
@@ -417,7 +421,6 @@ async def test_shapes_grouping_and_hostile_names(write_trace):
         linear = [r for r in shown_rows(screen) if r[0] == "aten::linear"]
         assert [r[shape] for r in linear] == ["[[4,8]]"]
         await type_text(pilot, "aten::linear")
-        await press(pilot, "enter")
         detail = await press(pilot, "enter", until=OperatorDetailScreen)
         assert detail.op_name == "aten::linear" and detail.shape >= 0
         await press(pilot, "S")

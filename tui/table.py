@@ -584,7 +584,9 @@ def sort_rows(model: TableModel, column: int, descending: bool) -> np.ndarray:
 
 
 class FilterBox(Input):
-    """The filter line above a table: Esc clears it, Enter or ↓ goes back to the table."""
+    """The filter line above a table: Esc clears it, ↓ goes back to the table, Enter goes back
+    and opens the highlighted row (as Enter in the table does: typing a name and pressing Enter
+    drills into it)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "clear_filter", "Clear the filter", show=False),
@@ -592,9 +594,10 @@ class FilterBox(Input):
     ]
 
     class Leave(Message):
-        def __init__(self, clear: bool) -> None:
+        def __init__(self, clear: bool, choose: bool = False) -> None:
             super().__init__()
             self.clear = clear
+            self.choose = choose  # open the highlighted row too
 
     def action_clear_filter(self) -> None:
         self.value = ""
@@ -605,7 +608,7 @@ class FilterBox(Input):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
-        self.post_message(self.Leave(clear=False))
+        self.post_message(self.Leave(clear=False, choose=True))
 
 
 CsvTable = Table | Callable[[], Table]  # a table to save, or what makes it (in the worker)
@@ -798,6 +801,9 @@ class TableScreen(SavesCsv, ReportsWorkerFailures, Screen):
 
     def on_filter_box_leave(self, message: FilterBox.Leave) -> None:
         self.table.focus()
+        box = self.query_one(FilterBox)
+        if message.choose and box.value and self.table.filter_error is None:
+            self.table.action_choose()
 
     def action_focus_filter(self) -> None:
         self.query_one(FilterBox).focus()
