@@ -11,11 +11,13 @@ import numpy as np
 from kinetoscope.analysis.units import fmt_duration, plural
 from kinetoscope.parser import file_changed
 from rich.cells import cell_len
+from rich.console import Group, RenderableType
+from rich.table import Table as RichTable
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, ProgressBar, Static
@@ -535,6 +537,41 @@ class GapListScreen(SavesCsv, ModalScreen[int]):
         start_export(self, session, window, f"gap #{rank} with its context", stem)
 
 
+HELP_KEY_WIDTH = 16  # cells for the keys; a longer one ("ctrl+wheel, wheel on ruler") wraps
+
+
+def help_renderable(rows: list[tuple[str, str]]) -> Group:
+    """The key help as sections: a heading row (description "") on a line of its own, then its
+    keys in a column as wide as the longest key (at most HELP_KEY_WIDTH cells) and descriptions
+    that wrap at word boundaries to the width there is, never cut."""
+    keys = [key for key, description in rows if description]
+    width = min(HELP_KEY_WIDTH, max((cell_len(key) for key in keys), default=1))
+    parts: list[RenderableType] = []
+    table: RichTable | None = None
+
+    def new_table() -> RichTable:
+        grid = RichTable.grid(padding=(0, 2), expand=True)
+        grid.add_column(width=width, overflow="fold")
+        grid.add_column(ratio=1, overflow="fold")
+        return grid
+
+    for key, description in rows:
+        if not description:  # a section heading
+            if table is not None and table.row_count:
+                parts.append(table)
+            if parts:
+                parts.append(Text(""))
+            parts.append(Text(key, style="bold"))
+            table = None
+            continue
+        if table is None:
+            table = new_table()
+        table.add_row(Text(key, style="bold"), Text(description))
+    if table is not None and table.row_count:
+        parts.append(table)
+    return Group(*parts)
+
+
 class HelpScreen(ModalScreen[None]):
     """Every key of the screen below, with what it does."""
 
@@ -557,15 +594,17 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="help-box"):
-            yield Static(Text("Keys · Esc closes", style="bold"), id="help-title")
-            yield DataTable(id="help-table", cursor_type="row", show_header=False)
+            yield Static(
+                Text("Keys · Esc closes · ↑↓ PgUp PgDn scroll", style="bold"), id="help-title"
+            )
+            with VerticalScroll(id="help-table"):
+                yield Static(
+                    help_renderable([*self.bindings, ("── Mouse and palette", ""), *self.EXTRA]),
+                    id="help-text",
+                )
 
     def on_mount(self) -> None:
-        table = self.query_one(DataTable)
-        table.add_columns("key", "action")
-        for key, description in [*self.bindings, *self.EXTRA]:
-            table.add_row(Text(key, style="bold"), Text(description))
-        table.focus()
+        self.query_one("#help-table", VerticalScroll).focus()
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -1,0 +1,49 @@
+"""The `?` help: keys in a narrow column, descriptions wrapped at word boundaries, never cut."""
+
+import re
+
+from kinetoscope.tui.screens import HELP_KEY_WIDTH, help_renderable
+from rich.console import Console
+
+ROWS = [
+    ("── Timeline · this screen", ""),
+    ("w +", "Zoom in around the cursor"),
+    ("P", "Hide python_function slices (operators move up), or show them again " * 3),
+    ("── Operators (o)", ""),
+    ("↑ ↓ pgup pgdn home end", "Move in the table"),
+    ("ctrl+wheel, wheel on ruler", "zoom around the mouse"),
+]
+
+
+def render(width: int) -> list[str]:
+    console = Console(width=width, record=True, color_system=None, legacy_windows=False)
+    console.print(help_renderable(ROWS))
+    return console.export_text().splitlines()
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"\S+", text)
+
+
+def test_descriptions_wrap_whole_and_keys_keep_a_narrow_column():
+    for width in (120, 80, 50):
+        lines = render(width)
+        assert all(len(line) <= width for line in lines)
+        shown = " ".join(lines)
+        for _key, description in ROWS:
+            # Every word of every description is shown, none cut (no ellipsis anywhere).
+            for word in words(description):
+                assert word in shown, (width, word)
+        assert "…" not in shown
+        # Descriptions start in one column, just past the key column (not 33 cells in).
+        starts: set[int] = set()
+        for line in lines:
+            for text in ("Zoom in around", "Move in the table", "zoom around the mouse"):
+                if text in line:
+                    starts.add(line.index(text))
+        assert len(starts) == 1 and starts.pop() <= HELP_KEY_WIDTH + 2
+
+
+def test_headings_stand_on_their_own_line():
+    lines = [line.rstrip() for line in render(80)]
+    assert "── Timeline · this screen" in lines and "── Operators (o)" in lines
