@@ -47,3 +47,26 @@ def test_descriptions_wrap_whole_and_keys_keep_a_narrow_column():
 def test_headings_stand_on_their_own_line():
     lines = [line.rstrip() for line in render(80)]
     assert "── Timeline · this screen" in lines and "── Operators (o)" in lines
+
+
+async def test_a_table_says_which_columns_its_width_hides():
+    from conftest import SAMPLES
+    from kinetoscope.tui.app import KinetoscopeApp
+    from kinetoscope.tui.operators import OperatorsScreen
+    from kinetoscope.tui.screens import TraceScreen
+    from test_tui_drilldown import press, settle
+
+    sample = str(SAMPLES / "synthetic_gpu_training.pt.trace.json.gz")
+    for size, hidden in (((80, 24), "columns hidden"), ((200, 40), None)):
+        app = KinetoscopeApp(sample)
+        async with app.run_test(size=size) as pilot:
+            await settle(pilot, TraceScreen)
+            screen = await press(pilot, "o", until=OperatorsScreen)
+            await pilot.pause(0.2)
+            title = str(screen.query_one("#table-title").render())
+            left_out = screen.table.hidden_columns()
+            if hidden is None:
+                assert left_out == () and "hidden" not in title
+            else:
+                assert "GPU self" in left_out and hidden in title
+                assert f"{len(left_out)} columns hidden" in title

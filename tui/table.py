@@ -186,6 +186,7 @@ class DataView(ReportsWorkerFailures, ScrollView, can_focus=True):
         self.sort_descending = True
         self.pattern = ""
         self.filter_error: str | None = None
+        self._hidden_said: tuple[str, ...] = ()
         # Masks over the rows of `model`, made for it and dropped with it: rows passing the
         # filter, and rows a screen restricts the view to (e.g. a category).
         self._keep: np.ndarray | None = None
@@ -530,6 +531,17 @@ class DataView(ReportsWorkerFailures, ScrollView, can_focus=True):
     def on_resize(self, event: events.Resize) -> None:
         self.virtual_size = Size(event.size.width, len(self.view) + 1)
         self._lines.clear()
+        hidden = self.hidden_columns()
+        if hidden != self._hidden_said:
+            self._hidden_said = hidden
+            self.post_message(self.ViewChanged())  # the screen's title names them
+
+    def hidden_columns(self) -> tuple[str, ...]:
+        """Titles of the optional columns left out at this width to give the names room."""
+        if self.model is None or self.scrollable_content_region.width <= 0:
+            return ()
+        widths = self._widths(self.scrollable_content_region.width)
+        return tuple(c.title for c, w in zip(self.model.columns, widths) if not w)
 
     def recolour(self) -> None:
         """The theme changed (the app calls this): draw the rows again, and the screen's detail
@@ -761,6 +773,13 @@ class TableScreen(SavesCsv, ReportsWorkerFailures, Screen):
             )
             column = model.columns[table.sort_column].title
             text.append(f" · by {column} {'↓' if table.sort_descending else '↑'}")
+            hidden = table.hidden_columns()
+            if hidden:
+                # Say what the width left out: nothing else shows that these columns exist.
+                named = f" · hidden at this width: {', '.join(hidden)}"
+                if text.cell_len + len(named) > self.size.width - 1:
+                    named = f" · {plural(len(hidden), 'column')} hidden"
+                text.append(named)
         if table.pattern:
             text.append(" · filter ")
             text.append(clean(table.pattern), "bold")
