@@ -55,7 +55,7 @@ def test_operator_detail_120x40(snap_compare):
     app = KinetoscopeApp(str(SAMPLE))
     steps = (
         ("o", OperatorsScreen),
-        (["a", "t", "e", "n", ":", ":", "m", "m", "enter", "enter"], OperatorDetailScreen),
+        (["a", "t", "e", "n", ":", ":", "m", "m", "enter"], OperatorDetailScreen),
     )
     assert snap_compare(app, terminal_size=SIZE, run_before=run_keys(*steps))
 
@@ -64,7 +64,7 @@ def test_operator_kernels_120x40(snap_compare):
     app = KinetoscopeApp(str(SAMPLE))
     steps = (
         ("o", OperatorsScreen),
-        (["a", "t", "e", "n", ":", ":", "m", "m", "enter", "enter", "K"], OperatorDetailScreen),
+        (["a", "t", "e", "n", ":", ":", "m", "m", "enter", "K"], OperatorDetailScreen),
     )
     assert snap_compare(app, terminal_size=SIZE, run_before=run_keys(*steps))
 
