@@ -561,3 +561,64 @@ def test_a_non_local_address_is_warned_about():
     assert code == 0
     assert "warning: listening on 0.0.0.0, not only on this machine" in err
     assert "Traceback" not in out + err
+
+
+STUCK_VIEWER = (
+    # A viewer too busy to quit (as one drawing a huge terminal was): it ignores the quit
+    # message and SIGTERM; only SIGKILL ends it.
+    "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "sys.stdout.write('__GANGLION__\\n'); sys.stdout.flush(); time.sleep(120)"
+)
+
+
+def start_stuck_server() -> subprocess.Popen:
+    """A server whose every session runs STUCK_VIEWER."""
+    import shlex
+
+    command = "exec " + shlex.join([sys.executable, "-c", STUCK_VIEWER])
+    code = (
+        "import sys; from kinetoscope.serve import listen, serve; "
+        f"sys.exit(serve({command!r}, listen('127.0.0.1', 0), '127.0.0.1', 'stuck'))"
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0
+    )
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+def test_a_viewer_that_will_not_quit_is_killed_when_its_socket_closes_or_the_server_stops():
+    import aiohttp
+
+    server = start_stuck_server()
+    closed: set[int] = set()
+    closed_gone = False
+    open_: set[int] = set()
+
+    async def browse(url: str, port: int, token: str) -> None:
+        nonlocal closed, closed_gone, open_
+        ws_url = f"ws://127.0.0.1:{port}/ws/{token}"
+        async with aiohttp.ClientSession() as session:
+            async with session.ws_connect(ws_url, origin=url):
+                closed = await wait_for_viewer(server)
+            loop = asyncio.get_running_loop()
+            closed_gone = await loop.run_in_executor(None, gone, closed)
+            async with session.ws_connect(ws_url, origin=url) as ws:
+                open_ = await wait_for_viewer(server)
+                os.kill(server.pid, signal.SIGTERM)  # with a session whose viewer is stuck
+                while True:
+                    message = await ws.receive(timeout=30)
+                    if message.type not in (aiohttp.WSMsgType.BINARY, aiohttp.WSMsgType.TEXT):
+                        break
+
+    try:
+        url, port, token = address(first_line(server))
+        asyncio.run(browse(url, port, token))
+        out, err = server.communicate(timeout=60)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    assert len(closed) == 1 and closed_gone  # killed after its socket closed
+    assert len(open_) == 1 and gone(open_, timeout=5)  # killed as the server stopped
+    assert server.returncode == 0, err
+    assert b"Traceback" not in out + err and b"Error" not in out + err
