@@ -324,8 +324,27 @@ def test_a_sessions_viewer_ends_with_its_websocket_and_sessions_are_bounded():
             first_gone = await asyncio.get_running_loop().run_in_executor(None, gone, first)
             async with session.ws_connect(ws_url, **tunnel) as ws:
                 second = await wait_for_viewer(server)
-                # SIGTERM with a session open (its viewer drawing).
                 await receive_until(ws, b"ProfilerStep")
+                # Messages that are not a browser's are no messages: the session goes on.
+                for junk in (
+                    "{",
+                    "[]",
+                    '{"a": 1}',
+                    '["stdin", 5]',
+                    '["resize", "x"]',
+                    '["resize", {"width": 1e9, "height": true}]',
+                    '"\\ud800"',
+                ):
+                    await ws.send_str(junk)
+                await ws.send_bytes(b"\x00" * 1000)
+                await ws.send_json(["ping", "still there?"])
+                pong = None
+                while pong != ["pong", "still there?"]:  # what the viewer draws comes between
+                    message = await ws.receive(timeout=30)
+                    assert message.type in (aiohttp.WSMsgType.BINARY, aiohttp.WSMsgType.TEXT)
+                    if message.type == aiohttp.WSMsgType.TEXT:
+                        pong = message.json()
+                # SIGTERM with a session open (its viewer drawing).
                 os.kill(server.pid, signal.SIGTERM)
                 while True:
                     message = await ws.receive(timeout=30)
