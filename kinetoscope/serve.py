@@ -607,6 +607,9 @@ def _server(
                 width, height = terminal_size(request.query)
             except ValueError as exc:
                 raise _refusal(web.HTTPBadRequest, str(exc)) from None
+            websocket = web.WebSocketResponse(heartbeat=15, max_msg_size=MAX_MESSAGE)
+            if not websocket.can_prepare(request).ok:
+                raise _refusal(web.HTTPBadRequest, "a websocket, for the viewer's page only")
             task = asyncio.current_task()
             if self.closing or task is None:
                 raise _refusal(web.HTTPServiceUnavailable, "the server is stopping")
@@ -617,7 +620,6 @@ def _server(
                     "close one first",
                 )
             self.sessions.add(task)
-            websocket = web.WebSocketResponse(heartbeat=15, max_msg_size=MAX_MESSAGE)
             viewer: Viewer | None = None
             try:
                 await websocket.prepare(request)
@@ -638,7 +640,8 @@ def _server(
                 try:
                     if viewer is not None:
                         await self._end(viewer)
-                    await websocket.close()
+                    if websocket.prepared:
+                        await websocket.close()
                 finally:
                     self.sessions.discard(task)
             return websocket

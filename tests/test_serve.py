@@ -260,6 +260,8 @@ def test_a_foreign_origin_host_or_token_and_a_huge_terminal_are_refused_before_a
             await websocket("no columns", ws_url + "?width=0&height=24", origin=url)
             async with session.get(huge, headers={"Origin": url}) as response:
                 bodies["huge terminal"] = await response.text()
+            async with session.get(ws_url, headers={"Origin": url}) as response:
+                refused["not a websocket"] = response.status
             viewers.update(children_of(server.pid))
 
     viewers: set[int] = set()
@@ -283,6 +285,7 @@ def test_a_foreign_origin_host_or_token_and_a_huge_terminal_are_refused_before_a
         "huge terminal": 400,
         "one column too many": 400,
         "no columns": 400,
+        "not a websocket": 400,
     }
     assert viewers == set()  # no viewer process was started for any of them
     assert bodies["huge terminal"] == (
