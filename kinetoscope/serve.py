@@ -27,6 +27,7 @@ import argparse
 import errno
 import hmac
 import ipaddress
+import logging
 import os
 import re
 import secrets
@@ -429,8 +430,6 @@ def serve(
     max_sessions: int = DEFAULT_SESSIONS,
 ) -> int:
     """Serve `command` (the viewer of `shown`) on `sock` until Ctrl+C or SIGTERM; 0 then."""
-    import logging
-
     from kinetoscope.tui.safe_text import clean
 
     if guard is None:
@@ -442,7 +441,9 @@ def serve(
         signal.signal(signum, _interrupt)
     before = _children()
     try:
-        logging.basicConfig(format="kinetoscope serve: %(message)s", level=logging.WARNING)
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(_OneLine())
+        logging.basicConfig(level=logging.WARNING, handlers=[handler])
         held = _hold_signals()
         try:
             server = _server(command, sock, f"kinetoscope: {shown}", before, guard, max_sessions)
@@ -466,6 +467,27 @@ def serve(
         sock.close()
         _end_children(before)
     return 0
+
+
+class _OneLine(logging.Formatter):
+    """A log record as one line, `kinetoscope serve: MESSAGE: ERROR (WHAT IT SAYS)`, never a
+    traceback (a malformed request logged by aiohttp, a session's viewer that failed): what a
+    client sent is in it, so it is cleaned and cut."""
+
+    LIMIT = 200
+
+    def format(self, record: logging.LogRecord) -> str:
+        from kinetoscope.tui.safe_text import clean
+
+        text = record.getMessage()
+        error = record.exc_info[1] if record.exc_info else None
+        if error is not None:
+            said = " ".join(str(error).split())
+            text += f": {error.__class__.__name__}" + (f" ({said})" if said else "")
+        text = " ".join(text.split())
+        if len(text) > self.LIMIT:
+            text = text[: self.LIMIT] + "..."
+        return "kinetoscope serve: " + clean(text)
 
 
 def _hold_signals() -> bool:
@@ -498,7 +520,6 @@ def _server(
     a request must show; `max_sessions`: the sessions served at once."""
     import asyncio
     import json
-    import logging
 
     import aiohttp_jinja2
     import jinja2

@@ -130,6 +130,19 @@ def test_serve_on_a_free_port_serves_the_viewers_page_and_stops_by_its_pid():
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
 
 
+def raw_status(port: int, request: bytes) -> int:
+    """The HTTP status the server answers `request`, sent as it is, with."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
+        connection.sendall(request)
+        answer = b""
+        while b"\r\n" not in answer:
+            chunk = connection.recv(256)
+            if not chunk:
+                break
+            answer += chunk
+    return int(answer.split(b" ", 2)[1])
+
+
 def websocket_url_of(page: str) -> str:
     found = re.search(r'data-session-websocket-url="([^"]+)"', page)
     assert found, page
@@ -265,10 +278,20 @@ def test_a_foreign_origin_host_or_token_and_a_huge_terminal_are_refused_before_a
             viewers.update(children_of(server.pid))
 
     viewers: set[int] = set()
+    malformed: list[int] = []
     try:
         line = first_line(server)
         url, port, token = address(line)
         asyncio.run(attack(url, port, token))
+        page = f"GET /?token={token} HTTP/1.1\r\n".encode()
+        for request in (
+            page + b"\r\n",  # no Host
+            page + b"Host: localhost\r\nHost: evil.example\r\n\r\n",
+            page + b"Host: \xff\xfe\r\n\r\n",
+            page + b"Host: localhost\r\nX: " + b"\x1b[2J" * 5000 + b"\r\n\r\n",
+            b"\x16\x03\x01 not HTTP\r\n\r\n",
+        ):
+            malformed.append(raw_status(port, request))
     finally:
         code, out, err = stop(server, signal.SIGTERM)
     assert refused == {
@@ -287,7 +310,11 @@ def test_a_foreign_origin_host_or_token_and_a_huge_terminal_are_refused_before_a
         "no columns": 400,
         "not a websocket": 400,
     }
+    assert malformed == [400, 400, 421, 400, 400]
     assert viewers == set()  # no viewer process was started for any of them
+    # What aiohttp logs of a malformed request is a line each, cleaned, never a traceback.
+    assert all(line.startswith("kinetoscope serve: ") for line in err.splitlines()), err
+    assert "\x1b" not in err and all(len(line) < 300 for line in err.splitlines())
     assert bodies["huge terminal"] == (
         f"kinetoscope serve: a terminal of at most {MAX_WIDTH}x{MAX_HEIGHT} cells, not width "
         "'100000'\n"
