@@ -400,7 +400,8 @@ def test_a_sessions_viewer_ends_with_its_websocket_and_sessions_are_bounded():
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
-def test_sigterm_while_a_session_starts_leaves_no_traceback():
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl+C"])
+def test_stopped_while_a_session_starts_it_leaves_no_traceback(signum):
     import aiohttp
 
     server = start(str(SAMPLE), "--port", "0")
@@ -411,7 +412,7 @@ def test_sigterm_while_a_session_starts_leaves_no_traceback():
         async with aiohttp.ClientSession() as session:
             async with session.ws_connect(f"ws://127.0.0.1:{port}/ws/{token}", origin=url) as ws:
                 viewers = await wait_for_viewer(server)
-                os.kill(server.pid, signal.SIGTERM)  # its viewer still loading
+                os.kill(server.pid, signum)  # its viewer still loading
                 while True:
                     message = await ws.receive(timeout=30)
                     if message.type not in (aiohttp.WSMsgType.BINARY, aiohttp.WSMsgType.TEXT):
