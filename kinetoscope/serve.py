@@ -459,7 +459,11 @@ def serve(
                 flush=True,
             )
         # One line that says where, printed once it is ready (a script may wait for it).
-        print(f"kinetoscope: serving {clean(shown)} on {guard.url()} (Ctrl+C stops it)", flush=True)
+        listening = f"listening on {url_of(sock, host)}; " if guard.public_url else ""
+        print(
+            f"kinetoscope: serving {clean(shown)} on {guard.url()} ({listening}Ctrl+C stops it)",
+            flush=True,
+        )
         server.run()
     except KeyboardInterrupt:  # stopped before it served
         pass

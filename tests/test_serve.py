@@ -672,3 +672,27 @@ def test_a_viewer_that_will_not_quit_is_killed_when_its_socket_closes_or_the_ser
     assert len(open_) == 1 and gone(open_, timeout=5)  # killed as the server stopped
     assert server.returncode == 0, err
     assert b"Traceback" not in out + err and b"Error" not in out + err
+
+
+def test_behind_a_proxy_its_public_url_is_printed_answered_and_given_to_the_page():
+    server = start(str(SAMPLE), "--port", "0", "--public-url", "https://Viewer.Example.org/")
+    pages = []
+    try:
+        line = first_line(server)
+        found = re.search(
+            r"on https://viewer\.example\.org/\?token=([A-Za-z0-9_-]{32}) "
+            r"\(listening on http://127\.0\.0\.1:(\d+); Ctrl\+C stops it\)",
+            line,
+        )
+        assert found, line
+        token, port = found.group(1), int(found.group(2))
+        for host in ("viewer.example.org", f"127.0.0.1:{port}"):
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/?token={token}", headers={"Host": host}
+            )
+            with urllib.request.urlopen(request, timeout=30) as response:
+                pages.append(websocket_url_of(response.read().decode()))
+    finally:
+        code, out, err = stop(server, signal.SIGTERM)
+    assert pages == [f"wss://viewer.example.org/ws/{token}", f"ws://127.0.0.1:{port}/ws/{token}"]
+    assert code == 0 and "Traceback" not in out + err
