@@ -929,15 +929,16 @@ def _steps_each(interval: Interval) -> str:
     return f"{interval.n_base} BASE steps, {interval.n_new} NEW steps"
 
 
-def _evidence(parts: list[PartSeries], mean_b: float, mean_n: float, tau: float) -> list[Evidence]:
+def _evidence(parts: list[PartSeries], mean_b: float, mean_n: float) -> list[Evidence]:
     out = []
     for part in parts:
         interval = welch_log(part.base, part.new, EVIDENCE_CONFIDENCE)
         if interval is None:  # a step without it: no logarithm
             continue
         implied = None
-        if part.kind == "operator":
-            pb, pn = float(part.base.mean()), float(part.new.mean())
+        pb, pn = float(part.base.mean()), float(part.new.mean())
+        # Only an operator that fits in the step (not one summed over threads beside it).
+        if part.kind == "operator" and pb <= mean_b and pn <= mean_n:
             implied = tuple(
                 implied_step_log_ratio(x, pb, pn, mean_b, mean_n)
                 for x in (interval.estimate, interval.low, interval.high)
@@ -1025,7 +1026,7 @@ def _verdict(
         )
 
     tau = log_threshold(threshold)
-    evidence = _evidence(parts or [], mean_b, mean_n, tau)
+    evidence = _evidence(parts or [], mean_b, mean_n)
     est, sign = interval.estimate, interval.significant()
     head = (
         f"step time {interval.change_pct:+.2f} % (geometric mean), "
@@ -1039,16 +1040,20 @@ def _verdict(
     if sign != 0 and abs(est) > tau:
         kind = REGRESSION if sign > 0 else IMPROVEMENT
         reasons[0] += (
-            f": {'slower' if sign > 0 else 'faster'}, by more than the ±{threshold:g} % "
-            "threshold (estimate)"
+            f": NEW is {'slower' if sign > 0 else 'faster'}, the estimate beyond the "
+            f"±{threshold:g} % threshold"
         )
     else:
+        # An operator decides when what it alone adds (or saves) is beyond the threshold, the
+        # step times point the same way, and their interval does not contradict it.
         decisive = [
             e
             for e in evidence
             if e.implied is not None
             and est != 0.0
             and ((est > 0 and e.implied[1] > tau) or (est < 0 and e.implied[2] < -tau))
+            and e.implied[1] <= interval.high
+            and e.implied[2] >= interval.low
         ]
         if decisive:
             best = max(decisive, key=lambda e: abs(e.implied[1 if est > 0 else 2]))  # type: ignore[index]
@@ -1063,7 +1068,7 @@ def _verdict(
                 "the rest of the step did not change"
             )
         elif sign != 0:
-            reasons[0] += f": a change within the ±{threshold:g} % threshold (estimate)"
+            reasons[0] += f": a change, the estimate within the ±{threshold:g} % threshold"
         else:
             reasons[0] += ": no change beyond the step-to-step noise"
     settle = None
