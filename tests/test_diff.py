@@ -853,5 +853,6 @@ def test_gate_exit_codes_normal_and_strict(tmp_path, capsys):
             status(base, new, "--fail-above", limit, "--strict"),
         )
         assert got == expected, (base, new, limit)
-    assert status("sb", "sn", "--strict") == 2  # --strict needs --fail-above
-    assert "needs --fail-above" in capsys.readouterr().err or True
+    assert main(["diff", paths["sb"], paths["sn"], "--json", "--strict"]) == 2
+    said = capsys.readouterr()
+    assert said.out == "" and said.err.count("\n") == 1 and "needs --fail-above" in said.err
