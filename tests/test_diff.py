@@ -856,3 +856,50 @@ def test_gate_exit_codes_normal_and_strict(tmp_path, capsys):
     assert main(["diff", paths["sb"], paths["sn"], "--json", "--strict"]) == 2
     said = capsys.readouterr()
     assert said.out == "" and said.err.count("\n") == 1 and "needs --fail-above" in said.err
+
+
+MLP_SCRIPT = """
+import sys, torch
+from torch.profiler import ProfilerActivity, profile, schedule
+torch.manual_seed(0)
+torch.set_num_threads(1)
+for hidden, out in ((1024, sys.argv[1]), (3072, sys.argv[2])):
+    model = torch.nn.Sequential(
+        torch.nn.Linear(512, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 512)
+    )
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(256, 512)
+    plan = schedule(wait=1, warmup=1, active=8)
+    with profile(activities=[ProfilerActivity.CPU], schedule=plan) as prof:
+        for _ in range(10):
+            loss = model(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            prof.step()
+    prof.export_chrome_trace(out)
+"""
+
+
+@pytest.mark.slow
+def test_real_torch_mlp_pair(tmp_path, capsys):
+    """The issue's pair for real: two small MLPs on the CPU, hidden 1024 then 3072, 8 profiled
+    steps each, back to back. NEW is a regression (its interval above 5 %: exit 3, also
+    --strict), carried by aten::mm at the same call count; swapped, an improvement (exit 0)."""
+    pytest.importorskip("torch")
+    from kinetoscope.cli import main
+
+    base, new = tmp_path / "mlp1024.json", tmp_path / "mlp3072.json"
+    script = tmp_path / "mlp.py"
+    script.write_text(MLP_SCRIPT)
+    subprocess.run([sys.executable, str(script), str(base), str(new)], check=True, timeout=600)
+    assert main(["diff", str(base), str(new), "--json", "--fail-above", "5"]) == 3
+    verdict = json.loads(capsys.readouterr().out)["verdict"]
+    assert verdict["verdict"] == "regression" and verdict["samples"] == {"base": 8, "new": 8}
+    assert verdict["interval_pct"][0] > 5
+    mm = next(e for e in verdict["evidence"] if e["name"] == "aten::mm")
+    assert mm["base_calls"] == mm["new_calls"] and mm["change_pct"] > 50
+    assert main(["diff", str(base), str(new), "--json", "--fail-above", "5", "--strict"]) == 3
+    capsys.readouterr()
+    assert main(["diff", str(new), str(base), "--json", "--fail-above", "5", "--strict"]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"]["verdict"] == "improvement"
