@@ -47,6 +47,7 @@ from kinetoscope.parser.model import KIND_KERNEL, NO_VALUE
 
 from .diff_stats import (
     CONFIDENCE,
+    MAX_SETTLE,
     Interval,
     implied_step_log_ratio,
     log_threshold,
@@ -1081,15 +1082,18 @@ def _verdict(
     if decided_by == "step_time" and wide:
         # The interval reaches across a threshold: say so, and how many steps would settle it.
         settle = steps_to_settle(interval, tau)
-        if kind == NEUTRAL and abs(est) <= tau:
-            goal = f"within ±{threshold:g} %"
+        if abs(est) <= tau:
+            goal = f"within {pct(-tau):+.2f} % .. +{threshold:g} %"
         else:
-            goal = f"{'above' if est > 0 else 'below'} {'+' if est > 0 else '-'}{threshold:g} %"
-        more = (
-            f"about {settle:,} steps each would settle it ({goal}, at this noise and estimate)"
-            if settle is not None
-            else "more steps alone may not settle it (the estimate is at the threshold)"
-        )
+            goal = f"above +{threshold:g} %" if est > 0 else f"below {pct(-tau):+.2f} %"
+        if settle is not None:
+            more = (
+                f"about {settle:,} steps each would settle it ({goal}, at this noise and estimate)"
+            )
+        elif abs(abs(est) - tau) < 1e-9:
+            more = "more steps alone may not settle it (the estimate is at the threshold)"
+        else:
+            more = f"more than {MAX_SETTLE:,} steps each would be needed to settle it ({goal})"
         reasons.append(
             f"the interval is wide for the ±{threshold:g} % threshold "
             f"(noise: BASE {noise_b:.1f} %, NEW {noise_n:.1f} %): {more}"
