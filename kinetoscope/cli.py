@@ -297,8 +297,8 @@ def _add_diff_command(sub: Any) -> None:
         description="Compare two traces: steps paired in order, operators and kernels by "
         "normalised name, GPU sequences aligned per stream, and a verdict (docs/diff.md).",
         epilog="Exit status: 0 done, 1 an error, 2 a usage error, 3 (with --fail-above) a "
-        "regression whose 95 %% interval lies above PCT %%, 4 (with --strict) one of more than "
-        "PCT %% cannot be ruled out.",
+        "regression whose 95 % interval lies above PCT %, 4 (with --strict) one of more than "
+        "PCT % cannot be ruled out.",
     )
     diff.add_argument("base", metavar="BASE", help="the trace before the change")
     diff.add_argument("new", metavar="NEW", help="the trace after it")
