@@ -903,3 +903,32 @@ def test_real_torch_mlp_pair(tmp_path, capsys):
     capsys.readouterr()
     assert main(["diff", str(new), str(base), "--json", "--fail-above", "5", "--strict"]) == 0
     assert json.loads(capsys.readouterr().out)["verdict"]["verdict"] == "improvement"
+
+
+def test_verdict_keys_of_the_document_and_the_cases_without_an_interval():
+    """The JSON verdict keeps version 1's keys (noise_factor now null) and adds the interval's;
+    without an interval (one step a side, a step of no duration) the threshold alone decides and
+    the reasons say so."""
+    from kinetoscope.report_diff import diff_document
+
+    doc = diff_document(diff_of(base_events(), new_events()), "b", "n")["verdict"]
+    old = {
+        "verdict",
+        "reasons",
+        "step_time_delta_pct",
+        "threshold_pct",
+        "noise_factor",
+        "noise_base_pct",
+        "noise_new_pct",
+    }
+    assert old <= doc.keys() and doc["noise_factor"] is None
+    assert doc["method"] == "welch-t on log step times" and doc["confidence"] == 0.95
+    assert doc["interval_pct"] == [10.0, 10.0] and doc["change_pct"] == 10.0
+    assert doc["samples"] == {"base": 3, "new": 3} and doc["decided_by"] == "step_time"
+    assert doc["gate_interval_pct"] == [10.0, 10.0] and doc["steps_to_settle"] is None
+    assert {e["name"] for e in doc["evidence"]} >= {"aten::add", "gemm"}
+    one = _verdict(5.0, [1000], [1100], [])
+    assert one.kind == REGRESSION and one.interval is None and one.decided_by == "threshold"
+    assert "no interval" in one.reasons[1] and one.fails(5) and one.undecided(20)
+    zero = _verdict(5.0, [0, 1000], [1000, 1000], [])
+    assert zero.interval is None and "no duration" in zero.reasons[1]
