@@ -15,7 +15,10 @@ API (stable; the viewer builds on it):
     - `overall: list[MetricDiff]` and `per_step: list[list[MetricDiff]]` (one list per pair, in
       `METRICS` order).
     - `operators`, `kernels: list[GroupDiff]`, sorted by |Δ total| (largest first, ties by name).
-    - `verdict: Verdict` (kind in VERDICTS, reasons, Δ %, threshold and noise).
+    - `verdict: Verdict` (kind in VERDICTS, reasons, Δ %, threshold and noise; the step
+      time's `interval` (diff_stats.py: Welch's t on log step times), the operators' and
+      kernels' per-step `evidence`, `decided_by`, `steps_to_settle`; `fails(pct)` for
+      `--fail-above`, `undecided(pct)` for `--strict`).
     - `alignment(pair) -> list[StreamAlignment]`: the GPU activities of each stream in that
       pair's windows, aligned by a Myers diff on normalised names (computed on first ask, then
       kept; thread-safe).
