@@ -15,7 +15,10 @@ API (stable; the viewer builds on it):
     - `overall: list[MetricDiff]` and `per_step: list[list[MetricDiff]]` (one list per pair, in
       `METRICS` order).
     - `operators`, `kernels: list[GroupDiff]`, sorted by |Δ total| (largest first, ties by name).
-    - `verdict: Verdict` (kind in VERDICTS, reasons, Δ %, threshold and noise).
+    - `verdict: Verdict` (kind in VERDICTS, reasons, Δ %, threshold and noise; the step
+      time's `interval` (diff_stats.py: Welch's t on log step times), the operators' and
+      kernels' per-step `evidence`, `decided_by`, `steps_to_settle`; `fails(pct)` for
+      `--fail-above`, `undecided(pct)` for `--strict`).
     - `alignment(pair) -> list[StreamAlignment]`: the GPU activities of each stream in that
       pair's windows, aligned by a Myers diff on normalised names (computed on first ask, then
       kept; thread-safe).
@@ -39,12 +42,22 @@ from __future__ import annotations
 import math
 import re
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 from kinetoscope.parser.model import KIND_KERNEL, NO_VALUE
 
+from .diff_stats import (
+    CONFIDENCE,
+    MAX_SETTLE,
+    Interval,
+    implied_step_log_ratio,
+    log_threshold,
+    pct,
+    steps_to_settle,
+    welch_log,
+)
 from .idle import CAUSES
 from .intervals import Union
 from .memory import CPU_DEVICE_TYPE, device_properties
@@ -55,7 +68,8 @@ from .steps import COMM_NAME, DATALOADER_PREFIX, names_matching
 # -- options --------------------------------------------------------------------------------
 
 DEFAULT_THRESHOLD_PCT = 5.0
-NOISE_FACTOR = 2.0  # a Δ must exceed this many times each trace's step-to-step noise
+EVIDENCE_CONFIDENCE = 0.99  # each operator's interval (Bonferroni: several are looked at)
+EVIDENCE_PARTS = 3  # the operators (and kernels) with the largest |Δ| looked at per step
 MIN_KERNEL_OVERLAP = 0.2  # below this share of common kernel names, the traces are not comparable
 ALIGN_MAX_D = 1000  # the most edits the Myers diff looks for per stream
 ALIGN_MAX_WORK = 2_000_000  # the most diagonal steps it takes per stream
@@ -291,6 +305,23 @@ class GroupDiff:
 
 
 @dataclass(frozen=True)
+class Evidence:
+    """One operator's or kernel's per-step time in both traces: a part of the step that changed
+    (docs/diff.md, "Evidence from the operators")."""
+
+    kind: str  # "operator" or "kernel"
+    name: str  # normalised
+    base_calls: int  # instances in the compared steps
+    new_calls: int
+    interval: Interval  # of its per-step time, at EVIDENCE_CONFIDENCE
+    slower_pairs: int  # pairs in which NEW's per-step time is the larger
+    pairs: int
+    # Operators: the step time's log ratio (estimate, low, high) if only this part had changed.
+    implied: tuple[float, float, float] | None
+    decisive: bool  # this evidence decided the verdict
+
+
+@dataclass(frozen=True)
 class Verdict:
     kind: str  # one of VERDICTS
     reasons: tuple[str, ...]  # why (always at least one line)
@@ -298,14 +329,34 @@ class Verdict:
     threshold_pct: float
     noise_base_pct: float | None  # step-to-step coefficient of variation, None: < 2 steps
     noise_new_pct: float | None
+    interval: Interval | None = None  # of the step time's change (log units); None: none
+    decided_by: str | None = None  # "step_time", "operator", "threshold" (no interval), None
+    steps_to_settle: int | None = None  # steps per side that would settle a wide interval
+    evidence: tuple[Evidence, ...] = ()
+    # The interval the verdict stands on, in %: the step time's, or the deciding operator's
+    # implied one; without an interval, the mean Δ % for both.
+    gate_low_pct: float | None = None
+    gate_high_pct: float | None = None
 
     def fails(self, fail_above: float | None) -> bool:
-        """A regression of more than `fail_above` % (the `--fail-above` exit status)."""
+        """A regression whose interval lies above `fail_above` % (`--fail-above`: exit 3)."""
         return (
             fail_above is not None
             and self.kind == REGRESSION
-            and self.delta_pct is not None
-            and self.delta_pct > fail_above
+            and self.gate_low_pct is not None
+            and self.gate_low_pct > fail_above
+        )
+
+    def undecided(self, fail_above: float | None) -> bool:
+        """`--strict`: not `fails`, yet a regression of more than `fail_above` % cannot be ruled
+        out: the traces are not comparable, there is no interval, or it reaches above."""
+        if fail_above is None or self.fails(fail_above):
+            return False
+        return (
+            self.kind == INCONCLUSIVE
+            or self.interval is None
+            or self.gate_high_pct is None
+            or self.gate_high_pct > fail_above
         )
 
 
@@ -532,6 +583,78 @@ def _aggregate(
         if original not in names and key[1] != STEP_KEY:  # steps merge by design
             names.append(original)
         out[key] = (n + int(count[g]), t + int(round(total[g])), gs, names)
+    return out
+
+
+def _window_index(t: np.ndarray, windows: list[tuple[int, int]]) -> np.ndarray:
+    """For each time, the index of the window (by start) that holds it, −1 for none (one binary
+    search per time; the compared steps do not overlap)."""
+    bounds = np.asarray(windows, dtype=np.int64).reshape(-1, 2)
+    order = np.argsort(bounds[:, 0], kind="stable")
+    lo, hi = bounds[order, 0], bounds[order, 1]
+    at = np.searchsorted(lo, t, side="right") - 1
+    inside = (at >= 0) & (t < hi[np.maximum(at, 0)])
+    return np.where(inside, order[np.maximum(at, 0)], -1)
+
+
+def _part_series(
+    session: TraceSession,
+    kind: str,
+    parts: list[tuple[int, ...]],
+    windows: list[tuple[int, int]],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per part (a tuple of group indices, as `GroupDiff.base_groups`) and window: the total
+    time (ns; operators: outermost instances, as the operators table's totals) and the count
+    of instances. Two arrays of shape (parts, windows), from one pass over the trace's arrays."""
+    trace = session.trace
+    k, w = len(parts), len(windows)
+    groups = session.gpu_groups if kind == "kernel" else session.cpu_groups
+    lookup = np.full(len(groups) + 1, -1, dtype=np.int64)
+    for i, part in enumerate(parts):
+        lookup[list(part)] = i
+    if kind == "kernel":
+        rows, when = _gpu_launch_time(session)
+        outer = np.ones(len(rows), dtype=bool)
+    else:
+        rows = session.nesting.order
+        when = trace.start[rows]
+        outer = session.nesting.outermost
+    part = lookup[groups.index[rows].astype(np.int64)]
+    keep = part >= 0
+    rows, when, outer, part = rows[keep], when[keep], outer[keep], part[keep]
+    window = _window_index(when, windows)
+    keep = window >= 0
+    cell = part[keep] * w + window[keep]
+    counts = np.bincount(cell, minlength=k * w).reshape(k, w)
+    timed = keep & outer
+    cell = part[timed] * w + window[timed]
+    totals = np.bincount(cell, weights=trace.dur[rows[timed]], minlength=k * w)
+    return np.rint(totals).astype(np.int64).reshape(k, w), counts.astype(np.int64)
+
+
+def _parts(
+    base: TraceSession,
+    new: TraceSession,
+    operators: list[GroupDiff],
+    kernels: list[GroupDiff],
+    pairs: list[StepPair],
+) -> list[PartSeries]:
+    """The per-step series of the EVIDENCE_PARTS common operators and kernels with the largest
+    |Δ| (not the steps' own row)."""
+    out: list[PartSeries] = []
+    for kind, rows in (("operator", operators), ("kernel", kernels)):
+        chosen = [g for g in rows if g.status == "common" and g.name != STEP_KEY]
+        chosen = [g for g in chosen if g.delta != 0][:EVIDENCE_PARTS]
+        if not chosen:
+            continue
+        tb, cb = _part_series(
+            base, kind, [g.base_groups for g in chosen], [p.base_window for p in pairs]
+        )
+        tn, cn = _part_series(
+            new, kind, [g.new_groups for g in chosen], [p.new_window for p in pairs]
+        )
+        for i, g in enumerate(chosen):
+            out.append(PartSeries(kind, g.name, tb[i], tn[i], int(cb[i].sum()), int(cn[i].sum())))
     return out
 
 
@@ -788,12 +911,89 @@ def _noise_pct(durations: list[int]) -> float | None:
     return 100.0 * math.sqrt(var) / mean
 
 
+@dataclass(frozen=True)
+class PartSeries:
+    """One operator's or kernel's per-step time (ns) and calls, per compared pair."""
+
+    kind: str
+    name: str
+    base: np.ndarray  # int64, one per pair
+    new: np.ndarray
+    base_calls: int
+    new_calls: int
+
+
+def _span(interval_pct: tuple[float, float]) -> str:
+    return f"{interval_pct[0]:+.1f} % .. {interval_pct[1]:+.1f} %"
+
+
+def _steps_each(interval: Interval) -> str:
+    if interval.n_base == interval.n_new:
+        return f"{interval.n_base} steps each"
+    return f"{interval.n_base} BASE steps, {interval.n_new} NEW steps"
+
+
+def _evidence(parts: list[PartSeries], mean_b: float, mean_n: float) -> list[Evidence]:
+    out = []
+    for part in parts:
+        interval = welch_log(part.base, part.new, EVIDENCE_CONFIDENCE)
+        if interval is None:  # a step without it: no logarithm
+            continue
+        implied = None
+        pb, pn = float(part.base.mean()), float(part.new.mean())
+        # Only an operator that fits in the step (not one summed over threads beside it).
+        if part.kind == "operator" and pb <= mean_b and pn <= mean_n:
+            implied = tuple(
+                implied_step_log_ratio(x, pb, pn, mean_b, mean_n)
+                for x in (interval.estimate, interval.low, interval.high)
+            )
+        out.append(
+            Evidence(
+                kind=part.kind,
+                name=part.name,
+                base_calls=part.base_calls,
+                new_calls=part.new_calls,
+                interval=interval,
+                slower_pairs=int(np.count_nonzero(part.new > part.base)),
+                pairs=len(part.base),
+                implied=implied,  # type: ignore[arg-type]
+                decisive=False,
+            )
+        )
+    return out
+
+
+def _part_text(e: Evidence) -> str:
+    calls = (
+        "at the same call count"
+        if e.base_calls == e.new_calls
+        else f"calls {e.base_calls:,} -> {e.new_calls:,}"
+    )
+    text = (
+        f"{e.kind} {e.name} {e.interval.change_pct:+.1f} % per step {calls}, "
+        f"{100 * e.interval.confidence:g} % interval "
+        f"{_span((e.interval.low_pct, e.interval.high_pct))}, "
+        f"{'slower' if e.interval.estimate > 0 else 'faster'} in "
+        f"{e.slower_pairs if e.interval.estimate > 0 else e.pairs - e.slower_pairs} of "
+        f"{e.pairs} pairs"
+    )
+    if e.implied is not None:
+        text += (
+            f": by itself the step time {pct(e.implied[0]):+.1f} % "
+            f"({_span((pct(e.implied[1]), pct(e.implied[2])))})"
+        )
+    return text
+
+
 def _verdict(
     threshold: float,
     base_times: list[int],
     new_times: list[int],
     not_comparable: list[str],
+    parts: list[PartSeries] | None = None,
 ) -> Verdict:
+    """The verdict from the compared step times (and the per-step series of the operators and
+    kernels that changed most): docs/diff.md, "The verdict"."""
     noise_b, noise_n = _noise_pct(base_times), _noise_pct(new_times)
     mean_b = sum(base_times) / len(base_times) if base_times else 0.0
     mean_n = sum(new_times) / len(new_times) if new_times else 0.0
@@ -803,23 +1003,122 @@ def _verdict(
     if not_comparable:
         return Verdict(INCONCLUSIVE, tuple(not_comparable), delta_pct, threshold, noise_b, noise_n)
     assert delta_pct is not None
-    noise = max(noise_b or 0.0, noise_n or 0.0)
-    bar = max(threshold, NOISE_FACTOR * noise)
-    size = f"mean step time {delta_pct:+.2f} %"
-    if abs(delta_pct) <= threshold:
-        kind, why = NEUTRAL, f"{size}, within the ±{threshold:g} % threshold"
-    elif abs(delta_pct) <= NOISE_FACTOR * noise:
-        kind, why = (
-            NEUTRAL,
-            (f"{size}, within {NOISE_FACTOR:g}× the step-to-step noise ({noise:.2f} %)"),
+    interval = welch_log(base_times, new_times)
+    if interval is None:  # one window a side (or a step of no duration): the threshold alone
+        size = f"mean step time {delta_pct:+.2f} %"
+        if abs(delta_pct) <= threshold:
+            kind, why = NEUTRAL, f"{size}, within the ±{threshold:g} % threshold"
+        else:
+            kind = REGRESSION if delta_pct > 0 else IMPROVEMENT
+            why = f"{size}, beyond the ±{threshold:g} % threshold"
+        reason = (
+            "fewer than two steps on a side: no interval, step-to-step noise unknown; "
+            "the verdict is by the threshold alone"
+            if len(base_times) < 2 or len(new_times) < 2
+            else "a step of no duration: no interval; the verdict is by the threshold alone"
+        )
+        return Verdict(
+            kind,
+            (why, reason),
+            delta_pct,
+            threshold,
+            noise_b,
+            noise_n,
+            decided_by="threshold",
+            gate_low_pct=delta_pct,
+            gate_high_pct=delta_pct,
+        )
+
+    tau = log_threshold(threshold)
+    evidence = _evidence(parts or [], mean_b, mean_n)
+    est, sign = interval.estimate, interval.significant()
+    head = (
+        f"step time {interval.change_pct:+.2f} % (geometric mean), "
+        f"{100 * CONFIDENCE:g} % interval {_span((interval.low_pct, interval.high_pct))}; "
+        f"{_steps_each(interval)}"
+    )
+    reasons = [head]
+    gate = (interval.low_pct, interval.high_pct)
+    decided_by = "step_time"
+    kind = NEUTRAL
+    if sign != 0 and abs(est) > tau:
+        kind = REGRESSION if sign > 0 else IMPROVEMENT
+        reasons[0] += (
+            f": NEW is {'slower' if sign > 0 else 'faster'}, the estimate beyond the "
+            f"±{threshold:g} % threshold"
         )
     else:
-        kind = REGRESSION if delta_pct > 0 else IMPROVEMENT
-        why = f"{size}, beyond ±{bar:.2f} % (threshold, {NOISE_FACTOR:g}× noise)"
-    reasons = [why]
-    if noise_b is None or noise_n is None:
-        reasons.append("fewer than two steps on a side: step-to-step noise unknown")
-    return Verdict(kind, tuple(reasons), delta_pct, threshold, noise_b, noise_n)
+        # An operator decides when what it alone adds (or saves) is beyond the threshold, the
+        # step times point the same way, and their interval does not contradict it.
+        decisive = [
+            e
+            for e in evidence
+            if e.implied is not None
+            and est != 0.0
+            and ((est > 0 and e.implied[1] > tau) or (est < 0 and e.implied[2] < -tau))
+            and e.implied[1] <= interval.high
+            and e.implied[2] >= interval.low
+        ]
+        if decisive:
+            best = max(decisive, key=lambda e: abs(e.implied[1 if est > 0 else 2]))  # type: ignore[index]
+            evidence = [replace(e, decisive=True) if e is best else e for e in evidence]
+            kind = REGRESSION if est > 0 else IMPROVEMENT
+            assert best.implied is not None
+            gate = (pct(best.implied[1]), pct(best.implied[2]))
+            decided_by = "operator"
+            reasons[0] += ": not decided by the step times alone"
+            reasons.append(
+                f"decided by {_part_text(best)}; beyond the ±{threshold:g} % threshold even if "
+                "the rest of the step did not change"
+            )
+        elif sign != 0:
+            reasons[0] += f": a change, the estimate within the ±{threshold:g} % threshold"
+        else:
+            reasons[0] += ": no change beyond the step-to-step noise"
+    settle = None
+    if est > tau:
+        wide = interval.low <= tau
+    elif est < -tau:
+        wide = interval.high >= -tau
+    else:
+        wide = interval.low < -tau or interval.high > tau
+    if decided_by == "step_time" and wide:
+        # The interval reaches across a threshold: say so, and how many steps would settle it.
+        settle = steps_to_settle(interval, tau)
+        if abs(est) <= tau:
+            goal = f"within {pct(-tau):+.2f} % .. +{threshold:g} %"
+        else:
+            goal = f"above +{threshold:g} %" if est > 0 else f"below {pct(-tau):+.2f} %"
+        if settle is not None:
+            more = (
+                f"about {settle:,} steps each would settle it ({goal}, at this noise and estimate)"
+            )
+        elif abs(abs(est) - tau) < 1e-9:
+            more = "more steps alone may not settle it (the estimate is at the threshold)"
+        else:
+            more = f"more than {MAX_SETTLE:,} steps each would be needed to settle it ({goal})"
+        reasons.append(
+            f"the interval is wide for the ±{threshold:g} % threshold "
+            f"(noise: BASE {noise_b:.1f} %, NEW {noise_n:.1f} %): {more}"
+        )
+    for e in evidence:  # the strongest other evidence, when the step times could not tell
+        if kind == NEUTRAL and e.interval.significant() != 0 and e.kind == "operator":
+            reasons.append(f"evidence short of a verdict: {_part_text(e)}")
+            break
+    return Verdict(
+        kind,
+        tuple(reasons),
+        delta_pct,
+        threshold,
+        noise_b,
+        noise_n,
+        interval=interval,
+        decided_by=decided_by,
+        steps_to_settle=settle,
+        evidence=tuple(evidence),
+        gate_low_pct=gate[0],
+        gate_high_pct=gate[1],
+    )
 
 
 def _device_names(session: TraceSession) -> list[str]:
@@ -920,7 +1219,8 @@ def diff_sessions(
         )
     times_b = [m[0].base for m in per_step if m[0].base is not None]
     times_n = [m[0].new for m in per_step if m[0].new is not None]
-    verdict = _verdict(options.threshold_pct, times_b, times_n, reasons)
+    parts = [] if whole or reasons or not pairs else _parts(base, new, operators, kernels, pairs)
+    verdict = _verdict(options.threshold_pct, times_b, times_n, reasons, parts)
     return TraceDiff(
         base=base,
         new=new,
@@ -960,6 +1260,7 @@ __all__: list[Any] = [
     "StepPair",
     "StreamAlignment",
     "TraceDiff",
+    "Evidence",
     "Verdict",
     "align_pair",
     "align_sequences",

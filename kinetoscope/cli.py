@@ -297,7 +297,8 @@ def _add_diff_command(sub: Any) -> None:
         description="Compare two traces: steps paired in order, operators and kernels by "
         "normalised name, GPU sequences aligned per stream, and a verdict (docs/diff.md).",
         epilog="Exit status: 0 done, 1 an error, 2 a usage error, 3 (with --fail-above) a "
-        "regression of more than PCT %.",
+        "regression whose 95 % interval lies above PCT %, 4 (with --strict) one of more than "
+        "PCT % cannot be ruled out.",
     )
     diff.add_argument("base", metavar="BASE", help="the trace before the change")
     diff.add_argument("new", metavar="NEW", help="the trace after it")
@@ -329,7 +330,14 @@ def _add_diff_command(sub: Any) -> None:
         "--fail-above",
         type=_percent,
         metavar="PCT",
-        help="exit with status 3 when the verdict is a regression of more than PCT %%",
+        help="exit with status 3 when the verdict is a regression whose 95 %% interval lies "
+        "above PCT %%",
+    )
+    diff.add_argument(
+        "--strict",
+        action="store_true",
+        help="with --fail-above: also exit with status 4 when a regression of more than PCT %% "
+        "cannot be ruled out (an interval reaching above it, too few steps, not comparable)",
     )
     diff.add_argument(
         "--fold-templates",
@@ -477,6 +485,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         from kinetoscope.report_diff import run_diff
         from kinetoscope.viewer import terminal_problem
 
+        if args.strict and args.fail_above is None:
+            return _usage_error("--strict needs --fail-above PCT (the regression it rules out)")
         # No output asked for (format, width, exit status) and a terminal: the viewer.
         printed = args.json or args.format or args.width is not None or args.csv is not None
         if not printed and args.fail_above is None and terminal_problem() is None:
@@ -501,6 +511,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             templates=args.fold_templates,
             fail_above=args.fail_above,
             csv_dir=args.csv,
+            strict=args.strict,
         )
     if args.command == "summary":
         from kinetoscope.report import run_summary

@@ -14,7 +14,8 @@ DIFF_VERSION = 1
 TOP_ROWS = 100  # operators and kernels in the JSON document, by |Δ|
 TABLE_ROWS = 20  # rows of each text table
 ALIGN_ENTRIES = 50  # non-equal alignment entries listed per stream in the JSON document
-EXIT_REGRESSION = 3  # `--fail-above PCT`: a regression of more than PCT %
+EXIT_REGRESSION = 3  # `--fail-above PCT`: a regression whose interval lies above PCT %
+EXIT_UNDECIDED = 4  # `--strict`: a regression of more than PCT % cannot be ruled out
 UNNAMED = "not named (no deviceProperties)"  # the GPUs row, for a trace that names no GPU
 
 
@@ -60,6 +61,49 @@ def _group(g: Any) -> dict[str, Any]:
         # The original names, when normalisation matched more than one into this row.
         "merged_base_names": list(g.base_names) if g.merged else [],
         "merged_new_names": list(g.new_names) if g.merged else [],
+    }
+
+
+def _pair_pct(low: float | None, high: float | None) -> list[float] | None:
+    return None if low is None or high is None else [round(low, 3), round(high, 3)]
+
+
+def _interval_keys(v: Any) -> dict[str, Any]:
+    """The verdict's statistics (docs/diff.md, "The verdict")."""
+    from kinetoscope.analysis.diff_stats import METHOD, pct
+
+    iv = v.interval
+
+    def evidence(e: Any) -> dict[str, Any]:
+        implied = e.implied
+        return {
+            "kind": e.kind,
+            "name": e.name,
+            "base_calls": e.base_calls,
+            "new_calls": e.new_calls,
+            "change_pct": round(e.interval.change_pct, 3),
+            "interval_pct": _pair_pct(e.interval.low_pct, e.interval.high_pct),
+            "confidence": e.interval.confidence,
+            "slower_pairs": e.slower_pairs,
+            "pairs": e.pairs,
+            "step_change_pct": None if implied is None else round(pct(implied[0]), 3),
+            "step_interval_pct": None
+            if implied is None
+            else _pair_pct(pct(implied[1]), pct(implied[2])),
+            "decisive": e.decisive,
+        }
+
+    return {
+        "method": METHOD if iv is not None else None,
+        "confidence": iv.confidence if iv is not None else None,
+        "change_pct": None if iv is None else round(iv.change_pct, 3),
+        "interval_pct": None if iv is None else _pair_pct(iv.low_pct, iv.high_pct),
+        "samples": None if iv is None else {"base": iv.n_base, "new": iv.n_new},
+        "df": None if iv is None else (None if iv.df == float("inf") else round(iv.df, 3)),
+        "decided_by": v.decided_by,
+        "gate_interval_pct": _pair_pct(v.gate_low_pct, v.gate_high_pct),
+        "steps_to_settle": v.steps_to_settle,
+        "evidence": [evidence(e) for e in v.evidence],
     }
 
 
@@ -111,7 +155,7 @@ def _alignment(diff: Any, pair: int) -> dict[str, Any]:
 
 
 def diff_document(diff: Any, base_path: str, new_path: str) -> dict[str, Any]:
-    from kinetoscope.analysis.diff import ADDED, METRIC_KEYS, NOISE_FACTOR, REMOVED
+    from kinetoscope.analysis.diff import ADDED, METRIC_KEYS, REMOVED
 
     v = diff.verdict
 
@@ -144,9 +188,10 @@ def diff_document(diff: Any, base_path: str, new_path: str) -> dict[str, Any]:
             "reasons": list(v.reasons),
             "step_time_delta_pct": _round(v.delta_pct),
             "threshold_pct": v.threshold_pct,
-            "noise_factor": NOISE_FACTOR,
+            "noise_factor": None,  # version 1's key, no longer used (docs/diff.md)
             "noise_base_pct": _round(v.noise_base_pct),
             "noise_new_pct": _round(v.noise_new_pct),
+            **_interval_keys(v),
         },
         "whole_traces": diff.whole,
         "common_steps": diff.common_steps,
@@ -212,6 +257,13 @@ def diff_tables(diff: Any) -> list[Any]:
         f"BASE {_noise(v.noise_base_pct)}, NEW {_noise(v.noise_new_pct)} "
         f"(threshold {v.threshold_pct:g} %)",
     )
+    if v.interval is not None:
+        from kinetoscope.analysis.diff_stats import METHOD
+
+        head.add_row(
+            "method",
+            f"{100 * v.interval.confidence:g} % interval, {METHOD} (docs/diff.md)",
+        )
     head.add_row(
         "GPUs",
         _data(
@@ -487,10 +539,12 @@ def run_diff(
     templates: bool = False,
     fail_above: float | None = None,
     csv_dir: str | None = None,
+    strict: bool = False,
 ) -> int:
-    """Print the diff; 0, or EXIT_REGRESSION for a regression above `fail_above`, or 1 with
-    one line when a trace cannot be read, or 2 for a bad `--steps`. With `csv_dir`, write the
-    diff viewer's tables there as CSV files instead (kinetoscope/tables.py)."""
+    """Print the diff; 0, or EXIT_REGRESSION for a regression whose interval lies above
+    `fail_above`, or (`strict`) EXIT_UNDECIDED when such a regression cannot be ruled out, or 1
+    with one line when a trace cannot be read, or 2 for a bad `--steps`. With `csv_dir`, write
+    the diff viewer's tables there as CSV files instead (kinetoscope/tables.py)."""
     from kinetoscope.analysis.diff import diff_sessions
     from kinetoscope.analysis.session import AnalysisFailed
     from kinetoscope.parser import TraceError
@@ -527,4 +581,8 @@ def run_diff(
     except MemoryError:
         print("kinetoscope: out of memory comparing the two traces", file=sys.stderr)
         return 1
-    return EXIT_REGRESSION if diff.verdict.fails(fail_above) else 0
+    if diff.verdict.fails(fail_above):
+        return EXIT_REGRESSION
+    if strict and diff.verdict.undecided(fail_above):
+        return EXIT_UNDECIDED
+    return 0
