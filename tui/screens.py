@@ -406,7 +406,8 @@ def idle_by_cpu_text(data: ViewData, limit: int = 4) -> Text:
     the gaps: idle spread over many short gaps shows up here, not in the list of the longest."""
     from kinetoscope.analysis.session import AnalysisFailed
 
-    text = Text(no_wrap=True, overflow="ellipsis")
+    # It wraps (up to four lines, #gap-by-cpu in kinetoscope.tcss) rather than being cut.
+    text = Text()
     if not len(data.gaps):
         return text
     text.append("All idle by CPU op running: ", "bold")
@@ -443,6 +444,8 @@ class GapListScreen(SavesCsv, ModalScreen[int]):
         # A modal screen hides the app's keys: `?` is bound here too, as it works everywhere.
         Binding("question_mark", "app.help", "Keys", show=False),
         SAVE_CSV_BINDING,
+        Binding("n", "page(1)", "Next gaps", show=False, tooltip="The next page of gaps"),
+        Binding("p", "page(-1)", "Previous gaps", show=False, tooltip="The previous page"),
         Binding(
             "e",
             "export_gap",
@@ -460,29 +463,64 @@ class GapListScreen(SavesCsv, ModalScreen[int]):
         order = gaps.longest()
         # Every gap at least the threshold long (W saves them all); the list shows the first.
         self.all_gaps = order[(gaps.end[order] - gaps.start[order]) >= threshold]
+        self.first = 0  # the list shows GAP_LIST_LIMIT of them at a time, from this one
         self.order = self.all_gaps[:GAP_LIST_LIMIT]
 
     def csv_export(self) -> tuple[Table, np.ndarray]:
         table = gaps_table(self.data.trace, self.data.gaps, self.all_gaps)
         return table, table.order
 
+    def title_text(self) -> Text:
+        total, shown = len(self.all_gaps), len(self.order)
+        head = f"GPU idle gaps ≥ {fmt_duration(self.threshold)}, longest first "
+        if shown == total:
+            return Text(f"{head}({total:,} shown) · Enter jumps · Esc closes")
+        # More than one page: which ones are shown, and the keys to the others.
+        first, last = self.first + 1, self.first + shown
+        keys = []
+        if last < total:
+            keys.append("n next")
+        if self.first:
+            keys.append("p previous")
+        return Text(
+            f"{head}(#{first:,}-{last:,} of {total:,}; {' · '.join(keys)}; W saves all) "
+            "· Enter jumps · Esc closes"
+        )
+
     def compose(self) -> ComposeResult:
         with Vertical(id="gap-box"):
-            count = len(self.order)
-            yield Static(
-                Text(
-                    f"GPU idle gaps ≥ {fmt_duration(self.threshold)}, longest first "
-                    f"({count:,} shown) · Enter jumps · Esc closes"
-                ),
-                id="gap-title",
-            )
+            yield Static(self.title_text(), id="gap-title")
             yield Static(idle_by_cpu_text(self.data), id="gap-by-cpu")
             yield DataTable(id="gap-table", cursor_type="row", zebra_stripes=True)
 
+    def action_page(self, step: int) -> None:
+        """`n` / `p`: the next or previous GAP_LIST_LIMIT gaps."""
+        first = self.first + step * GAP_LIST_LIMIT
+        if not 0 <= first < len(self.all_gaps):
+            self.notify(
+                "No more gaps this way"
+                if len(self.all_gaps) > GAP_LIST_LIMIT
+                else "Every gap is shown",
+                timeout=3,
+                markup=False,
+            )
+            return
+        self.first = first
+        self.order = self.all_gaps[first : first + GAP_LIST_LIMIT]
+        table = self.query_one(DataTable)
+        table.clear()
+        self._fill(table)
+        table.move_cursor(row=0)
+        self.query_one("#gap-title", Static).update(self.title_text())
+
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
+        table.add_columns("#", "GPU", "start", "length", "cause", "next GPU event")
+        self._fill(table)
+        table.focus()
+
+    def _fill(self, table: DataTable) -> None:
         titles = ("#", "GPU", "start", "length", "cause", "next GPU event")
-        table.add_columns(*titles)
         data = self.data
         gaps = data.gaps
         rows = [
@@ -493,7 +531,7 @@ class GapListScreen(SavesCsv, ModalScreen[int]):
                 time_cell(int(gaps.end[gap] - gaps.start[gap])),
                 data.gap_cause(gap),
             )
-            for rank, gap in enumerate(self.order.tolist(), start=1)
+            for rank, gap in enumerate(self.order.tolist(), start=self.first + 1)
         ]
         # The names take the room the other columns leave in the box (90% of the screen, its
         # border, the scrollbar; each column has a cell of padding on both sides).
@@ -506,7 +544,6 @@ class GapListScreen(SavesCsv, ModalScreen[int]):
         for cells, gap in zip(rows, self.order.tolist(), strict=True):
             name = fit_name(data.trace.name_of(int(gaps.next_row[gap])), name_width)
             table.add_row(*cells, Text(name), key=str(gap))
-        table.focus()
 
     def on_data_table_row_selected(self, message: DataTable.RowSelected) -> None:
         self.dismiss(int(message.row_key.value))
