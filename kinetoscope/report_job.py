@@ -166,7 +166,7 @@ def ranks_table(document: dict[str, Any]) -> Any:
 
 
 def straggler_note(document: dict[str, Any]) -> Any:
-    from kinetoscope.analysis.job import PHASE_TEXT
+    from kinetoscope.analysis.job import ANNOTATION, phase_label
 
     straggler = document["straggler"]
     if straggler is None:
@@ -175,16 +175,24 @@ def straggler_note(document: dict[str, Any]) -> Any:
         f"Straggler: rank {straggler['rank']} waited {_short(straggler['wait_us'])} in "
         f"collectives, the median other rank {_short(straggler['median_wait_us'])}"
     )
+    if straggler["phase"] == ANNOTATION:
+        name = straggler["phase_annotation"]
+        excess, label = straggler["annotation_excess_us"][name], phase_label(f"{ANNOTATION}:{name}")
+    elif straggler["phase"]:
+        excess, label = straggler["excess_us"][straggler["phase"]], phase_label(straggler["phase"])
     if straggler["phase"]:
-        excess = straggler["excess_us"][straggler["phase"]]
         text += (
-            f"; {PHASE_TEXT[straggler['phase']]} explains it: {_short(excess)} more than the "
-            f"median rank over {len(straggler['steps'])} steps"
+            f"; {label} explains it: {_short(excess)} more than the median rank "
+            f"(rank {straggler['reference_rank']}) over {len(straggler['steps'])} steps"
         )
         if straggler.get("worst_step"):
             text += f", most in {straggler['worst_step']}"
-    elif straggler.get("reason"):
-        text += f"; {straggler['reason']}"
+    else:
+        delay = straggler.get("start_delay_us")
+        if delay is not None and delay > 0:
+            text += f"; it started its step {_short(delay)} after the others"
+        if straggler.get("reason"):
+            text += f"; {straggler['reason']}"
     return Note(text + ".")
 
 
