@@ -727,14 +727,9 @@ def straggler_reason(straggler: dict[str, Any] | None) -> str | None:
 
 
 def _duration(value_us: float | None) -> str:
-    if value_us is None:
-        return "?"
-    value = abs(float(value_us))
-    if value >= 1e6:
-        return f"{value / 1e6:.3g} s"
-    if value >= 1e3:
-        return f"{value / 1e3:.3g} ms"
-    return f"{value:.3g} us"
+    from .units import fmt_duration
+
+    return "?" if value_us is None else fmt_duration(abs(float(value_us)) * 1000, 1)
 
 
 # -- the document ---------------------------------------------------------------------------
