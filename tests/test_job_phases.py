@@ -282,6 +282,12 @@ JOB = textwrap.dedent(
         if mode == "annotation" and rank == slow:
             with record_function("## data ##"):
                 time.sleep(0.04)
+        if mode == "host" and rank == slow:
+            time.sleep(0.04)
+        if mode == "compute" and rank == slow:
+            a = torch.randn(300, 300)
+            for _ in range(30):
+                a = a @ a / 300
         out.sum().backward()
         for p in model.parameters():
             dist.all_reduce(p.grad)
@@ -295,13 +301,19 @@ JOB = textwrap.dedent(
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "mode, phase, annotation",
-    [("loader", "data_loading", None), ("annotation", "annotation", "## data ##")],
+    [
+        ("loader", "data_loading", None),
+        ("annotation", "annotation", "## data ##"),
+        ("host", "host_other", None),
+        ("compute", "compute", None),
+    ],
 )
-def test_real_gloo_job_slow_dataloader_and_sleeping_annotation(tmp_path, mode, phase, annotation):
+def test_real_gloo_job_each_cause_its_phase(tmp_path, mode, phase, annotation):
     """4 real gloo ranks on the CPU; rank 3's Dataset sleeps 40 ms a step, or rank 3 sleeps
-    40 ms inside `record_function("## data ##")`: rank 3 is the straggler and the phase is
-    the DataLoader's, or the annotation's, never compute; some 4 x 40 ms more than the median
-    rank."""
+    40 ms inside `record_function("## data ##")`, or outside any op, or multiplies matrices:
+    rank 3 is the straggler, and the phase is the DataLoader's, the annotation's, unprofiled
+    host time's or compute's, its excess most of the lateness (the others' wait for it is
+    communication); the DataLoader and the sleeps are never compute."""
     pytest.importorskip("torch.distributed")
     (tmp_path / "job.py").write_text(JOB)
     run = tmp_path / "run"
@@ -321,7 +333,10 @@ def test_real_gloo_job_slow_dataloader_and_sleeping_annotation(tmp_path, mode, p
         if annotation
         else straggler["excess_us"][phase]
     )
-    assert 4 * 35_000 < own < 4 * 80_000, straggler
-    assert straggler["excess_us"]["compute"] < 0.05 * own, straggler
+    assert own > 0.8 * straggler["lateness_us"] > 0, straggler
+    assert straggler["excess_us"]["communication"] < -0.8 * own, straggler
+    if mode != "compute":
+        assert 4 * 35_000 < own < 4 * 80_000, straggler
+        assert straggler["excess_us"]["compute"] < 0.05 * own, straggler
     steps = np.array([len(r["steps"]) for r in document["ranks"]])
     assert (steps == 4).all()
