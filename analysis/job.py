@@ -529,6 +529,7 @@ def _bandwidths(matched: Matched, latency: np.ndarray) -> tuple[np.ndarray, np.n
     return algbw, busbw
 
 
+LABEL_LIMIT = 48  # characters of an annotation's name in words
 ANNOTATION = "annotation"  # the phase of time in a user annotation holding no operator work
 
 
@@ -616,7 +617,8 @@ def _annotation_key(name: str) -> str:
 def phase_label(key: str) -> str:
     """Words for a phase key: PHASE_TEXT, or an annotation's name in quotes."""
     if key.startswith(ANNOTATION + ":"):
-        return f"'{key[len(ANNOTATION) + 1 :]}'"
+        name = key[len(ANNOTATION) + 1 :]
+        return f"'{name if len(name) <= LABEL_LIMIT else name[: LABEL_LIMIT - 1] + '…'}'"
     return PHASE_TEXT.get(key, key)
 
 

@@ -39,6 +39,7 @@ PARTITION = (
 )
 MAX_ANNOTATIONS = 12  # annotation names kept per rank (by time); the rest are summed as one
 OTHER_ANNOTATIONS = "(other annotations)"
+NAME_LIMIT = 200  # characters of an annotation's name kept (a trace may hold names of megabytes)
 NOT_OPERATOR_CATEGORIES = frozenset({"user_annotation", "python_function"})
 
 
@@ -110,7 +111,10 @@ def step_partition(session) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray
         _annotation_time(trace, rows, claimed, lo, hi, mine, names, n)
         named = sum((v[mine] for v in names.values()), np.zeros(len(mine), np.int64))
         fixed["host_other"][mine] += (hi - lo) - before - named
-    annotations = {trace.strings[k]: v for k, v in names.items()}
+    annotations: dict[str, np.ndarray] = {}
+    for k, v in names.items():  # names cut to NAME_LIMIT characters; the same cut name: summed
+        name = trace.strings[k][:NAME_LIMIT]
+        annotations[name] = annotations[name] + v if name in annotations else v
     if len(annotations) > MAX_ANNOTATIONS:
         order = sorted(annotations, key=lambda k: (-int(annotations[k].sum()), k))
         rest = sum(

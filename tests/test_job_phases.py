@@ -340,3 +340,26 @@ def test_real_gloo_job_each_cause_its_phase(tmp_path, mode, phase, annotation):
         assert straggler["excess_us"]["compute"] < 0.05 * own, straggler
     steps = np.array([len(r["steps"]) for r in document["ranks"]])
     assert (steps == 4).all()
+
+
+def test_a_huge_annotation_name_is_bounded(tmp_path):
+    """A name of a megabyte (a trace is written by anyone): kept cut to NAME_LIMIT characters
+    in the digest, and cut shorter still in words, the time still all there."""
+    from kinetoscope.analysis.job import phase_label
+    from kinetoscope.analysis.phases import NAME_LIMIT
+
+    huge = "## " + "x" * 1_000_000 + " ##"
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1,
+         "ts": 0, "dur": 1000},
+        {"ph": "X", "cat": "user_annotation", "name": huge, "pid": 1, "tid": 1, "ts": 100,
+         "dur": 500},
+        {"ph": "X", "cat": "user_annotation", "name": huge[:-1], "pid": 1, "tid": 1, "ts": 700,
+         "dur": 100},
+    ]  # fmt: skip
+    fixed, named = step_partition(_session(tmp_path, events))
+    assert list(named) == [huge[:NAME_LIMIT]]
+    assert int(named[huge[:NAME_LIMIT]][0]) == 600_000  # both names, cut alike, summed
+    assert int(fixed["host_other"][0]) == 400_000
+    label = phase_label(f"annotation:{huge[:NAME_LIMIT]}")
+    assert len(label) == 50 and label.endswith("…'")
