@@ -363,3 +363,51 @@ def test_a_huge_annotation_name_is_bounded(tmp_path):
     assert int(fixed["host_other"][0]) == 400_000
     label = phase_label(f"annotation:{huge[:NAME_LIMIT]}")
     assert len(label) == 50 and label.endswith("…'")
+
+
+def gpu_rank(rank: int, slow: int, kind: str) -> dict:
+    """A GPU rank (NCCL): each 10 ms step, a DataLoader iteration on the host (400 µs), then a
+    compute kernel (1 ms), then an all-reduce kernel that every rank leaves at 6 ms into the
+    step. The slow rank's DataLoader, or its kernel, takes EXTRA µs more."""
+    extra = EXTRA if rank == slow else 0
+    events: list[dict[str, Any]] = []
+    for step in range(STEPS):
+        t0 = step * 10_000
+        loader = 400 + (extra if kind == "data_loading" else 0)
+        kernel = 1_000 + (extra if kind == "compute" else 0)
+        begin = t0 + 100 + loader + 50
+        arrive = begin + kernel + 20
+        events += [
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step + 1}", "pid": 1,
+             "tid": 1, "ts": t0, "dur": 10_000},
+            {"ph": "X", "cat": "user_annotation", "name": "enumerate(DataLoader)#x", "pid": 1,
+             "tid": 1, "ts": t0 + 100, "dur": loader},
+            {"ph": "X", "cat": "kernel", "name": "sgemm", "pid": 0, "tid": 7, "ts": begin,
+             "dur": kernel, "args": {"device": 0, "stream": 7, "correlation": 1}},
+            {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+             "pid": 0, "tid": 20, "ts": arrive, "dur": t0 + 6_000 - arrive,
+             "args": {"device": 0, "stream": 20, "correlation": 2, "Collective name": "allreduce",
+                      "Group size": 4, "Process Group Name": "0", "In msg nelems": 1024,
+                      "Out msg nelems": 1024, "dtype": "Float"}},
+        ]  # fmt: skip
+    return {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 4},
+        "traceEvents": events,
+    }
+
+
+@pytest.mark.parametrize("kind", ["data_loading", "compute"])
+def test_on_gpu_ranks_too_each_cause_its_phase(tmp_path, kind):
+    """GPU ranks: a host DataLoader while the GPU idles is data loading; a longer kernel is
+    compute; either way exactly its extra time, the partition adding up."""
+    for rank in range(4):
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps(gpu_rank(rank, 2, kind)))
+    document = job_document(analysis_of(tmp_path))
+    assert document["matching"]["source"] == "gpu"
+    assert_partition(document)
+    straggler = document["straggler"]
+    assert straggler["rank"] == 2 and straggler["phase"] == kind, straggler
+    assert straggler["excess_us"][kind] == EXTRA * STEPS
+    assert straggler["excess_us"]["communication"] == -EXTRA * STEPS
+    assert straggler["lateness_us"] == EXTRA * STEPS and straggler["phase_share"] == 1.0
