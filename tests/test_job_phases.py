@@ -411,3 +411,22 @@ def test_on_gpu_ranks_too_each_cause_its_phase(tmp_path, kind):
     assert straggler["excess_us"][kind] == EXTRA * STEPS
     assert straggler["excess_us"]["communication"] == -EXTRA * STEPS
     assert straggler["lateness_us"] == EXTRA * STEPS and straggler["phase_share"] == 1.0
+
+
+def test_the_report_tables_the_stragglers_phases(tmp_path):
+    """`summary DIR`: the straggler's phases against the median rank, the explaining one first,
+    the others' wait last; in words above it."""
+    write(tmp_path, slow=3, kind="data_loading")
+    result = subprocess.run(
+        [sys.executable, "-m", "kinetoscope", "summary", str(tmp_path), "--format", "md"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    assert "data loading explains it: 9 ms more than the median rank (rank 1) over 3 steps" in text
+    table = text[text.index("## Straggler's phases against the median rank, over 3 steps") :]
+    table = table[: table.index("## Steps by rank")]
+    rows = [line for line in table.splitlines()[1:] if line.startswith("| ")]
+    assert rows[0] == "| phase | rank 3 | rank 1 (median) | excess |"
+    assert rows[1] == "| data loading | 12.000 ms | 3.000 ms | +9 ms |"
+    assert rows[-1].startswith("| communication |") and rows[-1].endswith("| −9 ms |")
