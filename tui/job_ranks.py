@@ -435,8 +435,8 @@ PHASE_TITLE = {
     "host_other": "Δ host",
 }
 DELTA_WIDTH = 10
-MAX_ANNOTATION_COLUMNS = 2
-MAX_DELTA_COLUMNS = 5
+MAX_ANNOTATION_COLUMNS = 1
+MAX_DELTA_COLUMNS = 4
 
 
 def fmt_delta(ns: float) -> str:
