@@ -20,10 +20,14 @@ Definitions (docs/summary-ranks.md says the same with examples):
   rank (the lowest rank), of (this rank's end − the reference's end); its spread is the median
   absolute deviation of those differences. Offsets are subtracted from every time only when
   asked (`align_clocks`); a wait smaller than its uncertainty is marked not significant;
-- straggler: the rank with the least total wait (it arrives last); its phase: the one of
-  compute, data loading, host launch overhead, synchronisation and unprofiled host time whose
-  excess over the median rank, summed over the steps every rank recorded, is the largest and
-  at least half of all excess.
+- straggler: the rank with the least total wait (it arrives last); the median rank: the other
+  rank whose total wait is the median (the lower middle of an even count); the straggler's
+  phase: the one of the step partition (analysis/phases.py: compute, communication, data
+  loading, synchronisation, host launch overhead, unprofiled host time, or a user annotation
+  holding no operator work) whose excess over the median rank, summed over the steps every
+  rank recorded, is the largest and at least half of the straggler's lateness. The partition's
+  phases are disjoint and add up to each step's time, so the excesses add up to the
+  straggler's step time less the median rank's.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from .collectives import (
     choose_source,
     match_collectives,
 )
+from .phases import PARTITION, step_partition
 from .units import us
 
 if TYPE_CHECKING:
@@ -53,9 +58,10 @@ if TYPE_CHECKING:
 JOB_VERSION = 1
 TOP_COLLECTIVES = 50
 CANCEL_POLL_S = 0.05  # how often map_ranks looks at its `cancel` event while it waits
-PHASES = ("compute", "data_loading", "host_launch", "synchronisation", "host_other")
+PHASES = PARTITION
 PHASE_TEXT = {
     "compute": "compute",
+    "communication": "communication",
     "data_loading": "data loading",
     "host_launch": "host launch overhead",
     "synchronisation": "synchronisation",
@@ -111,6 +117,10 @@ class RankDigest:
     steps: dict[str, np.ndarray] = field(default_factory=dict)  # STEP_FIELDS, int64 ns each
     gpu: list[dict[str, Any]] = field(default_factory=list)  # as the single summary's `gpu`
     collectives: dict[str, RankCollectives] = field(default_factory=dict)  # "gpu", "cpu"
+    # The step partition (analysis/phases.py): per phase of PARTITION, and per annotation
+    # name, ns in each step; together they add up to each step's `dur`.
+    phases: dict[str, np.ndarray] = field(default_factory=dict)
+    annotations: dict[str, np.ndarray] = field(default_factory=dict)
     seconds: float = 0.0  # wall time of the digest
 
 
@@ -161,6 +171,7 @@ def _digest(path: str, trace: Any, options: DigestOptions) -> RankDigest:
         name: np.asarray(getattr(steps, name), np.int64) for name in STEP_FIELDS if name != "sync"
     }
     columns["sync"] = sync_ns.reshape(len(steps))
+    phases, annotations = step_partition(session)
     return RankDigest(
         path=path,
         complete=trace.complete,
@@ -176,6 +187,8 @@ def _digest(path: str, trace: Any, options: DigestOptions) -> RankDigest:
         steps=columns,
         gpu=gpu_section(session),
         collectives=find_collectives(session, read_args=options.read_args),
+        phases=phases,
+        annotations=annotations,
     )
 
 
@@ -434,7 +447,7 @@ def analyze_job(
         significant=significant,
         algbw=algbw,
         busbw=busbw,
-        straggler=_straggler(entries),
+        straggler=_straggler(entries, align_clocks),
         missing=missing,
         files=files,
         seconds=time.perf_counter() - began,
@@ -516,32 +529,100 @@ def _bandwidths(matched: Matched, latency: np.ndarray) -> tuple[np.ndarray, np.n
     return algbw, busbw
 
 
+LABEL_LIMIT = 48  # characters of an annotation's name in words
+ANNOTATION = "annotation"  # the phase of time in a user annotation holding no operator work
+
+
 def phase_values(digest: RankDigest) -> dict[str, np.ndarray]:
-    """Per step of a rank, ns in each phase of PHASES (see the module docstring)."""
-    steps = digest.steps
+    """Per step of a rank, ns in each phase of PHASES (the step partition; the annotations'
+    time is in `annotation_values`)."""
     zero = np.zeros(len(digest.step_names), np.int64)
+    return {p: digest.phases.get(p, zero) for p in PHASES}
+
+
+def annotation_values(digest: RankDigest) -> dict[str, np.ndarray]:
+    """Per step of a rank, ns in each user annotation's own time (layer 9 of the partition)."""
+    return dict(digest.annotations)
+
+
+def common_steps(entries: Sequence[RankEntry], first: RankEntry) -> list[str]:
+    """The steps every loaded rank recorded, in `first`'s order."""
+    common = set(first.digest.step_names)
+    for entry in entries:
+        if entry.loaded:
+            common &= set(entry.digest.step_names)
+    return [s for s in first.digest.step_names if s in common]
+
+
+def _totals(entry: RankEntry, steps: Sequence[str]) -> tuple[dict[str, int], dict[str, int]]:
+    """A rank's partition summed over `steps`: per phase, per annotation name (ns)."""
+    position = {name: k for k, name in enumerate(entry.digest.step_names)}
+    picks = np.array([position[s] for s in steps], np.int64)
+    fixed = {p: int(v[picks].sum()) for p, v in phase_values(entry.digest).items()}
+    named = {a: int(v[picks].sum()) for a, v in annotation_values(entry.digest).items()}
+    return fixed, named
+
+
+def median_rank(taking: Sequence[RankEntry], straggler: RankEntry) -> RankEntry:
+    """The other rank whose total wait is the median (ties and even counts: the lower middle,
+    by wait then rank)."""
+    others = sorted((e for e in taking if e is not straggler), key=lambda e: (e.wait_ns, e.rank))
+    return others[(len(others) - 1) // 2]
+
+
+def phase_breakdown(job: JobAnalysis) -> dict[str, Any] | None:
+    """Every loaded rank's partition against the median rank, over the steps every rank
+    recorded: {"reference": rank, "steps": n, "phases": [...], "ranks": {rank: {"total": ns,
+    "phases": {phase: ns}, "excess": {phase: ns}}}}, annotations as phases named by the
+    annotation. The reference is the straggler's median rank, else the rank with the median
+    total step time. None without a step every rank recorded."""
+    loaded = [e for e in job.ranks if e.loaded and e.digest.step_names]
+    if not loaded or len(loaded) < len([e for e in job.ranks if e.loaded]):
+        return None
+    steps = common_steps(loaded, loaded[0])
     if not steps:
-        return dict.fromkeys(PHASES, zero)
-    if digest.has_gpu:
-        return {
-            "compute": steps["compute"],
-            "data_loading": steps["dataloader"],
-            "host_launch": np.maximum(steps["runtime"] - steps["sync"], 0),
-            "synchronisation": steps["sync"],
-            "host_other": steps["uninstrumented"],
-        }
-    # A CPU-only rank waits for a collective outside any profiled op on its step's thread:
-    # that time is the collective's (on the backend's thread), not the rank's own.
+        return None
+    totals = {e.rank: _totals(e, steps) for e in loaded}
+    merged = {
+        r: {**f, **{_annotation_key(a): v for a, v in n.items()}} for r, (f, n) in totals.items()
+    }
+    reference = job.straggler.get("reference_rank") if job.straggler else None
+    if reference not in merged:
+        order = sorted(loaded, key=lambda e: (sum(totals[e.rank][0].values()), e.rank))
+        reference = order[(len(order) - 1) // 2].rank
+    names = list(PHASES) + sorted(
+        {k for m in merged.values() for k in m if k not in PHASES},
+        key=lambda k: -max(m.get(k, 0) for m in merged.values()),
+    )
+    ref = merged[reference]
     return {
-        "compute": steps["cpu_busy"],
-        "data_loading": steps["dataloader"],
-        "host_launch": zero,
-        "synchronisation": steps["sync"],
-        "host_other": np.maximum(steps["uninstrumented"] - steps["collective"], 0),
+        "reference": reference,
+        "steps": len(steps),
+        "phases": names,
+        "ranks": {
+            r: {
+                "total": sum(m.values()),
+                "phases": {k: m.get(k, 0) for k in names},
+                "excess": {k: m.get(k, 0) - ref.get(k, 0) for k in names},
+            }
+            for r, m in merged.items()
+        },
     }
 
 
-def _straggler(entries: list[RankEntry]) -> dict[str, Any] | None:
+def _annotation_key(name: str) -> str:
+    return f"{ANNOTATION}:{name}"
+
+
+def phase_label(key: str) -> str:
+    """Words for a phase key: PHASE_TEXT, or an annotation's name in quotes."""
+    if key.startswith(ANNOTATION + ":"):
+        name = key[len(ANNOTATION) + 1 :]
+        return f"'{name if len(name) <= LABEL_LIMIT else name[: LABEL_LIMIT - 1] + '…'}'"
+    return PHASE_TEXT.get(key, key)
+
+
+def _straggler(entries: list[RankEntry], aligned: bool = False) -> dict[str, Any] | None:
     """The rank with the least total wait among those in matched collectives, and the phase
     that explains its lateness (module docstring)."""
     taking = [e for e in entries if e.loaded and e.matched]
@@ -549,64 +630,108 @@ def _straggler(entries: list[RankEntry]) -> dict[str, Any] | None:
         return None
     straggler = min(taking, key=lambda e: (e.wait_ns, e.rank))
     waits = [e.wait_ns for e in taking if e is not straggler]
+    reference = median_rank(taking, straggler)
     result: dict[str, Any] = {
         "rank": straggler.rank,
         "wait_us": us(straggler.wait_ns),
         "median_wait_us": us(int(np.median(waits))) if waits else None,
+        "reference_rank": reference.rank,
         "phase": None,
+        "phase_annotation": None,
         "phase_share": None,
         "excess_us": {},
+        "annotation_excess_us": {},
         "steps": [],
         "worst_step": None,
+        "start_delay_us": None,
     }
     loaded = [e for e in entries if e.loaded]
-    common = set(straggler.digest.step_names)
-    for entry in loaded:
-        common &= set(entry.digest.step_names)
-    if not common:
+    ordered = common_steps(loaded, straggler)
+    if not ordered:
         result["reason"] = "no ProfilerStep recorded by every rank"
         return result
-    ordered = [s for s in straggler.digest.step_names if s in common]
-    values = {e.rank: phase_values(e.digest) for e in loaded}
-    index = {e.rank: {name: k for k, name in enumerate(e.digest.step_names)} for e in loaded}
-    excess = dict.fromkeys(PHASES, 0)
-    worst, worst_value = None, 0
-    for step in ordered:
-        step_excess = 0
-        for phase in PHASES:
-            mine = int(values[straggler.rank][phase][index[straggler.rank][step]])
-            median = float(
-                np.median(
-                    [
-                        values[e.rank][phase][index[e.rank][step]]
-                        for e in loaded
-                        if e is not straggler
-                    ]
-                )
-            )
-            gain = round(mine - median)
-            excess[phase] += gain
-            step_excess += max(gain, 0)
-        if step_excess > worst_value:
-            worst, worst_value = step, step_excess
+    mine_fixed, mine_named = _totals(straggler, ordered)
+    ref_fixed, ref_named = _totals(reference, ordered)
+    excess = {p: mine_fixed[p] - ref_fixed[p] for p in PHASES}
+    named = {
+        a: mine_named.get(a, 0) - ref_named.get(a, 0) for a in sorted({*mine_named, *ref_named})
+    }
+    # The step with the largest positive excess, phase by phase, over the median rank.
+    at_mine = {n: k for k, n in enumerate(straggler.digest.step_names)}
+    at_ref = {n: k for k, n in enumerate(reference.digest.step_names)}
+    mine_k = np.array([at_mine[s] for s in ordered], np.int64)
+    ref_k = np.array([at_ref[s] for s in ordered], np.int64)
+    per_step = np.zeros(len(ordered), np.int64)
+    for values, other in (
+        (phase_values(straggler.digest), phase_values(reference.digest)),
+        (annotation_values(straggler.digest), annotation_values(reference.digest)),
+    ):
+        for key in {*values, *other}:
+            a = values[key][mine_k] if key in values else 0
+            b = other[key][ref_k] if key in other else 0
+            per_step += np.maximum(a - b, 0)
+    worst = int(np.argmax(per_step))
     result["steps"] = ordered
-    result["worst_step"] = worst
+    result["worst_step"] = ordered[worst] if per_step[worst] > 0 else None
     result["excess_us"] = {p: us(v) for p, v in excess.items()}
+    result["annotation_excess_us"] = {a: us(v) for a, v in named.items()}
+    # When it began its first common step, against the median of the others' starts.
+    first = ordered[0]
+    starts = [
+        int(e.digest.step_start[e.digest.step_names.index(first)])
+        - (round(e.offset_ns or 0) if aligned else 0)
+        for e in loaded
+    ]
+    others = [s for e, s in zip(loaded, starts) if e is not straggler]
+    if others:
+        own = starts[loaded.index(straggler)]
+        result["start_delay_us"] = _us_float(own - float(np.median(others)))
     # Its lateness: how much less it waited than the median other rank.
     lateness = (float(np.median(waits)) if waits else 0.0) - straggler.wait_ns
     result["lateness_us"] = _us_float(lateness)
-    phase = max(PHASES, key=lambda p: excess[p])
-    if excess[phase] > 0 and lateness > 0:
-        share = excess[phase] / lateness
+    candidates = {**excess, **{_annotation_key(a): v for a, v in named.items()}}
+    phase = max(candidates, key=lambda p: (candidates[p], p in PHASES))
+    if candidates[phase] > 0 and lateness > 0:
+        share = candidates[phase] / lateness
         result["phase_share"] = round(share, 3)
         if share >= 0.5:
-            result["phase"] = phase
+            if phase in PHASES:
+                result["phase"] = phase
+            else:
+                result["phase"] = ANNOTATION
+                result["phase_annotation"] = phase[len(ANNOTATION) + 1 :]
     if result["phase"] is None:
         result["reason"] = (
             "no phase of the steps every rank recorded explains at least half of its lateness "
             "(it may have started late before them)"
         )
     return result
+
+
+def straggler_reason(straggler: dict[str, Any] | None) -> str | None:
+    """The straggler's reason in words ("data loading 212 ms more than the median rank",
+    "started its step 7.6 ms after the others"), or None."""
+    if not straggler:
+        return None
+    if straggler.get("phase"):
+        if straggler["phase"] == ANNOTATION:
+            name = straggler.get("phase_annotation") or ""
+            key = _annotation_key(name)
+            amount = straggler["annotation_excess_us"].get(name)
+        else:
+            key = straggler["phase"]
+            amount = straggler["excess_us"].get(key)
+        return f"{phase_label(key)} {_duration(amount)} more than the median rank"
+    delay = straggler.get("start_delay_us")
+    if delay is not None and delay > 0:
+        return f"started its step {_duration(delay)} after the others"
+    return None
+
+
+def _duration(value_us: float | None) -> str:
+    from .units import fmt_duration
+
+    return "?" if value_us is None else fmt_duration(abs(float(value_us)) * 1000, 1)
 
 
 # -- the document ---------------------------------------------------------------------------
@@ -642,6 +767,8 @@ def _rank_json(entry: RankEntry, aligned: bool) -> dict[str, Any]:
                 "uninstrumented_us": value("uninstrumented"),
                 "collective_us": value("collective"),
                 "wait_us": us(int(entry.step_wait_ns[k])) if len(entry.step_wait_ns) > k else 0.0,
+                "phases_us": {p: us(int(v[k])) for p, v in digest.phases.items()},
+                "annotations_us": {a: us(int(v[k])) for a, v in digest.annotations.items()},
             }
         )
     busy = sum(g["busy_us"] or 0 for g in digest.gpu)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from kinetoscope.analysis.units import fmt_bytes, fmt_duration
+from kinetoscope.analysis.units import fmt_bytes, fmt_duration, plural
 from kinetoscope.report import (
     Note,
     _data,
@@ -18,6 +18,7 @@ from kinetoscope.report import (
 )
 
 TEXT_COLLECTIVES = 20  # rows of the collectives table in the text report (the JSON has 50)
+TEXT_PHASES = 8  # rows of the straggler's phases (the largest excesses; the rest in one row)
 
 
 def run_job_summary(
@@ -65,6 +66,7 @@ def job_tables(document: dict[str, Any]) -> list[Any]:
         job_facts(document),
         ranks_table(document),
         straggler_note(document),
+        straggler_phases_table(document),
         steps_table(document),
         collectives_table(document),
         stops_table(document),
@@ -166,7 +168,7 @@ def ranks_table(document: dict[str, Any]) -> Any:
 
 
 def straggler_note(document: dict[str, Any]) -> Any:
-    from kinetoscope.analysis.job import PHASE_TEXT
+    from kinetoscope.analysis.job import ANNOTATION, phase_label
 
     straggler = document["straggler"]
     if straggler is None:
@@ -175,17 +177,83 @@ def straggler_note(document: dict[str, Any]) -> Any:
         f"Straggler: rank {straggler['rank']} waited {_short(straggler['wait_us'])} in "
         f"collectives, the median other rank {_short(straggler['median_wait_us'])}"
     )
+    if straggler["phase"] == ANNOTATION:
+        name = straggler["phase_annotation"]
+        excess, label = straggler["annotation_excess_us"][name], phase_label(f"{ANNOTATION}:{name}")
+    elif straggler["phase"]:
+        excess, label = straggler["excess_us"][straggler["phase"]], phase_label(straggler["phase"])
     if straggler["phase"]:
-        excess = straggler["excess_us"][straggler["phase"]]
         text += (
-            f"; {PHASE_TEXT[straggler['phase']]} explains it: {_short(excess)} more than the "
-            f"median rank over {len(straggler['steps'])} steps"
+            f"; {label} explains it: {_short(excess)} more than the median rank "
+            f"(rank {straggler['reference_rank']}) over {len(straggler['steps'])} steps"
         )
         if straggler.get("worst_step"):
             text += f", most in {straggler['worst_step']}"
-    elif straggler.get("reason"):
-        text += f"; {straggler['reason']}"
+    else:
+        delay = straggler.get("start_delay_us")
+        if delay is not None and delay > 0:
+            text += f"; it started its step {_short(delay)} after the others"
+        if straggler.get("reason"):
+            text += f"; {straggler['reason']}"
     return Note(text + ".")
+
+
+def straggler_phases_table(document: dict[str, Any]) -> Any:
+    """The straggler's step partition against the median rank's, over the steps every rank
+    recorded: a row per phase or annotation either rank spent time in, by excess."""
+    from kinetoscope.analysis.job import ANNOTATION, phase_label
+
+    straggler = document["straggler"]
+    if not straggler or not straggler.get("steps") or straggler.get("reference_rank") is None:
+        return None
+    ranks = {r["rank"]: r for r in document["ranks"]}
+    mine, ref = ranks.get(straggler["rank"]), ranks.get(straggler["reference_rank"])
+    if mine is None or ref is None:
+        return None
+    common = set(straggler["steps"])
+
+    def totals(rank: dict[str, Any]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for step in rank["steps"]:
+            if step["name"] in common:
+                for key, value in step["phases_us"].items():
+                    out[key] = out.get(key, 0.0) + value
+                for name, value in step["annotations_us"].items():
+                    key = f"{ANNOTATION}:{name}"
+                    out[key] = out.get(key, 0.0) + value
+        return out
+
+    a, b = totals(mine), totals(ref)
+    excess = {**straggler["excess_us"]}
+    excess.update({f"{ANNOTATION}:{n}": v for n, v in straggler["annotation_excess_us"].items()})
+    keys = [k for k in excess if a.get(k, 0.0) or b.get(k, 0.0)]
+    kept = set(sorted(keys, key=lambda k: -abs(excess[k]))[:TEXT_PHASES])
+    rest = [k for k in keys if k not in kept]
+    keys = sorted(kept, key=lambda k: -excess[k])
+    numbers = (f"rank {mine['rank']}", f"rank {ref['rank']} (median)", "excess")
+    table = _table(
+        f"Straggler's phases against the median rank, over {plural(len(common), 'step')} "
+        "(they add up to the step time)",
+        "phase",
+        *numbers,
+        right=numbers,
+        names=("phase",),
+        key=3,
+    )
+    rows = [(_data(phase_label(k)), a.get(k, 0.0), b.get(k, 0.0), excess[k]) for k in keys]
+    if rest:
+        rows.append(
+            (
+                f"({plural(len(rest), 'other phase')})",
+                sum(a.get(k, 0.0) for k in rest),
+                sum(b.get(k, 0.0) for k in rest),
+                sum(excess[k] for k in rest),
+            )
+        )
+    for label, own, median, more in rows:
+        sign = "+" if more > 0 else ("−" if more < 0 else "")
+        table.add_row(label, _dur(round(own, 3)), _dur(round(median, 3)), sign + _short(abs(more)))
+    return table
 
 
 def steps_table(document: dict[str, Any]) -> Any:

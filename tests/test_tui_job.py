@@ -93,14 +93,21 @@ async def test_the_overview_lists_the_ranks_and_marks_the_straggler(gloo_job):
         assert "0 ns" in matrix_lines(matrix)[3]
         assert "2.900 ms" in matrix_lines(matrix)[1]
         breakdown = screen.breakdown.visible_texts()
-        assert [r[0] for r in breakdown] == ["0", "1", "2 ◀ straggler"]
-        assert breakdown[2][1] == "ok" and breakdown[2][7] == "0 ns"  # waited
-        title = str(screen.query_one("#ranks-title").render())
-        assert "straggler: rank 2" in title
+        assert [r[0] for r in breakdown] == ["0 median", "1", "2 ◀ straggler"]
+        assert breakdown[2][1] == "ok" and breakdown[2][3] == "0 ns"  # waited
+        # The phases against the median rank (rank 0), the explaining one first: rank 2's
+        # 2 x 2.9 ms sleep is host time, the others' wait for it communication.
+        titles = [c.title for c in screen.breakdown.model.columns]
+        assert titles[4:6] == ["Δ host", "Δ comm"]
+        assert [r[4] for r in breakdown] == ["0", "0", "+5.8 ms"]
+        assert [r[5] for r in breakdown] == ["0", "0", "−5.8 ms"]
+        line = str(screen.query_one("#ranks-straggler").render())
+        assert "straggler: rank 2 waited 0 ns" in line
+        assert "host time outside profiled ops 5.8 ms more than the median rank (rank 0)" in line
         # Tab: the per-rank table; it sorts, Enter opens that rank's slowest step.
         await pilot.press("tab")
         assert screen.focused is screen.breakdown
-        await pilot.press("8")  # by waited, largest first
+        await pilot.press("4")  # by waited, largest first
         assert [r[0] for r in screen.breakdown.visible_texts()][-1] == "2 ◀ straggler"
         await pilot.press("w")  # the screen's keys still work from the table
         assert matrix.mode == "dur"
@@ -480,3 +487,62 @@ def test_quitting_the_job_viewer_stops_its_digesting_processes_at_once(gloo_job)
     # Exit follows the app's end (the pipes' readers are stopped, not waited for: waiting would
     # last as long as the program above, and end in the timeout).
     assert ended - float(run.stdout.split()[-1]) < 5.0
+
+
+def shown_titles(table) -> list[str]:  # type: ignore[no-untyped-def]
+    """The titles of the columns a DataView draws at its width."""
+    widths = table._widths(table.scrollable_content_region.width)
+    return [c.title for c, w in zip(table.model.columns, widths) if w]
+
+
+@pytest.mark.corpus
+async def test_at_80x24_the_reason_reads_whole_and_the_waits_stay():
+    """At 80x24 on the DLRM job: the straggler's reason is in words on a line of its own, not
+    cut; the collectives table keeps start skew, last rank and the arrival strip (group, end
+    skew, size and bandwidths give way); `s` is named for what it opens."""
+    if not DLRM.is_dir():
+        pytest.skip("../shared/corpus is absent")
+    app = JobApp([str(DLRM)], workers=1)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await overview(pilot)
+        line = screen.query_one("#ranks-straggler")
+        text = str(line.render())
+        assert "straggler: rank 7 waited 1.534 ms" in text
+        assert "started its step 4.5 ms after the others" in text
+        assert line.size.height == 1 and len(text) <= 78  # whole, within the line
+        footer = [
+            b.binding.description for b in screen.active_bindings.values() if b.binding.key == "s"
+        ]
+        assert footer == ["Most excess"]
+        titles = shown_titles(screen.breakdown)
+        assert titles[:5] == ["rank", "status", "step", "waited", "Δ comm"]
+        await pilot.press("c")
+        await wait_until(pilot, lambda: isinstance(app.screen, CollectivesScreen), "collectives")
+        await pilot.pause()
+        titles = shown_titles(app.screen.table)
+        assert {"start skew", "last", "arrival"} <= set(titles), titles
+        assert "busbw" not in titles
+
+
+async def test_the_reason_wraps_at_words_on_a_narrow_screen(tmp_path):
+    """A CPU-only job whose straggler sleeps in an annotation: the reason names it and, at 80
+    columns, wraps between words."""
+    from test_job_phases import write
+
+    write(tmp_path / "job", slow=1, kind="annotation")
+    app = JobApp([str(tmp_path / "job")], workers=1)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await overview(pilot)
+        line = screen.query_one("#ranks-straggler")
+        reference = app.job.straggler["reference_rank"]
+        reason = f"'## data ##' 9 ms more than the median rank (rank {reference})"
+        text = str(line.render())
+        assert reason in text
+        # As drawn: every word whole on its line.
+        drawn = [
+            "".join(s.text for s in line.render_line(y)).strip() for y in range(line.size.height)
+        ]
+        words = set("straggler: rank 1 waited 0 ns ·".split() + reason.split())
+        assert len(drawn) == 2 and all(w in words for row in drawn for w in row.split()), drawn
+        titles = shown_titles(screen.breakdown)
+        assert "Δ ## data ##" in titles

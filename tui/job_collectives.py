@@ -84,8 +84,14 @@ def collectives_model(job: JobAnalysis) -> TableModel:
     busbw = np.asarray(job.busbw, float)
     order = np.arange(n)
 
-    def time_col(title: str, values: np.ndarray, width: int = 10) -> Column:
-        return Column(title, lambda i: fmt_table_time(float(values[i])), key=values, width=width)
+    def time_col(title: str, values: np.ndarray, width: int = 10, optional: bool = False) -> Column:
+        return Column(
+            title,
+            lambda i: fmt_table_time(float(values[i])),
+            key=values,
+            width=width,
+            optional=optional,
+        )
 
     def rate(values: np.ndarray, i: int) -> str:  # GB/s (10^9 bytes)
         return "–" if math.isnan(values[i]) else f"{values[i] / 1e9:.2f}G"
@@ -99,11 +105,13 @@ def collectives_model(job: JobAnalysis) -> TableModel:
     columns = [
         Column("#", lambda i: f"{i + 1:,}", key=order, width=4, largest_first=False),
         Column("collective", lambda i: labels[i], key=keyed(labels), width=0, numeric=False),
-        Column("group", lambda i: m.group[i], key=keyed(m.group), width=9, numeric=False),
+        Column(
+            "group", lambda i: m.group[i], key=keyed(m.group), width=9, numeric=False, optional=True
+        ),
         Column("step", lambda i: short_step(steps[i]), key=keyed(steps), width=10, numeric=False),
         time_col("latency", latency),
         time_col("start skew", start_skew, 11),
-        time_col("end skew", end_skew),
+        time_col("end skew", end_skew, optional=True),
         Column("last", lambda i: str(last[i]), key=last, width=5),
         Column(
             "size",
@@ -112,8 +120,10 @@ def collectives_model(job: JobAnalysis) -> TableModel:
             width=10,
             optional=True,
         ),
-        Column("algbw", lambda i: rate(algbw, i), key=algbw, width=8),
-        Column("busbw", lambda i: rate(busbw, i), key=busbw, width=8),
+        Column("algbw", lambda i: rate(algbw, i), key=algbw, width=8, optional=True),
+        Column("busbw", lambda i: rate(busbw, i), key=busbw, width=8, optional=True),
+        # The waits stay at 80 columns (start skew, last rank, the arrival strip): the optional
+        # columns are hidden first, the rightmost first.
         Column(
             "arrival",
             lambda i: arrival_strip(job, i),

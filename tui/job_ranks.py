@@ -3,7 +3,8 @@ value, the straggler marked, the cell under the cursor described, and the per-ra
 below it (a sortable table).
 
 Enter on a cell opens that rank's own timeline at that step (the app loads the rank's full
-model only then); `s` goes straight to the straggler's slowest step; `c` lists the matched
+model only then); `s` goes straight to the straggler's step with the most excess over the
+median rank; `c` lists the matched
 collectives. Other screens that show a time window of some ranks (the multi-rank timeline)
 hook in through `RanksScreen.open_timeline`.
 """
@@ -17,7 +18,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-from kinetoscope.analysis.job import PHASE_TEXT, phase_values
+from kinetoscope.analysis.job import (
+    ANNOTATION,
+    annotation_values,
+    phase_breakdown,
+    phase_label,
+    phase_values,
+    straggler_reason,
+)
 from kinetoscope.analysis.units import fmt_duration, fmt_table_time, plural
 from rich.segment import Segment
 from rich.text import Text
@@ -418,19 +426,85 @@ class RankMatrix(ScrollView, can_focus=True):
 # -- the per-rank breakdown --------------------------------------------------------------------
 
 
+PHASE_TITLE = {
+    "compute": "Δ compute",
+    "communication": "Δ comm",
+    "data_loading": "Δ data",
+    "synchronisation": "Δ sync",
+    "host_launch": "Δ launch",
+    "host_other": "Δ host",
+}
+DELTA_WIDTH = 10
+MAX_ANNOTATION_COLUMNS = 1
+MAX_DELTA_COLUMNS = 4
+
+
+def fmt_delta(ns: float) -> str:
+    """A signed duration for a Δ cell: `+207.3 ms`, `−1.2 ms`, `0`; `–` unknown."""
+    if math.isnan(ns):
+        return "–"
+    if ns == 0:
+        return "0"
+    return ("+" if ns > 0 else "−") + fmt_duration(abs(ns), 1)
+
+
+def delta_phases(job: JobAnalysis, breakdown: dict[str, Any] | None) -> list[str]:
+    """The phase keys shown as Δ columns: the straggler's explaining phase first, then the
+    others some rank differs in from the median rank, by the largest difference; at most
+    MAX_ANNOTATION_COLUMNS annotations."""
+    if breakdown is None:
+        return []
+    ranks = breakdown["ranks"].values()
+
+    def spread(key: str) -> int:
+        return max(abs(r["excess"][key]) for r in ranks)
+
+    keys = [k for k in breakdown["phases"] if spread(k) > 0]
+    keys.sort(key=lambda k: -spread(k))
+    first = explaining_phase(job)
+    if first in keys:
+        keys.remove(first)
+        keys.insert(0, first)
+    named = [k for k in keys if k.startswith(ANNOTATION + ":")]
+    dropped = set(named[MAX_ANNOTATION_COLUMNS:]) - {first}
+    return [k for k in keys if k not in dropped][:MAX_DELTA_COLUMNS]
+
+
+def explaining_phase(job: JobAnalysis) -> str | None:
+    """The straggler's phase as a breakdown key (`annotation:NAME` for an annotation)."""
+    straggler = job.straggler
+    if not straggler or not straggler.get("phase"):
+        return None
+    if straggler["phase"] == ANNOTATION:
+        return f"{ANNOTATION}:{straggler.get('phase_annotation') or ''}"
+    return str(straggler["phase"])
+
+
+def delta_title(key: str) -> str:
+    if key in PHASE_TITLE:
+        return PHASE_TITLE[key]
+    return "Δ " + clean(phase_label(key)).strip("'")
+
+
 def breakdown_model(job: JobAnalysis) -> TableModel:
     rows = rank_rows(job)
     straggler = straggler_rank(job)
     values = [rank_breakdown(r) for r in rows]
+    breakdown = phase_breakdown(job)
+    deltas = delta_phases(job, breakdown)
 
     def column(key: str) -> np.ndarray:
         return np.array([v[key] for v in values], float)
 
     ranks = np.array([r.rank for r in rows], np.int64)
     offset, spread = column("offset"), column("spread")
+    reference = breakdown["reference"] if breakdown else None
 
     def label(i: int) -> str:
-        return f"{rows[i].rank}" + (" ◀ straggler" if rows[i].rank == straggler else "")
+        rank = rows[i].rank
+        if rank == straggler:
+            return f"{rank} ◀ straggler"
+        return f"{rank} median" if rank == reference else f"{rank}"
 
     def clock(i: int) -> str:
         if math.isnan(offset[i]):
@@ -447,6 +521,25 @@ def breakdown_model(job: JobAnalysis) -> TableModel:
             optional=optional,
         )
 
+    def delta_col(key: str, optional: bool) -> Column:
+        data = np.array(
+            [
+                breakdown["ranks"][r.rank]["excess"][key]
+                if breakdown and r.rank in breakdown["ranks"]
+                else math.nan
+                for r in rows
+            ],
+            float,
+        )
+        width = DELTA_WIDTH if key in PHASE_TITLE else DELTA_WIDTH + 4
+        return Column(
+            cut_end(delta_title(key), width),
+            lambda i: fmt_delta(float(data[i])),
+            key=data,
+            width=width,
+            optional=optional,
+        )
+
     steps = column("steps")
     statuses = [r.status for r in rows]
     status_key = np.array(
@@ -454,9 +547,21 @@ def breakdown_model(job: JobAnalysis) -> TableModel:
     )
     rules = [r.entry.rank_rule if r.entry is not None else "–" for r in rows]
     files = [os.path.basename(r.entry.path) if r.entry is not None else "–" for r in rows]
+    gpu = any(r.entry is not None and r.entry.loaded and r.entry.digest.has_gpu for r in rows)
     columns = [
         Column("rank", label, key=ranks, width=13, numeric=False, largest_first=False),
         Column("status", lambda i: statuses[i], key=status_key, width=10, numeric=False),
+        time_col("step", "dur"),
+        time_col("waited", "wait"),
+        *(delta_col(key, optional=k > 0) for k, key in enumerate(deltas)),
+    ]
+    if gpu:  # the GPU's own columns, as the steps' (none for CPU-only ranks)
+        columns += [
+            time_col("compute", "compute", optional=True),
+            time_col("exp. comm", "comm", optional=True),
+            time_col("idle", "idle", optional=True),
+        ]
+    columns += [
         Column(
             "steps",
             lambda i: "–" if math.isnan(steps[i]) else f"{int(steps[i])}",
@@ -464,11 +569,6 @@ def breakdown_model(job: JobAnalysis) -> TableModel:
             width=5,
             optional=True,
         ),
-        time_col("step", "dur"),
-        time_col("compute", "compute"),
-        time_col("exp. comm", "comm"),
-        time_col("idle", "idle", optional=True),
-        time_col("waited", "wait"),
         Column("clock offset", clock, key=offset, width=18, optional=True),
         Column("rank from", lambda i: rules[i], width=15, numeric=False, optional=True),
         Column("file", lambda i: files[i], width=0, numeric=False, name=True, optional=True),
@@ -480,8 +580,20 @@ def breakdown_model(job: JobAnalysis) -> TableModel:
         name_text=lambda i: (str(rows[i].rank), files[i], statuses[i]),
         default_sort=0,
         keys=ranks,
-        name_room=12,
+        name_room=8,
     )
+
+
+def breakdown_title(job: JobAnalysis) -> str:
+    """The per-rank table's title: what its numbers are."""
+    breakdown = phase_breakdown(job)
+    text = "Per rank · step: mean · waited: total"
+    if breakdown is not None:
+        text += (
+            f" · Δ: the step's phases against the median rank ({breakdown['reference']}), "
+            f"over {plural(breakdown['steps'], 'step')}"
+        )
+    return text + " · Tab moves here · < > sort"
 
 
 # -- the screen --------------------------------------------------------------------------------
@@ -493,7 +605,8 @@ class RanksScreen(SavesCsv, Screen):
     DEFAULT_CSS = """
     RanksScreen #ranks-title, RanksScreen #ranks-cell { height: auto; max-height: 3; padding: 0 1; }
     RanksScreen #ranks-title { background: $panel; }
-    RanksScreen #ranks-breakdown-title { height: 1; padding: 0 1; background: $panel; }
+    RanksScreen #ranks-straggler { height: auto; max-height: 2; padding: 0 1; background: $panel; }
+    RanksScreen #ranks-breakdown-title { height: auto; max-height: 2; padding: 0 1; background: $panel; }
     RanksScreen DataView { height: 1fr; min-height: 3; }
     """
 
@@ -504,8 +617,8 @@ class RanksScreen(SavesCsv, Screen):
         Binding(
             "s",
             "straggler",
-            "Straggler",
-            tooltip="Open the straggler's timeline at its slowest step",
+            "Most excess",
+            tooltip="Straggler's step with most excess",
         ),
         Binding("c", "collectives", "Collectives", tooltip="Matched collectives: skew, waits"),
         Binding(
@@ -540,12 +653,10 @@ class RanksScreen(SavesCsv, Screen):
 
     def compose(self) -> ComposeResult:
         yield Static(self._title(), id="ranks-title")
+        yield Static(self._straggler_line(), id="ranks-straggler")
         yield RankMatrix(self.job, id="ranks-matrix")
         yield Static("", id="ranks-cell")
-        yield Static(
-            Text("Per rank (means per step; waited: total) · Tab moves here · < > sort"),
-            id="ranks-breakdown-title",
-        )
+        yield Static(Text(breakdown_title(self.job)), id="ranks-breakdown-title")
         yield DataView(breakdown_model(self.job), id="ranks-breakdown")
         yield Footer()
 
@@ -584,6 +695,8 @@ class RanksScreen(SavesCsv, Screen):
             self.matrix.go_to(row.rank, step)
         self.breakdown.set_model(breakdown_model(job), keep_state=True)
         self.query_one("#ranks-title", Static).update(self._title())
+        self.query_one("#ranks-straggler", Static).update(self._straggler_line())
+        self.query_one("#ranks-breakdown-title", Static).update(Text(breakdown_title(job)))
         self._describe()
 
     def _title(self) -> Text:
@@ -617,18 +730,32 @@ class RanksScreen(SavesCsv, Screen):
             shown = ", ".join(f"rank {r.rank} {r.status}" for r in problems[:6])
             more = f" and {len(problems) - 6} more" if len(problems) > 6 else ""
             text.append(" · " + shown + more, palette.style("error", bold=True))
-        straggler = job.straggler
-        if straggler:
-            text.append(" · straggler: ")
-            text.append(f"rank {straggler['rank']}", palette.style("error", bold=True))
-            text.append(f" (waited {fmt_duration(straggler['wait_us'] * 1000)}")
+        return text
+
+    def _straggler_line(self) -> Text:
+        """The straggler and its reason in words, on a line of its own (wrapped at words)."""
+        straggler = self.job.straggler
+        palette = palette_of(self)
+        text = Text(no_wrap=False, overflow="fold")
+        if not straggler:
+            text.append("no straggler: fewer than two ranks took part in matched collectives")
+            return text
+        text.append("straggler: ")
+        text.append(f"rank {straggler['rank']}", palette.style("error", bold=True))
+        text.append(f" waited {fmt_duration(straggler['wait_us'] * 1000)}")
+        reason = straggler_reason(straggler)
+        if reason:
+            text.append(" · ")
+            text.append(clean(reason), palette.style("warning", bold=True))
             if straggler.get("phase"):
-                text.append(f"; {PHASE_TEXT[straggler['phase']]} explains it")
-            text.append(")")
+                text.append(f" (rank {straggler['reference_rank']})")
+        elif straggler.get("lateness_us"):
+            text.append(" · no phase of the recorded steps explains it")
         return text
 
     def recolour(self) -> None:
         self.query_one("#ranks-title", Static).update(self._title())
+        self.query_one("#ranks-straggler", Static).update(self._straggler_line())
         self._describe()
 
     def on_rank_matrix_moved(self, message: RankMatrix.Moved) -> None:
@@ -659,16 +786,14 @@ class RanksScreen(SavesCsv, Screen):
             if step in names:
                 k = names.index(step)
                 steps = entry.digest.steps
-                phases = phase_values(entry.digest)
                 parts = [f"step {fmt_duration(int(steps['dur'][k]))}"]
-                busy = "compute" if entry.digest.has_gpu else "CPU busy"  # cpu_busy_us
-                parts.append(f"{busy} {fmt_duration(int(phases['compute'][k]))}")
-                if entry.digest.has_gpu:
-                    parts.append(f"exposed comm {fmt_duration(int(steps['comm'][k]))}")
-                    parts.append(f"GPU idle {fmt_duration(int(steps['idle'][k]))}")
-                    parts.append(f"launch {fmt_duration(int(phases['host_launch'][k]))}")
-                parts.append(f"data loading {fmt_duration(int(phases['data_loading'][k]))}")
-                parts.append(f"sync {fmt_duration(int(phases['synchronisation'][k]))}")
+                shares = {**phase_values(entry.digest)}
+                shares.update(
+                    {f"{ANNOTATION}:{n}": v for n, v in annotation_values(entry.digest).items()}
+                )
+                for key, value in sorted(shares.items(), key=lambda kv: -int(kv[1][k])):
+                    if int(value[k]) > 0:
+                        parts.append(f"{clean(phase_label(key))} {fmt_duration(int(value[k]))}")
                 if len(entry.step_wait_ns) > k:
                     parts.append(f"waited {fmt_duration(int(entry.step_wait_ns[k]))}")
                 text.append(" · " + " · ".join(parts))
