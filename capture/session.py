@@ -7,7 +7,9 @@ without torch installed.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import gzip
+import inspect
 import os
 import re
 import shutil
@@ -391,9 +393,8 @@ class CaptureSession:
             else:
                 self.step()
 
-        original = Optimizer.__dict__.get("profile_hook_step")
+        original = inspect.getattr_static(Optimizer, "profile_hook_step", None)
         if isinstance(original, staticmethod):
-            import functools
 
             def profile_hook_step(func: Callable[..., Any]) -> Callable[..., Any]:
                 inner = original.__func__(func)
@@ -412,7 +413,11 @@ class CaptureSession:
                 return stepping_after
 
             Optimizer.profile_hook_step = staticmethod(profile_hook_step)  # type: ignore[method-assign]
-            self._undo.append(lambda: setattr(Optimizer, "profile_hook_step", original))
+
+            def restore() -> None:
+                Optimizer.profile_hook_step = original  # type: ignore[method-assign]
+
+            self._undo.append(restore)
 
         handle = register_optimizer_step_post_hook(after_optimizer_step)
         self._undo.append(handle.remove)
