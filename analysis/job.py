@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
 JOB_VERSION = 1
 TOP_COLLECTIVES = 50
+MISSING_RANGES_LISTED = 1024  # ranges of missing ranks in the document (all are counted)
 CANCEL_POLL_S = 0.05  # how often map_ranks looks at its `cancel` event while it waits
 PHASES = ("compute", "data_loading", "host_launch", "synchronisation", "host_other")
 PHASE_TEXT = {
@@ -746,6 +747,11 @@ def job_document(job: JobAnalysis) -> dict[str, Any]:
         "clock_reference": clock_reference(m),
         "ranks": [_rank_json(e, job.aligned) for e in job.ranks],
         "missing": job.missing,
+        "missing_count": files.missing_count if files is not None else len(job.missing),
+        "missing_ranges": [
+            {"first": a, "last": b, "count": b - a + 1}
+            for a, b in (files.missing_ranges[:MISSING_RANGES_LISTED] if files is not None else [])
+        ],
         "incomplete": incomplete,
         "matching": {
             "source": m.source,
@@ -756,5 +762,5 @@ def job_document(job: JobAnalysis) -> dict[str, Any]:
         },
         "collectives": [collective_json(job, i) for i in collectives_by_skew(job)],
         "straggler": job.straggler,
-        **(files.to_json() if files is not None else {"cycles": [], "left_out": []}),
+        **(files.to_json() if files is not None else {"cycles": [], "left_out": [], "notes": []}),
     }
