@@ -241,6 +241,18 @@ def _ignored(error: Untrusted) -> None:
     _warn_once(f"{error}: the cache entry is not used, the trace is read")
 
 
+def warn_if_untrusted(path: str) -> None:
+    """Say now (one line on stderr) if the cache folder or the entry folder of `path` is not
+    to be trusted: for a program about to hand the terminal to a UI, which would hide the
+    line the load says. Costs two `stat` calls; nothing is read."""
+    try:
+        _entry_folder(path, None)
+    except Untrusted as error:
+        _ignored(error)
+    except (OSError, ValueError):
+        pass
+
+
 def cache_root() -> Path:
     """KINETOSCOPE_CACHE_DIR, else $XDG_CACHE_HOME/kinetoscope, else ~/.cache/kinetoscope."""
     explicit = os.environ.get("KINETOSCOPE_CACHE_DIR")

@@ -272,3 +272,16 @@ def test_another_users_planted_entry_does_not_change_the_summary(tmp_path):
         assert err.count("kinetoscope: warning:") == 1 and "owned by another user" in err, err
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_the_viewer_can_say_it_before_its_ui_starts(trace_path, capsys):
+    _, entry = _saved(trace_path)
+    cache.warn_if_untrusted(str(trace_path))
+    assert capsys.readouterr().err == ""  # the owner's own: nothing said
+    entry.chmod(0o770)
+    cache.warn_if_untrusted(str(trace_path))
+    _one_warning(capsys, "writable by other users")
+    assert cache.load(str(trace_path)) is None
+    assert capsys.readouterr().err == ""  # the same line is not said twice
+    cache.warn_if_untrusted(str(trace_path.parent / "no-entry.json"))
+    assert capsys.readouterr().err == ""
