@@ -222,6 +222,10 @@ def map_ranks(
     is set, the digests not arrived are abandoned: pending ones cancelled, the local pool's
     worker processes ended at once, and `DigestsCancelled` raised."""
     paths = list(paths)
+    from kinetoscope.parser import cache
+
+    for path in paths:  # said here, once: the worker processes that load the ranks do not
+        cache.warn_if_untrusted(path)
     if options is None:
         # Ranks are the parallelism when there are as many as CPUs; with fewer (or with one
         # process), a big file is decoded in parallel as `summary` of one trace does.

@@ -175,10 +175,15 @@ def _shown(path: Path | str) -> str:
 
 
 def _warn_once(message: str) -> None:
-    """One warning line on stderr, once per process and message."""
+    """One warning line on stderr, once per process and message; not from worker processes
+    (a job's digests): the process that started them says it (`warn_if_untrusted`), once."""
     if message in _WARNED:
         return
     _WARNED.add(message)
+    import multiprocessing
+
+    if multiprocessing.parent_process() is not None:
+        return
     try:
         print(f"kinetoscope: warning: {message}", file=sys.stderr, flush=True)
     except (OSError, ValueError, AttributeError):  # nowhere to say it

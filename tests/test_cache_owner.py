@@ -285,3 +285,20 @@ def test_the_viewer_can_say_it_before_its_ui_starts(trace_path, capsys):
     assert capsys.readouterr().err == ""  # the same line is not said twice
     cache.warn_if_untrusted(str(trace_path.parent / "no-entry.json"))
     assert capsys.readouterr().err == ""
+
+
+def test_a_jobs_ranks_say_an_untrusted_cache_folder_once(tmp_path):
+    job = tmp_path / "job"
+    job.mkdir()
+    for rank in range(3):
+        _saved(_write(job / f"rank{rank}.json", f"aten::rank{rank}"))
+    _root().chmod(0o777)
+    done = subprocess.run(
+        [sys.executable, "-m", "kinetoscope", "summary", str(job), "--workers", "2"],
+        capture_output=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr
+    err = done.stderr.decode()
+    assert err.count("\n") == 1 and "model cache folder" in err, err  # not once per worker
