@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 
 JOB_VERSION = 1
 TOP_COLLECTIVES = 50
+MISSING_RANGES_LISTED = 1024  # ranges of missing ranks in the document (all are counted)
 CANCEL_POLL_S = 0.05  # how often map_ranks looks at its `cancel` event while it waits
 PHASES = PARTITION
 PHASE_TEXT = {
@@ -234,6 +235,10 @@ def map_ranks(
     is set, the digests not arrived are abandoned: pending ones cancelled, the local pool's
     worker processes ended at once, and `DigestsCancelled` raised."""
     paths = list(paths)
+    from kinetoscope.parser import cache
+
+    for path in paths:  # said here, once: the worker processes that load the ranks do not
+        cache.warn_if_untrusted(path)
     if options is None:
         # Ranks are the parallelism when there are as many as CPUs; with fewer (or with one
         # process), a big file is decoded in parallel as `summary` of one trace does.
@@ -873,6 +878,11 @@ def job_document(job: JobAnalysis) -> dict[str, Any]:
         "clock_reference": clock_reference(m),
         "ranks": [_rank_json(e, job.aligned) for e in job.ranks],
         "missing": job.missing,
+        "missing_count": files.missing_count if files is not None else len(job.missing),
+        "missing_ranges": [
+            {"first": a, "last": b, "count": b - a + 1}
+            for a, b in (files.missing_ranges[:MISSING_RANGES_LISTED] if files is not None else [])
+        ],
         "incomplete": incomplete,
         "matching": {
             "source": m.source,
@@ -883,5 +893,5 @@ def job_document(job: JobAnalysis) -> dict[str, Any]:
         },
         "collectives": [collective_json(job, i) for i in collectives_by_skew(job)],
         "straggler": job.straggler,
-        **(files.to_json() if files is not None else {"cycles": [], "left_out": []}),
+        **(files.to_json() if files is not None else {"cycles": [], "left_out": [], "notes": []}),
     }

@@ -64,7 +64,10 @@ from kinetoscope.export import (
     replaced_file,
     write_crop,
 )
-from kinetoscope.parser.ranks import MERGED_KEY  # a job's discovery leaves merged files out
+from kinetoscope.parser.ranks import (
+    MERGED_KEY,  # a job's discovery leaves merged files out
+    ranges_text,
+)
 
 MANIFEST_NAME = "perfetto_manifest.json"
 MANIFEST_VERSION = 1  # Perfetto's trace-manifest format version
@@ -111,9 +114,11 @@ class JobCut:
     aligned: bool
     origin_ns: int | None  # the job's time origin (reference clock)
     describe: str  # the window as the user gave it
-    missing: list[int] = field(default_factory=list)
+    missing: list[int] = field(default_factory=list)  # the first ones (MISSING_LISTED)
     left_out: list[tuple[str, str]] = field(default_factory=list)
     cycle: int = 1
+    missing_ranges: list[tuple[int, int]] = field(default_factory=list)  # every missing rank
+    missing_count: int = 0
     cycles: int = 1
 
     @property
@@ -300,6 +305,8 @@ def plan_from_job(
         left_out=list(files.left_out) if files is not None else [],
         cycle=chosen.index if chosen is not None else 1,
         cycles=len(files.cycles) if files is not None else 1,
+        missing_ranges=list(files.missing_ranges) if files is not None else [],
+        missing_count=files.missing_count if files is not None else 0,
     )
 
 
@@ -734,6 +741,10 @@ def record(cut: JobCut, members: dict[int, str] | None = None) -> dict[str, Any]
         "offsets_from": OFFSETS_FROM,
         "ranks": ranks,
         "missing_ranks": cut.missing,
+        "missing_rank_ranges": [
+            {"first": a, "last": b, "count": b - a + 1} for a, b in cut.missing_ranges[:1024]
+        ],
+        "missing_rank_count": cut.missing_count,
         "profiling_cycle": cut.cycle,
     }
 
@@ -968,8 +979,10 @@ def problem_lines(cut: JobCut) -> list[str]:
         for r in cut.exported
         if r.incomplete is not None
     ]
-    if cut.missing:
-        lines.append("missing ranks (no file): " + ", ".join(str(r) for r in cut.missing))
+    if cut.missing_ranges:
+        lines.append(
+            "missing ranks (no file): " + ranges_text(cut.missing_ranges, cut.missing_count)
+        )
     lines += [f"{os.path.basename(path)}: not used: {why}" for path, why in cut.left_out]
     if cut.aligned and all(r.offset_ns is None for r in cut.exported):
         lines.append("no clock offsets (no synchronising collectives): clocks as recorded")

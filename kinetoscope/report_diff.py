@@ -550,7 +550,8 @@ def run_diff(
     from kinetoscope.parser import TraceError
     from kinetoscope.tui.safe_text import clean
 
-    options = checked_options(base_path, new_path, threshold_pct, steps, templates, streams=True)
+    # A named pipe or a device is refused at once, as by the viewer (nothing is opened).
+    options = checked_options(base_path, new_path, threshold_pct, steps, templates, streams=False)
     if isinstance(options, int):
         return options
     try:

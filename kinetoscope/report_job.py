@@ -72,6 +72,7 @@ def job_tables(document: dict[str, Any]) -> list[Any]:
         stops_table(document),
         cycles_table(document),
         left_out_table(document),
+        notes_table(document),
     ]
     return [s for s in sections if s is not None]
 
@@ -89,8 +90,11 @@ def job_facts(document: dict[str, Any]) -> Any:
     loaded = sum(1 for r in ranks if r["loaded"])
     table.add_row("world size", str(document["world_size"] or "unknown"))
     table.add_row("ranks", f"{len(ranks)} files, {loaded} loaded")
-    if document["missing"]:
-        table.add_row("missing ranks", _rank_list(document["missing"]))
+    if document["missing_count"]:
+        from kinetoscope.parser.ranks import ranges_text
+
+        ranges = [(r["first"], r["last"]) for r in document["missing_ranges"]]
+        table.add_row("missing ranks", ranges_text(ranges, document["missing_count"]))
     for item in document["incomplete"]:
         table.add_row(f"rank {item['rank']}", _data(item["reason"]))
     matching = document["matching"]
@@ -386,4 +390,14 @@ def left_out_table(document: dict[str, Any]) -> Any:
     table = _table("Files left out", "file", "why", names=("file",))
     for item in document["left_out"]:
         table.add_row(_data(item["path"]), _data(item["reason"]))
+    return table
+
+
+def notes_table(document: dict[str, Any]) -> Any:
+    """Files used with another rank than their name's number (docs/summary-ranks.md)."""
+    if not document.get("notes"):
+        return None
+    table = _table("Rank numbers not taken", "file", "why", names=("file",))
+    for item in document["notes"]:
+        table.add_row(_data(item["path"]), _data(item["note"]))
     return table

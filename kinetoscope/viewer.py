@@ -50,8 +50,10 @@ def run_view(path: str) -> int:
         )
         return 1
     # Start reading before Textual is even imported: the decoding runs while the UI starts.
+    from kinetoscope.parser import cache
     from kinetoscope.tui.loader import TraceLoad
 
+    cache.warn_if_untrusted(path)  # said before the UI takes the terminal
     # Staged: each lane's top level is drawn first, the rest follows (sooner on big traces).
     loader = TraceLoad(path, staged=True)
     from kinetoscope.tui.app import KinetoscopeApp
@@ -114,7 +116,11 @@ def run_diff_view(
     if isinstance(options, int):
         return options
     # Both reads start before Textual is imported, each in its own thread.
+    from kinetoscope.parser import cache
     from kinetoscope.tui.loader import TraceLoad
+
+    for path in (base, new):
+        cache.warn_if_untrusted(path)  # said before the UI takes the terminal
 
     loads = (TraceLoad(base, staged=False), TraceLoad(new, staged=False))
     from kinetoscope.tui.diff_app import DiffApp

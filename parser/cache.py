@@ -21,6 +21,14 @@ row anyway) checks it before returning; `load(verify=False)` (the viewer) leaves
 `check(trace)`, which the viewer runs in the background after its first frame; a failure there
 removes the entry, and the viewer says so and reads the trace again from its JSON, so that no
 data of a rejected entry is used from then on. Extras (`save_extra`) follow the same rule.
+
+Only the cache's owner is trusted, as ssh and git trust their files: an entry is used only when
+the cache root, the entry's folder and every file of it are owned by the current user and are
+not writable by group or others (a shared or world-writable KINETOSCOPE_CACHE_DIR would let
+another user plant an entry with a matching key, manifest and CRCs). Anything else is ignored
+with one warning line on stderr, and the trace is read; a cache root that is not trusted is
+never written into either (said once). A root the cache makes is private (0700), and so are the
+entries and files it writes (0700 folders, 0600 files, whatever the umask).
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import os
 import re
 import shutil
 import stat
+import sys
 import tempfile
 import time
 import zlib
@@ -148,11 +157,116 @@ class ExtraManifest(msgspec.Struct, forbid_unknown_fields=True):
     files: dict[str, FileFacts]
 
 
+class Untrusted(OSError):
+    """A cache file or folder that another user owns or may write: never used."""
+
+
+_WARNED: set[str] = set()
+
+
+def _uid() -> int:
+    """The user whose cache entries are trusted (the tests fake another one)."""
+    return os.geteuid() if hasattr(os, "geteuid") else -1
+
+
+def _shown(path: Path | str) -> str:
+    """A path fit for one line of stderr: unprintable characters as `?`."""
+    return "".join(c if c.isprintable() else "?" for c in str(path))
+
+
+def _warn_once(message: str) -> None:
+    """One warning line on stderr, once per process and message; not from worker processes
+    (a job's digests): the process that started them says it (`warn_if_untrusted`), once."""
+    if message in _WARNED:
+        return
+    _WARNED.add(message)
+    import multiprocessing
+
+    if multiprocessing.parent_process() is not None:
+        return
+    try:
+        print(f"kinetoscope: warning: {message}", file=sys.stderr, flush=True)
+    except (OSError, ValueError, AttributeError):  # nowhere to say it
+        pass
+
+
+def _trust_problem(st: os.stat_result, what: str) -> str | None:
+    """Why a cache file or folder with this status is not to be trusted, or None."""
+    if _uid() >= 0 and st.st_uid != _uid():
+        return f"{what} is owned by another user (uid {st.st_uid})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{what} is writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def _check_root(root: Path) -> bool:
+    """Whether the cache root exists; Untrusted when it is not the user's own and private
+    from writers (FileNotFoundError never: a missing root just holds no entry)."""
+    try:
+        st = os.stat(root)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISDIR(st.st_mode):
+        raise Untrusted(f"the model cache folder {_shown(root)} is not a folder")
+    problem = _trust_problem(st, f"the model cache folder {_shown(root)}")
+    if problem is not None and st.st_uid == _uid() and root == _default_root():
+        try:  # the default folder, the user's own, made by an older version: made private
+            os.chmod(root, 0o700)
+            problem = None
+        except OSError:
+            pass
+    if problem is not None:
+        raise Untrusted(problem)
+    return True
+
+
+def _check_folder(folder: Path, what: str) -> None:
+    """An entry's folder (or its extra's) must be a folder, no link, the user's own and not
+    writable by others; Untrusted otherwise (FileNotFoundError: there is none)."""
+    st = os.lstat(folder)
+    if not stat.S_ISDIR(st.st_mode):
+        raise Untrusted(f"{what} is not a folder")
+    problem = _trust_problem(st, what)
+    if problem is not None:
+        raise Untrusted(problem)
+
+
+def _entry_folder(path: str, root: Path | None) -> Path:
+    """The entry folder of `path`, checked (the root, then the folder) before anything in it
+    is opened: Untrusted, or FileNotFoundError when there is no entry."""
+    root = root or cache_root()
+    if not _check_root(root):
+        raise FileNotFoundError(str(root))
+    folder = entry_dir(path, root)
+    _check_folder(folder, f"the model cache entry of {_shown(os.path.basename(path))}")
+    return folder
+
+
+def _ignored(error: Untrusted) -> None:
+    _warn_once(f"{error}: the cache entry is not used, the trace is read")
+
+
+def warn_if_untrusted(path: str) -> None:
+    """Say now (one line on stderr) if the cache folder or the entry folder of `path` is not
+    to be trusted: for a program about to hand the terminal to a UI, which would hide the
+    line the load says. Costs two `stat` calls; nothing is read."""
+    try:
+        _entry_folder(path, None)
+    except Untrusted as error:
+        _ignored(error)
+    except (OSError, ValueError):
+        pass
+
+
 def cache_root() -> Path:
     """KINETOSCOPE_CACHE_DIR, else $XDG_CACHE_HOME/kinetoscope, else ~/.cache/kinetoscope."""
     explicit = os.environ.get("KINETOSCOPE_CACHE_DIR")
     if explicit:
         return Path(explicit)
+    return _default_root()
+
+
+def _default_root() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "kinetoscope"
 
@@ -214,6 +328,9 @@ def _open_regular(path: Path) -> tuple[int, os.stat_result]:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise OSError(f"{path.name}: not a regular file")
+        problem = _trust_problem(st, f"the model cache file {_shown(path)}")
+        if problem is not None:
+            raise Untrusted(problem)
         return fd, st
     except BaseException:
         os.close(fd)
@@ -302,6 +419,7 @@ def _publish(target: Path, arrays: dict[str, np.ndarray], manifest: dict[str, An
         if len(encoded) > MAX_MANIFEST_BYTES:
             raise ValueError("manifest too big to be read back")
         (work / MANIFEST).write_bytes(encoded)
+        os.chmod(work / MANIFEST, 0o600)
         old = None
         if os.path.lexists(target):
             old = Path(tempfile.mkdtemp(prefix=".old-", dir=parent))
@@ -324,7 +442,13 @@ def save(trace: Trace, root: Path | None = None) -> Path | None:
         if key is None:
             return None
         target = entry_dir(trace.source.path, root)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            if not _check_root(target.parent):
+                target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                _check_root(target.parent)  # made by another user just now: not written into
+        except Untrusted as error:
+            _warn_once(f"{error}: no cache entry is written there")
+            return None
         _remove_abandoned(target.parent)
     except OSError:
         return None
@@ -362,6 +486,7 @@ def _write_arrays(folder: Path, arrays: dict[str, np.ndarray]) -> dict[str, File
         file = folder / f"{name}.npy"
         array = np.ascontiguousarray(array)
         np.save(file, array, allow_pickle=False)
+        os.chmod(file, 0o600)  # the owner's alone, whatever the umask (then its identity)
         crc = _crc(file)
         st = file.stat()
         files[name] = FileFacts(
@@ -477,7 +602,7 @@ def _entry(
 ) -> tuple[Key, Manifest, dict[str, np.ndarray]] | None:
     """The entry of `path` as it is now, every file checked, or None; raises on damage too."""
     key = trace_key(path)
-    folder = entry_dir(path, root)
+    folder = _entry_folder(path, root)
     manifest = _read_manifest(folder, Manifest)
     if manifest is None or manifest.key != key:
         return None
@@ -509,6 +634,9 @@ def has_entry(path: str, root: Path | None = None) -> bool:
     CRCs of the arrays, which its load reads)."""
     try:
         return _entry(path, root, verify=False) is not None
+    except Untrusted as error:
+        _ignored(error)
+        return False
     except Exception:  # noqa: BLE001 - whatever a damaged entry raises, it is not an entry
         return False
 
@@ -518,14 +646,17 @@ def save_extra(trace: Trace, name: str, version: int, arrays: dict[str, np.ndarr
 
     Written only into a valid entry of this very file, in a folder of its own that is renamed
     into place; `load_extra` checks the same key, its version and every file."""
-    target = entry_dir(trace.source.path)
     try:
+        target = _entry_folder(trace.source.path, None)
         key = _key_of_loaded(trace)
         manifest = _read_manifest(target, Manifest)
         if key is None or manifest is None or manifest.key != key:
             return False
         _remove_abandoned(target)
         return _publish(target / f"extra-{name}", arrays, {"key": key, "version": version})
+    except Untrusted as error:
+        _warn_once(f"{error}: nothing is written into it")
+        return False
     except (OSError, ValueError, msgspec.MsgspecError):
         return False
 
@@ -536,9 +667,10 @@ def load_extra(
     """The arrays `save_extra` kept for this trace file as it is now, or None. `verify`: read
     their CRCs now; by default, only if the trace's own were (a trace loaded with
     `verify=False` gets the extra's files added to what `check` reads)."""
-    folder = entry_dir(trace.source.path) / f"extra-{name}"
     lazy = trace.cache_unchecked is not None if verify is None else not verify
     try:
+        folder = _entry_folder(trace.source.path, None) / f"extra-{name}"
+        _check_folder(folder, f"the view cache of {_shown(os.path.basename(trace.source.path))}")
         extra = _read_manifest(folder, ExtraManifest)
         if extra is None or extra.key != trace_key(trace.source.path) or extra.version != version:
             return None
@@ -549,6 +681,9 @@ def load_extra(
                 Unchecked(str(folder), extra.files, entry=str(folder.parent)),
             ]
         return arrays
+    except Untrusted as error:
+        _ignored(error)
+        return None
     except Exception:  # noqa: BLE001 - whatever a damaged entry raises, it is computed again
         return None
 
@@ -559,6 +694,9 @@ def load(path: str, root: Path | None = None, verify: bool = True) -> Trace | No
     docstring): the cost of the load then does not grow with the trace."""
     try:
         return _load(path, root, verify)
+    except Untrusted as error:
+        _ignored(error)
+        return None
     except Exception:  # noqa: BLE001 - whatever a damaged entry raises, the trace is parsed
         return None
 

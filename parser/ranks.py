@@ -12,6 +12,11 @@ configuration) are not mixed: the largest consistent set is kept and the others 
 `left_out` with the reason. Several files for one rank are several profiling cycles: they are
 ordered by the timestamp in their names (else by modification time) and grouped into cycles;
 the newest complete cycle is chosen unless one is asked for.
+
+Rank numbers and world sizes come from files, and files may say anything: nothing here is
+proportional to them (missing ranks are ranges, only the first `MISSING_LISTED` are listed one
+by one), and a number in a file name that is no plausible rank (a date, a timestamp, beyond the
+job's world size or far beyond the other files' ranks) is not taken for one (`notes` says why).
 """
 
 from __future__ import annotations
@@ -23,7 +28,13 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from .source import PERFETTO_REASON, PERFETTO_SUFFIXES, perfetto_message, perfetto_problem
+from .source import (
+    PERFETTO_REASON,
+    PERFETTO_SUFFIXES,
+    not_regular_kind,
+    perfetto_message,
+    perfetto_problem,
+)
 
 TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json")
 HEAD_LIMIT = 64 << 20  # uncompressed bytes read at most to find the header keys
@@ -41,6 +52,15 @@ RULE_ORDER = "order"
 # `rank3`, `rank-3`, `rank_3`, `worker3` (not inside a longer word: `8rank_worker0` is worker 0).
 _NAME_RANK = re.compile(r"(?:^|[^a-z0-9])(?:\d+)?(?:rank|worker)[-_]?(\d+)(?![0-9])", re.I)
 _STAMP = re.compile(r"^(.*)\.(\d{6,})$")  # `worker.1700000000123`: the writer's timestamp
+
+# A number in a file name at or above this is no rank (a timestamp, an id): far more ranks than
+# any job has.
+MAX_NAME_RANK = 1 << 20
+# With no world size known, a number in a file name this far above every other file's rank is no
+# rank either (`rank0.json` beside `rank_99999.json`).
+FAR_NAME_RANK = 4096
+# Missing ranks listed one by one (JobFiles.missing); all of them are in `missing_ranges`.
+MISSING_LISTED = 1024
 
 
 @dataclass(frozen=True)
@@ -78,8 +98,14 @@ class JobFiles:
     world_size: int | None
     cycles: list[Cycle]
     chosen: int  # index of the chosen cycle (Cycle.index)
-    missing: list[int]  # ranks of the job that have no file in the chosen cycle
+    # The first MISSING_LISTED ranks of the job with no file in the chosen cycle.
+    missing: list[int]
     left_out: list[tuple[str, str]] = field(default_factory=list)  # (path, why)
+    # Every missing rank, as (first, last) ranges (inclusive), and how many there are.
+    missing_ranges: list[tuple[int, int]] = field(default_factory=list)
+    missing_count: int = 0
+    # (path, why): a number in the file's name that was not taken for its rank.
+    notes: list[tuple[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -95,7 +121,40 @@ class JobFiles:
                 for c in self.cycles
             ],
             "left_out": [{"path": p, "reason": why} for p, why in self.left_out],
+            "notes": [{"path": p, "note": why} for p, why in self.notes],
         }
+
+
+def missing_ranges(present: list[int], end: int) -> list[tuple[int, int]]:
+    """The ranks of `0 … end-1` not in `present`, as (first, last) ranges: as many ranges as
+    there are present ranks (plus one), whatever `end` is."""
+    gaps = []
+    expected = 0
+    for rank in sorted({r for r in present if 0 <= r < end}):
+        if rank > expected:
+            gaps.append((expected, rank - 1))
+        expected = rank + 1
+    if expected < end:
+        gaps.append((expected, end - 1))
+    return gaps
+
+
+def first_ranks(ranges: list[tuple[int, int]], limit: int = MISSING_LISTED) -> list[int]:
+    """The first `limit` ranks of `ranges`, one by one."""
+    listed: list[int] = []
+    for first, last in ranges:
+        listed.extend(range(first, min(last, first + limit - len(listed) - 1) + 1))
+        if len(listed) >= limit:
+            break
+    return listed
+
+
+def ranges_text(ranges: list[tuple[int, int]], count: int, limit: int = 20) -> str:
+    """`2-15, 20, 22-99 (93 ranks)`: at most `limit` ranges written, the count always."""
+    shown = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in ranges[:limit])
+    if len(ranges) > limit:
+        shown += f" and {len(ranges) - limit} more ranges"
+    return shown + (f" ({count:,} ranks)" if count > 1 else "")
 
 
 class JobError(Exception):
@@ -118,9 +177,14 @@ def is_trace_name(name: str) -> bool:
 
 def trace_files(inputs: list[str]) -> list[str]:
     """The trace files named by `inputs`: files as given, folders by their `*.json` and
-    `*.json.gz` files (not recursively, hidden files skipped), sorted by path."""
+    `*.json.gz` files (not recursively, hidden files skipped), sorted by path. A file named
+    that is not a regular file (a named pipe, a device, a socket) is refused (JobError) before
+    anything opens it: opening a named pipe would wait for a writer."""
     found: list[str] = []
     for item in inputs:
+        kind = not_regular_kind(item)
+        if kind is not None:
+            raise JobError(f"{item}: not a regular file ({kind}); save the trace to a file first")
         if os.path.isdir(item):
             try:
                 names = os.listdir(item)
@@ -151,10 +215,53 @@ def worker_and_stamp(path: str) -> tuple[str, int | None]:
 
 def rank_from_name(path: str) -> int | None:
     """The rank a file's name gives (`rank3`, `rank-3`, `rank_3`, `worker3`), the last one
-    named when there are several; None when it gives none."""
+    named when there are several; None when it gives none, or a number that is no plausible
+    rank by itself (`name_rank_problem`)."""
+    number = number_in_name(path)
+    return number if number is not None and name_rank_problem(number) is None else None
+
+
+def number_in_name(path: str) -> int | None:
+    """The number after `rank`/`worker` in a file's name (the last one), plausible or not."""
     worker, _ = worker_and_stamp(path)
     hits = _NAME_RANK.findall(worker)
-    return int(hits[-1]) if hits else None
+    if not hits:
+        return None
+    # More than 18 digits: never converted (Python refuses 4300), no rank anyway.
+    return int(hits[-1]) if len(hits[-1]) <= 18 else _HUGE
+
+
+_HUGE = 10**18  # stands for a number of 19 digits or more in a file name
+
+
+def _looks_like_date(number: int) -> bool:
+    """YYYYMMDD (1970-2199), as in `rank_20240101`."""
+    text = str(number)
+    if len(text) != 8:
+        return False
+    year, month, day = int(text[:4]), int(text[4:6]), int(text[6:])
+    return 1970 <= year < 2200 and 1 <= month <= 12 and 1 <= day <= 31
+
+
+def name_rank_problem(
+    number: int, world_size: int | None = None, highest_other: int | None = None
+) -> str | None:
+    """Why a number in a file name is no rank, or None when it may be one: a date, a number
+    of `MAX_NAME_RANK` or more (a timestamp), one beyond the job's world size, or (the world
+    size unknown) one more than `FAR_NAME_RANK` above every other file's rank."""
+    if _looks_like_date(number):
+        return f"the number {number} in its name looks like a date, not a rank"
+    if number >= MAX_NAME_RANK:
+        shown = f"{number}" if number < _HUGE else "of 19 digits or more"
+        return f"the number {shown} in its name is no rank (a timestamp or an id?)"
+    if world_size is not None and world_size > 0 and number >= world_size:
+        return f"the number {number} in its name is beyond the job's world_size {world_size}"
+    if world_size is None and highest_other is not None and number > highest_other + FAR_NAME_RANK:
+        return (
+            f"the number {number} in its name is far beyond the other files' ranks (the "
+            f"highest is {highest_other})"
+        )
+    return None
 
 
 # -- the header, read cheaply ------------------------------------------------------------
@@ -379,16 +486,31 @@ def discover(inputs: list[str], cycle: int | None = None) -> JobFiles:
     # Ranks: distributedInfo, else the name, else the order among the files left.
     ranked: list[tuple[_Probe, int, str]] = []
     unranked: list[_Probe] = []
+    named: list[tuple[_Probe, int]] = []
+    notes: list[tuple[str, str]] = []
     for probe in kept:
         rank = _int(probe.info.get("rank")) if probe.info is not None else None
         if rank is not None and rank >= 0:
             ranked.append((probe, rank, RULE_DISTRIBUTED))
             continue
-        rank = rank_from_name(probe.path)
-        if rank is not None:
-            ranked.append((probe, rank, RULE_NAME))
+        number = number_in_name(probe.path)
+        if number is not None:
+            named.append((probe, number))
         else:
             unranked.append(probe)
+    # A number in a name is a rank only if it is plausible beside the others (by itself, and
+    # against the world size or the other files' ranks).
+    candidates = [(r, p.path) for p, r, _ in ranked]
+    candidates += [(n, p.path) for p, n in named if name_rank_problem(n) is None]
+    top = sorted(candidates, reverse=True)[:2]  # the highest other rank of any file: of these
+    for probe, number in named:
+        others = [r for r, path in top if path != probe.path]
+        problem = name_rank_problem(number, world_size, others[0] if others else None)
+        if problem is None:
+            ranked.append((probe, number, RULE_NAME))
+        else:
+            unranked.append(probe)
+            notes.append((probe.path, f"{problem}: ranked by its order among the files"))
     if unranked:
         # Files of one worker name are one rank's cycles; each worker name gets the next rank
         # not taken.
@@ -428,15 +550,18 @@ def discover(inputs: list[str], cycle: int | None = None) -> JobFiles:
                 f"({', '.join(str(c.index) for c in cycles)})"
             )
         chosen = cycles[cycle - 1]
-    expected = range(world_size) if world_size else range(max(f.rank for f in files) + 1)
-    present = {f.rank for f in chosen.files}
+    end = world_size if world_size else max(f.rank for f in files) + 1
+    gaps = missing_ranges([f.rank for f in chosen.files], end)
     return JobFiles(
         files=sorted(chosen.files, key=lambda f: f.rank),
         world_size=world_size,
         cycles=cycles,
         chosen=chosen.index,
-        missing=[r for r in expected if r not in present],
+        missing=first_ranks(gaps),
         left_out=left_out,
+        missing_ranges=gaps,
+        missing_count=sum(last - first + 1 for first, last in gaps),
+        notes=notes,
     )
 
 
@@ -461,7 +586,14 @@ def _cycles(
         if not groups or any(f.rank == file.rank for f in groups[-1]):
             groups.append([])
         groups[-1].append(file)
-    all_ranks = set(range(world_size)) if world_size else {f.rank for f in files}
+    all_ranks = {f.rank for f in files}
+
+    def complete(members: list[RankFile]) -> bool:
+        ranks = {f.rank for f in members}
+        if world_size:  # every rank of 0 … world_size-1 (counted: never a set of world_size)
+            return sum(1 for r in ranks if 0 <= r < world_size) == world_size
+        return ranks >= all_ranks
+
     cycles = []
     for index, members in enumerate(groups, start=1):
         stamps = [f.stamp for f in members if f.stamp is not None]
@@ -469,7 +601,7 @@ def _cycles(
             Cycle(
                 index=index,
                 files=tuple(members),
-                complete={f.rank for f in members} >= all_ranks,
+                complete=complete(members),
                 stamp=max(stamps) if stamps else None,
             )
         )

@@ -117,6 +117,19 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+def not_regular_kind(path: str) -> str | None:
+    """What `path` is when it exists and is neither a regular file nor a folder ("a named
+    pipe", "a device", "a socket"), found by `os.stat` alone (nothing is opened: a named pipe
+    would block); None otherwise (a missing file is for the reader to say)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return _kind(mode)
+
+
 def open_source(path: str) -> SourceState:
     """Open `path` (once, for the whole load) and sniff the gzip magic bytes.
 

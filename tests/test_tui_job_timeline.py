@@ -615,3 +615,48 @@ async def test_M_then_e_exports_the_selected_event_of_every_rank(tmp_path, monke
         assert windows_ns[rank] == [start, start + 10_000_000]
         steps = [e for e in crops[rank]["traceEvents"] if e.get("name") == "ProfilerStep#1"]
         assert len(steps) == 1 and steps[0]["dur"] == 10_000
+
+
+async def test_a_huge_world_size_is_written_as_ranges_in_both_titles(tmp_path):
+    """A world size of 10^12 from the files: the titles count the missing ranks, as ranges,
+    and the overview lists only the first ones (issue 25)."""
+    import json
+
+    from kinetoscope.parser.ranks import MISSING_LISTED
+    from kinetoscope.tui.job_app import JobApp
+    from kinetoscope.tui.job_ranks import RanksScreen
+
+    world = 10**12
+    for rank in (0, 1):
+        (tmp_path / f"r{rank}.json").write_text(
+            json.dumps(
+                {
+                    "distributedInfo": {"rank": rank, "world_size": world},
+                    "traceEvents": [
+                        {
+                            "ph": "X",
+                            "cat": "user_annotation",
+                            "name": "ProfilerStep#1",
+                            "pid": 1,
+                            "tid": 1,
+                            "ts": 1,
+                            "dur": 10,
+                        }
+                    ],
+                }  # fmt: skip
+            )
+        )
+    app = JobApp([str(tmp_path)], workers=1)
+    async with app.run_test(size=SIZE) as pilot:
+        for _ in range(600):
+            await pilot.pause(0.05)
+            if isinstance(app.screen, RanksScreen):
+                break
+        overview = app.screen
+        assert isinstance(overview, RanksScreen)
+        title = str(overview.query_one("#ranks-title").render())
+        assert "and 999,999,999,992 more" in title  # 6 shown of the 999,999,999,998
+        assert len(overview.matrix.rows) == 2 + MISSING_LISTED
+        await pilot.press("t")
+        screen = await ready(pilot, 2)
+        assert "missing: 2-999999999999 (999,999,999,998 ranks)" in screen.title_text().plain

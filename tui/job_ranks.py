@@ -726,9 +726,12 @@ class RanksScreen(SavesCsv, Screen):
                 palette.style("warning"),
             )
         problems = [r for r in rank_rows(job) if r.status != "ok"]
+        # Missing ranks beyond those listed (a world size from a file may be anything).
+        unlisted = max(0, files.missing_count - len(job.missing)) if files is not None else 0
         if problems:
             shown = ", ".join(f"rank {r.rank} {r.status}" for r in problems[:6])
-            more = f" and {len(problems) - 6} more" if len(problems) > 6 else ""
+            total = len(problems) + unlisted
+            more = f" and {total - 6:,} more" if total > 6 else ""
             text.append(" · " + shown + more, palette.style("error", bold=True))
         return text
 

@@ -29,6 +29,7 @@ from kinetoscope.analysis.collectives import RankCollectives
 from kinetoscope.analysis.job import JobAnalysis, RankEntry
 from kinetoscope.analysis.units import fmt_duration
 from kinetoscope.parser.model import KIND_OTHER, KIND_RUNTIME, Lane
+from kinetoscope.parser.ranks import ranges_text
 from rich.segment import Segment
 from rich.text import Text
 from textual.app import ComposeResult
@@ -583,9 +584,13 @@ class JobTimelineScreen(Screen):
             entry = job.entry(self.straggler)
             wait = fmt_duration(entry.wait_ns) if entry is not None else "?"
             text.append(f" · straggler rank {self.straggler} (waited {wait})", "bold")
-        missing = [*job.missing, *(e.rank for e in self.failed)]
-        if missing:
-            text.append(f" · missing: {', '.join(map(str, sorted(missing)))}", "bold")
+        files = job.files
+        gaps = list(files.missing_ranges) if files is not None else [(r, r) for r in job.missing]
+        count = files.missing_count if files is not None else len(job.missing)
+        failed = [(e.rank, e.rank) for e in self.failed]
+        if gaps or failed:  # ranges: a world size from a file may be anything
+            shown = ranges_text(sorted(gaps + failed), count + len(failed), limit=8)
+            text.append(f" · missing: {shown}", "bold")
         known = [e for e in self.entries if e.offset_ns is not None]
         if known:
             worst = max(known, key=lambda e: abs(e.offset_ns or 0))
