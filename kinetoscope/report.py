@@ -15,7 +15,7 @@ import msgspec
 from kinetoscope.analysis.units import fmt_bytes, fmt_percent, fmt_table_time, plural
 
 # Rich-only helpers (no Textual): the viewer's cutting, measured in the same cells.
-from kinetoscope.tui.safe_text import cut_end, cut_front
+from kinetoscope.tui.safe_text import cut_end, cut_front, fit_names
 
 NATURAL_WIDTH = 10_000  # "no width": every table at its natural width (standard output a pipe)
 
@@ -325,10 +325,21 @@ class Section:
                     no_wrap=column.kind != TEXT,
                     overflow="fold",
                 )
-            for row in self.rows:
+            # Name columns as the viewer shows them: folded, and told apart from each other.
+            names = {
+                i: fit_names(self.column_cells(i), w)
+                for i, w in zip(indices, widths)
+                if self.columns[i].kind == NAME
+            }
+            for number, row in enumerate(self.rows):
                 table.add_row(
                     *(
-                        Text(fit_cell(row[i][0], self.columns[i].kind, w), style=row[i][1] or "")
+                        Text(
+                            names[i][number]
+                            if i in names
+                            else fit_cell(row[i][0], self.columns[i].kind, w),
+                            style=row[i][1] or "",
+                        )
                         for i, w in zip(indices, widths)
                     )
                 )
