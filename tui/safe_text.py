@@ -221,7 +221,7 @@ def fit_names(names: Sequence[str], width: int) -> list[str]:
         if text == full[index]:
             continue
         start = text.split(ELLIPSIS, 1)[0]
-        if not full[index].startswith(start):
+        if not start or not full[index].startswith(start):
             continue  # cut at the front (paths, frames): their ends differ
         near = max(
             (
