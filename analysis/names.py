@@ -139,7 +139,7 @@ def _telling(arguments: str) -> str | None:
     return None
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=32768)
 def short_kernel(name: str) -> str | None:
     """A C++ kernel signature folded: no return type, namespaces or argument list, template
     arguments folded to the telling one (`vectorized_elementwise_kernel<…MulFunctor…>`). None
@@ -245,6 +245,7 @@ def full_form(name: str) -> str:
     return bounded(demangle(name) or name)[0]
 
 
+@lru_cache(maxsize=32768)
 def telling_form(name: str) -> str:
     """The form of `name` in which names of one table are told apart (kinetoscope.tui.
     safe_text.fit_names): `full_form`, for a C++ kernel signature from its own name on

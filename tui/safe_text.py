@@ -223,16 +223,17 @@ def fit_names(names: Sequence[str], width: int) -> list[str]:
         start = text.split(ELLIPSIS, 1)[0]
         if not start or not full[index].startswith(start):
             continue  # cut at the front (paths, frames): their ends differ
-        near = max(
-            (
-                _common_prefix(full[index], full[j])
-                for j in (index - 1, index + 1)
-                if 0 <= j < len(distinct) and full[j] != full[index]
-            ),
-            default=0,
-        )
-        if near >= len(start):
-            chosen.add(index)  # cut before it parts from its nearest neighbour
+        tail = text.rsplit(ELLIPSIS, 1)[1] if ELLIPSIS in text else ""
+        shown_from = len(full[index]) - len(tail) if tail and full[index].endswith(tail) else None
+        points = [
+            _common_prefix(full[index], full[j])
+            for j in (index - 1, index + 1)
+            if 0 <= j < len(distinct) and full[j] != full[index]
+        ]
+        if any(
+            point >= len(start) and (shown_from is None or point < shown_from) for point in points
+        ):
+            chosen.add(index)  # cut where it parts from a neighbour: the difference is hidden
     if not chosen:
         return fitted
     shown = _telling_apart(distinct, full, width, sorted(chosen))
@@ -329,19 +330,26 @@ def _draw_apart(text: str, points: set[int], width: int) -> str:
         return sum(1 + cell_len(text[start:end]) for start, _, end in spans)
 
     least = 4  # cells of the start kept at least
-    for keep_before, keep_after in ((8, 12), (3, 6), (1, 3)):
-        if needed() + least + 1 <= width:
+    # Differences the start shows need no token of their own.
+    spans = [span for span in spans if span[1] >= least] or spans[-1:]
+    for _ in range(2):
+        for keep_before, keep_after in ((8, 12), (3, 6), (1, 3)):
+            if needed() + least + 1 <= width:
+                break
+            for span in spans:
+                span[0] = max(span[0], span[1] - keep_before)
+                span[2] = min(span[2], max(span[1] + keep_after, span[0] + 1))
+        room = max(width - needed() - 1, least)
+        first = spans[0][0]
+        if first <= room:
+            label_end = first  # the whole start fits: no `…` before the first difference
+        else:
+            cut = max(text.rfind(mark, 0, room) for mark in "_ <")
+            label_end = cut + 1 if cut >= room // 2 else room
+        covered = [span for span in spans if span[1] < label_end]
+        if not covered or len(covered) == len(spans):
             break
-        for span in spans:
-            span[0] = max(span[0], span[1] - keep_before)
-            span[2] = min(span[2], max(span[1] + keep_after, span[0] + 1))
-    room = max(width - needed() - 1, least)
-    first = spans[0][0]
-    if first <= room:
-        label_end = first  # the whole start fits: no `…` before the first difference
-    else:
-        cut = max(text.rfind(mark, 0, room) for mark in "_ <")
-        label_end = cut + 1 if cut >= room // 2 else room
+        spans = [span for span in spans if span[1] >= label_end]
     parts = [text[:label_end]]
     for start, _, end in spans:
         start = max(start, label_end)
@@ -393,7 +401,7 @@ def _telling_apart(
             continue  # the same as its neighbours as far as anything is ever shown
         family = _family_point(full, index, min(points))
         drawn = _draw_apart(text, points, width)
-        if family > 0:
+        if family > len(drawn.split(ELLIPSIS, 1)[0]):  # beyond the start shown anyway
             # The family's difference too (`…MT128x64x128…AFC0…`), where it leaves the
             # differences from the neighbours whole.
             richer = _draw_apart(text, {*points, family}, width)

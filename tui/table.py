@@ -59,7 +59,7 @@ def name_matcher(pattern: str) -> Callable[[str], bool]:
 
 # Name columns of tables up to this many rows tell their names apart (safe_text.fit_names);
 # longer ones fit each name alone.
-NAMES_TOLD_APART = 20_000
+NAMES_TOLD_APART = 2_000
 MIN_FLEXIBLE = 28  # cells a name column should keep before optional columns are hidden
 
 
