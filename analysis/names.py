@@ -190,13 +190,19 @@ _demangler_loaded = False
 def _load_demangler() -> Callable[[bytes], str | None] | None:
     """`abi::__cxa_demangle` of the C++ runtime (libstdc++) through ctypes, with the C
     library's `free` for what it returns; None where either cannot be loaded."""
-    try:
-        found = ctypes.util.find_library("stdc++")
-        runtime = ctypes.CDLL(found or "libstdc++.so.6")
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
-        function = runtime.__cxa_demangle
-        free = libc.free
-    except (OSError, AttributeError, TypeError):
+    function = free = None
+    # libstdc++ (Linux); libc++ (macOS, some Linux) carries the same function.
+    for library in ("stdc++", "c++"):
+        try:
+            found = ctypes.util.find_library(library)
+            if found is None:
+                continue
+            function = ctypes.CDLL(found).__cxa_demangle
+            free = ctypes.CDLL(ctypes.util.find_library("c") or None).free
+            break
+        except (OSError, AttributeError, TypeError):
+            function = free = None
+    if function is None or free is None:
         return None
     function.restype = ctypes.c_void_p
     function.argtypes = [
