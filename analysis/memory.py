@@ -16,7 +16,11 @@ GPU_DEVICE_TYPES = (CUDA_DEVICE_TYPE, HIP_DEVICE_TYPE)  # a GPU's memory, whiche
 
 def device_properties(trace: Trace) -> list[dict[str, Any]]:
     """`deviceProperties` of the header, or the older `computeProperties` when that is absent."""
-    header = trace.header
+    return header_device_properties(trace.header)
+
+
+def header_device_properties(header: dict[str, Any]) -> list[dict[str, Any]]:
+    """`device_properties` of a trace header."""
     key = "deviceProperties" if "deviceProperties" in header else "computeProperties"
     props = header.get(key)
     if not isinstance(props, list):

@@ -137,6 +137,16 @@ class OperatorMemory:
     peak_row: np.ndarray  # the instance (row) that saw peak_live, -1
     unfreed: np.ndarray  # self: allocations never freed in the trace
     unfreed_bytes: np.ndarray
+    # Each allocation's lifetime (matched by address, `Allocations`) attributed to the group
+    # that owns the allocation: the bytes it freed itself, those another operator (or no
+    # operator) freed, and the most of its allocations live at one time. NO_VALUE where the
+    # trace records no addresses (nothing can be matched).
+    freed_own: np.ndarray  # bytes of its allocations freed by an instance of the group
+    handed_off: np.ndarray  # bytes of its allocations freed elsewhere (left for others)
+    handed_off_count: np.ndarray  # how many such allocations
+    freer: np.ndarray  # the group that freed the most of those bytes; -1: none (or no operator)
+    freer_bytes: np.ndarray  # the bytes it freed
+    held_most: np.ndarray  # the most bytes of its allocations live at one time
 
     def __len__(self) -> int:
         return len(self.allocations)
@@ -406,6 +416,8 @@ def _operator_memory(
         peak_start[winners] = when[better]
         peak_row[winners] = rows[known][firsts][better]
 
+    lifetimes = _lifetimes(group_of_pos, owner_pos, nbytes, allocations, n_groups, fits)
+
     incl_allocations, incl_allocated, incl_net = inclusive(
         (ones, is_alloc), (nbytes, is_alloc), (nbytes, is_alloc | is_free)
     )
@@ -422,7 +434,111 @@ def _operator_memory(
         peak_row=peak_row,
         unfreed=per_group(ones, unfreed_mask),
         unfreed_bytes=per_group(nbytes, unfreed_mask),
+        **lifetimes,
     )
+
+
+def _lifetimes(
+    group_of_pos: np.ndarray,
+    owner_pos: np.ndarray,
+    nbytes: np.ndarray,
+    allocations: Allocations,
+    n_groups: int,
+    fits: bool,
+) -> dict[str, np.ndarray]:
+    """Per group: its allocations' bytes freed by itself and by others, who freed the most of
+    the others', and the most of its allocations live at once (see OperatorMemory). All by
+    sorting: allocations by (group, freeing group), their +bytes/-bytes by (group, time)."""
+    unknown = np.full(n_groups, NO_VALUE, dtype=np.int64)
+    if not allocations.addresses_known:
+        return {
+            "freed_own": unknown,
+            "handed_off": unknown,
+            "handed_off_count": unknown.copy(),
+            "freer": np.full(n_groups, -1, dtype=np.int64),
+            "freer_bytes": unknown.copy(),
+            "held_most": unknown.copy(),
+        }
+
+    def group_of(positions: np.ndarray) -> np.ndarray:
+        owners = owner_pos[positions]
+        out = np.full(len(positions), -1, dtype=np.int64)
+        inside = owners >= 0
+        out[inside] = group_of_pos[owners[inside]]
+        return out
+
+    event, free = allocations.event, allocations.free
+    size = nbytes[event]
+    by = group_of(event)  # the allocating group, -1: no operator
+    freed = free >= 0
+    freer = np.full(len(event), -2, dtype=np.int64)  # -2: never freed, -1: by no operator
+    freer[freed] = group_of(free[freed])
+    mine = by >= 0
+    own = mine & freed & (freer == by)
+    elsewhere = mine & freed & (freer != by)
+
+    def per_group(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        return add_at(np.zeros(n_groups, dtype=np.int64), by[mask], values[mask], fits)
+
+    freed_own = per_group(size, own)
+    handed_off = per_group(size, elsewhere)
+    handed_off_count = per_group(np.ones(len(event), dtype=np.int64), elsewhere)
+
+    # Who freed the most of each group's handed-off bytes: sums per (group, freer) pair.
+    top = np.full(n_groups, -1, dtype=np.int64)
+    top_bytes = np.zeros(n_groups, dtype=np.int64)
+    pick = np.flatnonzero(elsewhere)
+    if len(pick):
+        key = by[pick] * (n_groups + 1) + (freer[pick] + 1)
+        order = np.argsort(key, kind="stable")
+        key_sorted = key[order]
+        starts = np.flatnonzero(np.concatenate(([True], key_sorted[1:] != key_sorted[:-1])))
+        sums = np.add.reduceat(size[pick][order].astype(np.float64), starts)  # ranking only
+        exact = np.add.reduceat(size[pick][order].astype(object), starts) if not fits else None
+        pair = key_sorted[starts]
+        group, freeing = pair // (n_groups + 1), pair % (n_groups + 1) - 1
+        best = np.lexsort((freeing, -sums, group))
+        first = best[np.concatenate(([True], group[best][1:] != group[best][:-1]))]
+        top[group[first]] = freeing[first]
+        if exact is None:
+            top_bytes[group[first]] = np.add.reduceat(size[pick][order], starts)[first]
+        else:
+            top_bytes = top_bytes.astype(object)
+            top_bytes[group[first]] = exact[first]
+
+    # The most of a group's allocations live at once: +bytes at each allocation, -bytes at its
+    # free, in time (event position) order within the group; the largest running sum.
+    held_most = np.zeros(n_groups, dtype=np.int64)
+    alloc_pick = np.flatnonzero(mine)
+    free_pick = np.flatnonzero(mine & freed)
+    if len(alloc_pick):
+        group = np.concatenate((by[alloc_pick], by[free_pick]))
+        when = np.concatenate((event[alloc_pick], free[free_pick]))
+        delta = np.concatenate((size[alloc_pick], -size[free_pick]))
+        order = np.lexsort((when, group))
+        group, delta = group[order], delta[order]
+        running = cumulative(delta, fits)[1:]
+        starts = np.flatnonzero(np.concatenate(([True], group[1:] != group[:-1])))
+        before = cumulative(delta, fits)[starts]  # the running sum entering each group
+        first_of = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(group))))
+        level = running - before[first_of]
+        most = np.maximum.reduceat(level, starts) if fits else _object_max(level, starts)
+        held_most = held_most.astype(object) if not fits else held_most
+        held_most[group[starts]] = most
+    return {
+        "freed_own": freed_own,
+        "handed_off": handed_off,
+        "handed_off_count": handed_off_count,
+        "freer": top,
+        "freer_bytes": top_bytes,
+        "held_most": held_most,
+    }
+
+
+def _object_max(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """np.maximum.reduceat for an array of Python integers."""
+    stops = np.append(starts[1:], len(values))
+    return np.array([max(values[a:b].tolist()) for a, b in zip(starts, stops)], dtype=object)
 
 
 def step_holding(trace: Trace, step_rows: np.ndarray, t: int) -> int:
@@ -567,9 +683,39 @@ def memory_ops_section(
                     "peak_live_bytes": None if peak == NO_VALUE else peak,
                     "unfreed_allocations": int(table.unfreed[g]),
                     "unfreed_bytes": int(table.unfreed_bytes[g]),
+                    **lifetime_fields(trace, groups, table, g),
                 }
             )
     return out
+
+
+def lifetime_fields(trace: Trace, groups: Groups, table: OperatorMemory, g: int) -> dict:
+    """A group's allocations' lifetimes for the summary: `freed_own_bytes`,
+    `freed_by_others_bytes` (and `_allocations`), `mostly_freed_by` ({cat, name, bytes}; name
+    null for frees outside any operator) and `held_at_most_bytes`; null without addresses."""
+    if table.held_most[g] == NO_VALUE:
+        return {
+            "freed_own_bytes": None,
+            "freed_by_others_bytes": None,
+            "freed_by_others_allocations": None,
+            "mostly_freed_by": None,
+            "held_at_most_bytes": None,
+        }
+    freer = int(table.freer[g])
+    by = None
+    if int(table.handed_off_count[g]) > 0:
+        by = {
+            "cat": trace.strings[int(groups.cat[freer])] if freer >= 0 else None,
+            "name": trace.strings[int(groups.name[freer])] if freer >= 0 else None,
+            "bytes": int(table.freer_bytes[g]),
+        }
+    return {
+        "freed_own_bytes": int(table.freed_own[g]),
+        "freed_by_others_bytes": int(table.handed_off[g]),
+        "freed_by_others_allocations": int(table.handed_off_count[g]),
+        "mostly_freed_by": by,
+        "held_at_most_bytes": int(table.held_most[g]),
+    }
 
 
 def group_columns(ops: MemoryOps, dev: DeviceMemory, groups: Groups) -> dict[str, np.ndarray]:

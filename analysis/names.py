@@ -8,6 +8,9 @@ which end of it to keep when even the most compact one must be cut.
   at::native::MulFunctor<float>, ...>(int, ...)`) lose their return type, namespaces and
   argument list, and their template arguments fold to the one that tells kernels apart
   (`vectorized_elementwise_kernel<…MulFunctor…>`).
+- Itanium C++ mangled names (`_ZN5aiter24add_rmsnorm...`) are demangled first, by the C++
+  runtime's own demangler (`abi::__cxa_demangle` in libstdc++, through ctypes; the raw name
+  where it is not there or refuses the name), and then fold like any other signature.
 - Paths keep their end (`…/qwen2/modeling_qwen2.py`); names ending in a number keep it
   (`ProfilerSt…#12`); other names keep their start.
 
@@ -18,7 +21,10 @@ cells: `kinetoscope.tui.safe_text.fit_name` picks the form that fits.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -133,7 +139,7 @@ def _telling(arguments: str) -> str | None:
     return None
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=32768)
 def short_kernel(name: str) -> str | None:
     """A C++ kernel signature folded: no return type, namespaces or argument list, template
     arguments folded to the telling one (`vectorized_elementwise_kernel<…MulFunctor…>`). None
@@ -173,8 +179,104 @@ def short_kernel(name: str) -> str | None:
     return None
 
 
+# Mangled names longer than this are left mangled: the demangler's time and output grow with
+# its input, and no real kernel name comes near (the corpus's longest is about 2,000).
+DEMANGLE_LIMIT = SCAN_LIMIT
+_MANGLED = re.compile(r"_Z[A-Za-z0-9_.$]+")
+_demangler: Callable[[bytes], str | None] | None = None
+_demangler_loaded = False
+
+
+def _load_demangler() -> Callable[[bytes], str | None] | None:
+    """`abi::__cxa_demangle` of the C++ runtime (libstdc++) through ctypes, with the C
+    library's `free` for what it returns; None where either cannot be loaded."""
+    function = free = None
+    # libstdc++ (Linux); libc++ (macOS, some Linux) carries the same function.
+    for library in ("stdc++", "c++"):
+        try:
+            found = ctypes.util.find_library(library)
+            if found is None:
+                continue
+            function = ctypes.CDLL(found).__cxa_demangle
+            free = ctypes.CDLL(ctypes.util.find_library("c") or None).free
+            break
+        except (OSError, AttributeError, TypeError):
+            function = free = None
+    if function is None or free is None:
+        return None
+    function.restype = ctypes.c_void_p
+    function.argtypes = [
+        ctypes.c_char_p,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.POINTER(ctypes.c_int),
+    ]
+    free.restype = None
+    free.argtypes = [ctypes.c_void_p]
+
+    def call(mangled: bytes) -> str | None:
+        status = ctypes.c_int(-1)
+        pointer = function(mangled, None, None, ctypes.byref(status))
+        if not pointer:
+            return None
+        try:
+            if status.value != 0:
+                return None
+            return ctypes.string_at(pointer).decode("utf-8", "replace")
+        finally:
+            free(pointer)
+
+    return call
+
+
+@lru_cache(maxsize=4096)
+def demangle(name: str) -> str | None:
+    """An Itanium C++ mangled name (`_ZN5aiter3fooEv`) demangled (`aiter::foo()`); None for a
+    name that is not one, one longer than DEMANGLE_LIMIT, or where the C++ runtime's
+    demangler is not there or refuses it."""
+    global _demangler, _demangler_loaded
+    if not name.startswith("_Z") or len(name) > DEMANGLE_LIMIT or not _MANGLED.fullmatch(name):
+        return None
+    if not _demangler_loaded:
+        _demangler, _demangler_loaded = _load_demangler(), True
+    if _demangler is None:
+        return None
+    text = _demangler(name.encode("ascii"))
+    return text if text and text != name else None
+
+
+def full_form(name: str) -> str:
+    """The fullest form of `name` that is shown: demangled when it is a mangled C++ name, its
+    first SCAN_LIMIT characters."""
+    return bounded(demangle(name) or name)[0]
+
+
+@lru_cache(maxsize=32768)
+def telling_form(name: str) -> str:
+    """The form of `name` in which names of one table are told apart (kinetoscope.tui.
+    safe_text.fit_names): `full_form`, for a C++ kernel signature from its own name on
+    (`elementwise_kernel<128, 4, ...>(...)`, without return type and namespaces)."""
+    text = full_form(name)
+    kernel = short_kernel(text)
+    if kernel is None:
+        return text
+    base = kernel.split("<", 1)[0]
+    text = text.replace("(anonymous namespace)::", "")
+    head_end = min((i for i in (text.find("<"), text.find("(")) if i >= 0), default=len(text))
+    at = text.rfind(base, 0, head_end)
+    return text[at:] if at >= 0 else text
+
+
+def is_signature(name: str) -> bool:
+    """Whether `name` is a C++ kernel signature (folded for narrow places)."""
+    return short_kernel(demangle(name) or name) is not None
+
+
 def name_forms(name: str) -> NameForms:
     """The forms of `name` for a narrow place, fullest first, and how to cut the last one."""
+    demangled = demangle(name)
+    if demangled is not None:
+        name = demangled
     text, cut_off = bounded(name)
     kernel = short_kernel(name)
     if kernel is not None:

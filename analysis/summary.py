@@ -8,6 +8,7 @@ from kinetoscope.parser.model import Trace
 
 from .classify import Groups, ranked_groups
 from .compile import compile_section
+from .devices import trace_device_names
 from .idle import CAUSES
 from .memory import device_properties
 from .memory_ops import memory_ops_section, peak_fields
@@ -53,11 +54,13 @@ def devices_section(trace: Trace) -> list[dict[str, Any]]:
 
 def gpu_section(analysis: TraceSession) -> list[dict[str, Any]]:
     out = []
+    names = trace_device_names(analysis.trace, [dev.device for dev in analysis.idle.devices])
     for dev in analysis.idle.devices:
         window = dev.window
         out.append(
             {
                 "device": dev.device,
+                **names[dev.device].as_json(),
                 "kernels": dev.kernels,
                 "memcpys": dev.memcpys,
                 "memsets": dev.memsets,

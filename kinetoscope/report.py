@@ -15,7 +15,7 @@ import msgspec
 from kinetoscope.analysis.units import fmt_bytes, fmt_percent, fmt_table_time, plural
 
 # Rich-only helpers (no Textual): the viewer's cutting, measured in the same cells.
-from kinetoscope.tui.safe_text import cut_end, cut_front
+from kinetoscope.tui.safe_text import cut_end, cut_front, fit_names
 
 NATURAL_WIDTH = 10_000  # "no width": every table at its natural width (standard output a pipe)
 
@@ -325,10 +325,21 @@ class Section:
                     no_wrap=column.kind != TEXT,
                     overflow="fold",
                 )
-            for row in self.rows:
+            # Name columns as the viewer shows them: folded, and told apart from each other.
+            names = {
+                i: fit_names(self.column_cells(i), w)
+                for i, w in zip(indices, widths)
+                if self.columns[i].kind == NAME
+            }
+            for number, row in enumerate(self.rows):
                 table.add_row(
                     *(
-                        Text(fit_cell(row[i][0], self.columns[i].kind, w), style=row[i][1] or "")
+                        Text(
+                            names[i][number]
+                            if i in names
+                            else fit_cell(row[i][0], self.columns[i].kind, w),
+                            style=row[i][1] or "",
+                        )
                         for i, w in zip(indices, widths)
                     )
                 )
@@ -444,6 +455,7 @@ def summary_tables(analysis: Any, document: dict[str, Any]) -> list[Any]:
         trace_facts(analysis, document),
         steps_table(analysis),
         gpu_table(document),
+        device_names_note(document),
         gaps_table(document),
         idle_by_cpu_table(document),
         operators_table(document),
@@ -594,7 +606,7 @@ def gpu_table(document: dict[str, Any]) -> Any:
         window = None if start is None else end - start
         idle_by_cause = gpu["idle_by_cause"]
         table.add_row(
-            str(gpu["device"]),
+            _data(f"GPU {gpu['device']}"),
             f"{gpu['kernels']:,}",
             f"{gpu['memcpys']:,}",
             f"{gpu['memsets']:,}",
@@ -604,6 +616,35 @@ def gpu_table(document: dict[str, Any]) -> Any:
             *(_dur(idle_by_cause[c]) for c in causes),
         )
     return table
+
+
+def gpu_device_names(document: dict[str, Any]) -> dict[int, Any]:
+    """The document's GPUs named from its `devices` (analysis/devices.py): `GPU 2 (listed as
+    device 0: AMD Instinct MI300X)` where the kernels' id and the listed one differ."""
+    from kinetoscope.analysis.devices import listed_devices, name_devices
+
+    return name_devices(
+        listed_devices(document["devices"]), [gpu["device"] for gpu in document["gpu"]]
+    )
+
+
+def device_names_note(document: dict[str, Any]) -> Any:
+    """Which device each GPU of the statistics is: `GPU 2 (listed as device 0: AMD Instinct
+    MI300X)`, said wherever the trace's header does not list the kernels' device ids as they
+    are (or names a GPU)."""
+    if not document["gpu"]:
+        return None
+    names = gpu_device_names(document).values()
+    if not any(name.name or name.how != "none" for name in names):
+        return None  # no deviceProperties: nothing to match
+    text = "; ".join(name.label for name in names)
+    remapped = [name for name in names if name.how in ("paired", "unknown")]
+    if remapped:
+        text += (
+            " (the kernels' device ids differ from the ids the header lists, as with visible-"
+            "device remapping; a GPU is paired with a listed one only when each is the only one)"
+        )
+    return Note(f"GPUs: {text}")
 
 
 def gaps_table(document: dict[str, Any]) -> Any:

@@ -21,7 +21,10 @@ def _device(entry: dict[str, Any]) -> str:
 def memory_sync_tables(document: dict[str, Any]) -> list[Any]:
     """Rich renderables: the memory peaks' context, the top allocating operators, and the
     call sites that blocked the host."""
-    sections = [peak_table(document), allocators_table(document), sync_table(document)]
+    allocators = allocators_table(document)
+    if not isinstance(allocators, list):
+        allocators = [allocators]
+    sections = [peak_table(document), *allocators, sync_table(document)]
     return [s for s in sections if s is not None]
 
 
@@ -70,26 +73,72 @@ def allocators_table(document: dict[str, Any], limit: int = TOP_OPERATORS) -> An
     devices = sorted({(r["device_type"], r["device_id"]) for r in rows}, key=lambda d: d[0] == 0)
     main = devices[0]
     shown = [r for r in rows if (r["device_type"], r["device_id"]) == main][:limit]
-    numbers = ("allocs", "allocated", "self net", "total net", "peak live", "never freed")
+    matched = any(r.get("held_at_most_bytes") is not None for r in shown)
+    peak = next(
+        (
+            m.get("peak_allocated_bytes")
+            for m in document.get("memory") or []
+            if (m["device_type"], m["device_id"]) == main
+        ),
+        None,
+    )
+    never = any(r["unfreed_allocations"] for r in shown)
+    if matched:
+        numbers = ("allocs", "allocated", "freed own", "by others", "at once")
+        title = (
+            f"Top allocating operators on {_device(shown[0])} (its allocations, each matched "
+            "by address to its free: bytes freed by the operator itself (own) or left for "
+            "others to free (by others, with who freed the most), summed over the trace; at "
+            "once: the most of them live at one time)"
+        )
+    else:
+        numbers = ("allocs", "allocated")
+        title = (
+            f"Top allocating operators on {_device(shown[0])} (its allocations, summed over "
+            "the trace: this trace records no addresses, so which operator freed them and how "
+            "much was held at once are unknown)"
+        )
+    numbers = (*numbers, *(("never freed",) if never else ()), "peak live")
     table = _table(
-        f"Top allocating operators on {_device(shown[0])} (self: its own allocations; "
-        "total: with everything below it)",
+        title,
         "operator",
         *numbers,
+        *(("mostly freed by",) if matched else ()),
         right=numbers,
-        names=("operator",),
+        names=("operator", "mostly freed by"),
     )
+    over: list[str] = []
     for row in shown:
-        table.add_row(
-            _data(row["name"]),
-            f"{row['allocations']:,}",
-            _bytes(row["allocated_bytes"]),
-            _bytes(row["self_net_bytes"], signed=True),
-            _bytes(row["incl_net_bytes"], signed=True),
-            _bytes(row["peak_live_bytes"]),
-            _bytes(row["unfreed_bytes"]) if row["unfreed_allocations"] else "",
-        )
-    return table
+        held = row.get("held_at_most_bytes")
+        by = row.get("mostly_freed_by")
+        if by is None:
+            freer = "–"
+        else:
+            freer = by["name"] if by["name"] is not None else "(no operator)"
+        if held is not None and peak is not None and held > peak:
+            over.append(row["name"])
+        cells = [_data(row["name"]), f"{row['allocations']:,}", _bytes(row["allocated_bytes"])]
+        if matched:
+            cells += [
+                _bytes(row.get("freed_own_bytes")),
+                _bytes(row.get("freed_by_others_bytes")),
+                _bytes(held),
+            ]
+        if never:
+            cells.append(_bytes(row["unfreed_bytes"]) if row["unfreed_allocations"] else "")
+        cells.append(_bytes(row["peak_live_bytes"]))
+        if matched:
+            cells.append(_data(freer))
+        table.add_row(*cells)
+    if not over:
+        return table
+    return [
+        table,
+        Note(
+            f"{', '.join(over[:3])}: held at once more than the device's peak: the trace's "
+            "allocated total leaves out memory allocated before it began and freed during it"
+        ),
+    ]
 
 
 def sync_table(document: dict[str, Any], limit: int = TOP_SITES) -> Any:

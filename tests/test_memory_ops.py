@@ -392,5 +392,9 @@ def test_text_report_shows_peak_owner_and_top_allocators(known):
     assert "aten::empty" in peak_line and "ProfilerStep#2" in peak_line
     assert "+113.000 µs" in peak_line
     assert "1 (1.95 KiB)" in peak_line  # never freed
-    rows = [line for line in text.splitlines() if "ProfilerStep#1" in line and "+2.25 KiB" in line]
-    assert rows, text  # the top allocator row: self net +2000 B, total net +2300 B
+    rows = [line for line in text.splitlines() if "ProfilerStep#1" in line and "2.25 KiB" in line]
+    assert rows, text  # the top allocator row: 2000 B allocated, never freed; peak live 2300 B
+    cells = [c.strip() for c in rows[0].strip("│ ").split("│")]
+    # allocs, allocated, freed own, by others, at once, never freed, peak live, mostly freed by
+    assert cells[1:] == ["1", "1.95 KiB", "0 B", "0 B", "1.95 KiB", "1.95 KiB", "2.25 KiB", "–"]
+    assert "self net" not in text and "total net" not in text

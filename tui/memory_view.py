@@ -611,32 +611,75 @@ class MemoryScreen(SavesCsv, ReportsWorkerFailures, Screen[TimelineTarget | None
         assert groups is not None
         active = ops.active()
         order = active[np.lexsort((-ops.incl_allocated[active], -ops.allocated[active]))]
+        matched = device.allocations.addresses_known
+        peak = int(device.allocated[device.peak]) if device.peak >= 0 else None
+        if matched:
+            explain = (
+                "freed own / by others: its allocations' frees, by address, summed over the "
+                "trace; at once: the most live at one time"
+            )
+        else:
+            explain = (
+                "sums over the trace; no addresses recorded: who freed what, and how much "
+                "was held at once, are unknown"
+            )
+        over = [
+            g
+            for g in order[:TABLE_LIMIT].tolist()
+            if matched and peak is not None and int(ops.held_most[g]) > peak
+        ]
+        if over:
+            explain += (
+                "; ! held at once more than the curve's peak: memory allocated before the "
+                "trace began was freed during it"
+            )
         title.update(
             Text(
-                f"Operators on {device.label} by bytes allocated ({len(order):,}; "
-                "self = its own events, total = with everything below it) · v: never freed",
+                f"Operators on {device.label} by bytes allocated ({len(order):,}) · v: never "
+                f"freed · {explain}",
                 "bold",
             )
         )
-        table.add_columns(
-            "operator", "allocs", "allocated", "self net", "total net", "peak live", "not freed"
-        )
-        for g in order[:TABLE_LIMIT].tolist():
-            peak = int(ops.peak_live[g])
-            table.add_row(
-                Text(fit_name(trace.strings[int(groups.name[g])], 44)),
-                *(
-                    Text(cell, justify="right")
-                    for cell in (
-                        f"{int(ops.allocations[g]):,}",
-                        fmt_bytes(int(ops.allocated[g])),
-                        fmt_bytes(int(ops.self_net[g]), signed=True),
-                        fmt_bytes(int(ops.incl_net[g]), signed=True),
-                        fmt_bytes(peak) if peak != NO_VALUE else "-",
-                        fmt_bytes(int(ops.unfreed_bytes[g])) if ops.unfreed[g] else "",
-                    )
-                ),
+        if matched:
+            table.add_columns(
+                "operator",
+                "allocs",
+                "allocated",
+                "freed own",
+                "by others",
+                "at once",
+                "mostly freed by",
+                "peak live",
+                "not freed",
             )
+        else:
+            table.add_columns("operator", "allocs", "allocated", "freed", "peak live", "not freed")
+        for g in order[:TABLE_LIMIT].tolist():
+            peak_live = int(ops.peak_live[g])
+            numbers = [f"{int(ops.allocations[g]):,}", fmt_bytes(int(ops.allocated[g]))]
+            if matched:
+                numbers += [fmt_bytes(int(ops.freed_own[g])), fmt_bytes(int(ops.handed_off[g]))]
+            else:
+                numbers.append(fmt_bytes(int(ops.freed[g])))
+            tail = [
+                fmt_bytes(peak_live) if peak_live != NO_VALUE else "-",
+                fmt_bytes(int(ops.unfreed_bytes[g])) if ops.unfreed[g] else "",
+            ]
+            cells = [Text(fit_name(trace.strings[int(groups.name[g])], 32 if matched else 44))]
+            cells += [Text(cell, justify="right") for cell in numbers]
+            if matched:
+                freer = int(ops.freer[g])
+                if int(ops.handed_off_count[g]) == 0:
+                    by = "-"
+                elif freer < 0:
+                    by = "(no operator)"
+                else:
+                    by = trace.strings[int(groups.name[freer])]
+                held = fmt_bytes(int(ops.held_most[g])) + (" !" if g in over else "")
+                cells.append(Text(held, justify="right"))
+                cells.append(Text(fit_name(by, 26)))
+            cells += [Text(cell, justify="right") for cell in tail]
+            table.add_row(*cells)
             row = int(ops.peak_row[g])
             start = int(trace.start[row]) if row >= 0 else -1
             end = start + int(trace.dur[row]) if row >= 0 else -1

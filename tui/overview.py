@@ -177,12 +177,17 @@ def describe_devices(host: DrilldownActions) -> Text:
 
 
 def _device_line(text: Text, data, device: int, window: int, busy: int, by_cause) -> None:
-    name = data.device_names.get(device)
+    named = data.gpu_names.get(int(device))
+    name = named.name if named is not None else data.device_names.get(device)
     label = f"GPU {device}" + (f" {clean(name)}" if name else "")
     text.append(f"{label[:18]:<18} ")
     text.append_text(device_bar(busy, by_cause, DEVICE_BAR))
     share = busy / window if window else 0.0
     text.append(f" {share:4.0%} busy of {fmt_duration(window)}", "bold")
+    if named is not None and named.how == "paired":
+        text.append(f" · listed as device {named.listed_as}")
+    elif named is not None and named.how == "unknown":
+        text.append(f" · name unknown ({clean(named.listed_note)})")
     if sum(by_cause):
         idle = ", ".join(f"{c} {fmt_duration(t)}" for c, t in zip(CAUSES, by_cause) if t)
         text.append(f" · idle: {idle}")

@@ -33,7 +33,7 @@ from kinetoscope.tables import Table, save_table
 
 from .failures import ReportsWorkerFailures, failure_message
 from .render import PLAIN
-from .safe_text import clean, cut_end, fit_name, pad
+from .safe_text import clean, cut_end, fit_name, fit_names, pad
 from .theme import palette_of
 
 # Above this many rows, sorting runs in a worker thread.
@@ -57,6 +57,9 @@ def name_matcher(pattern: str) -> Callable[[str], bool]:
     return lambda text: needle in text[:SCAN_LIMIT].lower()
 
 
+# Name columns of tables up to this many rows tell their names apart (safe_text.fit_names);
+# longer ones fit each name alone.
+NAMES_TOLD_APART = 2_000
 MIN_FLEXIBLE = 28  # cells a name column should keep before optional columns are hidden
 
 
@@ -113,6 +116,36 @@ class TableModel:
         hits = np.fromiter((passes(int(i)) for i in distinct), dtype=bool, count=len(distinct))
         keep = distinct[hits]
         return np.isin(self.names, keep)
+
+
+def column_widths(model: TableModel, total: int, sort_column: int) -> list[int]:
+    """Cells per column of `model` in `total` cells; 0 for an optional column hidden to leave
+    the names enough room (the rightmost optional columns go first; the column sorted by
+    stays)."""
+    columns = model.columns
+    shown = [True] * len(columns)
+    optional = [i for i, c in enumerate(columns) if c.optional and i != sort_column]
+    flexible = [c for c in columns if not c.width]
+    while True:
+        visible = [c for c, keep in zip(columns, shown) if keep]
+        fixed = sum(c.width for c in visible if c.width) + len(SEPARATOR) * (len(visible) - 1)
+        spare = total - fixed
+        if not flexible or spare >= model.name_room * len(flexible) or not optional:
+            break
+        shown[optional.pop()] = False
+    each = max(spare, 8 * len(flexible)) // max(len(flexible), 1)
+    return [(c.width or each) if keep else 0 for c, keep in zip(columns, shown)]
+
+
+def names_drawn(model: TableModel, column: int, width: int) -> dict[str, str] | None:
+    """Each name of a name column of `model` as drawn `width` cells wide, told apart from the
+    column's other names (safe_text.fit_names over all the model's rows); None where the model
+    has more than NAMES_TOLD_APART rows (each name is then fitted alone)."""
+    if model.n > NAMES_TOLD_APART:
+        return None
+    cell = model.columns[column].cell
+    texts = [value for value in (cell(r) for r in range(model.n)) if isinstance(value, str)]
+    return dict(zip(texts, fit_names(texts, width)))
 
 
 def string_ranks(strings: Sequence[str], ids: np.ndarray) -> np.ndarray:
@@ -194,6 +227,9 @@ class DataView(ReportsWorkerFailures, ScrollView, can_focus=True):
         self._order: np.ndarray | None = None  # all rows sorted, before filtering
         self._select_key: int | None = None  # key of the row to select once the order is ready
         self._lines: LRUCache[tuple, Strip] = LRUCache(512)
+        # Per (model, column, width): each name of a name column as drawn (safe_text.fit_names).
+        self._names_drawn: dict[tuple[int, int], dict[str, str] | None] = {}
+        self._names_model: TableModel | None = None
         if model is not None:
             self.set_model(model)
 
@@ -438,22 +474,8 @@ class DataView(ReportsWorkerFailures, ScrollView, can_focus=True):
     # -- drawing ----------------------------------------------------------------------------
 
     def _widths(self, total: int) -> list[int]:
-        """Cells per column; 0 for an optional column hidden to leave the names enough room
-        (the rightmost optional columns go first; the column sorted by stays)."""
         assert self.model is not None
-        columns = self.model.columns
-        shown = [True] * len(columns)
-        optional = [i for i, c in enumerate(columns) if c.optional and i != self.sort_column]
-        flexible = [c for c in columns if not c.width]
-        while True:
-            visible = [c for c, keep in zip(columns, shown) if keep]
-            fixed = sum(c.width for c in visible if c.width) + len(SEPARATOR) * (len(visible) - 1)
-            spare = total - fixed
-            if not flexible or spare >= self.model.name_room * len(flexible) or not optional:
-                break
-            shown[optional.pop()] = False
-        each = max(spare, 8 * len(flexible)) // max(len(flexible), 1)
-        return [(c.width or each) if keep else 0 for c, keep in zip(columns, shown)]
+        return column_widths(self.model, total, self.sort_column)
 
     def _column_at(self, x: int) -> int:
         edge = 0
@@ -510,7 +532,7 @@ class DataView(ReportsWorkerFailures, ScrollView, can_focus=True):
     def _row_strip(self, row: int, style: Style, width: int) -> Strip:
         assert self.model is not None
         segments: list[Segment] = []
-        for column, w in zip(self.model.columns, self._widths(width)):
+        for index, (column, w) in enumerate(zip(self.model.columns, self._widths(width))):
             if not w:
                 continue
             value = column.cell(row)
@@ -520,13 +542,28 @@ class DataView(ReportsWorkerFailures, ScrollView, can_focus=True):
                 segments.extend(Segment.apply_style(drawn, style=style))
             else:
                 text = (
-                    pad(fit_name(value, w), w)
+                    pad(self._name_drawn(index, value, w), w)
                     if column.name
                     else fit_cell(value, w, column.numeric)
                 )
                 segments.append(Segment(text, style))
             segments.append(Segment(SEPARATOR, style))
         return Strip(segments[:-1]).adjust_cell_length(width, style)
+
+    def _name_drawn(self, column: int, name: str, width: int) -> str:
+        """A name of a name column in `width` cells, told apart from the column's other names
+        (names_drawn, once per column and width)."""
+        model = self.model
+        assert model is not None
+        if self._names_model is not model:
+            self._names_model, self._names_drawn = model, {}
+        key = (column, width)
+        if key not in self._names_drawn:
+            self._names_drawn[key] = names_drawn(model, column, width)
+        drawn = self._names_drawn[key]
+        if drawn is None or name not in drawn:
+            return fit_name(name, width)
+        return drawn[name]
 
     def on_resize(self, event: events.Resize) -> None:
         self.virtual_size = Size(event.size.width, len(self.view) + 1)

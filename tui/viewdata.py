@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from kinetoscope.analysis.devices import LISTED, PAIRED, UNLISTED, header_device_names
 from kinetoscope.analysis.idle import CAUSES
 from kinetoscope.analysis.intervals import slice_order
 from kinetoscope.analysis.nesting import Nesting, compute_nesting
@@ -212,6 +213,14 @@ class ViewData:
         else:
             self.complete_levels()
         self.device_names = _device_names(trace.header)
+        # Each GPU the events use, matched to the header's list (analysis/devices.py).
+        used = {
+            int(self.lanes[g.lanes[0]].device)
+            for g in self.groups
+            if g.is_gpu and g.lanes and self.lanes[g.lanes[0]].device is not None
+        }
+        used |= {int(dev.device) for dev in session.idle.devices}
+        self.gpu_names = header_device_names(trace.header, used)
 
     @functools.cached_property
     def gap_order_longest(self) -> np.ndarray:
@@ -495,9 +504,17 @@ class ViewData:
             if not group.is_gpu:
                 continue
             device = self.lanes[group.lanes[0]].device
-            name = self.device_names.get(device) if device is not None else None
-            if name:
-                group.label = f"GPU {device} · {name}"
+            named = self.gpu_names.get(int(device)) if device is not None else None
+            if named is None or named.how == UNLISTED:
+                continue
+            if named.how == LISTED:
+                if named.name:
+                    group.label = f"GPU {device} · {named.name}"
+            elif named.how == PAIRED:
+                what = f"{named.name} " if named.name else ""
+                group.label = f"GPU {device} · {what}(listed as device {named.listed_as})"
+            else:
+                group.label = f"GPU {device} · name unknown ({named.listed_note})"
 
     # -- queries --------------------------------------------------------------------------------
 
