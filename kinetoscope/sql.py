@@ -56,39 +56,27 @@ class Database:
         self.con = duckdb.connect(":memory:", config=dict(LOCKED_CONFIG))
         types = [duckdb.sqltype("BIGINT")] * args_params
         self.con.create_function(
-            "args", args, types, duckdb.sqltype("VARCHAR"), null_handling="special"
+            "args", args, types, duckdb.sqltype("VARCHAR"), type="arrow", null_handling="special"
         )
         self.con.execute("SET lock_configuration = true")
 
     @classmethod
     def of_trace(cls, trace: Any) -> Database:
-        def args(row: int | None) -> str | None:
-            if row is None:
-                return None
-            try:
-                return json.dumps(trace.event_args(row), ensure_ascii=False, default=str)
-            except (IndexError, OSError, ValueError, TypeError):
-                return None
-            except Exception as exc:  # the trace's own error type: no args
-                if type(exc).__name__ == "TraceError":
-                    return None
-                raise
+        def args(ids: Any) -> Any:
+            return _args_json([trace] * len(ids), ids.to_pylist())
 
         return cls(trace.tables(), args, 1)
 
     @classmethod
     def of_job(cls, job: Any) -> Database:
-        def args(rank: int | None, row: int | None) -> str | None:
-            if rank is None or row is None:
-                return None
-            try:
-                return json.dumps(job.rank(rank).event_args(row), ensure_ascii=False, default=str)
-            except (KeyError, IndexError, OSError, ValueError, TypeError):
-                return None
-            except Exception as exc:
-                if type(exc).__name__ == "TraceError":
-                    return None
-                raise
+        def args(ranks: Any, ids: Any) -> Any:
+            traces = []
+            for rank in ranks.to_pylist():
+                try:
+                    traces.append(job.rank(rank) if rank is not None else None)
+                except KeyError:
+                    traces.append(None)
+            return _args_json(traces, ids.to_pylist())
 
         return cls(job.tables(), args, 2)
 
@@ -152,6 +140,32 @@ class Database:
 
     def all_tables(self) -> dict[str, Table]:
         return {name: make() for name, make in self._tables.items() if name != "track"}
+
+
+def _args_json(traces: list[Any], ids: list[int | None]) -> Any:
+    """`args(id)` for a batch of rows: each trace's wanted events read back in one pass (a
+    gzip'd file decompressed once per batch, not once per row); JSON text, null when the row
+    does not exist or cannot be read back."""
+    import numpy as np
+    import pyarrow as pa
+
+    from kinetoscope.parser.access import read_events
+
+    wanted: dict[int, tuple[Any, list[int]]] = {}
+    for trace, row in zip(traces, ids):
+        if trace is not None and row is not None and 0 <= row < len(trace.model):
+            wanted.setdefault(id(trace), (trace, []))[1].append(row)
+    found: dict[tuple[int, int], str] = {}
+    for key, (trace, rows) in wanted.items():
+        for row, event in read_events(trace.model, np.array(rows, np.int64)).items():
+            args = event.get("args")
+            args = args if isinstance(args, dict) else {}
+            found[(key, row)] = json.dumps(args, ensure_ascii=False, default=str)
+    out = [
+        found.get((id(trace), row)) if trace is not None and row is not None else None
+        for trace, row in zip(traces, ids)
+    ]
+    return pa.array(out, pa.string())
 
 
 def _python(values: list) -> list:
