@@ -685,6 +685,14 @@ def open_job(
 
     paths = [os.fspath(inputs)] if isinstance(inputs, str | os.PathLike) else list(inputs)
     paths = [os.fspath(p) for p in paths]
+    if not paths:
+        raise TraceError("no job: give a folder of rank traces or the rank files")
+    for path in paths:
+        if len(paths) == 1 and os.path.isdir(path):
+            break
+        problem = _problem(path)
+        if problem is not None:
+            raise TraceError(problem)
     try:
         files = discover(paths, cycle=cycle)
     except JobError as exc:
