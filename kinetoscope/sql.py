@@ -108,7 +108,9 @@ class Database:
         return {n.split(".")[-1].strip('"').lower() for n in named}
 
     def query(self, query: str) -> Table:
-        """Run one statement; its result as a Table. Raises QueryError (one line)."""
+        """Run the query (several statements: the last one's rows); its result as a Table.
+        Only SELECT (and EXPLAIN) statements run. Raises QueryError (one line)."""
+        self._check(query)
         for name in self._names_in(query) & set(self._tables):
             self.register(name)
         try:
@@ -130,6 +132,22 @@ class Database:
         return Table(
             "result", {n: _python(arrow.column(n).to_pylist()) for n in arrow.column_names}
         )
+
+    def _check(self, query: str) -> None:
+        """Refuse anything but reading: each statement must be a SELECT or an EXPLAIN (some
+        statements touch the file system before the configuration refuses them)."""
+        duckdb = self._duckdb
+        try:
+            statements = duckdb.extract_statements(query)
+        except duckdb.Error as exc:
+            raise QueryError(_one_line(str(exc))) from None
+        if not statements:
+            raise QueryError("an empty query")
+        allowed = (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN)
+        for statement in statements:
+            if statement.type not in allowed:
+                kind = statement.type.name.replace("_", " ")
+                raise QueryError(f"read-only: only SELECT queries run here, not {kind}")
 
     def _run(self, query: str) -> Any:
         result = self.con.sql(query)
