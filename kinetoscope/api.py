@@ -168,7 +168,7 @@ class Trace:
         return f"<p>{html.escape(repr(self))}</p>"
 
     def summary(self) -> dict[str, Any]:
-        """The `summary --json` document (/spec/summary-json.md)."""
+        """The `summary --json` document (`spec/summary-json.md`)."""
         from kinetoscope.analysis.summary import build_summary
 
         return build_summary(self.session)
