@@ -65,20 +65,19 @@ def main_module_hidden() -> Iterator[None]:
     The workers never need the main module, so the API's loads hide it (a notebook has none)."""
     main = sys.modules.get("__main__")
     with _hide_lock:
-        saved: dict[str, Any] = {}
-        if main is not None:
-            for attr in ("__file__", "__spec__"):
-                if getattr(main, attr, None) is not None:
-                    saved[attr] = getattr(main, attr)
-            if "__file__" in saved:
-                del main.__file__
-            if "__spec__" in saved:
-                main.__spec__ = None
+        file = getattr(main, "__file__", None)
+        spec = getattr(main, "__spec__", None)
+        if main is not None and file is not None:
+            del main.__file__
+        if main is not None and spec is not None:
+            main.__spec__ = None
         try:
             yield
         finally:
-            for attr, value in saved.items():
-                setattr(main, attr, value)
+            if main is not None and file is not None:
+                main.__file__ = file
+            if main is not None and spec is not None:
+                main.__spec__ = spec
 
 
 def _problem(path: str) -> str | None:

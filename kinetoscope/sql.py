@@ -315,8 +315,19 @@ def add_sql_command(sub: Any) -> None:
         help="write every table as DIR/<table>.parquet (DIR made when missing; an existing "
         "file is an error) instead of running a query",
     )
-    sql.add_argument("--cycle", type=int, metavar="N", help="a job's folder: use profiling cycle N")
+    sql.add_argument(
+        "--cycle",
+        type=_positive_int,
+        metavar="N",
+        help="a job's folder: use profiling cycle N (1 = the oldest) instead of the newest",
+    )
     sql.set_defaults(handler=run_sql_command)
+
+
+def _positive_int(text: str) -> int:
+    from kinetoscope.cli import _positive
+
+    return _positive(text)
 
 
 def _say(message: str) -> None:
