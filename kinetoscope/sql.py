@@ -233,8 +233,9 @@ def _cut(text: str) -> str:
     return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
 
 
-def render(table: Table, fmt: str) -> str:
-    """The query's result as text in `fmt` (table, csv, json, md); every cell cleaned."""
+def render(table: Table, fmt: str, width: int | None = None) -> str:
+    """The query's result as text in `fmt` (table, csv, json, md); every cell cleaned. With
+    `width` (a terminal's), the table format cuts its widest text columns to fit."""
     names = table.columns
     rows = [[table.value(i, n) for n in names] for i in range(len(table))]
     if fmt == "json":
@@ -271,6 +272,12 @@ def render(table: Table, fmt: str) -> str:
     from rich.cells import cell_len
 
     widths = [max([cell_len(h)] + [cell_len(r[j]) for r in body]) for j, h in enumerate(header)]
+    if width is not None:
+        _fit(widths, numeric, width)
+        from kinetoscope.tui.safe_text import cut_end
+
+        header = [cut_end(h, w) for h, w in zip(header, widths)]
+        body = [[cut_end(c, w) for c, w in zip(r, widths)] for r in body]
 
     def line(cells: list[str]) -> str:
         parts = []
@@ -283,6 +290,26 @@ def render(table: Table, fmt: str) -> str:
     out.extend(line(r) for r in body)
     out.append(f"({len(body):,} {'row' if len(body) == 1 else 'rows'})")
     return "\n".join(out) + "\n"
+
+
+def _fit(widths: list[int], numeric: list[bool], width: int, least: int = 12) -> None:
+    """Narrow the widest text columns (never below `least` cells) until the line fits."""
+    while True:
+        excess = sum(widths) + 2 * (len(widths) - 1) - width
+        text = [j for j, n in enumerate(numeric) if not n and widths[j] > least]
+        if excess <= 0 or not text:
+            return
+        j = max(text, key=lambda k: widths[k])
+        widths[j] = max(least, widths[j] - excess)
+
+
+def _terminal_width() -> int | None:
+    import shutil
+
+    try:
+        return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    except (OSError, ValueError):
+        return None
 
 
 # -- the command ------------------------------------------------------------------------------
@@ -388,7 +415,7 @@ def run_sql_command(args: argparse.Namespace) -> int:
         except Exception as exc:  # an analysis the query needed failed
             _say(_one_line(f"{type(exc).__name__}: {exc}"))
             return 1
-        sys.stdout.write(render(result, args.format))
+        sys.stdout.write(render(result, args.format, _terminal_width()))
     return 0
 
 
@@ -466,7 +493,7 @@ def prompt(db: Database, fmt: str) -> int:
                 print(", ".join(db.table_names))
                 continue
             try:
-                sys.stdout.write(render(db.query(text), fmt))
+                sys.stdout.write(render(db.query(text), fmt, _terminal_width()))
             except QueryError as exc:
                 print(f"error: {exc}")
             except Exception as exc:

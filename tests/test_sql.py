@@ -271,3 +271,18 @@ def test_the_database_itself_refuses_files(template: str, tmp_path: Path) -> Non
         with pytest.raises(duckdb.Error):
             db.con.execute(query).fetchall()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_table_fits_a_terminals_width() -> None:
+    from kinetoscope.sql import render
+
+    trace = kinetoscope.open(SAMPLE)
+    with Database.of_trace(trace) as db:
+        result = db.query("SELECT name, category, count(*) n FROM kernel GROUP BY ALL")
+    wide = render(result, "table")
+    assert max(len(line) for line in wide.splitlines()) > 80
+    fitted = render(result, "table", 80)
+    assert max(len(line) for line in fitted.splitlines()) <= 80
+    assert len(fitted.splitlines()) == len(wide.splitlines())
+    counts = [line.split()[-1] for line in fitted.splitlines()[2:-1]]
+    assert counts == [str(r["n"]) for r in result.rows()]  # numbers are never cut
