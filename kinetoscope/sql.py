@@ -15,9 +15,10 @@ import json
 import math
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kinetoscope.table import MissingExtra, Table, require
+if TYPE_CHECKING:
+    from kinetoscope.table import Table
 
 FORMATS = ("table", "csv", "json", "md")
 HISTORY_FILE = "sql_history"
@@ -48,6 +49,8 @@ class Database:
     """An in-memory, locked-down DuckDB over a trace's (or a job's) tables."""
 
     def __init__(self, tables: dict[str, Any], args: Any, args_params: int) -> None:
+        from kinetoscope.table import require
+
         duckdb = require("duckdb", "sql", "SQL over a trace")
         require("pyarrow", "sql", "SQL over a trace")
         self._duckdb = duckdb
@@ -127,7 +130,9 @@ class Database:
                 raise QueryError(_one_line(str(again))) from None
         except self._duckdb.Error as exc:
             raise QueryError(_one_line(str(exc))) from None
-        if arrow is None:  # a statement without rows (SET, CREATE on the in-memory db)
+        from kinetoscope.table import Table
+
+        if arrow is None:  # a statement without rows
             return Table("result", {})
         return Table(
             "result", {n: _python(arrow.column(n).to_pylist()) for n in arrow.column_names}
@@ -376,6 +381,7 @@ def _open(path: str, cycle: int | None) -> Any:
 
 def run_sql_command(args: argparse.Namespace) -> int:
     from kinetoscope import api
+    from kinetoscope.table import MissingExtra, require
 
     try:
         require("duckdb", "sql", "kinetoscope sql")
