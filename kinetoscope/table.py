@@ -175,17 +175,15 @@ class Table:
         for name, col in self._columns.items():
             if isinstance(col, Codes):
                 if col.unique:
-                    data[name] = pd.Categorical.from_codes(
-                        col.ids.astype(np.int64, copy=False), categories=list(col.strings)
-                    )
+                    data[name] = _categorical(pd, col)
                 else:
-                    data[name] = pd.Series(col.decoded(), dtype=object)
+                    data[name] = _text_series(pd, col.decoded())
             elif isinstance(col, Masked):
                 data[name] = pd.arrays.IntegerArray(col.values, col.null.copy())
             elif isinstance(col, np.ndarray):
                 data[name] = col
             else:
-                data[name] = pd.Series(col, dtype=object) if col and _nested(col) else col
+                data[name] = pd.Series(col, dtype=object) if _nested(col) else _text_series(pd, col)
         return pd.DataFrame(data, columns=self.columns) if data else pd.DataFrame()
 
     # -- showing ----------------------------------------------------------------------------
@@ -225,6 +223,23 @@ class Table:
         if self._rows > shown:
             out.append(f"<p>… {self._rows - shown:,} more rows</p>")
         return "".join(out)
+
+
+def _categorical(pd: Any, col: Codes) -> Any:
+    """A categorical over the string table; object categories when pandas' own string type
+    cannot hold a string (a lone surrogate from a JSON escape): the text stays as written."""
+    codes = col.ids.astype(np.int64, copy=False)
+    try:
+        return pd.Categorical.from_codes(codes, categories=list(col.strings))
+    except UnicodeError:
+        return pd.Categorical.from_codes(codes, categories=pd.Index(col.strings, dtype=object))
+
+
+def _text_series(pd: Any, values: list) -> Any:
+    try:
+        return pd.Series(values)
+    except UnicodeError:  # pandas' string type cannot hold a lone surrogate
+        return pd.Series(values, dtype=object)
 
 
 def _nested(values: list) -> bool:

@@ -405,3 +405,16 @@ def test_diff_gives_the_diff_documents_rows_and_verdict(tmp_path: Path) -> None:
     assert d.base.kernels().to_pandas().shape[0] == len(d.base.session.kernels)
     with pytest.raises(ValueError):
         kinetoscope.diff(base, new, steps="x-y")
+
+
+def test_names_arrow_and_pandas_cannot_encode_still_convert(tmp_path: Path) -> None:
+    """A JSON escape of a lone surrogate (`\\ud800`) is a valid trace string but not UTF-8:
+    Arrow gets the character replaced, pandas keeps the text as written."""
+    path = write_trace(tmp_path / "t.json", "placeholder")
+    path.write_text(path.read_text().replace("placeholder", "bad\\ud800name"))
+    trace = kinetoscope.open(path)
+    assert trace.kernels().value(0, "name") == "bad\ud800name"
+    assert trace.kernels().to_arrow().column("name").to_pylist() == ["bad?name"]
+    assert list(trace.kernel_events().to_pandas()["name"]) == ["bad\ud800name"] * 2
+    assert trace.slices().to_pandas().shape[0] == 4
+    assert "\ud800" not in repr(trace.kernels())
