@@ -286,3 +286,25 @@ def test_the_table_fits_a_terminals_width() -> None:
     assert len(fitted.splitlines()) == len(wide.splitlines())
     counts = [line.split()[-1] for line in fitted.splitlines()[2:-1]]
     assert counts == [str(r["n"]) for r in result.rows()]  # numbers are never cut
+
+
+@pytest.mark.corpus
+def test_the_command_reads_a_jobs_folder(tmp_path: Path, capsys) -> None:
+    if not JOB.is_dir():
+        pytest.skip("the 8-rank job is not in the corpus")
+    code, out, err = run(
+        capsys,
+        "sql",
+        str(JOB),
+        "SELECT rank, count(*) AS n FROM step GROUP BY rank ORDER BY rank",
+        "--format",
+        "json",
+    )
+    assert code == 0, err
+    assert [r["rank"] for r in json.loads(out)] == list(range(8))
+    code, out, err = run(capsys, "sql", str(JOB), "--parquet", str(tmp_path / "job"))
+    assert code == 0, err
+    names = {p.stem for p in (tmp_path / "job").iterdir()}
+    assert {"slice", "kernel", "rank_summary", "matched_collective"} <= names
+    code, _, err = run(capsys, "sql", str(SAMPLE), "SELECT 1", "--cycle", "2")
+    assert code == 1 and "--cycle" in err
