@@ -11,7 +11,7 @@ from typing import Any
 
 from kinetoscope import __version__
 
-SUBCOMMANDS = ("view", "summary", "diff", "export", "serve", "capture", "demo")
+SUBCOMMANDS = ("view", "summary", "diff", "export", "sql", "serve", "capture", "demo")
 FORMATS = ("text", "md", "tsv", "json")
 
 # Options of `summary` that people also try on the viewer: they get pointed at `summary`.
@@ -171,6 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_diff_command(sub)
 
     _add_export_command(sub)
+
+    from kinetoscope.sql import add_sql_command
+
+    add_sql_command(sub)
 
     from kinetoscope.serve import add_serve_command
 

@@ -1,0 +1,525 @@
+"""`kinetoscope sql TRACE|DIR "SELECT ..."`: read-only SQL over the trace's tables on DuckDB
+(docs/sql.md; the `sql` extra: duckdb and pyarrow).
+
+The tables are the Python API's (kinetoscope/api.py), handed to an in-memory DuckDB as Arrow
+tables (numeric columns without a copy), made only when a query names them. The database can
+reach no file: external access is off, extensions can be neither installed nor loaded, Python
+objects are not scanned by name, and the configuration is locked before the first query."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kinetoscope.table import Table
+
+FORMATS = ("table", "csv", "json", "md")
+HISTORY_FILE = "sql_history"
+MAX_CELL = 200  # characters of one cell in the table and Markdown output
+
+LOCKED_CONFIG = {
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "allow_community_extensions": False,
+    "allow_unsigned_extensions": False,
+    "python_enable_replacements": False,
+}
+
+
+class QueryError(Exception):
+    """The user's SQL failed; the message is one line."""
+
+
+def _one_line(text: str) -> str:
+    from kinetoscope.tui.safe_text import clean
+
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return clean(" ".join(lines[:3]))[:500]
+
+
+class Database:
+    """An in-memory, locked-down DuckDB over a trace's (or a job's) tables."""
+
+    def __init__(self, tables: dict[str, Any], args: Any, args_params: int) -> None:
+        from kinetoscope.table import require
+
+        duckdb = require("duckdb", "sql", "SQL over a trace")
+        require("pyarrow", "sql", "SQL over a trace")
+        self._duckdb = duckdb
+        self._tables = tables  # name -> callable giving a Table
+        self._registered: set[str] = set()
+        self.con = duckdb.connect(":memory:", config=dict(LOCKED_CONFIG))
+        types = [duckdb.sqltype("BIGINT")] * args_params
+        self.con.create_function(
+            "args", args, types, duckdb.sqltype("VARCHAR"), type="arrow", null_handling="special"
+        )
+        self.con.execute("SET lock_configuration = true")
+
+    @classmethod
+    def of_trace(cls, trace: Any) -> Database:
+        def args(ids: Any) -> Any:
+            return _args_json([trace] * len(ids), ids.to_pylist())
+
+        return cls(trace.tables(), args, 1)
+
+    @classmethod
+    def of_job(cls, job: Any) -> Database:
+        def args(ranks: Any, ids: Any) -> Any:
+            traces = []
+            for rank in ranks.to_pylist():
+                try:
+                    traces.append(job.rank(rank) if rank is not None else None)
+                except KeyError:
+                    traces.append(None)
+            return _args_json(traces, ids.to_pylist())
+
+        return cls(job.tables(), args, 2)
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.con.close()
+
+    @property
+    def table_names(self) -> list[str]:
+        return list(self._tables)
+
+    def register(self, name: str) -> None:
+        if name in self._registered or name not in self._tables:
+            return
+        table: Table = self._tables[name]()
+        self.con.register(name, table.to_arrow())
+        self._registered.add(name)
+
+    def _names_in(self, query: str) -> set[str]:
+        try:
+            named = self._duckdb.get_table_names(query)
+        except Exception:  # a query DuckDB cannot parse: its own error says why, below
+            return set()
+        return {n.split(".")[-1].strip('"').lower() for n in named}
+
+    def query(self, query: str) -> Table:
+        """Run the query (several statements: the last one's rows); its result as a Table.
+        Only SELECT (and EXPLAIN) statements run. Raises QueryError (one line)."""
+        self._check(query)
+        for name in self._names_in(query) & set(self._tables):
+            self.register(name)
+        try:
+            arrow = self._run(query)
+        except self._duckdb.CatalogException as exc:
+            missing = set(self._tables) - self._registered
+            if not missing:
+                raise QueryError(_one_line(str(exc))) from None
+            for name in missing:  # a table the parser's list did not name: all of them, once
+                self.register(name)
+            try:
+                arrow = self._run(query)
+            except self._duckdb.Error as again:
+                raise QueryError(_one_line(str(again))) from None
+        except self._duckdb.Error as exc:
+            raise QueryError(_one_line(str(exc))) from None
+        from kinetoscope.table import Table
+
+        if arrow is None:  # a statement without rows
+            return Table("result", {})
+        return Table(
+            "result", {n: _python(arrow.column(n).to_pylist()) for n in arrow.column_names}
+        )
+
+    def _check(self, query: str) -> None:
+        """Refuse anything but reading: each statement must be a SELECT or an EXPLAIN (some
+        statements touch the file system before the configuration refuses them)."""
+        duckdb = self._duckdb
+        try:
+            statements = duckdb.extract_statements(query)
+        except duckdb.Error as exc:
+            raise QueryError(_one_line(str(exc))) from None
+        if not statements:
+            raise QueryError("an empty query")
+        allowed = (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN)
+        for statement in statements:
+            if statement.type not in allowed:
+                kind = statement.type.name.replace("_", " ")
+                raise QueryError(f"read-only: only SELECT queries run here, not {kind}")
+
+    def _run(self, query: str) -> Any:
+        result = self.con.sql(query)
+        if result is None:
+            return None
+        arrow = result.to_arrow_table() if hasattr(result, "to_arrow_table") else result.arrow()
+        return arrow.read_all() if hasattr(arrow, "read_all") else arrow
+
+    def all_tables(self) -> dict[str, Table]:
+        return {name: make() for name, make in self._tables.items() if name != "track"}
+
+
+def _args_json(traces: list[Any], ids: list[int | None]) -> Any:
+    """`args(id)` for a batch of rows: each trace's wanted events read back in one pass (a
+    gzip'd file decompressed once per batch, not once per row); JSON text, null when the row
+    does not exist or cannot be read back."""
+    import numpy as np
+    import pyarrow as pa
+
+    from kinetoscope.parser.access import read_events
+
+    wanted: dict[int, tuple[Any, list[int]]] = {}
+    for trace, row in zip(traces, ids):
+        if trace is not None and row is not None and 0 <= row < len(trace.model):
+            wanted.setdefault(id(trace), (trace, []))[1].append(row)
+    found: dict[tuple[int, int], str] = {}
+    for key, (trace, rows) in wanted.items():
+        for row, event in read_events(trace.model, np.array(rows, np.int64)).items():
+            args = event.get("args")
+            args = args if isinstance(args, dict) else {}
+            found[(key, row)] = json.dumps(args, ensure_ascii=False, default=str)
+    out = [
+        found.get((id(trace), row)) if trace is not None and row is not None else None
+        for trace, row in zip(traces, ids)
+    ]
+    return pa.array(out, pa.string())
+
+
+def _python(values: list) -> list:
+    """DuckDB's sums of BIGINT are HUGEINT, Decimals in Python: whole ones become ints."""
+    from decimal import Decimal
+
+    if not any(isinstance(v, Decimal) for v in values):
+        return values
+    return [
+        (int(v) if v == v.to_integral_value() else float(v)) if isinstance(v, Decimal) else v
+        for v in values
+    ]
+
+
+# -- output -----------------------------------------------------------------------------------
+
+
+def _cell(value: Any) -> str:
+    from kinetoscope.tui.safe_text import clean  # names in a trace are hostile
+
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return "" if not math.isfinite(value) else repr(value)
+    if isinstance(value, list | dict):
+        return clean(json.dumps(value, ensure_ascii=False, default=str))
+    return clean(str(value))
+
+
+def _json_value(value: Any) -> Any:
+    from kinetoscope.tui.safe_text import clean
+
+    if isinstance(value, str):
+        return clean(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, list):
+        return [_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {clean(str(k)): _json_value(v) for k, v in value.items()}
+    if isinstance(value, int | bool) or value is None:
+        return value
+    return clean(str(value))
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
+
+
+def render(table: Table, fmt: str, width: int | None = None) -> str:
+    """The query's result as text in `fmt` (table, csv, json, md); every cell cleaned. With
+    `width` (a terminal's), the table format cuts its widest text columns to fit."""
+    names = table.columns
+    rows = [[table.value(i, n) for n in names] for i in range(len(table))]
+    if fmt == "json":
+        return (
+            json.dumps(
+                [{_cell(n): _json_value(v) for n, v in zip(names, r)} for r in rows],
+                ensure_ascii=False,
+                indent=1,
+            )
+            + "\n"
+        )
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow([_cell(n) for n in names])
+        for r in rows:
+            writer.writerow([_cell(v) for v in r])
+        return out.getvalue()
+    header = [_cut(_cell(n)) for n in names]
+    body = [[_cut(_cell(v)) for v in r] for r in rows]
+    numeric = [
+        all(isinstance(r[j], int | float) or r[j] is None for r in rows) and bool(rows)
+        for j in range(len(names))
+    ]
+    if fmt == "md":
+
+        def md(text: str) -> str:
+            return text.replace("\\", "\\\\").replace("|", "\\|")
+
+        lines = ["| " + " | ".join(md(h) for h in header) + " |"]
+        lines.append("|" + "|".join("---:" if n else "---" for n in numeric) + "|")
+        lines.extend("| " + " | ".join(md(c) for c in r) + " |" for r in body)
+        return "\n".join(lines) + "\n"
+    from rich.cells import cell_len
+
+    widths = [max([cell_len(h)] + [cell_len(r[j]) for r in body]) for j, h in enumerate(header)]
+    if width is not None:
+        _fit(widths, numeric, width)
+        from kinetoscope.tui.safe_text import cut_end
+
+        header = [cut_end(h, w) for h, w in zip(header, widths)]
+        body = [[cut_end(c, w) for c, w in zip(r, widths)] for r in body]
+
+    def line(cells: list[str]) -> str:
+        parts = []
+        for j, c in enumerate(cells):
+            pad = " " * (widths[j] - cell_len(c))
+            parts.append(pad + c if numeric[j] else c + pad)
+        return "  ".join(parts).rstrip()
+
+    out = [line(header), "  ".join("-" * w for w in widths)]
+    out.extend(line(r) for r in body)
+    out.append(f"({len(body):,} {'row' if len(body) == 1 else 'rows'})")
+    return "\n".join(out) + "\n"
+
+
+def _fit(widths: list[int], numeric: list[bool], width: int, least: int = 12) -> None:
+    """Narrow the widest text columns (never below `least` cells) until the line fits."""
+    while True:
+        excess = sum(widths) + 2 * (len(widths) - 1) - width
+        text = [j for j, n in enumerate(numeric) if not n and widths[j] > least]
+        if excess <= 0 or not text:
+            return
+        j = max(text, key=lambda k: widths[k])
+        widths[j] = max(least, widths[j] - excess)
+
+
+def _terminal_width() -> int | None:
+    import shutil
+
+    try:
+        return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    except (OSError, ValueError):
+        return None
+
+
+# -- the command ------------------------------------------------------------------------------
+
+
+def add_sql_command(sub: Any) -> None:
+    sql = sub.add_parser(
+        "sql",
+        help="query a trace (or a job's folder) with SQL on DuckDB (needs the sql extra)",
+        description="Run read-only SQL over the trace's tables: slice, thread_track (track), "
+        "flow, kernel, operator, gap, step, memory_event, collective, and args(id) for one "
+        "event's args as JSON; for a job, each with a rank column (docs/sql.md). Without a "
+        "query, and with a terminal, an interactive prompt.",
+    )
+    sql.add_argument(
+        "trace",
+        metavar="TRACE",
+        help="a .json or .json.gz trace, or a job's folder (its ranks together)",
+    )
+    sql.add_argument("query", metavar="QUERY", nargs="?", help='e.g. "SELECT * FROM kernel"')
+    sql.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="table",
+        help="table (default), csv, json or md (Markdown)",
+    )
+    sql.add_argument(
+        "--parquet",
+        metavar="DIR",
+        help="write every table as DIR/<table>.parquet (DIR made when missing; an existing "
+        "file is an error) instead of running a query",
+    )
+    sql.add_argument(
+        "--cycle",
+        type=_positive_int,
+        metavar="N",
+        help="a job's folder: use profiling cycle N (1 = the oldest) instead of the newest",
+    )
+    sql.set_defaults(handler=run_sql_command)
+
+
+def _positive_int(text: str) -> int:
+    from kinetoscope.cli import _positive
+
+    return _positive(text)
+
+
+def _say(message: str) -> None:
+    try:
+        print(f"kinetoscope: {message}", file=sys.stderr)
+    except OSError:
+        pass
+
+
+def _open(path: str, cycle: int | None) -> Any:
+    from kinetoscope import api
+
+    if os.path.isdir(path):
+        return api.open_job(path, cycle=cycle)
+    if cycle is not None:
+        raise api.TraceError("--cycle picks a profiling cycle of a job (a folder)")
+    return api.open(path)
+
+
+def run_sql_command(args: argparse.Namespace) -> int:
+    from kinetoscope import api
+    from kinetoscope.table import MissingExtra, require
+
+    try:
+        require("duckdb", "sql", "kinetoscope sql")
+        require("pyarrow", "sql", "kinetoscope sql")
+    except MissingExtra as exc:
+        _say(str(exc))
+        return 1
+    if args.parquet is not None and args.query is not None:
+        _say("--parquet writes every table instead of running a query: drop one of them")
+        return 2
+    interactive = args.query is None and args.parquet is None
+    if interactive and not (sys.stdin.isatty() and sys.stdout.isatty()):
+        _say(
+            'give a query (kinetoscope sql TRACE "SELECT ..."), or run it in a terminal '
+            "for the interactive prompt"
+        )
+        return 2
+    try:
+        opened = _open(args.trace, args.cycle)
+    except api.TraceError as exc:
+        _say(str(exc))
+        return 1
+    except MemoryError:
+        _say("out of memory while loading the trace")
+        return 1
+    db = Database.of_job(opened) if isinstance(opened, api.Job) else Database.of_trace(opened)
+    with db:
+        if args.parquet is not None:
+            return write_parquet(db, args.parquet)
+        if interactive:
+            return prompt(db, args.format)
+        try:
+            result = db.query(args.query)
+        except QueryError as exc:
+            _say(f"SQL: {exc}")
+            return 1
+        except Exception as exc:  # an analysis the query needed failed
+            _say(_one_line(f"{type(exc).__name__}: {exc}"))
+            return 1
+        sys.stdout.write(render(result, args.format, _terminal_width()))
+    return 0
+
+
+def write_parquet(db: Database, directory: str) -> int:
+    """Every table as DIR/<name>.parquet, none over an existing file."""
+    import pyarrow.parquet as pq
+
+    from kinetoscope.tui.safe_text import clean
+
+    tables = db.all_tables()
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:
+        _say(f"{clean(directory)}: cannot make the folder ({exc.strerror or exc})")
+        return 1
+    paths = {name: os.path.join(directory, f"{name}.parquet") for name in tables}
+    existing = [p for p in paths.values() if os.path.lexists(p)]
+    if existing:
+        _say(f"{clean(existing[0])}: already exists (nothing written)")
+        return 1
+    made = []
+    try:
+        for name, table in tables.items():
+            with open(paths[name], "xb") as handle:
+                made.append(paths[name])
+                pq.write_table(table.to_arrow(), handle)
+            print(f"{clean(paths[name])}: {len(table):,} rows")
+    except OSError as exc:
+        for path in made:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        _say(f"{clean(directory)}: cannot write ({exc.strerror or exc})")
+        return 1
+    return 0
+
+
+def prompt(db: Database, fmt: str) -> int:
+    """The interactive prompt: one statement per line (a line ending in `\\` continues),
+    history in the cache folder, `.tables` lists the tables, `.quit` or Ctrl-D leaves."""
+    history = _history_path()
+    try:
+        import readline
+    except ImportError:  # no readline on this platform: a plain prompt
+        readline = None  # type: ignore[assignment]
+    if readline is not None and history is not None:
+        try:
+            readline.read_history_file(history)
+        except OSError:
+            pass
+    print(f"tables: {', '.join(db.table_names)}; .tables, .quit (or Ctrl-D)")
+    pending = ""
+    try:
+        while True:
+            try:
+                line = input("sql> " if not pending else "...> ")
+            except EOFError:
+                print()
+                break
+            except KeyboardInterrupt:
+                print()
+                pending = ""
+                continue
+            if line.rstrip().endswith("\\"):
+                pending += line.rstrip()[:-1] + "\n"
+                continue
+            text = (pending + line).strip()
+            pending = ""
+            if not text:
+                continue
+            if text in (".quit", ".exit"):
+                break
+            if text == ".tables":
+                print(", ".join(db.table_names))
+                continue
+            try:
+                sys.stdout.write(render(db.query(text), fmt, _terminal_width()))
+            except QueryError as exc:
+                print(f"error: {exc}")
+            except Exception as exc:
+                print(f"error: {_one_line(f'{type(exc).__name__}: {exc}')}")
+    finally:
+        if readline is not None and history is not None:
+            try:
+                readline.set_history_length(1000)
+                readline.write_history_file(history)
+            except OSError:
+                pass
+    return 0
+
+
+def _history_path() -> str | None:
+    base = os.environ.get("KINETOSCOPE_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "kinetoscope"
+    )
+    try:
+        os.makedirs(base, exist_ok=True)
+    except OSError:
+        return None
+    return os.path.join(base, HISTORY_FILE)
