@@ -1,7 +1,7 @@
 """The Python API: `kinetoscope.open(path)`, `open_job(dir_or_files)`, `diff(base, new)`
 (docs/api.md is the reference and says what is stable).
 
-Every result is a `kinetoscope.table.Table` (`.to_pandas()`, `.to_arrow()`), built from the
+Every result is a `kinetoscope.frames.Table` (`.to_pandas()`, `.to_arrow()`), built from the
 same `TraceSession` results as `kinetoscope summary`, so its numbers are the summary's (in exact
 int64 ns where the JSON has rounded µs). The SQL command (kinetoscope/sql.py) queries these
 tables. Nothing here imports pandas, pyarrow or duckdb."""
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from kinetoscope.table import Codes, MissingExtra, Table, concat, masked
+from kinetoscope.frames import Codes, MissingExtra, Table, concat, masked
 
 __all__ = [
     "Diff",

@@ -18,7 +18,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kinetoscope.table import Table
+    from kinetoscope.frames import Table
 
 FORMATS = ("table", "csv", "json", "md")
 HISTORY_FILE = "sql_history"
@@ -49,7 +49,7 @@ class Database:
     """An in-memory, locked-down DuckDB over a trace's (or a job's) tables."""
 
     def __init__(self, tables: dict[str, Any], args: Any, args_params: int) -> None:
-        from kinetoscope.table import require
+        from kinetoscope.frames import require
 
         duckdb = require("duckdb", "sql", "SQL over a trace")
         require("pyarrow", "sql", "SQL over a trace")
@@ -130,7 +130,7 @@ class Database:
                 raise QueryError(_one_line(str(again))) from None
         except self._duckdb.Error as exc:
             raise QueryError(_one_line(str(exc))) from None
-        from kinetoscope.table import Table
+        from kinetoscope.frames import Table
 
         if arrow is None:  # a statement without rows
             return Table("result", {})
@@ -381,7 +381,7 @@ def _open(path: str, cycle: int | None) -> Any:
 
 def run_sql_command(args: argparse.Namespace) -> int:
     from kinetoscope import api
-    from kinetoscope.table import MissingExtra, require
+    from kinetoscope.frames import MissingExtra, require
 
     try:
         require("duckdb", "sql", "kinetoscope sql")

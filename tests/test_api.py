@@ -17,7 +17,7 @@ from kinetoscope.analysis.units import us
 
 import kinetoscope
 from kinetoscope import api
-from kinetoscope.table import MissingExtra
+from kinetoscope.frames import MissingExtra
 
 pa = pytest.importorskip("pyarrow")
 pd = pytest.importorskip("pandas")
