@@ -48,6 +48,7 @@ from .collectives import (
 from .units import us
 
 if TYPE_CHECKING:
+    from kinetoscope.parser.rank_exit import RankExit
     from kinetoscope.parser.ranks import JobFiles
 
 JOB_VERSION = 1
@@ -312,10 +313,16 @@ class RankEntry:
     offset_ns: float | None = None
     spread_ns: float | None = None
     offset_samples: int = 0
+    exit: RankExit | None = None  # how its program ended, when capture left a record
 
     @property
     def loaded(self) -> bool:
         return self.digest.error is None
+
+    @property
+    def failed(self) -> bool:
+        """Its program died (an uncaught exception, a non-zero exit), as its exit record says."""
+        return self.exit is not None and self.exit.failed
 
 
 @dataclass
@@ -338,6 +345,7 @@ class JobAnalysis:
     missing: list[int]
     files: JobFiles | None = None
     seconds: float = 0.0
+    exits: dict[int, RankExit] = field(default_factory=dict)  # capture's exit records, by rank
 
     def entry(self, rank: int) -> RankEntry | None:
         return next((e for e in self.ranks if e.rank == rank), None)
@@ -350,6 +358,9 @@ def analyze_job(
     `files`, ranks come from the digests' distributedInfo, else their order)."""
     began = time.perf_counter()
     entries = _entries(digests, files)
+    exits = _exits(entries, files)
+    for entry in entries:
+        entry.exit = exits.get(entry.rank)
     loaded = [e for e in entries if e.loaded]
     per_rank = {e.rank: e.digest.collectives for e in loaded if e.digest.collectives}
     step_names = {e.rank: e.digest.step_names for e in loaded}
@@ -434,11 +445,21 @@ def analyze_job(
         significant=significant,
         algbw=algbw,
         busbw=busbw,
-        straggler=_straggler(entries),
+        # A rank that died is not late: it is left out of the straggler's choice.
+        straggler=_straggler([e for e in entries if not e.failed]),
         missing=missing,
         files=files,
         seconds=time.perf_counter() - began,
+        exits=exits,
     )
+
+
+def _exits(entries: list[RankEntry], files: JobFiles | None) -> dict[int, RankExit]:
+    """The exit records capture left beside the ranks' traces (parser/rank_exit.py)."""
+    from kinetoscope.parser.rank_exit import exits_of
+
+    missing = list(files.missing) if files is not None else []
+    return exits_of({e.rank: e.path for e in entries}, missing)
 
 
 def _entries(digests: Sequence[RankDigest], files: JobFiles | None) -> list[RankEntry]:
@@ -674,6 +695,7 @@ def _rank_json(entry: RankEntry, aligned: bool) -> dict[str, Any]:
         "clock_offset_us": _us_float(entry.offset_ns),
         "clock_spread_us": _us_float(entry.spread_ns),
         "clock_samples": entry.offset_samples,
+        "exit": entry.exit.to_json() if entry.exit is not None else None,
         "digest_seconds": round(digest.seconds, 3),
     }
 
@@ -722,6 +744,22 @@ def collectives_by_skew(job: JobAnalysis, limit: int | None = TOP_COLLECTIVES) -
     return order if limit is None else order[:limit]
 
 
+def health_json(job: JobAnalysis) -> dict[str, Any]:
+    """How the ranks ended, from capture's exit records (docs/summary-ranks.md, Health)."""
+    ended_badly = sorted(
+        (x for x in job.exits.values() if not x.clean),
+        key=lambda x: (x.ended_unix if x.ended_unix is not None else float("inf"), x.rank),
+    )
+    failed = [x for x in ended_badly if x.failed]
+    return {
+        "records": len(job.exits),
+        "ended_badly": [x.rank for x in ended_badly],
+        "failed": sorted(x.rank for x in failed),
+        "first_failure": failed[0].rank if failed else None,
+        "messages": [f"rank {x.rank} {x.describe()}" for x in ended_badly],
+    }
+
+
 def job_document(job: JobAnalysis) -> dict[str, Any]:
     """The `summary DIR --json` document (docs/summary-ranks.md)."""
     m = job.matched
@@ -756,5 +794,6 @@ def job_document(job: JobAnalysis) -> dict[str, Any]:
         },
         "collectives": [collective_json(job, i) for i in collectives_by_skew(job)],
         "straggler": job.straggler,
+        "health": health_json(job),
         **(files.to_json() if files is not None else {"cycles": [], "left_out": []}),
     }

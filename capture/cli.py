@@ -13,7 +13,9 @@ from kinetoscope.capture.ranks import (
     DEFAULT_RANK_TIMEOUT,
     RankEnv,
     check_launcher_available,
+    clear_exit_record,
     default_run_dir,
+    exit_record,
     launch_ranks,
     new_run_dir,
     open_folder_viewer,
@@ -21,6 +23,7 @@ from kinetoscope.capture.ranks import (
     rank_trace_name,
     report_job,
     wait_for_ranks,
+    write_exit_record,
     write_marker,
 )
 from kinetoscope.capture.runner import CODE, MODULE, SCRIPT, Program
@@ -314,6 +317,7 @@ def _capture_rank(
             f"kinetoscope: each of the {env.world_size} ranks writes its trace ({output.name}, "
             f"...) into {run_dir}"
         )
+    clear_exit_record(run_dir, env)
     try:
         outcome, result = capture_program(
             program,
@@ -323,9 +327,14 @@ def _capture_rank(
             announce=_to_stderr if lead else _quiet,
         )
     except CaptureError as exc:  # not started (its file exists, say): rank 0 need not wait
+        # The program did not run: no exit record (the marker's reason says why).
         write_marker(run_dir, env, CaptureResult(None, 0, options, str(exc)), 1)
         raise
-    write_marker(run_dir, env, result, outcome.exit_code)
+    # How the program ended, kept beside the trace (summary and the job viewer read it), and
+    # told to the reporting rank with the marker.
+    record = exit_record(env, result, outcome)
+    write_exit_record(run_dir, env, record)
+    write_marker(run_dir, env, result, outcome.exit_code, record)
     # Rank 0's report (or --nproc's, for every rank) names the ranks without a trace and why.
     if result.path is None and not lead and not env.launched_by_kinetoscope:
         _to_stderr(f"kinetoscope: {env.describe()}: no trace written: {result.reason}")

@@ -63,6 +63,7 @@ def job_tables(document: dict[str, Any]) -> list[Any]:
     """The job report's sections, in reading order."""
     sections = [
         job_facts(document),
+        *health_notes(document),
         ranks_table(document),
         straggler_note(document),
         steps_table(document),
@@ -77,7 +78,31 @@ def job_tables(document: dict[str, Any]) -> list[Any]:
 def _rank_status(rank: dict[str, Any]) -> str:
     if rank["error"]:
         return "not loaded"
+    ended = (rank.get("exit") or {}).get("ended")
+    if ended in ("exception", "exit"):
+        return "failed"
+    if ended == "stopped":
+        return "stopped"
     return "ok" if rank["complete"] else "incomplete"
+
+
+def health_notes(document: dict[str, Any]) -> list[Any]:
+    """One line per rank whose program did not end normally (capture's exit records), in the
+    order they ended: `rank 2 exited with RuntimeError at ProfilerStep#8; its trace is
+    partial`, with the exception's message; none when every rank ended normally or no record
+    was left."""
+    health = document.get("health") or {}
+    order = health.get("ended_badly") or []
+    by_rank = {r["rank"]: r for r in document["ranks"]}
+    first = health.get("first_failure") if len(health.get("failed") or []) > 1 else None
+    notes = []
+    for rank, text in zip(order, health.get("messages") or []):
+        message = ((by_rank.get(rank) or {}).get("exit") or {}).get("message")
+        line = f"Rank {text.removeprefix('rank ')}"
+        if rank == first:
+            line += " (the first rank to fail)"
+        notes.append(Note(line + (f": {message}" if message else ".")))
+    return notes
 
 
 def job_facts(document: dict[str, Any]) -> Any:
@@ -169,6 +194,13 @@ def straggler_note(document: dict[str, Any]) -> Any:
     from kinetoscope.analysis.job import PHASE_TEXT
 
     straggler = document["straggler"]
+    failed = (document.get("health") or {}).get("failed") or []
+    if straggler is None and failed:
+        return Note(
+            f"No straggler named: fewer than two ranks that did not die took part in matched "
+            f"collectives ({'rank' if len(failed) == 1 else 'ranks'} {_rank_list(failed)} failed: a rank that died is not named for "
+            "arriving late)."
+        )
     if straggler is None:
         return Note("No straggler: fewer than two ranks took part in matched collectives.")
     text = (

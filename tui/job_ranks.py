@@ -48,6 +48,7 @@ CELL_WIDTH = 12  # one step's cell: a shade glyph and a duration
 SHADE_GLYPHS = (" ", "▂", "▄", "▆")
 SHADE_BACKGROUNDS: tuple[str | None, ...] = (None, "idle", "memory-cursor", "gap")
 MODES = ("dur", "wait")
+STATUS_ORDER = ("ok", "incomplete", "stopped", "failed", "not loaded", "missing")
 MODE_TEXT = {"dur": "step time", "wait": "collective wait"}
 _STEP_NUMBER = re.compile(r"(\d+)\s*$")
 
@@ -69,6 +70,8 @@ class RankRow:
             return "missing"
         if not entry.loaded:
             return "not loaded"
+        if entry.exit is not None and not entry.exit.clean:
+            return "failed" if entry.exit.failed else "stopped"
         return "ok" if entry.digest.complete else "incomplete"
 
     @property
@@ -79,10 +82,21 @@ class RankRow:
             return "no file for this rank in the chosen profiling cycle"
         if not entry.loaded:
             return entry.digest.error
+        if entry.exit is not None and not entry.exit.clean:
+            return entry.exit.describe()
         if not entry.digest.complete:
             warnings = entry.digest.warnings
             return warnings[0] if warnings else "the file ends before the JSON does"
         return None
+
+
+def _said(row: RankRow) -> str:
+    """A rank's problem in the header: how its program ended when capture recorded it
+    (`exited with RuntimeError at ProfilerStep#8; its trace is partial`), else its status."""
+    entry = row.entry
+    if entry is not None and entry.loaded and entry.exit is not None and not entry.exit.clean:
+        return entry.exit.describe()
+    return row.status
 
 
 def rank_rows(job: JobAnalysis) -> list[RankRow]:
@@ -449,9 +463,7 @@ def breakdown_model(job: JobAnalysis) -> TableModel:
 
     steps = column("steps")
     statuses = [r.status for r in rows]
-    status_key = np.array(
-        [("ok", "incomplete", "not loaded", "missing").index(s) for s in statuses]
-    )
+    status_key = np.array([STATUS_ORDER.index(s) for s in statuses])
     rules = [r.entry.rank_rule if r.entry is not None else "–" for r in rows]
     files = [os.path.basename(r.entry.path) if r.entry is not None else "–" for r in rows]
     columns = [
@@ -614,7 +626,7 @@ class RanksScreen(SavesCsv, Screen):
             )
         problems = [r for r in rank_rows(job) if r.status != "ok"]
         if problems:
-            shown = ", ".join(f"rank {r.rank} {r.status}" for r in problems[:6])
+            shown = ", ".join(f"rank {r.rank} {_said(r)}" for r in problems[:6])
             more = f" and {len(problems) - 6} more" if len(problems) > 6 else ""
             text.append(" · " + shown + more, palette.style("error", bold=True))
         straggler = job.straggler
