@@ -151,7 +151,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--align-clocks",
         action="store_true",
         help="subtract each rank's estimated clock offset (from the ends of synchronising "
-        "collectives) before computing waits and skews",
+        "collectives) before computing waits and skews; nothing to do when the ranks ran on "
+        "one host (one clock)",
+    )
+    job.add_argument(
+        "--force-align-clocks",
+        action="store_true",
+        help="subtract the estimated offsets even when the ranks ran on one host",
     )
     _add_cycle_option(job)
     job.add_argument(
@@ -447,6 +453,7 @@ def _job_summary_on_cluster(args: argparse.Namespace, output: str) -> int:
                 output=output,
                 width=args.width,
                 align_clocks=args.align_clocks,
+                force_align=args.force_align_clocks,
                 cycle=args.cycle,
                 executor=executor,
                 csv_dir=args.csv,
@@ -465,6 +472,7 @@ def _job_options_given(args: argparse.Namespace) -> list[str]:
     """The options of a job's summary given on the command line, in their help's order."""
     given = [
         ("--align-clocks", args.align_clocks),
+        ("--force-align-clocks", args.force_align_clocks),
         ("--cycle", args.cycle is not None),
         ("--workers", args.workers is not None),
         ("--scheduler", args.scheduler is not None),
@@ -524,6 +532,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                 output=output,
                 width=args.width,
                 align_clocks=args.align_clocks,
+                force_align=args.force_align_clocks,
                 cycle=args.cycle,
                 workers=args.workers,
                 csv_dir=args.csv,

@@ -25,6 +25,7 @@ def run_job_summary(
     output: str = "text",
     width: int | None = None,
     align_clocks: bool = False,
+    force_align: bool = False,
     cycle: int | None = None,
     workers: int | None = None,
     executor: Any = None,
@@ -43,7 +44,7 @@ def run_job_summary(
         print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
         return 1
     digests = map_ranks([f.path for f in files.files], executor=executor, workers=workers)
-    job = analyze_job(digests, files, align_clocks=align_clocks)
+    job = analyze_job(digests, files, align_clocks=align_clocks, force_align=force_align)
     if csv_dir is not None:
         from kinetoscope import tables
 
@@ -130,13 +131,31 @@ def job_facts(document: dict[str, Any]) -> Any:
             "profiling cycle",
             f"{chosen['index']} of {len(document['cycles'])} (--cycle N picks another)",
         )
-    table.add_row(
-        "clocks",
-        f"aligned on rank {document['clock_reference']} (estimated offsets subtracted)"
-        if document["clocks_aligned"]
-        else "as recorded (--align-clocks subtracts the estimated offsets)",
-    )
+    table.add_row("clocks", _clocks_text(document))
     return table
+
+
+def _clocks_text(document: dict[str, Any]) -> str:
+    clocks = document.get("clocks") or {}
+    if clocks.get("one_clock"):
+        source = "their traces" if clocks.get("host_source") == "trace" else "capture's records"
+        host = clocks["hosts"][0] if clocks.get("hosts") else "?"
+        text = f"one clock: every rank ran on host {host} (said by {source})"
+        if clocks.get("alignment") == "forced":
+            return (
+                text + f"; aligned on rank {document['clock_reference']} anyway "
+                "(--force-align-clocks: the estimated offsets, arrival differences here, "
+                "subtracted)"
+            )
+        if clocks.get("alignment") == "not needed: one host":
+            return text + "; --align-clocks has nothing to align (--force-align-clocks does)"
+        return text + "; the offsets below are arrival differences, not clock skew"
+    if document["clocks_aligned"]:
+        return f"aligned on rank {document['clock_reference']} (estimated offsets subtracted)"
+    text = "as recorded (--align-clocks subtracts the estimated offsets)"
+    if len(clocks.get("hosts") or []) > 1:
+        text = f"{len(clocks['hosts'])} hosts; " + text
+    return text
 
 
 def _rank_list(ranks: list[int], limit: int = 20) -> str:
@@ -145,11 +164,13 @@ def _rank_list(ranks: list[int], limit: int = 20) -> str:
 
 
 def _offset(rank: dict[str, Any]) -> str:
+    """`+100.000 µs ± 4.000 µs`, with `(n.s.)` when it does not stand out of its spread."""
     offset = rank["clock_offset_us"]
     if offset is None:
         return "–"
     sign = "-" if offset < 0 else "+"
-    return f"{sign}{_dur(abs(offset))} ± {_dur(rank['clock_spread_us'] or 0.0)}"
+    text = f"{sign}{_dur(abs(offset))} ± {_dur(rank['clock_spread_us'] or 0.0)}"
+    return text + (" (n.s.)" if rank.get("clock_offset_significant") is False else "")
 
 
 def ranks_table(document: dict[str, Any]) -> Any:
@@ -162,8 +183,14 @@ def ranks_table(document: dict[str, Any]) -> Any:
         "waited",
         "clock offset",
     )
+    one_clock = (document.get("clocks") or {}).get("one_clock")
     table = _table(
-        "Ranks: the straggler waited least in collectives (it arrived last)",
+        "Ranks: the straggler waited least in collectives (it arrived last)"
+        + (
+            "; one clock: offsets are arrival differences"
+            if one_clock
+            else "; clock offset ± its spread, n.s.: not significant"
+        ),
         "rank",
         "status",
         *numbers,

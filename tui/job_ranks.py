@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-from kinetoscope.analysis.job import PHASE_TEXT, phase_values
+from kinetoscope.analysis.job import PHASE_TEXT, clock_reference, offset_significant, phase_values
 from kinetoscope.analysis.units import fmt_duration, fmt_table_time, plural
 from rich.segment import Segment
 from rich.text import Text
@@ -97,6 +97,14 @@ def _said(row: RankRow) -> str:
     if entry is not None and entry.loaded and entry.exit is not None and not entry.exit.clean:
         return entry.exit.describe()
     return row.status
+
+
+def clock_words(job: JobAnalysis) -> str:
+    """The header's word on the clocks: one host's one clock, aligned, or as recorded."""
+    if job.clock.one_host:
+        host = clean(job.clock.hosts[0]) if job.clock.hosts else "?"
+        return f"one clock (host {host}){', aligned anyway' if job.aligned else ''}"
+    return "clocks aligned" if job.aligned else "clocks as recorded"
 
 
 def rank_rows(job: JobAnalysis) -> list[RankRow]:
@@ -446,10 +454,14 @@ def breakdown_model(job: JobAnalysis) -> TableModel:
     def label(i: int) -> str:
         return f"{rows[i].rank}" + (" ◀ straggler" if rows[i].rank == straggler else "")
 
+    reference = clock_reference(job.matched)
+    quiet = [r.entry is not None and offset_significant(r.entry, reference) is False for r in rows]
+
     def clock(i: int) -> str:
         if math.isnan(offset[i]):
             return "–"
-        return f"{fmt_duration(offset[i], 1)} ± {fmt_duration(spread[i], 1)}"
+        text = f"{fmt_duration(offset[i], 1)} ± {fmt_duration(spread[i], 1)}"
+        return text + (" n.s." if quiet[i] else "")
 
     def time_col(title: str, key: str, optional: bool = False) -> Column:
         data = column(key)
@@ -481,7 +493,7 @@ def breakdown_model(job: JobAnalysis) -> TableModel:
         time_col("exp. comm", "comm"),
         time_col("idle", "idle", optional=True),
         time_col("waited", "wait"),
-        Column("clock offset", clock, key=offset, width=18, optional=True),
+        Column("clock offset", clock, key=offset, width=22, optional=True),
         Column("rank from", lambda i: rules[i], width=15, numeric=False, optional=True),
         Column("file", lambda i: files[i], width=0, numeric=False, name=True, optional=True),
     ]
@@ -549,6 +561,7 @@ class RanksScreen(SavesCsv, Screen):
         super().__init__()
         self.job = job
         self.title_text = title
+        self._force_align_armed = False  # `a` once on a job on one host: the next one forces
 
     def compose(self) -> ComposeResult:
         yield Static(self._title(), id="ranks-title")
@@ -610,7 +623,7 @@ class RanksScreen(SavesCsv, Screen):
         if world:
             text.append(f" · world size {world}")
         text.append(f" · {plural(len(job.matched), 'collective')} matched")
-        text.append(" · clocks aligned" if job.aligned else " · clocks as recorded")
+        text.append(" · " + clock_words(job))
         palette = palette_of(self)
         files = job.files
         if files is not None and len(files.cycles) > 1:
@@ -766,4 +779,21 @@ class RanksScreen(SavesCsv, Screen):
         self.notify(f"cells: {MODE_TEXT[matrix.mode]}", timeout=2)
 
     def action_toggle_clocks(self) -> None:
-        self.app.align_clocks(not self.job.aligned)
+        job = self.job
+        if job.clock.one_host and not job.aligned:
+            # One host, one clock: nothing to align. A second `a` forces it.
+            if not self._force_align_armed:
+                self._force_align_armed = True
+                host = job.clock.hosts[0] if job.clock.hosts else "?"
+                self.notify(
+                    f"One clock: every rank ran on host {clean(host)}, so there is nothing to "
+                    "align (the offsets are arrival differences). Press a again to subtract "
+                    "them anyway.",
+                    timeout=6,
+                )
+                return
+            self._force_align_armed = False
+            self.app.align_clocks(True, force=True)
+            return
+        self._force_align_armed = False
+        self.app.align_clocks(not job.aligned)
