@@ -468,6 +468,13 @@ def _usage_error(message: str) -> int:
     return 2
 
 
+def _is_zip(path: str) -> bool:
+    """A zip archive: a job bundle that `export RUN_DIR -o job.zip` wrote, read as a job."""
+    from kinetoscope.parser.bundle import is_zip
+
+    return is_zip(path)
+
+
 def _job_options_given(args: argparse.Namespace) -> list[str]:
     """The options of a job's summary given on the command line, in their help's order."""
     given = [
@@ -516,7 +523,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         output = "json" if args.json else args.format
         if args.csv is not None and (args.json or output != "text" or args.width is not None):
             return _usage_error("--csv writes files instead of printing: drop the output options")
-        if len(args.trace) > 1 or os.path.isdir(args.trace[0]):
+        if len(args.trace) > 1 or os.path.isdir(args.trace[0]) or _is_zip(args.trace[0]):
             from kinetoscope.report_job import run_job_summary
 
             if args.scheduler is not None and args.workers is not None:
@@ -567,6 +574,10 @@ def _dispatch(args: argparse.Namespace) -> int:
             from kinetoscope.viewer import run_job_view
 
             return run_job_view([args.trace], cycle=args.cycle)
+        if _is_zip(args.trace):  # a job bundle kinetoscope wrote: its ranks, as a job
+            from kinetoscope.viewer import run_bundle_view
+
+            return run_bundle_view(args.trace, cycle=args.cycle)
         if args.cycle is not None:
             return _error("--cycle picks a profiling cycle of a job (a folder or several files)")
         from kinetoscope.viewer import run_view

@@ -30,14 +30,34 @@ def run_job_summary(
     workers: int | None = None,
     executor: Any = None,
     csv_dir: str | None = None,
+    bundle: Any = None,
 ) -> int:
     """Discover the job in `inputs`, digest its ranks in worker processes, merge and print;
     1 with a one-line message when there is no job to read. With `csv_dir`, write the job
-    viewer's tables there as CSV files instead (kinetoscope/tables.py)."""
+    viewer's tables there as CSV files instead (kinetoscope/tables.py). One input that is a
+    zip: a bundle kinetoscope wrote (`export RUN_DIR -o job.zip`), its ranks read as the job."""
     from kinetoscope.analysis.job import analyze_job, job_document, map_ranks
+    from kinetoscope.parser.bundle import BundleError, is_zip, open_bundle
     from kinetoscope.parser.ranks import JobError, discover
     from kinetoscope.tui.safe_text import clean
 
+    options = dict(
+        output=output,
+        width=width,
+        align_clocks=align_clocks,
+        force_align=force_align,
+        cycle=cycle,
+        workers=workers,
+        executor=executor,
+        csv_dir=csv_dir,
+    )
+    if len(inputs) == 1 and is_zip(inputs[0]) and bundle is None:
+        try:
+            with open_bundle(inputs[0]) as opened:
+                return run_job_summary([opened.folder], bundle=opened, **options)  # type: ignore[arg-type]
+        except BundleError as exc:
+            print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
+            return 1
     try:
         files = discover(inputs, cycle=cycle)
     except JobError as exc:
@@ -48,8 +68,11 @@ def run_job_summary(
     if csv_dir is not None:
         from kinetoscope import tables
 
-        return tables.emit_written(tables.job_tables(job), csv_dir, inputs[0])
+        source = bundle.archive if bundle is not None else inputs[0]
+        return tables.emit_written(tables.job_tables(job), csv_dir, source)
     document = job_document(job)
+    if bundle is not None:
+        document = _as_in_bundle(document, bundle)
     if output == "json":
         emit(summary_json(document) + "\n")
     else:
@@ -58,6 +81,27 @@ def run_job_summary(
         print("kinetoscope: no rank could be read (the report says why)", file=sys.stderr)
         return 1
     return 0
+
+
+def _as_in_bundle(value: Any, bundle: Any) -> Any:
+    """The document with the bundle's temporary paths shown as `job.zip:rank3.json`, and the
+    ranks its manifest says were left out of the export listed in `left_out`."""
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, str):
+            return bundle.shown(item)
+        if isinstance(item, list):
+            return [walk(v) for v in item]
+        if isinstance(item, dict):
+            return {k: walk(v) for k, v in item.items()}
+        return item
+
+    document = walk(value)
+    document["left_out"] = document.get("left_out", []) + [
+        {"path": f"{bundle.archive}: rank {rank}", "reason": f"not in the bundle: {why}"}
+        for rank, why in bundle.left_out
+    ]
+    return document
 
 
 def job_tables(document: dict[str, Any]) -> list[Any]:
