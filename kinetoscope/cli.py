@@ -272,7 +272,13 @@ def _add_export_job_options(export: Any) -> None:
         action="store_true",
         help="cut each rank at the same instants on the reference rank's clock (the estimated "
         "clock offsets applied) instead of the same times on its own clock; the manifest pins "
-        "the ranks with the offsets and the merged trace shifts their times",
+        "the ranks with the offsets and the merged trace shifts their times; nothing to do "
+        "when the ranks ran on one host (one clock)",
+    )
+    job.add_argument(
+        "--force-align-clocks",
+        action="store_true",
+        help="apply the estimated offsets even when the ranks ran on one host",
     )
     _add_cycle_option(job)
     job.add_argument(

@@ -176,3 +176,26 @@ async def test_the_viewer_says_one_clock_and_a_forces_alignment_on_the_second_pr
         await pilot.press("a")
         await pilot.pause()
         assert app.job.aligned is False
+
+
+def test_export_aligns_one_hosts_ranks_only_when_forced(tmp_path):
+    import zipfile
+
+    from test_export_job import export
+
+    with_hosts(tmp_path / "job", {0: "node-a", 1: "node-a", 2: "node-a"})
+    out = tmp_path / "job.zip"
+    result = export(tmp_path / "job", "-o", out, "--step", "1", "--align-clocks")
+    assert result.returncode == 0, result.stderr
+    assert "one clock: every rank ran on host node-a" in result.stderr
+    assert result.stdout.rstrip().endswith("clocks as recorded")
+    with zipfile.ZipFile(out) as archive:
+        record = json.loads(archive.read("perfetto_manifest.json"))["kinetoscope"]
+    assert record["clocks"] == "as recorded"
+    assert all(r["shift_ns"] == 0 for r in record["ranks"])
+    forced = export(tmp_path / "job", "-o", tmp_path / "f.zip", "--step", "1",
+                    "--force-align-clocks")  # fmt: skip
+    assert forced.returncode == 0 and forced.stdout.rstrip().endswith("clocks aligned on rank 0")
+    with zipfile.ZipFile(tmp_path / "f.zip") as archive:
+        record = json.loads(archive.read("perfetto_manifest.json"))["kinetoscope"]
+    assert [r["shift_ns"] for r in record["ranks"]] == [0, 100_000, -50_000]
