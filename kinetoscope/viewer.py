@@ -65,7 +65,7 @@ def run_view(path: str) -> int:
     return int(app.return_code or 0)
 
 
-def run_job_view(inputs: list[str], cycle: int | None = None) -> int:
+def run_job_view(inputs: list[str], cycle: int | None = None, title: str | None = None) -> int:
     """The job viewer on a folder of rank files or several files; 0 on a normal quit, 1 (with
     a one-line message on stderr) when there is no job to show or no terminal."""
     from kinetoscope.tui.job_loader import JobLoad
@@ -89,7 +89,7 @@ def run_job_view(inputs: list[str], cycle: int | None = None) -> int:
     load.start()
     from kinetoscope.tui.job_app import JobApp
 
-    app = JobApp(inputs, staged=True, load=load)
+    app = JobApp(inputs, staged=True, load=load, title=title)
     app.run()
     if app.exit_message:
         print(f"kinetoscope: {clean(app.exit_message)}", file=sys.stderr)
@@ -112,7 +112,7 @@ def run_bundle_view(path: str, cycle: int | None = None) -> int:
         return 1
     try:
         with open_bundle(path) as bundle:
-            return run_job_view([bundle.folder], cycle=cycle)
+            return run_job_view([bundle.folder], cycle=cycle, title=path)
     except BundleError as exc:
         print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
         return 1

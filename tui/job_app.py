@@ -178,9 +178,11 @@ class JobApp(ViewerApp):
         workers: int | None = None,
         staged: bool = False,
         load: JobLoad | None = None,
+        title: str | None = None,
     ) -> None:
         super().__init__()
         self.inputs = list(inputs)
+        self.title_text = title  # what the header calls the job (default: its inputs)
         # Started before the app takes over the standard streams (the worker processes' server
         # is started with them).
         self.load = load if load is not None else JobLoad(self.inputs, cycle=cycle, workers=workers)
@@ -232,7 +234,9 @@ class JobApp(ViewerApp):
             from .job_ranks import RanksScreen
 
             self.job = report.job
-            title = self.inputs[0] if len(self.inputs) == 1 else f"{len(self.inputs)} files"
+            title = self.title_text or (
+                self.inputs[0] if len(self.inputs) == 1 else f"{len(self.inputs)} files"
+            )
             screen = RanksScreen(report.job, title=title)
             if self._loading is not None and self.screen is self._loading:
                 self.switch_screen(screen)
