@@ -247,23 +247,26 @@ def exits_of(
     the trace's folder that names this file, is this rank's, and matches the file's size; for
     each rank in `missing`, a record of that rank in the job's folders that wrote no trace.
     Ranks without such a record are absent."""
-    by_folder: dict[str, list[RankExit]] = {}
+    by_folder: dict[str, dict[int, list[RankExit]]] = {}
     out: dict[int, RankExit] = {}
     for rank, path in paths_by_rank.items():
         folder = os.path.dirname(path)
         if folder not in by_folder:
-            by_folder[folder] = folder_records(folder)
+            by_rank: dict[int, list[RankExit]] = {}
+            for record in folder_records(folder):
+                by_rank.setdefault(record.rank, []).append(record)
+            by_folder[folder] = by_rank
         name = os.path.basename(path)
         try:
             size = os.stat(path).st_size
         except OSError:
             size = None
-        for record in by_folder[folder]:
-            if record.rank == rank and record.trace == name and record.trace_bytes == size:
+        for record in by_folder[folder].get(rank, []):
+            if record.trace == name and record.trace_bytes == size:
                 out[rank] = record
     for rank in missing or []:
         for records in by_folder.values():
-            for record in records:
-                if record.rank == rank and record.trace is None:
+            for record in records.get(rank, []):
+                if record.trace is None:
                     out[rank] = record
     return out
