@@ -850,7 +850,8 @@ def health_json(job: JobAnalysis) -> dict[str, Any]:
         "records": len(job.exits),
         "ended_badly": [x.rank for x in ended_badly],
         "failed": sorted(x.rank for x in failed),
-        "first_failure": failed[0].rank if failed else None,
+        # The first to fail, by the ranks' end times (a rank `lost` has none).
+        "first_failure": next((x.rank for x in failed if x.ended_unix is not None), None),
         "messages": [f"rank {x.rank} {x.describe()}" for x in ended_badly],
     }
 

@@ -21,6 +21,7 @@ from kinetoscope.capture.ranks import (
     open_folder_viewer,
     prepare_run_dir,
     rank_trace_name,
+    record_lost_ranks,
     report_job,
     wait_for_ranks,
     write_exit_record,
@@ -35,6 +36,7 @@ from kinetoscope.capture.session import (
     CaptureUsage,
     StepSource,
 )
+from kinetoscope.parser.rank_exit import record_name
 
 OVERHEAD_NOTE = (
     "The profiler itself costs time: with --record-shapes, --profile-memory and --with-stack all "
@@ -344,6 +346,7 @@ def _capture_rank(
     # and the launcher will not wait long for this process.
     timeout = min(args.rank_timeout, 10.0) if outcome.interrupted else args.rank_timeout
     job = wait_for_ranks(run_dir, env.world_size, env.token, timeout=timeout, announce=_to_stderr)
+    record_lost_ranks(job, env.restart)
     report_job(job, _to_stderr)
     _view_folder(run_dir, view=not args.no_view and bool(job.written))
     return outcome.exit_code
@@ -376,10 +379,18 @@ def _launch_ranks(args: argparse.Namespace, program: Program) -> int:
         announce=_to_stderr,
         timeout=1.0,  # the launcher has ended: every rank has too
     )
+    record_lost_ranks(job)
     report_job(job, _to_stderr)
     if created and not job.written:
+        # The folder made for the ranks holds no trace: not kept (nor the ranks' exit records,
+        # which the report has said).
+        for rank in range(args.nproc):
+            try:
+                (run_dir / record_name(rank)).unlink()
+            except OSError:
+                pass
         try:
-            run_dir.rmdir()  # the folder made for the ranks is left empty: not kept
+            run_dir.rmdir()
         except OSError:
             pass
     _view_folder(run_dir, view=not args.no_view and bool(job.written))

@@ -38,6 +38,7 @@ from kinetoscope.capture.session import TRACE_SUFFIX, CaptureError, CaptureResul
 from kinetoscope.parser.rank_exit import (
     EXCEPTION,
     EXIT,
+    LOST,
     OK,
     STOPPED,
     RankExit,
@@ -314,6 +315,39 @@ def write_exit_record(run_dir: Path, env: RankEnv, record: dict) -> None:
     _write_json(exit_record_path(run_dir, env), record)
 
 
+def record_lost_ranks(job: JobOutcome, restart: int = 0) -> None:
+    """For each rank that never said it was done (killed outright: SIGKILL, the OOM killer), an
+    exit record `lost`, written by the reporting process, beside the trace it may have left
+    (the rank's own record, should it still come, replaces it)."""
+    for outcome in job.ranks:
+        if outcome.finished:
+            continue
+        trace = outcome.trace
+        size = None
+        if trace is not None:
+            try:
+                size = trace.stat().st_size
+            except OSError:
+                trace = None
+        record = make_record(
+            rank=outcome.rank,
+            world_size=job.world_size,
+            restart=restart,
+            ended=LOST,
+            exit_code=-1,
+            exception=None,
+            message=outcome.reason or None,
+            step=None,
+            partial=trace is not None,
+            trace=trace.name if trace is not None else None,
+            trace_bytes=size,
+            host=None,
+            ended_unix=None,
+        )
+        outcome.exit = parse_record(record)
+        _write_json(job.run_dir / record_name(outcome.rank, restart), record)
+
+
 @dataclass
 class RankOutcome:
     """What one rank left in the run folder."""
@@ -433,7 +467,7 @@ def exit_line(outcome: RankOutcome, first: bool = False) -> str:
     ended = outcome.exit
     assert ended is not None
     text = f"rank {outcome.rank} {ended.describe()}"
-    if ended.trace is None and outcome.reason:
+    if ended.trace is None and outcome.reason and outcome.reason != ended.message:
         text += f" ({outcome.reason})"
     if ended.message:
         text += f": {ended.message}"
@@ -463,8 +497,9 @@ def report_job(job: JobOutcome, announce: Callable[[str], None]) -> None:
             f"kinetoscope: {written} of {job.world_size} ranks wrote their traces into "
             f"{job.run_dir}"
         )
+    timed = [o for o in failed if o.exit.ended_unix is not None]  # type: ignore[union-attr]
     for outcome in ended_badly:
-        first = len(failed) > 1 and outcome is failed[0]
+        first = len(failed) > 1 and bool(timed) and outcome is timed[0]
         announce(f"kinetoscope: {exit_line(outcome, first)}")
     said = {o.rank for o in ended_badly}
     for outcome in job.ranks:

@@ -124,7 +124,7 @@ def _rank_status(rank: dict[str, Any]) -> str:
     if rank["error"]:
         return "not loaded"
     ended = (rank.get("exit") or {}).get("ended")
-    if ended in ("exception", "exit"):
+    if ended in ("exception", "exit", "lost"):
         return "failed"
     if ended == "stopped":
         return "stopped"

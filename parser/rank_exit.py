@@ -7,8 +7,9 @@ hidden, so that a folder's listing of traces never takes it for one. It says how
 ended (`ok`, an uncaught `exception`, a non-zero `exit`, `stopped` by Ctrl-C or SIGTERM), with
 the exception's type and message and the `ProfilerStep#N` it was in, and whether the trace it
 wrote holds the whole recording window (`partial`). It is written even when the program
-raised: the rank's own process writes it after the program has ended (a rank killed outright,
-by SIGKILL or the OOM killer, writes none).
+raised: the rank's own process writes it after the program has ended. A rank killed outright
+(SIGKILL, the OOM killer) cannot; the process that reports on the job (rank 0, or `capture
+--nproc`) then writes one for it, `lost`, once it has waited for the rank in vain.
 
 The records are read back from a folder written by anyone: each is at most `MAX_RECORD_BYTES`,
 a plain file (no link, FIFO or device), every field is type-checked, texts are cut to
@@ -39,7 +40,8 @@ OK = "ok"
 EXCEPTION = "exception"
 EXIT = "exit"
 STOPPED = "stopped"
-ENDINGS = (OK, EXCEPTION, EXIT, STOPPED)
+LOST = "lost"  # no word from the rank: written for it by the reporting process (killed?)
+ENDINGS = (OK, EXCEPTION, EXIT, STOPPED, LOST)
 _SIGNALS = {130: "Ctrl-C", 143: "SIGTERM"}
 
 
@@ -69,7 +71,7 @@ class RankExit:
     @property
     def failed(self) -> bool:
         """It ended with an uncaught exception or a non-zero exit status."""
-        return self.ended in (EXCEPTION, EXIT)
+        return self.ended in (EXCEPTION, EXIT, LOST)
 
     @property
     def clean(self) -> bool:
@@ -85,6 +87,10 @@ class RankExit:
         elif self.ended == STOPPED:
             how = _SIGNALS.get(self.exit_code or 0, f"status {self.exit_code}")
             text = f"was stopped ({how}){where}"
+        elif self.ended == LOST:
+            text = "ended without a word (killed: SIGKILL, the OOM killer?)"
+            if self.trace is not None:
+                return text + "; its trace may be partial"
         else:
             text = "ended normally"
         if self.trace is None:
@@ -120,7 +126,7 @@ def make_record(
     trace: str | None,
     trace_bytes: int | None,
     host: str | None,
-    ended_unix: float,
+    ended_unix: float | None,
 ) -> dict[str, Any]:
     """The record a rank writes (capture/ranks.py), as a JSON-ready dict."""
     return {

@@ -316,3 +316,57 @@ async def test_the_job_viewer_says_how_a_rank_ended(tmp_path):
         ]
         statuses = [r[1] for r in screen.breakdown.visible_texts()]
         assert statuses == ["ok", "failed", "ok"]
+
+
+def test_a_rank_that_never_said_it_was_done_gets_a_lost_record(tmp_path):
+    """A rank killed outright writes no record; the reporting process writes one for it."""
+    from kinetoscope.capture.ranks import record_lost_ranks
+
+    trace = tmp_path / "rank1.pt.trace.json.gz"
+    trace.write_bytes(b"partial")
+    job = JobOutcome(
+        tmp_path,
+        3,
+        [
+            RankOutcome(0, tmp_path / "rank0.pt.trace.json.gz", finished=True),
+            RankOutcome(1, trace, reason="not finished after 30 s"),
+            RankOutcome(2, None, reason="not finished after 30 s"),
+        ],
+    )
+    record_lost_ranks(job)
+    one = read_record(str(tmp_path / record_name(1)))
+    assert one is not None and one.ended == "lost" and one.failed
+    assert one.trace == trace.name and one.trace_bytes == len(b"partial")
+    two = read_record(str(tmp_path / record_name(2)))
+    assert two is not None and two.trace is None
+    assert not (tmp_path / record_name(0)).exists()  # it finished: its own record stands
+    lines: list[str] = []
+    report_job(job, lines.append)
+    assert lines[0].startswith("kinetoscope: ranks 1, 2 failed; 2 of 3 ranks wrote traces")
+    assert (
+        "kinetoscope: rank 1 ended without a word (killed: SIGKILL, the OOM killer?); its trace "
+        "may be partial: not finished after 30 s" in lines
+    )
+    assert any(line.startswith("kinetoscope: rank 2 ended without a word") for line in lines)
+
+
+@pytest.mark.slow
+def test_a_real_rank_killed_outright_is_named(tmp_path):
+    """`capture --nproc 2` of a job whose rank 1 is SIGKILLed at step 8 (it can write nothing):
+    capture's report and `summary DIR` say it ended without a word and wrote no trace."""
+    pytest.importorskip("torch.distributed")
+    script = CRASH.replace(
+        'raise RuntimeError("boom at step 8")', "os.kill(os.getpid(), signal.SIGKILL)"
+    ).replace("import sys", "import os, signal, sys")
+    (tmp_path / "killed.py").write_text(script)
+    result = _kinetoscope(
+        ["capture", "--nproc", "2", "-o", "run", "--no-view", "killed.py"], tmp_path
+    )
+    assert result.returncode != 0
+    assert "kinetoscope: rank 1 ended without a word" in result.stderr, result.stderr
+    document = json.loads(_kinetoscope(["summary", "run", "--json"], tmp_path).stdout)
+    assert document["missing"] == [1]
+    assert (
+        "rank 1 ended without a word (killed: SIGKILL, the OOM killer?); it wrote no trace"
+        in (document["health"]["messages"])
+    )
