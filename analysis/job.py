@@ -20,6 +20,10 @@ Definitions (docs/summary-ranks.md says the same with examples):
   rank (the lowest rank), of (this rank's end − the reference's end); its spread is the median
   absolute deviation of those differences. Offsets are subtracted from every time only when
   asked (`align_clocks`); a wait smaller than its uncertainty is marked not significant;
+- one clock: ranks whose traces (`host_name`) or capture exit records name one host share one
+  clock; aligning them does nothing unless forced, and their waits are read, not estimated;
+- health: capture's exit records (parser/rank_exit.py) say how each rank ended; a rank that
+  died is left out of the straggler's choice;
 - straggler: the rank with the least total wait (it arrives last); its phase: the one of
   compute, data loading, host launch overhead, synchronisation and unprofiled host time whose
   excess over the median rank, summed over the steps every rank recorded, is the largest and
@@ -380,7 +384,8 @@ class RankEntry:
 
     @property
     def failed(self) -> bool:
-        """Its program died (an uncaught exception, a non-zero exit), as its exit record says."""
+        """Its program died (an uncaught exception, a non-zero exit, killed outright), as its
+        exit record says."""
         return self.exit is not None and self.exit.failed
 
 
