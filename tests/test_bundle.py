@@ -200,3 +200,40 @@ def test_a_zip_bomb_stops_at_the_cap_and_leaves_nothing(tmp_path, monkeypatch, c
     with pytest.raises(BundleError, match="two members of one name"):
         with open_bundle(str(twice)):
             pass
+
+
+def test_random_damage_to_a_bundle_is_a_bundle_error_or_a_bundle(tmp_path):
+    """Bytes of a real bundle flipped, cut or repeated at random: `open_bundle` either reads it
+    or raises BundleError (one line), never anything else, and leaves no folder behind."""
+    import random
+
+    job = write_job(tmp_path / "job")
+    out = tmp_path / "job.zip"
+    assert export(job, "-o", out, "--step", "1").returncode == 0
+    data = out.read_bytes()
+    rng = random.Random(26)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    outcomes = {"read": 0, "refused": 0}
+    for trial in range(60):
+        damaged = bytearray(data)
+        kind = trial % 3
+        if kind == 0:
+            for _ in range(rng.randint(1, 8)):
+                damaged[rng.randrange(len(damaged))] ^= 1 << rng.randrange(8)
+        elif kind == 1:
+            damaged = damaged[: rng.randrange(len(damaged))]
+        else:
+            at = rng.randrange(len(damaged))
+            damaged[at:at] = damaged[max(0, at - 200) : at]
+        path = tmp_path / f"d{trial}.zip"
+        path.write_bytes(bytes(damaged))
+        try:
+            with open_bundle(str(path), scratch=str(scratch)) as opened:
+                assert all(os.path.dirname(p) == opened.folder for p in opened.members.values())
+            outcomes["read"] += 1
+        except BundleError as exc:
+            assert "\n" not in str(exc)
+            outcomes["refused"] += 1
+    assert outcomes["refused"] > 0
+    assert list(scratch.iterdir()) == []
