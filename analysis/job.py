@@ -20,6 +20,10 @@ Definitions (docs/summary-ranks.md says the same with examples):
   rank (the lowest rank), of (this rank's end − the reference's end); its spread is the median
   absolute deviation of those differences. Offsets are subtracted from every time only when
   asked (`align_clocks`); a wait smaller than its uncertainty is marked not significant;
+- one clock: ranks whose traces (`host_name`) or capture exit records name one host share one
+  clock; aligning them does nothing unless forced, and their waits are read, not estimated;
+- health: capture's exit records (parser/rank_exit.py) say how each rank ended; a rank that
+  died is left out of the straggler's choice;
 - straggler: the rank with the least total wait (it arrives last); the median rank: the other
   rank whose total wait is the median (the lower middle of an even count); the straggler's
   phase: the one of the step partition (analysis/phases.py: compute, communication, data
@@ -53,6 +57,7 @@ from .phases import PARTITION, step_partition
 from .units import us
 
 if TYPE_CHECKING:
+    from kinetoscope.parser.rank_exit import RankExit
     from kinetoscope.parser.ranks import JobFiles
 
 JOB_VERSION = 1
@@ -113,6 +118,7 @@ class RankDigest:
     start_ns: int | None = None  # the trace's span (own clock)
     end_ns: int | None = None
     has_gpu: bool = False
+    host: str | None = None  # the header's host name (`host_name`), when the trace has one
     step_names: list[str] = field(default_factory=list)
     step_start: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     steps: dict[str, np.ndarray] = field(default_factory=dict)  # STEP_FIELDS, int64 ns each
@@ -183,6 +189,7 @@ def _digest(path: str, trace: Any, options: DigestOptions) -> RankDigest:
         start_ns=trace.slice_start_min,
         end_ns=trace.slice_end_max,
         has_gpu=bool(session.classes.gpu.any()),
+        host=_host(trace.header),
         step_names=[trace.name_of(int(r)) for r in steps.rows.tolist()],
         step_start=np.asarray(steps.start, np.int64),
         steps=columns,
@@ -195,6 +202,63 @@ def _digest(path: str, trace: Any, options: DigestOptions) -> RankDigest:
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+HOST_KEYS = ("host_name", "hostname", "hostName")  # torch >= 2.4 writes `host_name`
+
+
+def _host(header: dict[str, Any]) -> str | None:
+    """The trace's host name from its header: a short printable string, else None."""
+    for key in HOST_KEYS:
+        value = header.get(key)
+        if isinstance(value, str) and 0 < len(value) <= 255 and value.isprintable():
+            return value
+    return None
+
+
+@dataclass(frozen=True)
+class ClockDomain:
+    """Where the ranks' clocks come from: `one_host` when every rank is known to have run on
+    the same host (so they read one clock, and their offsets are arrival differences, not
+    skew), with the hosts seen and what said so (`source`)."""
+
+    one_host: bool = False
+    hosts: tuple[str, ...] = ()
+    source: str | None = None  # "trace" (header host_name), "capture" (exit records), None
+
+
+def clock_domain(entries: Sequence[RankEntry]) -> ClockDomain:
+    """One host when every loaded rank's trace names the same host (`host_name` in its header),
+    else when every rank's capture exit record does; the hosts seen either way."""
+    loaded = [e for e in entries if e.loaded]
+    if not loaded:
+        return ClockDomain()
+    for source, hosts in (
+        ("trace", [e.digest.host for e in loaded]),
+        ("capture", [e.exit.host if e.exit is not None else None for e in loaded]),
+    ):
+        seen = tuple(sorted({h for h in hosts if h is not None}))
+        if not seen:
+            continue
+        complete = all(h is not None for h in hosts)
+        return ClockDomain(one_host=complete and len(seen) == 1, hosts=seen, source=source)
+    return ClockDomain()
+
+
+OFFSET_SAMPLES_MIN = 3  # shared synchronising collectives before an offset can be significant
+OFFSET_SPREADS = 3  # |offset| must exceed this many spreads (MADs) to be significant
+
+
+def offset_significant(entry: RankEntry, reference: int | None) -> bool | None:
+    """Whether a rank's clock offset stands out of its own spread: at least OFFSET_SAMPLES_MIN
+    samples and |offset| > OFFSET_SPREADS × spread. None for the reference rank and for a rank
+    without an offset."""
+    if entry.offset_ns is None or entry.rank == reference:
+        return None
+    spread = entry.spread_ns or 0.0
+    return entry.offset_samples >= OFFSET_SAMPLES_MIN and abs(entry.offset_ns) > (
+        OFFSET_SPREADS * spread
+    )
 
 
 class DigestsCancelled(Exception):
@@ -330,10 +394,17 @@ class RankEntry:
     offset_ns: float | None = None
     spread_ns: float | None = None
     offset_samples: int = 0
+    exit: RankExit | None = None  # how its program ended, when capture left a record
 
     @property
     def loaded(self) -> bool:
         return self.digest.error is None
+
+    @property
+    def failed(self) -> bool:
+        """Its program died (an uncaught exception, a non-zero exit, killed outright), as its
+        exit record says."""
+        return self.exit is not None and self.exit.failed
 
 
 @dataclass
@@ -356,18 +427,33 @@ class JobAnalysis:
     missing: list[int]
     files: JobFiles | None = None
     seconds: float = 0.0
+    exits: dict[int, RankExit] = field(default_factory=dict)  # capture's exit records, by rank
+    clock: ClockDomain = field(default_factory=ClockDomain)
+    align_asked: bool = False  # aligning was asked for (`aligned`: the offsets were subtracted)
+    align_forced: bool = False  # ... and forced, though the ranks share one clock
 
     def entry(self, rank: int) -> RankEntry | None:
         return next((e for e in self.ranks if e.rank == rank), None)
 
 
 def analyze_job(
-    digests: Sequence[RankDigest], files: JobFiles | None = None, align_clocks: bool = False
+    digests: Sequence[RankDigest],
+    files: JobFiles | None = None,
+    align_clocks: bool = False,
+    force_align: bool = False,
 ) -> JobAnalysis:
     """Merge the ranks' digests (in the order of `files.files`, whose ranks they get; without
-    `files`, ranks come from the digests' distributedInfo, else their order)."""
+    `files`, ranks come from the digests' distributedInfo, else their order). `align_clocks`
+    subtracts the clock offsets, unless the ranks ran on one host (one clock: nothing to
+    align) and `force_align` is not given."""
     began = time.perf_counter()
     entries = _entries(digests, files)
+    exits = _exits(entries, files)
+    for entry in entries:
+        entry.exit = exits.get(entry.rank)
+    domain = clock_domain(entries)
+    asked = align_clocks or force_align
+    align_clocks = asked and (force_align or not domain.one_host)
     loaded = [e for e in entries if e.loaded]
     per_rank = {e.rank: e.digest.collectives for e in loaded if e.digest.collectives}
     step_names = {e.rank: e.digest.step_names for e in loaded}
@@ -412,6 +498,8 @@ def analyze_job(
         unc = spread[last][:, None] + spread[None, :]
         if not align_clocks:
             unc = unc + np.abs(offset[last][:, None] - offset[None, :])
+        if domain.one_host and not align_clocks:
+            unc = np.zeros_like(unc)  # one clock: the waits are read on it, not estimated
         certain = known[last][:, None] & known[None, :]
         significant = present & ((wait > unc) | ~certain)
         significant[np.arange(n), last] = False
@@ -452,11 +540,24 @@ def analyze_job(
         significant=significant,
         algbw=algbw,
         busbw=busbw,
-        straggler=_straggler(entries, align_clocks),
+        # A rank that died is not late: it is left out of the straggler's choice.
+        straggler=_straggler([e for e in entries if not e.failed], align_clocks),
         missing=missing,
         files=files,
         seconds=time.perf_counter() - began,
+        exits=exits,
+        clock=domain,
+        align_asked=asked,
+        align_forced=force_align and domain.one_host,
     )
+
+
+def _exits(entries: list[RankEntry], files: JobFiles | None) -> dict[int, RankExit]:
+    """The exit records capture left beside the ranks' traces (parser/rank_exit.py)."""
+    from kinetoscope.parser.rank_exit import exits_of
+
+    missing = list(files.missing) if files is not None else []
+    return exits_of({e.rank: e.path for e in entries}, missing)
 
 
 def _entries(digests: Sequence[RankDigest], files: JobFiles | None) -> list[RankEntry]:
@@ -746,7 +847,7 @@ def _us_float(ns: float | None) -> float | None:
     return None if ns is None else round(float(ns) / 1000, 3)
 
 
-def _rank_json(entry: RankEntry, aligned: bool) -> dict[str, Any]:
+def _rank_json(entry: RankEntry, aligned: bool, reference: int | None = None) -> dict[str, Any]:
     digest = entry.digest
     steps = digest.steps
     step_rows = []
@@ -806,6 +907,8 @@ def _rank_json(entry: RankEntry, aligned: bool) -> dict[str, Any]:
         "clock_offset_us": _us_float(entry.offset_ns),
         "clock_spread_us": _us_float(entry.spread_ns),
         "clock_samples": entry.offset_samples,
+        "clock_offset_significant": offset_significant(entry, reference),
+        "exit": entry.exit.to_json() if entry.exit is not None else None,
         "digest_seconds": round(digest.seconds, 3),
     }
 
@@ -854,6 +957,42 @@ def collectives_by_skew(job: JobAnalysis, limit: int | None = TOP_COLLECTIVES) -
     return order if limit is None else order[:limit]
 
 
+def clocks_json(job: JobAnalysis) -> dict[str, Any]:
+    """One clock or several, and what aligning did (docs/summary-ranks.md, Clock offsets)."""
+    domain = job.clock
+    if job.align_forced:
+        alignment = "forced"
+    elif job.aligned:
+        alignment = "applied"
+    elif job.align_asked:
+        alignment = "not needed: one host"
+    else:
+        alignment = "not asked"
+    return {
+        "one_clock": domain.one_host,
+        "hosts": list(domain.hosts),
+        "host_source": domain.source,
+        "alignment": alignment,
+    }
+
+
+def health_json(job: JobAnalysis) -> dict[str, Any]:
+    """How the ranks ended, from capture's exit records (docs/summary-ranks.md, Health)."""
+    ended_badly = sorted(
+        (x for x in job.exits.values() if not x.clean),
+        key=lambda x: (x.ended_unix if x.ended_unix is not None else float("inf"), x.rank),
+    )
+    failed = [x for x in ended_badly if x.failed]
+    return {
+        "records": len(job.exits),
+        "ended_badly": [x.rank for x in ended_badly],
+        "failed": sorted(x.rank for x in failed),
+        # The first to fail, by the ranks' end times (a rank `lost` has none).
+        "first_failure": next((x.rank for x in failed if x.ended_unix is not None), None),
+        "messages": [f"rank {x.rank} {x.describe()}" for x in ended_badly],
+    }
+
+
 def job_document(job: JobAnalysis) -> dict[str, Any]:
     """The `summary DIR --json` document (docs/summary-ranks.md)."""
     m = job.matched
@@ -876,7 +1015,8 @@ def job_document(job: JobAnalysis) -> dict[str, Any]:
         "world_size": job.world_size,
         "clocks_aligned": job.aligned,
         "clock_reference": clock_reference(m),
-        "ranks": [_rank_json(e, job.aligned) for e in job.ranks],
+        "clocks": clocks_json(job),
+        "ranks": [_rank_json(e, job.aligned, clock_reference(m)) for e in job.ranks],
         "missing": job.missing,
         "missing_count": files.missing_count if files is not None else len(job.missing),
         "missing_ranges": [
@@ -893,5 +1033,6 @@ def job_document(job: JobAnalysis) -> dict[str, Any]:
         },
         "collectives": [collective_json(job, i) for i in collectives_by_skew(job)],
         "straggler": job.straggler,
+        "health": health_json(job),
         **(files.to_json() if files is not None else {"cycles": [], "left_out": [], "notes": []}),
     }

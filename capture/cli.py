@@ -13,14 +13,18 @@ from kinetoscope.capture.ranks import (
     DEFAULT_RANK_TIMEOUT,
     RankEnv,
     check_launcher_available,
+    clear_exit_record,
     default_run_dir,
+    exit_record,
     launch_ranks,
     new_run_dir,
     open_folder_viewer,
     prepare_run_dir,
     rank_trace_name,
+    record_lost_ranks,
     report_job,
     wait_for_ranks,
+    write_exit_record,
     write_marker,
 )
 from kinetoscope.capture.runner import CODE, MODULE, SCRIPT, Program
@@ -32,6 +36,7 @@ from kinetoscope.capture.session import (
     CaptureUsage,
     StepSource,
 )
+from kinetoscope.parser.rank_exit import record_name
 
 OVERHEAD_NOTE = (
     "The profiler itself costs time: with --record-shapes, --profile-memory and --with-stack all "
@@ -314,6 +319,7 @@ def _capture_rank(
             f"kinetoscope: each of the {env.world_size} ranks writes its trace ({output.name}, "
             f"...) into {run_dir}"
         )
+    clear_exit_record(run_dir, env)
     try:
         outcome, result = capture_program(
             program,
@@ -323,9 +329,14 @@ def _capture_rank(
             announce=_to_stderr if lead else _quiet,
         )
     except CaptureError as exc:  # not started (its file exists, say): rank 0 need not wait
+        # The program did not run: no exit record (the marker's reason says why).
         write_marker(run_dir, env, CaptureResult(None, 0, options, str(exc)), 1)
         raise
-    write_marker(run_dir, env, result, outcome.exit_code)
+    # How the program ended, kept beside the trace (summary and the job viewer read it), and
+    # told to the reporting rank with the marker.
+    record = exit_record(env, result, outcome)
+    write_exit_record(run_dir, env, record)
+    write_marker(run_dir, env, result, outcome.exit_code, record)
     # Rank 0's report (or --nproc's, for every rank) names the ranks without a trace and why.
     if result.path is None and not lead and not env.launched_by_kinetoscope:
         _to_stderr(f"kinetoscope: {env.describe()}: no trace written: {result.reason}")
@@ -335,6 +346,7 @@ def _capture_rank(
     # and the launcher will not wait long for this process.
     timeout = min(args.rank_timeout, 10.0) if outcome.interrupted else args.rank_timeout
     job = wait_for_ranks(run_dir, env.world_size, env.token, timeout=timeout, announce=_to_stderr)
+    record_lost_ranks(job, env.restart)
     report_job(job, _to_stderr)
     _view_folder(run_dir, view=not args.no_view and bool(job.written))
     return outcome.exit_code
@@ -367,10 +379,18 @@ def _launch_ranks(args: argparse.Namespace, program: Program) -> int:
         announce=_to_stderr,
         timeout=1.0,  # the launcher has ended: every rank has too
     )
+    record_lost_ranks(job)
     report_job(job, _to_stderr)
     if created and not job.written:
+        # The folder made for the ranks holds no trace: not kept (nor the ranks' exit records,
+        # which the report has said).
+        for rank in range(args.nproc):
+            try:
+                (run_dir / record_name(rank)).unlink()
+            except OSError:
+                pass
         try:
-            run_dir.rmdir()  # the folder made for the ranks is left empty: not kept
+            run_dir.rmdir()
         except OSError:
             pass
     _view_folder(run_dir, view=not args.no_view and bool(job.written))

@@ -33,7 +33,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kinetoscope.capture.runner import Outcome
 from kinetoscope.capture.session import TRACE_SUFFIX, CaptureError, CaptureResult
+from kinetoscope.parser.rank_exit import (
+    EXCEPTION,
+    EXIT,
+    LOST,
+    OK,
+    STOPPED,
+    RankExit,
+    make_record,
+    parse_record,
+    record_name,
+)
 
 # Set by `capture --nproc` for its ranks: the job's token. Its presence tells rank 0 that the
 # launching process reports on the folder, so rank 0 itself neither waits nor opens the viewer.
@@ -207,8 +219,15 @@ def marker_path(run_dir: Path, rank: int) -> Path:
     return run_dir / f".rank{rank}{MARKER_SUFFIX}"
 
 
-def write_marker(run_dir: Path, env: RankEnv, result: CaptureResult, exit_code: int) -> None:
-    """Say that this rank is done: the trace it wrote, or why none (best effort)."""
+def write_marker(
+    run_dir: Path,
+    env: RankEnv,
+    result: CaptureResult,
+    exit_code: int,
+    exit_record: dict | None = None,
+) -> None:
+    """Say that this rank is done: the trace it wrote, or why none, and how its program ended
+    (best effort)."""
     record = {
         "token": env.token,
         "rank": env.rank,
@@ -216,17 +235,117 @@ def write_marker(run_dir: Path, env: RankEnv, result: CaptureResult, exit_code: 
         "trace": result.path.name if result.path is not None else None,
         "reason": result.reason,
         "exit_code": exit_code,
+        "exit": exit_record,
     }
-    final = marker_path(run_dir, env.rank)
+    _write_json(marker_path(run_dir, env.rank), record)
+
+
+def _write_json(final: Path, record: dict) -> None:
+    """Write `record` to `final` whole or not at all (a temporary file renamed into place)."""
     partial = final.with_name(f"{final.name}.{os.getpid()}.partial")
     try:
         partial.write_text(json.dumps(record))
         os.replace(partial, final)
-    except OSError:
+    except (OSError, TypeError, ValueError):
         try:
             partial.unlink()
         except OSError:
             pass
+
+
+# exit records: how each rank ended, kept beside its trace ------------------------------------
+
+
+def exit_record_path(run_dir: Path, env: RankEnv) -> Path:
+    return run_dir / record_name(env.rank, env.restart)
+
+
+def clear_exit_record(run_dir: Path, env: RankEnv) -> None:
+    """Remove this rank's record of an earlier run, before the program starts."""
+    try:
+        exit_record_path(run_dir, env).unlink()
+    except OSError:
+        pass
+
+
+def exit_record(env: RankEnv, result: CaptureResult, outcome: Outcome) -> dict:
+    """How this rank's program ended (parser/rank_exit.py reads it back): the ending, the
+    exception's type and message, the ProfilerStep#N it was in, whether its trace is partial."""
+    import socket
+
+    opts = result.options
+    last = opts.first_recorded_step + opts.active - 1
+    after_window = opts.windowed and result.steps_seen > last
+    if outcome.crashed:
+        ended, code = EXCEPTION, outcome.exit_code
+    elif outcome.interrupted:
+        ended, code = STOPPED, outcome.exit_code
+    else:
+        ended, code = (OK if outcome.exit_code == 0 else EXIT), outcome.exit_code
+    written = result.path is not None
+    trace_bytes = None
+    if written:
+        try:
+            trace_bytes = result.path.stat().st_size  # type: ignore[union-attr]
+        except OSError:
+            trace_bytes = None
+    try:
+        host = socket.gethostname()
+    except OSError:
+        host = None
+    return make_record(
+        rank=env.rank,
+        world_size=env.world_size,
+        restart=env.restart,
+        ended=ended,
+        exit_code=code,
+        exception=outcome.exception,
+        message=outcome.message,
+        step=None if after_window else result.steps_seen,
+        partial=written and not after_window,
+        trace=result.path.name if written else None,  # type: ignore[union-attr]
+        trace_bytes=trace_bytes,
+        host=host,
+        ended_unix=outcome.ended_unix or time.time(),
+    )
+
+
+def write_exit_record(run_dir: Path, env: RankEnv, record: dict) -> None:
+    """Keep this rank's exit record in the run folder, beside its trace (best effort)."""
+    _write_json(exit_record_path(run_dir, env), record)
+
+
+def record_lost_ranks(job: JobOutcome, restart: int = 0) -> None:
+    """For each rank that never said it was done (killed outright: SIGKILL, the OOM killer), an
+    exit record `lost`, written by the reporting process, beside the trace it may have left
+    (the rank's own record, should it still come, replaces it)."""
+    for outcome in job.ranks:
+        if outcome.finished:
+            continue
+        trace = outcome.trace
+        size = None
+        if trace is not None:
+            try:
+                size = trace.stat().st_size
+            except OSError:
+                trace = None
+        record = make_record(
+            rank=outcome.rank,
+            world_size=job.world_size,
+            restart=restart,
+            ended=LOST,
+            exit_code=-1,
+            exception=None,
+            message=outcome.reason or None,
+            step=None,
+            partial=trace is not None,
+            trace=trace.name if trace is not None else None,
+            trace_bytes=size,
+            host=None,
+            ended_unix=None,
+        )
+        outcome.exit = parse_record(record)
+        _write_json(job.run_dir / record_name(outcome.rank, restart), record)
 
 
 @dataclass
@@ -238,6 +357,7 @@ class RankOutcome:
     reason: str = ""  # why there is no trace
     finished: bool = False  # its marker was found
     exit_code: int | None = None
+    exit: RankExit | None = None  # how its program ended (its exit record)
 
 
 @dataclass
@@ -303,6 +423,7 @@ def wait_for_ranks(
                 outcome.reason = str(record.get("reason") or "no trace written")
             code = record.get("exit_code")
             outcome.exit_code = code if isinstance(code, int) else None
+            outcome.exit = parse_record(record.get("exit"))
             try:
                 marker.unlink()
             except OSError:
@@ -341,10 +462,33 @@ def open_commands(run_dir: Path) -> list[str]:
     return [f"kinetoscope summary {quoted}", f"kinetoscope {quoted}"]
 
 
+def exit_line(outcome: RankOutcome, first: bool = False) -> str:
+    """`rank 2 exited with RuntimeError at ProfilerStep#8; its trace is partial: why`."""
+    ended = outcome.exit
+    assert ended is not None
+    text = f"rank {outcome.rank} {ended.describe()}"
+    if ended.trace is None and outcome.reason and outcome.reason != ended.message:
+        text += f" ({outcome.reason})"
+    if ended.message:
+        text += f": {ended.message}"
+    return text + (" (the first rank to fail)" if first else "")
+
+
 def report_job(job: JobOutcome, announce: Callable[[str], None]) -> None:
-    """Say what the ranks wrote, which did not, and how to look at the folder."""
+    """Say what the ranks wrote, which failed or did not write, and how to look at the folder."""
     written = len(job.written)
-    if written == job.world_size == 1:
+    ended_badly = sorted(
+        (o for o in job.ranks if o.exit is not None and not o.exit.clean),
+        key=lambda o: (o.exit.ended_unix or float("inf"), o.rank),  # type: ignore[union-attr]
+    )
+    failed = [o for o in ended_badly if o.exit.failed]  # type: ignore[union-attr]
+    if failed:
+        names = _rank_list([o.rank for o in sorted(failed, key=lambda o: o.rank)])
+        announce(
+            f"kinetoscope: {names} failed; {written} of {job.world_size} ranks wrote "
+            f"{'a trace' if written == 1 else 'traces'} into {job.run_dir}"
+        )
+    elif written == job.world_size == 1:
         announce(f"kinetoscope: the one rank wrote its trace into {job.run_dir}")
     elif written == job.world_size:
         announce(f"kinetoscope: all {job.world_size} ranks wrote their traces into {job.run_dir}")
@@ -353,11 +497,18 @@ def report_job(job: JobOutcome, announce: Callable[[str], None]) -> None:
             f"kinetoscope: {written} of {job.world_size} ranks wrote their traces into "
             f"{job.run_dir}"
         )
-        for outcome in job.ranks:
-            if outcome.trace is None:
-                announce(f"kinetoscope: rank {outcome.rank}: no trace: {outcome.reason}")
-            elif not outcome.finished:
-                announce(f"kinetoscope: rank {outcome.rank}: {outcome.reason} (its trace is kept)")
+    timed = [o for o in failed if o.exit.ended_unix is not None]  # type: ignore[union-attr]
+    for outcome in ended_badly:
+        first = len(failed) > 1 and bool(timed) and outcome is timed[0]
+        announce(f"kinetoscope: {exit_line(outcome, first)}")
+    said = {o.rank for o in ended_badly}
+    for outcome in job.ranks:
+        if outcome.rank in said:
+            continue
+        if outcome.trace is None:
+            announce(f"kinetoscope: rank {outcome.rank}: no trace: {outcome.reason}")
+        elif not outcome.finished:
+            announce(f"kinetoscope: rank {outcome.rank}: {outcome.reason} (its trace is kept)")
     if written:
         summary, view = open_commands(job.run_dir)
         announce(f"summary: {summary}")

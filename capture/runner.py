@@ -13,6 +13,7 @@ import runpy
 import signal
 import sys
 import threading
+import time
 import traceback
 import types
 from collections.abc import Callable, Iterator
@@ -61,6 +62,9 @@ class Outcome:
     exit_code: int
     interrupted: bool = False  # ended by Ctrl-C (KeyboardInterrupt)
     crashed: bool = False  # ended by an uncaught exception
+    exception: str | None = None  # its type, when crashed (`RuntimeError`)
+    message: str | None = None  # its message
+    ended_unix: float = 0.0  # when the program ended (time.time())
 
 
 def exit_code_of(code: object) -> int:
@@ -144,18 +148,27 @@ def run_callable(
         inserted_path = True
     try:
         body()
-        return Outcome(0)
+        return Outcome(0, ended_unix=time.time())
     except SystemExit as exc:
-        return Outcome(exit_code_of(exc.code))
+        return Outcome(exit_code_of(exc.code), ended_unix=time.time())
     except KeyboardInterrupt:
+        ended = time.time()
         print("\nKeyboardInterrupt", file=sys.stderr)
-        return Outcome(130, interrupted=True)
+        return Outcome(130, interrupted=True, ended_unix=ended)
     except Terminated:
+        ended = time.time()
         print("\nTerminated (SIGTERM)", file=sys.stderr)
-        return Outcome(128 + signal.SIGTERM, interrupted=True)
+        return Outcome(128 + signal.SIGTERM, interrupted=True, ended_unix=ended)
     except BaseException as exc:  # noqa: BLE001 - the program's own error, reported like python
+        ended = time.time()
         _print_program_traceback(exc)
-        return Outcome(1, crashed=True)
+        return Outcome(
+            1,
+            crashed=True,
+            exception=type(exc).__qualname__,
+            message=_exception_message(exc),
+            ended_unix=ended,
+        )
     finally:
         if previous_term is not None:
             signal.signal(signal.SIGTERM, previous_term)
@@ -165,6 +178,14 @@ def run_callable(
                 sys.path.remove(path0)  # type: ignore[arg-type]
             except ValueError:
                 pass
+
+
+def _exception_message(exc: BaseException) -> str:
+    """The exception's message, its first 300 characters (str() of any object may fail)."""
+    try:
+        return str(exc)[:300]
+    except Exception:  # noqa: BLE001 - a broken __str__ of the program's own exception
+        return ""
 
 
 def _path0(program: Program) -> str:

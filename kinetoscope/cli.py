@@ -151,7 +151,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--align-clocks",
         action="store_true",
         help="subtract each rank's estimated clock offset (from the ends of synchronising "
-        "collectives) before computing waits and skews",
+        "collectives) before computing waits and skews; nothing to do when the ranks ran on "
+        "one host (one clock)",
+    )
+    job.add_argument(
+        "--force-align-clocks",
+        action="store_true",
+        help="subtract the estimated offsets even when the ranks ran on one host",
     )
     _add_cycle_option(job)
     job.add_argument(
@@ -270,7 +276,13 @@ def _add_export_job_options(export: Any) -> None:
         action="store_true",
         help="cut each rank at the same instants on the reference rank's clock (the estimated "
         "clock offsets applied) instead of the same times on its own clock; the manifest pins "
-        "the ranks with the offsets and the merged trace shifts their times",
+        "the ranks with the offsets and the merged trace shifts their times; nothing to do "
+        "when the ranks ran on one host (one clock)",
+    )
+    job.add_argument(
+        "--force-align-clocks",
+        action="store_true",
+        help="apply the estimated offsets even when the ranks ran on one host",
     )
     _add_cycle_option(job)
     job.add_argument(
@@ -459,6 +471,7 @@ def _job_summary_on_cluster(args: argparse.Namespace, output: str) -> int:
                 output=output,
                 width=args.width,
                 align_clocks=args.align_clocks,
+                force_align=args.force_align_clocks,
                 cycle=args.cycle,
                 executor=executor,
                 csv_dir=args.csv,
@@ -473,10 +486,18 @@ def _usage_error(message: str) -> int:
     return 2
 
 
+def _is_zip(path: str) -> bool:
+    """A zip archive: a job bundle that `export RUN_DIR -o job.zip` wrote, read as a job."""
+    from kinetoscope.parser.bundle import is_zip
+
+    return is_zip(path)
+
+
 def _job_options_given(args: argparse.Namespace) -> list[str]:
     """The options of a job's summary given on the command line, in their help's order."""
     given = [
         ("--align-clocks", args.align_clocks),
+        ("--force-align-clocks", args.force_align_clocks),
         ("--cycle", args.cycle is not None),
         ("--workers", args.workers is not None),
         ("--scheduler", args.scheduler is not None),
@@ -523,7 +544,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         output = "json" if args.json else args.format
         if args.csv is not None and (args.json or output != "text" or args.width is not None):
             return _usage_error("--csv writes files instead of printing: drop the output options")
-        if len(args.trace) > 1 or os.path.isdir(args.trace[0]):
+        if len(args.trace) > 1 or os.path.isdir(args.trace[0]) or _is_zip(args.trace[0]):
             from kinetoscope.report_job import run_job_summary
 
             if args.scheduler is not None and args.workers is not None:
@@ -539,6 +560,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                 output=output,
                 width=args.width,
                 align_clocks=args.align_clocks,
+                force_align=args.force_align_clocks,
                 cycle=args.cycle,
                 workers=args.workers,
                 csv_dir=args.csv,
@@ -573,6 +595,10 @@ def _dispatch(args: argparse.Namespace) -> int:
             from kinetoscope.viewer import run_job_view
 
             return run_job_view([args.trace], cycle=args.cycle)
+        if _is_zip(args.trace):  # a job bundle kinetoscope wrote: its ranks, as a job
+            from kinetoscope.viewer import run_bundle_view
+
+            return run_bundle_view(args.trace, cycle=args.cycle)
         if args.cycle is not None:
             return _error("--cycle picks a profiling cycle of a job (a folder or several files)")
         from kinetoscope.viewer import run_view

@@ -399,10 +399,12 @@ def _plan(trace: Trace, session: Any, window: Window, clip: bool) -> _Plan:
     memory = instant & _names(trace, lambda s: s == MEMORY_NAME)
     restamp_start = instant & _names(trace, lambda s: s.startswith(ITERATION_START))
     restamp_end = instant & _names(trace, lambda s: s == RECORD_WINDOW_END)
+    # The marks sit exactly on the window's bounds (written from the integer ns), not on the
+    # readable edges the clipped slices use: they say where the window is.
     for row in np.flatnonzero(restamp_start).tolist():
-        new_start[row] = e0
+        new_start[row] = t0
     for row in np.flatnonzero(restamp_end).tolist():
-        new_start[row] = e1
+        new_start[row] = t1
     restamped = restamp_start | restamp_end
     stats.restamped = int(restamped.sum())
     keep |= restamped
@@ -911,7 +913,6 @@ class CropStream:
         baselines: list[bytes],
         ahead: list[tuple[int, bytes]],
     ) -> None:
-        plan = self.plan
         for first, (items, reencode) in self._runs(chunk_list, pieces):
             last = first + len(items)
             kept = self._kept_in(first, last)
@@ -923,7 +924,7 @@ class CropStream:
                     text = _as_bytes(item, reencode)
                     if text is not None:
                         baselines.append(
-                            _baseline_event(text, plan.edges.start_ns, alloc, reserved)
+                            _baseline_event(text, self.window.start_ns, alloc, reserved)
                         )
                 row = kept.get(ordinal)
                 if row is not None and ordinal in self.placed:

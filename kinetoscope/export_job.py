@@ -120,6 +120,7 @@ class JobCut:
     missing_ranges: list[tuple[int, int]] = field(default_factory=list)  # every missing rank
     missing_count: int = 0
     cycles: int = 1
+    one_clock_host: str | None = None  # aligning was asked, but the ranks share one host's clock
 
     @property
     def exported(self) -> list[RankCut]:
@@ -188,9 +189,11 @@ def plan_job(
     cycle: int | None = None,
     workers: int | None = None,
     executor: Any = None,
+    force_align: bool = False,
 ) -> JobCut:
     """Find the job, digest its ranks and decide each rank's window (module docstring).
-    Raises ExportError when there is no job, or the window cannot be read."""
+    `align_clocks` does nothing when the ranks ran on one host (one clock) unless
+    `force_align`. Raises ExportError when there is no job, or the window cannot be read."""
     from kinetoscope.analysis.job import analyze_job, map_ranks
     from kinetoscope.parser.ranks import JobError, discover
 
@@ -201,8 +204,11 @@ def plan_job(
     except JobError as exc:
         raise ExportError(str(exc)) from None
     digests = map_ranks([f.path for f in files.files], executor=executor, workers=workers)
-    job = analyze_job(digests, files, align_clocks=align_clocks)
-    return plan_from_job(job, window=window, steps=steps, align_clocks=align_clocks)
+    job = analyze_job(digests, files, align_clocks=align_clocks, force_align=force_align)
+    cut = plan_from_job(job, window=window, steps=steps, align_clocks=job.aligned)
+    if job.align_asked and not job.aligned and job.clock.one_host:
+        cut.one_clock_host = job.clock.hosts[0] if job.clock.hosts else "?"
+    return cut
 
 
 def plan_from_job(
@@ -984,6 +990,11 @@ def problem_lines(cut: JobCut) -> list[str]:
             "missing ranks (no file): " + ranges_text(cut.missing_ranges, cut.missing_count)
         )
     lines += [f"{os.path.basename(path)}: not used: {why}" for path, why in cut.left_out]
+    if cut.one_clock_host is not None:
+        lines.append(
+            f"one clock: every rank ran on host {cut.one_clock_host}, so --align-clocks has "
+            "nothing to align (--force-align-clocks does): clocks as recorded"
+        )
     if cut.aligned and all(r.offset_ns is None for r in cut.exported):
         lines.append("no clock offsets (no synchronising collectives): clocks as recorded")
     elif cut.aligned:
@@ -1007,6 +1018,7 @@ def run_job_export(
     merged: bool = False,
     clip: bool = False,
     workers: int | None = None,
+    force_align: bool = False,
 ) -> int:
     """`kinetoscope export DIR|FILES... -o OUT`: 0 when written (ranks left out named on
     stderr), 1 with a one-line message when nothing could be written."""
@@ -1024,6 +1036,7 @@ def run_job_export(
             align_clocks=align_clocks,
             cycle=cycle,
             workers=workers,
+            force_align=force_align,
         )
         kind, written = export_job(
             cut, out_path, merged=kind == "merged", clip=clip, workers=workers
@@ -1063,6 +1076,7 @@ def route_job(args: Any) -> int | None:
         option
         for option, on in (
             ("--align-clocks", args.align_clocks),
+            ("--force-align-clocks", getattr(args, "force_align_clocks", False)),
             ("--cycle", args.cycle is not None),
             ("--merged", args.merged),
             ("--workers", args.workers is not None),
@@ -1106,4 +1120,5 @@ def route_job(args: Any) -> int | None:
         merged=args.merged,
         clip=args.clip,
         workers=args.workers,
+        force_align=getattr(args, "force_align_clocks", False),
     )

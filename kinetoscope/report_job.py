@@ -26,30 +26,54 @@ def run_job_summary(
     output: str = "text",
     width: int | None = None,
     align_clocks: bool = False,
+    force_align: bool = False,
     cycle: int | None = None,
     workers: int | None = None,
     executor: Any = None,
     csv_dir: str | None = None,
+    bundle: Any = None,
 ) -> int:
     """Discover the job in `inputs`, digest its ranks in worker processes, merge and print;
     1 with a one-line message when there is no job to read. With `csv_dir`, write the job
-    viewer's tables there as CSV files instead (kinetoscope/tables.py)."""
+    viewer's tables there as CSV files instead (kinetoscope/tables.py). One input that is a
+    zip: a bundle kinetoscope wrote (`export RUN_DIR -o job.zip`), its ranks read as the job."""
     from kinetoscope.analysis.job import analyze_job, job_document, map_ranks
+    from kinetoscope.parser.bundle import BundleError, is_zip, open_bundle
     from kinetoscope.parser.ranks import JobError, discover
     from kinetoscope.tui.safe_text import clean
 
+    options = dict(
+        output=output,
+        width=width,
+        align_clocks=align_clocks,
+        force_align=force_align,
+        cycle=cycle,
+        workers=workers,
+        executor=executor,
+        csv_dir=csv_dir,
+    )
+    if len(inputs) == 1 and is_zip(inputs[0]) and bundle is None:
+        try:
+            with open_bundle(inputs[0]) as opened:
+                return run_job_summary([opened.folder], bundle=opened, **options)  # type: ignore[arg-type]
+        except BundleError as exc:
+            print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
+            return 1
     try:
         files = discover(inputs, cycle=cycle)
     except JobError as exc:
         print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
         return 1
     digests = map_ranks([f.path for f in files.files], executor=executor, workers=workers)
-    job = analyze_job(digests, files, align_clocks=align_clocks)
+    job = analyze_job(digests, files, align_clocks=align_clocks, force_align=force_align)
     if csv_dir is not None:
         from kinetoscope import tables
 
-        return tables.emit_written(tables.job_tables(job), csv_dir, inputs[0])
+        source = bundle.archive if bundle is not None else inputs[0]
+        return tables.emit_written(tables.job_tables(job), csv_dir, source)
     document = job_document(job)
+    if bundle is not None:
+        document = _as_in_bundle(document, bundle)
     if output == "json":
         emit(summary_json(document) + "\n")
     else:
@@ -60,10 +84,32 @@ def run_job_summary(
     return 0
 
 
+def _as_in_bundle(value: Any, bundle: Any) -> Any:
+    """The document with the bundle's temporary paths shown as `job.zip:rank3.json`, and the
+    ranks its manifest says were left out of the export listed in `left_out`."""
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, str):
+            return bundle.shown(item)
+        if isinstance(item, list):
+            return [walk(v) for v in item]
+        if isinstance(item, dict):
+            return {k: walk(v) for k, v in item.items()}
+        return item
+
+    document = walk(value)
+    document["left_out"] = document.get("left_out", []) + [
+        {"path": f"{bundle.archive}: rank {rank}", "reason": f"not in the bundle: {why}"}
+        for rank, why in bundle.left_out
+    ]
+    return document
+
+
 def job_tables(document: dict[str, Any]) -> list[Any]:
     """The job report's sections, in reading order."""
     sections = [
         job_facts(document),
+        *health_notes(document),
         ranks_table(document),
         straggler_note(document),
         straggler_phases_table(document),
@@ -80,7 +126,31 @@ def job_tables(document: dict[str, Any]) -> list[Any]:
 def _rank_status(rank: dict[str, Any]) -> str:
     if rank["error"]:
         return "not loaded"
+    ended = (rank.get("exit") or {}).get("ended")
+    if ended in ("exception", "exit", "lost"):
+        return "failed"
+    if ended == "stopped":
+        return "stopped"
     return "ok" if rank["complete"] else "incomplete"
+
+
+def health_notes(document: dict[str, Any]) -> list[Any]:
+    """One line per rank whose program did not end normally (capture's exit records), in the
+    order they ended: `rank 2 exited with RuntimeError at ProfilerStep#8; its trace is
+    partial`, with the exception's message; none when every rank ended normally or no record
+    was left."""
+    health = document.get("health") or {}
+    order = health.get("ended_badly") or []
+    by_rank = {r["rank"]: r for r in document["ranks"]}
+    first = health.get("first_failure") if len(health.get("failed") or []) > 1 else None
+    notes = []
+    for rank, text in zip(order, health.get("messages") or []):
+        message = ((by_rank.get(rank) or {}).get("exit") or {}).get("message")
+        line = f"Rank {text.removeprefix('rank ')}"
+        if rank == first:
+            line += " (the first rank to fail)"
+        notes.append(Note(line + (f": {message}" if message else ".")))
+    return notes
 
 
 def job_facts(document: dict[str, Any]) -> Any:
@@ -111,13 +181,31 @@ def job_facts(document: dict[str, Any]) -> Any:
             "profiling cycle",
             f"{chosen['index']} of {len(document['cycles'])} (--cycle N picks another)",
         )
-    table.add_row(
-        "clocks",
-        f"aligned on rank {document['clock_reference']} (estimated offsets subtracted)"
-        if document["clocks_aligned"]
-        else "as recorded (--align-clocks subtracts the estimated offsets)",
-    )
+    table.add_row("clocks", _clocks_text(document))
     return table
+
+
+def _clocks_text(document: dict[str, Any]) -> str:
+    clocks = document.get("clocks") or {}
+    if clocks.get("one_clock"):
+        source = "their traces" if clocks.get("host_source") == "trace" else "capture's records"
+        host = clocks["hosts"][0] if clocks.get("hosts") else "?"
+        text = f"one clock: every rank ran on host {host} (said by {source})"
+        if clocks.get("alignment") == "forced":
+            return (
+                text + f"; aligned on rank {document['clock_reference']} anyway "
+                "(--force-align-clocks: the estimated offsets, arrival differences here, "
+                "subtracted)"
+            )
+        if clocks.get("alignment") == "not needed: one host":
+            return text + "; --align-clocks has nothing to align (--force-align-clocks does)"
+        return text + "; the offsets below are arrival differences, not clock skew"
+    if document["clocks_aligned"]:
+        return f"aligned on rank {document['clock_reference']} (estimated offsets subtracted)"
+    text = "as recorded (--align-clocks subtracts the estimated offsets)"
+    if len(clocks.get("hosts") or []) > 1:
+        text = f"{len(clocks['hosts'])} hosts; " + text
+    return text
 
 
 def _rank_list(ranks: list[int], limit: int = 20) -> str:
@@ -126,11 +214,13 @@ def _rank_list(ranks: list[int], limit: int = 20) -> str:
 
 
 def _offset(rank: dict[str, Any]) -> str:
+    """`+100.000 µs ± 4.000 µs`, with `(n.s.)` when it does not stand out of its spread."""
     offset = rank["clock_offset_us"]
     if offset is None:
         return "–"
     sign = "-" if offset < 0 else "+"
-    return f"{sign}{_dur(abs(offset))} ± {_dur(rank['clock_spread_us'] or 0.0)}"
+    text = f"{sign}{_dur(abs(offset))} ± {_dur(rank['clock_spread_us'] or 0.0)}"
+    return text + (" (n.s.)" if rank.get("clock_offset_significant") is False else "")
 
 
 def ranks_table(document: dict[str, Any]) -> Any:
@@ -143,8 +233,14 @@ def ranks_table(document: dict[str, Any]) -> Any:
         "waited",
         "clock offset",
     )
+    one_clock = (document.get("clocks") or {}).get("one_clock")
     table = _table(
-        "Ranks: the straggler waited least in collectives (it arrived last)",
+        "Ranks: the straggler waited least in collectives (it arrived last)"
+        + (
+            "; one clock: offsets are arrival differences"
+            if one_clock
+            else "; clock offset ± its spread, n.s.: not significant"
+        ),
         "rank",
         "status",
         *numbers,
@@ -175,6 +271,13 @@ def straggler_note(document: dict[str, Any]) -> Any:
     from kinetoscope.analysis.job import ANNOTATION, phase_label
 
     straggler = document["straggler"]
+    failed = (document.get("health") or {}).get("failed") or []
+    if straggler is None and failed:
+        return Note(
+            f"No straggler named: fewer than two ranks that did not die took part in matched "
+            f"collectives ({'rank' if len(failed) == 1 else 'ranks'} {_rank_list(failed)} failed: a rank that died is not named for "
+            "arriving late)."
+        )
     if straggler is None:
         return Note("No straggler: fewer than two ranks took part in matched collectives.")
     text = (

@@ -753,6 +753,9 @@ def rank_status(entry: Any) -> str:
         return "missing"
     if not entry.loaded:
         return "not loaded"
+    ended = getattr(entry, "exit", None)  # capture's exit record
+    if ended is not None and not ended.clean:
+        return "failed" if ended.failed else "stopped"
     return "ok" if entry.digest.complete else "incomplete"
 
 

@@ -67,7 +67,7 @@ def run_view(path: str) -> int:
     return int(app.return_code or 0)
 
 
-def run_job_view(inputs: list[str], cycle: int | None = None) -> int:
+def run_job_view(inputs: list[str], cycle: int | None = None, title: str | None = None) -> int:
     """The job viewer on a folder of rank files or several files; 0 on a normal quit, 1 (with
     a one-line message on stderr) when there is no job to show or no terminal."""
     from kinetoscope.tui.job_loader import JobLoad
@@ -91,11 +91,33 @@ def run_job_view(inputs: list[str], cycle: int | None = None) -> int:
     load.start()
     from kinetoscope.tui.job_app import JobApp
 
-    app = JobApp(inputs, staged=True, load=load)
+    app = JobApp(inputs, staged=True, load=load, title=title)
     app.run()
     if app.exit_message:
         print(f"kinetoscope: {clean(app.exit_message)}", file=sys.stderr)
     return int(app.return_code or 0)
+
+
+def run_bundle_view(path: str, cycle: int | None = None) -> int:
+    """The job viewer on a job bundle kinetoscope wrote (`export RUN_DIR -o job.zip`): its
+    ranks streamed into a temporary folder for as long as the viewer runs."""
+    from kinetoscope.parser.bundle import BundleError, open_bundle
+    from kinetoscope.tui.safe_text import clean
+
+    not_a_terminal = terminal_problem()
+    if not_a_terminal is not None:
+        print(
+            f"kinetoscope: the viewer needs a terminal ({not_a_terminal} is not one); "
+            f"for a text report run: kinetoscope summary {clean(_quoted(path))}",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        with open_bundle(path) as bundle:
+            return run_job_view([bundle.folder], cycle=cycle, title=path)
+    except BundleError as exc:
+        print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
+        return 1
 
 
 def run_diff_view(

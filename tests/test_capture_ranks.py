@@ -31,6 +31,7 @@ from kinetoscope.capture.ranks import (
     write_marker,
 )
 from kinetoscope.capture.session import CaptureError, CaptureOptions, CaptureResult
+from kinetoscope.parser.rank_exit import read_record, record_name
 
 from kinetoscope.cli import build_parser
 
@@ -355,7 +356,10 @@ def _trace(path: Path) -> dict:
 
 
 def _job_files(run_dir: Path) -> list[str]:
-    return sorted(p.name for p in run_dir.iterdir())
+    """The run folder's files but the ranks' hidden exit records (tests/test_rank_exit.py)."""
+    return sorted(
+        p.name for p in run_dir.iterdir() if not p.name.endswith(".kinetoscope-exit.json")
+    )
 
 
 @pytest.fixture
@@ -436,6 +440,10 @@ def test_nproc_one_command_and_the_straggler_is_named(ddp: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert _job_files(run_dir) == [rank_trace_name(rank) for rank in range(4)]
+    # Each rank's exit record beside its trace: every one ended normally.
+    for rank in range(4):
+        ended = read_record(str(run_dir / record_name(rank)))
+        assert ended is not None and ended.clean and ended.trace == rank_trace_name(rank)
     assert f"kinetoscope: all 4 ranks wrote their traces into {run_dir}" in result.stderr
     assert f"summary: kinetoscope summary {run_dir}" in result.stderr
     assert result.stderr.count("kinetoscope: profiling ddp.py") == 1
@@ -520,3 +528,8 @@ def test_nproc_stopped_by_sigterm_still_writes_and_reports(tmp_path: Path) -> No
     for rank in (0, 1):
         assert _trace(run_dir / rank_trace_name(rank))["distributedInfo"]["rank"] == rank
     assert "kinetoscope: all 2 ranks wrote their traces into run" in stderr
+    # Stopped, not failed: each rank's record says so, and the report too.
+    for rank in (0, 1):
+        ended = read_record(str(run_dir / record_name(rank)))
+        assert ended is not None and ended.ended == "stopped" and ended.exit_code == 143
+    assert "kinetoscope: rank 0 was stopped (SIGTERM) at ProfilerStep#" in stderr

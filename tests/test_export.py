@@ -362,7 +362,8 @@ def check_crop(path: Path, window: Window, tmp_path: Path, clip: bool, gz: bool 
     for raw in restamped:
         event = RAW_OBJECT.decode(raw)
         name = json.loads(bytes(event["name"]))
-        assert ns_of(event["ts"]) == (e0 if name.startswith(RESTAMPED[0]) else e1)
+        # Exactly on the window's bounds (not the readable edges the clipped slices use).
+        assert ns_of(event["ts"]) == (t0 if name.startswith(RESTAMPED[0]) else t1)
 
     # No flow end or start orphaned: each flow has both, and each of its events lies in a slice
     # of its lane in the crop.
@@ -373,7 +374,7 @@ def check_crop(path: Path, window: Window, tmp_path: Path, clip: bool, gz: bool 
     got = {}
     for raw in baseline:
         event = fields(raw)
-        assert ns_of(RAW_OBJECT.decode(raw)["ts"]) == e0
+        assert ns_of(RAW_OBJECT.decode(raw)["ts"]) == t0
         args = event["args"]
         assert args["Bytes"] == 0
         got[(args.get("Device Type"), args.get("Device Id"))] = (
@@ -615,6 +616,73 @@ def test_sample_around_gap(tmp_path):
     check_crop(SYNTHETIC, window, tmp_path, clip=False)
     with pytest.raises(ExportError, match="GPU idle gaps"):
         gap_window(session, len(gaps) + 1)
+
+
+def test_window_marks_sit_exactly_on_the_bounds_at_epoch_times(tmp_path):
+    """At epoch-sized times (ts ~1.7e15 µs, beyond a double's ns) the re-stamped `Iteration
+    Start` / `Record Window End` marks and the `[memory]` baseline are written exactly at the
+    window's bounds, from the integer ns (they were ~0.2 µs outside, at the readable edges)."""
+    base = 1_700_000_000_000_000  # µs
+    events = [
+        {"ph": "X", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": base + 100, "dur": 800},
+        {"ph": "X", "name": "aten::mm", "pid": 1, "tid": 1, "ts": base + 200, "dur": 500},
+        {
+            "ph": "i",
+            "name": "Iteration Start: PyTorch Profiler",
+            "s": "g",
+            "pid": "Traces",
+            "tid": "PyTorch Profiler",
+            "ts": base + 100,
+        },
+        {
+            "ph": "i",
+            "name": "Record Window End",
+            "s": "g",
+            "pid": "Traces",
+            "tid": "PyTorch Profiler",
+            "ts": base + 950,
+        },
+        {
+            "ph": "i",
+            "name": "[memory]",
+            "cat": "cpu_instant_event",
+            "s": "t",
+            "pid": 1,
+            "tid": 1,
+            "ts": base + 150,
+            "args": {
+                "Total Reserved": 4096,
+                "Total Allocated": 2048,
+                "Bytes": 2048,
+                "Addr": 1,
+                "Device Type": 0,
+                "Device Id": -1,
+            },
+        },
+    ]
+    path = tmp_path / "epoch.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    t0 = (base + 300) * 1000 + 123  # ns: neither bound is a double a reader reads back exactly
+    t1 = (base + 600) * 1000 + 877
+    window = Window(t0, t1)
+    assert not round_trips(window)
+    for clip in (False, True):
+        out = tmp_path / f"out{clip}.json"
+        crop = crop_trace(str(path), window, clip=clip)
+        assert crop.edges != window  # the clipped slices' edges lie outside, where they read back
+        write_crop(crop, str(out))
+        raw = out.read_bytes()
+        marks = {}
+        for event in RAW_LIST.decode(bytes(RAW_OBJECT.decode(raw)["traceEvents"])):
+            fields_ = RAW_OBJECT.decode(bytes(event))
+            if bytes(fields_.get("ph", b"")) == b'"i"':
+                marks[json.loads(bytes(fields_["name"]))] = bytes(fields_["ts"])
+        # The written text is the bound itself, digit for digit.
+        assert marks == {
+            "Iteration Start: PyTorch Profiler": us_text(t0),
+            "Record Window End": us_text(t1),
+            "[memory]": us_text(t0),
+        }
 
 
 # -- small pieces -------------------------------------------------------------------------------

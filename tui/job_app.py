@@ -178,9 +178,11 @@ class JobApp(ViewerApp):
         workers: int | None = None,
         staged: bool = False,
         load: JobLoad | None = None,
+        title: str | None = None,
     ) -> None:
         super().__init__()
         self.inputs = list(inputs)
+        self.title_text = title  # what the header calls the job (default: its inputs)
         # Started before the app takes over the standard streams (the worker processes' server
         # is started with them).
         self.load = load if load is not None else JobLoad(self.inputs, cycle=cycle, workers=workers)
@@ -232,7 +234,9 @@ class JobApp(ViewerApp):
             from .job_ranks import RanksScreen
 
             self.job = report.job
-            title = self.inputs[0] if len(self.inputs) == 1 else f"{len(self.inputs)} files"
+            title = self.title_text or (
+                self.inputs[0] if len(self.inputs) == 1 else f"{len(self.inputs)} files"
+            )
             screen = RanksScreen(report.job, title=title)
             if self._loading is not None and self.screen is self._loading:
                 self.switch_screen(screen)
@@ -242,12 +246,13 @@ class JobApp(ViewerApp):
         elif isinstance(report, JobFailed):
             self._fail(report.message)
 
-    def align_clocks(self, aligned: bool) -> None:
-        """Merge the ranks again with (or without) the clock offsets subtracted."""
+    def align_clocks(self, aligned: bool, force: bool = False) -> None:
+        """Merge the ranks again with (or without) the clock offsets subtracted (`force`: even
+        when the ranks share one clock)."""
         from .job_ranks import RanksScreen
 
         try:
-            job = self.load.reanalyze(aligned)
+            job = self.load.reanalyze(aligned, force=force)
         except Exception as exc:  # the shown job stays
             self.notify(f"could not merge the ranks again: {exc}", severity="error", markup=False)
             return
@@ -255,12 +260,15 @@ class JobApp(ViewerApp):
         for screen in self.screen_stack:
             if isinstance(screen, RanksScreen):
                 screen.set_job(job)
-        self.notify(
-            "clocks aligned: estimated offsets subtracted"
-            if aligned
-            else "clocks as recorded (a to align them)",
-            timeout=3,
-        )
+        if job.align_forced:
+            said = "clocks aligned anyway: the estimated offsets (arrival differences on one host) subtracted"
+        elif aligned:
+            said = "clocks aligned: estimated offsets subtracted"
+        elif job.clock.one_host:
+            said = "one clock, as recorded"
+        else:
+            said = "clocks as recorded (a to align them)"
+        self.notify(said, timeout=3)
 
     # -- a rank on its own --------------------------------------------------------------------
 

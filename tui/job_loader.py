@@ -168,13 +168,19 @@ class JobLoad:
         """Ranks digested so far."""
         return sum(1 for d in self.digests if d is not None)
 
-    def reanalyze(self, align_clocks: bool) -> JobAnalysis:
-        """The job merged again from the same digests (e.g. with the clocks aligned)."""
+    def reanalyze(self, align_clocks: bool, force: bool = False) -> JobAnalysis:
+        """The job merged again from the same digests (e.g. with the clocks aligned; `force`:
+        even when the ranks ran on one host)."""
         from kinetoscope.analysis.job import analyze_job
 
         assert self.files is not None and all(d is not None for d in self.digests)
         self.align_clocks = align_clocks
-        self.job = analyze_job(list(self.digests), self.files, align_clocks=align_clocks)  # type: ignore[arg-type]
+        self.job = analyze_job(
+            list(self.digests),  # type: ignore[arg-type]
+            self.files,
+            align_clocks=align_clocks,
+            force_align=force and align_clocks,
+        )
         return self.job
 
     # -- reporting ------------------------------------------------------------------------------

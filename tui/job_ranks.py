@@ -21,6 +21,8 @@ import numpy as np
 from kinetoscope.analysis.job import (
     ANNOTATION,
     annotation_values,
+    clock_reference,
+    offset_significant,
     phase_breakdown,
     phase_label,
     phase_values,
@@ -56,6 +58,7 @@ CELL_WIDTH = 12  # one step's cell: a shade glyph and a duration
 SHADE_GLYPHS = (" ", "▂", "▄", "▆")
 SHADE_BACKGROUNDS: tuple[str | None, ...] = (None, "idle", "memory-cursor", "gap")
 MODES = ("dur", "wait")
+STATUS_ORDER = ("ok", "incomplete", "stopped", "failed", "not loaded", "missing")
 MODE_TEXT = {"dur": "step time", "wait": "collective wait"}
 _STEP_NUMBER = re.compile(r"(\d+)\s*$")
 
@@ -77,6 +80,8 @@ class RankRow:
             return "missing"
         if not entry.loaded:
             return "not loaded"
+        if entry.exit is not None and not entry.exit.clean:
+            return "failed" if entry.exit.failed else "stopped"
         return "ok" if entry.digest.complete else "incomplete"
 
     @property
@@ -87,10 +92,29 @@ class RankRow:
             return "no file for this rank in the chosen profiling cycle"
         if not entry.loaded:
             return entry.digest.error
+        if entry.exit is not None and not entry.exit.clean:
+            return entry.exit.describe()
         if not entry.digest.complete:
             warnings = entry.digest.warnings
             return warnings[0] if warnings else "the file ends before the JSON does"
         return None
+
+
+def _said(row: RankRow) -> str:
+    """A rank's problem in the header: how its program ended when capture recorded it
+    (`exited with RuntimeError at ProfilerStep#8; its trace is partial`), else its status."""
+    entry = row.entry
+    if entry is not None and entry.loaded and entry.exit is not None and not entry.exit.clean:
+        return entry.exit.describe()
+    return row.status
+
+
+def clock_words(job: JobAnalysis) -> str:
+    """The header's word on the clocks: one host's one clock, aligned, or as recorded."""
+    if job.clock.one_host:
+        host = clean(job.clock.hosts[0]) if job.clock.hosts else "?"
+        return f"one clock (host {host}){', aligned anyway' if job.aligned else ''}"
+    return "clocks aligned" if job.aligned else "clocks as recorded"
 
 
 def rank_rows(job: JobAnalysis) -> list[RankRow]:
@@ -506,10 +530,14 @@ def breakdown_model(job: JobAnalysis) -> TableModel:
             return f"{rank} ◀ straggler"
         return f"{rank} median" if rank == reference else f"{rank}"
 
+    clock_ref = clock_reference(job.matched)
+    quiet = [r.entry is not None and offset_significant(r.entry, clock_ref) is False for r in rows]
+
     def clock(i: int) -> str:
         if math.isnan(offset[i]):
             return "–"
-        return f"{fmt_duration(offset[i], 1)} ± {fmt_duration(spread[i], 1)}"
+        text = f"{fmt_duration(offset[i], 1)} ± {fmt_duration(spread[i], 1)}"
+        return text + (" n.s." if quiet[i] else "")
 
     def time_col(title: str, key: str, optional: bool = False) -> Column:
         data = column(key)
@@ -542,9 +570,7 @@ def breakdown_model(job: JobAnalysis) -> TableModel:
 
     steps = column("steps")
     statuses = [r.status for r in rows]
-    status_key = np.array(
-        [("ok", "incomplete", "not loaded", "missing").index(s) for s in statuses]
-    )
+    status_key = np.array([STATUS_ORDER.index(s) for s in statuses])
     rules = [r.entry.rank_rule if r.entry is not None else "–" for r in rows]
     files = [os.path.basename(r.entry.path) if r.entry is not None else "–" for r in rows]
     gpu = any(r.entry is not None and r.entry.loaded and r.entry.digest.has_gpu for r in rows)
@@ -569,7 +595,7 @@ def breakdown_model(job: JobAnalysis) -> TableModel:
             width=5,
             optional=True,
         ),
-        Column("clock offset", clock, key=offset, width=18, optional=True),
+        Column("clock offset", clock, key=offset, width=22, optional=True),
         Column("rank from", lambda i: rules[i], width=15, numeric=False, optional=True),
         Column("file", lambda i: files[i], width=0, numeric=False, name=True, optional=True),
     ]
@@ -650,6 +676,7 @@ class RanksScreen(SavesCsv, Screen):
         super().__init__()
         self.job = job
         self.title_text = title
+        self._force_align_armed = False  # `a` once on a job on one host: the next one forces
 
     def compose(self) -> ComposeResult:
         yield Static(self._title(), id="ranks-title")
@@ -711,7 +738,7 @@ class RanksScreen(SavesCsv, Screen):
         if world:
             text.append(f" · world size {world}")
         text.append(f" · {plural(len(job.matched), 'collective')} matched")
-        text.append(" · clocks aligned" if job.aligned else " · clocks as recorded")
+        text.append(" · " + clock_words(job))
         palette = palette_of(self)
         files = job.files
         if files is not None and len(files.cycles) > 1:
@@ -729,7 +756,7 @@ class RanksScreen(SavesCsv, Screen):
         # Missing ranks beyond those listed (a world size from a file may be anything).
         unlisted = max(0, files.missing_count - len(job.missing)) if files is not None else 0
         if problems:
-            shown = ", ".join(f"rank {r.rank} {r.status}" for r in problems[:6])
+            shown = ", ".join(f"rank {r.rank} {_said(r)}" for r in problems[:6])
             total = len(problems) + unlisted
             more = f" and {total - 6:,} more" if total > 6 else ""
             text.append(" · " + shown + more, palette.style("error", bold=True))
@@ -882,4 +909,21 @@ class RanksScreen(SavesCsv, Screen):
         self.notify(f"cells: {MODE_TEXT[matrix.mode]}", timeout=2)
 
     def action_toggle_clocks(self) -> None:
-        self.app.align_clocks(not self.job.aligned)
+        job = self.job
+        if job.clock.one_host and not job.aligned:
+            # One host, one clock: nothing to align. A second `a` forces it.
+            if not self._force_align_armed:
+                self._force_align_armed = True
+                host = job.clock.hosts[0] if job.clock.hosts else "?"
+                self.notify(
+                    f"One clock: every rank ran on host {clean(host)}, so there is nothing to "
+                    "align (the offsets are arrival differences). Press a again to subtract "
+                    "them anyway.",
+                    timeout=6,
+                )
+                return
+            self._force_align_armed = False
+            self.app.align_clocks(True, force=True)
+            return
+        self._force_align_armed = False
+        self.app.align_clocks(not job.aligned)
