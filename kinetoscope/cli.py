@@ -145,6 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
         "existing file is an error): operators, kernels, gaps, findings, steps; a job: ranks, "
         "steps by rank, collectives (docs/csv.md)",
     )
+    summary.add_argument(
+        "--csv-raw",
+        action="store_true",
+        help="with --csv: write names exactly as recorded, for exact round trips (by default a "
+        "cell that starts with =, +, -, @, TAB or CR and is not a number gets a ' in front, so "
+        "that a spreadsheet does not run it as a formula)",
+    )
 
     job = summary.add_argument_group("a distributed job (a folder or several files)")
     job.add_argument(
@@ -313,6 +320,13 @@ def _add_diff_command(sub: Any) -> None:
         "(docs/csv.md)",
     )
     diff.add_argument(
+        "--csv-raw",
+        action="store_true",
+        help="with --csv: write names exactly as recorded, for exact round trips (by default a "
+        "cell that starts with =, +, -, @, TAB or CR and is not a number gets a ' in front, so "
+        "that a spreadsheet does not run it as a formula)",
+    )
+    diff.add_argument(
         "--steps",
         metavar="LIST",
         help="which paired steps to compare, 1 = the first of each trace: e.g. 2-, 1,3-5 "
@@ -450,6 +464,7 @@ def _job_summary_on_cluster(args: argparse.Namespace, output: str) -> int:
                 cycle=args.cycle,
                 executor=executor,
                 csv_dir=args.csv,
+                csv_raw=args.csv_raw,
             )
     except SchedulerError as exc:
         return _error(str(exc))
@@ -491,6 +506,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             )
         if args.csv is not None and (args.json or args.format or args.width is not None):
             return _usage_error("--csv writes files instead of printing: drop the output options")
+        if args.csv_raw and args.csv is None:
+            return _usage_error("--csv-raw goes with --csv DIR")
         return run_diff(
             args.base,
             args.new,
@@ -501,6 +518,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             templates=args.fold_templates,
             fail_above=args.fail_above,
             csv_dir=args.csv,
+            csv_raw=args.csv_raw,
         )
     if args.command == "summary":
         from kinetoscope.report import run_summary
@@ -508,6 +526,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         output = "json" if args.json else args.format
         if args.csv is not None and (args.json or output != "text" or args.width is not None):
             return _usage_error("--csv writes files instead of printing: drop the output options")
+        if args.csv_raw and args.csv is None:
+            return _usage_error("--csv-raw goes with --csv DIR")
         if len(args.trace) > 1 or os.path.isdir(args.trace[0]):
             from kinetoscope.report_job import run_job_summary
 
@@ -527,6 +547,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                 cycle=args.cycle,
                 workers=args.workers,
                 csv_dir=args.csv,
+                csv_raw=args.csv_raw,
             )
         given = _job_options_given(args)
         if given and os.path.exists(args.trace[0]):  # else: the missing file is the problem
@@ -534,7 +555,9 @@ def _dispatch(args: argparse.Namespace) -> int:
                 f"{given[0]} is an option of a job's summary (a folder or several files), "
                 "not of one trace file"
             )
-        return run_summary(args.trace[0], output=output, width=args.width, csv_dir=args.csv)
+        return run_summary(
+            args.trace[0], output=output, width=args.width, csv_dir=args.csv, csv_raw=args.csv_raw
+        )
     if args.command == "view":
         paths, args.trace = args.trace, args.trace[0]
         used = [o for o in SUMMARY_ONLY_OPTIONS if getattr(args, f"summary_{o[2:]}") is not None]

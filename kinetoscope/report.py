@@ -26,10 +26,12 @@ def run_summary(
     output: str = "text",
     width: int | None = None,
     csv_dir: str | None = None,
+    csv_raw: bool = False,
 ) -> int:
     """Load a trace and print its summary (`output`: text, md, tsv or json); 1 with a one-line
     message when it cannot be read. `width` lays the text tables out for that many columns.
-    With `csv_dir`, write the viewer's tables there as CSV files instead (kinetoscope/tables.py)."""
+    With `csv_dir`, write the viewer's tables there as CSV files instead (kinetoscope/tables.py;
+    `csv_raw`: cells as recorded, formulas not neutralised)."""
     from kinetoscope.analysis.summary import build_summary
     from kinetoscope.cli import trace_path_problem
     from kinetoscope.parser import TraceError, load
@@ -61,7 +63,9 @@ def run_summary(
             from kinetoscope.analysis import TraceSession
             from kinetoscope.tables import emit_written, single_trace_tables
 
-            return emit_written(single_trace_tables(TraceSession(trace)), csv_dir, path)
+            return emit_written(
+                single_trace_tables(TraceSession(trace)), csv_dir, path, raw=csv_raw
+            )
         if as_json or output == "json":
             emit(summary_json(build_summary(trace)) + "\n")
             return 0

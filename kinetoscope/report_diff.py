@@ -487,10 +487,12 @@ def run_diff(
     templates: bool = False,
     fail_above: float | None = None,
     csv_dir: str | None = None,
+    csv_raw: bool = False,
 ) -> int:
     """Print the diff; 0, or EXIT_REGRESSION for a regression above `fail_above`, or 1 with
     one line when a trace cannot be read, or 2 for a bad `--steps`. With `csv_dir`, write the
-    diff viewer's tables there as CSV files instead (kinetoscope/tables.py)."""
+    diff viewer's tables there as CSV files instead (kinetoscope/tables.py; `csv_raw`: cells
+    as recorded)."""
     from kinetoscope.analysis.diff import diff_sessions
     from kinetoscope.analysis.session import AnalysisFailed
     from kinetoscope.parser import TraceError
@@ -513,7 +515,9 @@ def run_diff(
             from kinetoscope import tables
 
             source = tables.diff_source(base_path, new_path)
-            written = tables.emit_written(tables.diff_tables(diff), csv_dir, source)
+            written = tables.emit_written(
+                tables.diff_tables(diff), csv_dir, source, raw=csv_raw
+            )
             if written:
                 return written
         elif output == "json":

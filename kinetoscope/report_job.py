@@ -29,10 +29,12 @@ def run_job_summary(
     workers: int | None = None,
     executor: Any = None,
     csv_dir: str | None = None,
+    csv_raw: bool = False,
 ) -> int:
     """Discover the job in `inputs`, digest its ranks in worker processes, merge and print;
     1 with a one-line message when there is no job to read. With `csv_dir`, write the job
-    viewer's tables there as CSV files instead (kinetoscope/tables.py)."""
+    viewer's tables there as CSV files instead (kinetoscope/tables.py; `csv_raw`: cells as
+    recorded)."""
     from kinetoscope.analysis.job import analyze_job, job_document, map_ranks
     from kinetoscope.parser.ranks import JobError, discover
     from kinetoscope.tui.safe_text import clean
@@ -47,7 +49,7 @@ def run_job_summary(
     if csv_dir is not None:
         from kinetoscope import tables
 
-        return tables.emit_written(tables.job_tables(job), csv_dir, inputs[0])
+        return tables.emit_written(tables.job_tables(job), csv_dir, inputs[0], raw=csv_raw)
     document = job_document(job)
     if output == "json":
         emit(summary_json(document) + "\n")
