@@ -230,7 +230,7 @@ def _add_export_command(sub: Any) -> None:
     )
     choice.add_argument(
         "--around-gap",
-        type=int,
+        type=_gap_rank,
         metavar="K",
         help="the K-th longest GPU idle gap (1 = the longest, as in the viewer's gap list) "
         "with --context on each side",
@@ -352,33 +352,75 @@ def _add_diff_command(sub: Any) -> None:
     )
 
 
+# The largest values the count options take: a cycle, a worker count, a gap's rank (more than
+# any trace holds; a bigger value is a typing mistake, refused before it reaches a range).
+MAX_COUNT = 1_000_000
+MAX_WIDTH = 10_000  # columns (report.NATURAL_WIDTH)
+MAX_PERCENT = 1e9
+
+
+def _typed(text: str, what: str) -> str:
+    """`text` when it is short enough to be a number (kinetoscope/numbers.py), else the usage
+    error, before Python converts it (a 5,000-digit int is a ValueError of its own)."""
+    from kinetoscope.numbers import MAX_NUMBER_TEXT, shown
+
+    if len(text) > MAX_NUMBER_TEXT:
+        raise argparse.ArgumentTypeError(f"{shown(text)} is too long {what}")
+    return text
+
+
 def _percent(text: str) -> float:
+    from kinetoscope.numbers import shown
+
     try:
-        value = float(text.rstrip("%"))
+        value = float(_typed(text, "a percentage").rstrip("%"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a percentage: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not a percentage: {shown(text)}") from None
     if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"a percentage of 0 or more, not {text}")
+        raise argparse.ArgumentTypeError(f"a percentage of 0 or more, not {shown(text)}")
+    if value > MAX_PERCENT:
+        raise argparse.ArgumentTypeError(f"a percentage of at most {MAX_PERCENT:g}, not {text}")
     return value
 
 
 def _positive(text: str) -> int:
+    from kinetoscope.numbers import shown
+
     try:
-        value = int(text)
+        value = int(_typed(text, "a number"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not a number: {shown(text)}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"at least 1, not {value}")
+    if value > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"at most {MAX_COUNT:,}, not {value:,}")
+    return value
+
+
+def _gap_rank(text: str) -> int:
+    """`--around-gap K`: any int that fits (0 and negatives are the export's own message)."""
+    from kinetoscope.numbers import shown
+
+    try:
+        value = int(_typed(text, "a number"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {shown(text)}") from None
+    if value > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"at most {MAX_COUNT:,}, not {value:,}")
     return value
 
 
 def _width(text: str) -> int:
+    from kinetoscope.numbers import shown
+
     try:
-        value = int(text)
+        value = int(_typed(text, "a number of columns"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of columns: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not a number of columns: {shown(text)}") from None
     if value < 20:
         raise argparse.ArgumentTypeError(f"at least 20 columns, not {value}")
+    if value > MAX_WIDTH:
+        raise argparse.ArgumentTypeError(f"at most {MAX_WIDTH:,} columns, not {value:,}")
     return value
 
 

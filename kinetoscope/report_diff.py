@@ -477,6 +477,25 @@ def checked_options(
     )
 
 
+def steps_problem(text: str | None, options: Any, base: Any, new: Any) -> str | None:
+    """Why `--steps` (its `text`, parsed into `options.steps`) is a usage error for these two
+    traces: it picks none of the step pairs they have (`--steps 9-` of 6), said with the
+    steps there are; None when it picks some, or when the traces have no common steps (then
+    the whole traces are compared, as docs/diff.md says)."""
+    from kinetoscope.analysis.diff import _resolve_steps
+
+    if text is None or options.steps is None:
+        return None
+    steps_b, steps_n = len(base.steps), len(new.steps)
+    common = min(steps_b, steps_n)
+    if not common or _resolve_steps(options.steps, common):
+        return None
+    have = "step 1" if common == 1 else f"steps 1-{common}"
+    sides = "" if steps_b == steps_n else f" (BASE has {steps_b}, NEW {steps_n})"
+    spec = text.strip() if len(text) <= 40 else text.strip()[:36] + "…"  # it parsed: digits, -, ,
+    return f"--steps {spec}: the traces have {have} in common{sides}"
+
+
 def run_diff(
     base_path: str,
     new_path: str,
@@ -509,15 +528,17 @@ def run_diff(
     for side, path, session in (("BASE", base_path, base), ("NEW", new_path, new)):
         for warning in session.trace.warnings:  # cut off, damaged: as the summary says
             print(f"kinetoscope: {side} {clean(path)}: {clean(warning)}", file=sys.stderr)
+    problem = steps_problem(steps, options, base, new)
+    if problem is not None:
+        print(f"kinetoscope: {problem}", file=sys.stderr)
+        return 2
     try:
         diff = diff_sessions(base, new, options)
         if csv_dir is not None:
             from kinetoscope import tables
 
             source = tables.diff_source(base_path, new_path)
-            written = tables.emit_written(
-                tables.diff_tables(diff), csv_dir, source, raw=csv_raw
-            )
+            written = tables.emit_written(tables.diff_tables(diff), csv_dir, source, raw=csv_raw)
             if written:
                 return written
         elif output == "json":

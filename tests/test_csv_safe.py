@@ -133,7 +133,7 @@ def test_job_summary_csv_neutralises(tmp_path):
 
     folder = tmp_path / "job"
     folder.mkdir()
-    group = "=HYPERLINK(\"http://x.invalid\")"
+    group = '=HYPERLINK("http://x.invalid")'
     for rank in (0, 1, 2):
         document = rank_trace(rank)
         for event in document["traceEvents"]:
