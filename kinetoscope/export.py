@@ -1323,7 +1323,7 @@ def export_trace(
 ) -> tuple[str, list[str]]:
     """Load (unless `session` holds it), choose the window, crop, write. Returns the line that
     says where it wrote and what it kept, and notes (a trace that stops early). ExportError."""
-    from kinetoscope.analysis.session import TraceSession
+    from kinetoscope.analysis.session import AnalysisFailed, TraceSession, memory_failure
     from kinetoscope.cli import trace_path_problem
     from kinetoscope.parser import TraceError, load
 
@@ -1344,6 +1344,31 @@ def export_trace(
     trace = session.trace
     if not len(trace):
         raise ExportError(f"{path}: the trace holds no events: there is nothing to export")
+    try:
+        return _export_session(path, out_path, session, window, steps, around_gap, context_ns, clip)
+    except (AnalysisFailed, MemoryError) as exc:  # one line: which stage, and what would help
+        from kinetoscope.parser.model import out_of_memory_message
+
+        stage = memory_failure(exc)
+        if stage is None:
+            raise ExportError(f"{path}: {exc}") from None
+        raise ExportError(
+            out_of_memory_message(path, trace.n_events, stage or "the export")
+        ) from None
+
+
+def _export_session(
+    path: str,
+    out_path: str,
+    session: Any,
+    window: str | Window | None,
+    steps: list[int] | None,
+    around_gap: int | None,
+    context_ns: int | None,
+    clip: bool,
+) -> tuple[str, list[str]]:
+    """export_trace's work once the trace is loaded: the window, the crop, the file."""
+    trace = session.trace
     origin = int(trace.slice_start_min) if trace.slice_start_min is not None else 0
     if isinstance(window, str):
         end = int((trace.start + trace.dur).max()) if len(trace) else origin

@@ -73,12 +73,20 @@ def run_summary(
 
         session = TraceSession(trace)
         sections = summary_tables(session, build_summary(session))
-    except MemoryError:
+    except Exception as exc:  # MemoryError, AnalysisFailed (of one): one line, never a trace
+        from kinetoscope.analysis.session import AnalysisFailed, memory_failure
         from kinetoscope.parser.model import out_of_memory_message
         from kinetoscope.tui.safe_text import clean
 
+        stage = memory_failure(exc)
+        if stage is None and not isinstance(exc, AnalysisFailed):
+            raise
         del trace  # what the analysis held is freed as the exception unwinds; now the model
-        print(f"kinetoscope: {clean(out_of_memory_message(path, events))}", file=sys.stderr)
+        if stage is None:  # an analysis that failed otherwise: which one, and why
+            print(f"kinetoscope: {clean(path)}: {clean(str(exc))}", file=sys.stderr)
+        else:
+            message = out_of_memory_message(path, events, stage)
+            print(f"kinetoscope: {clean(message)}", file=sys.stderr)
         return 1
     emit_sections(sections, output, width)
     return 0

@@ -477,6 +477,19 @@ def checked_options(
     )
 
 
+def diff_failure_message(error: BaseException, paths: tuple[str, str], events: int) -> str:
+    """The one line for a diff whose analysis failed (`error`: an AnalysisFailed, a
+    MemoryError): out of memory, said with the stage and what the two traces' `events` need;
+    else the result that failed and why."""
+    from kinetoscope.analysis.session import memory_failure
+    from kinetoscope.parser.model import out_of_memory_message
+
+    stage = memory_failure(error)
+    if stage is None:
+        return str(error)
+    return out_of_memory_message(f"{paths[0]} and {paths[1]}", events, stage or "the comparison")
+
+
 def steps_problem(text: str | None, options: Any, base: Any, new: Any) -> str | None:
     """Why `--steps` (its `text`, parsed into `options.steps`) is a usage error for these two
     traces: it picks none of the step pairs they have (`--steps 9-` of 6), said with the
@@ -525,6 +538,10 @@ def run_diff(
     except TraceError as exc:
         print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
         return 1
+    except MemoryError:
+        print(f"kinetoscope: {clean(base_path)}, {clean(new_path)}: out of memory while "
+              "loading (free memory, or raise the limit: ulimit -v)", file=sys.stderr)  # fmt: skip
+        return 1
     for side, path, session in (("BASE", base_path, base), ("NEW", new_path, new)):
         for warning in session.trace.warnings:  # cut off, damaged: as the summary says
             print(f"kinetoscope: {side} {clean(path)}: {clean(warning)}", file=sys.stderr)
@@ -546,10 +563,9 @@ def run_diff(
         else:
             sections = diff_tables(diff)
             emit_sections(sections, output, width)
-    except AnalysisFailed as exc:  # one result could not be computed: say which, in one line
-        print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
-        return 1
-    except MemoryError:
-        print("kinetoscope: out of memory comparing the two traces", file=sys.stderr)
+    except (AnalysisFailed, MemoryError) as exc:  # one result could not be computed: which
+        events = int(base.trace.n_events) + int(new.trace.n_events)
+        message = diff_failure_message(exc, (base_path, new_path), events)
+        print(f"kinetoscope: {clean(message)}", file=sys.stderr)
         return 1
     return EXIT_REGRESSION if diff.verdict.fails(fail_above) else 0

@@ -45,12 +45,21 @@ def run_job_summary(
         print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
         return 1
     digests = map_ranks([f.path for f in files.files], executor=executor, workers=workers)
-    job = analyze_job(digests, files, align_clocks=align_clocks)
-    if csv_dir is not None:
-        from kinetoscope import tables
+    try:
+        job = analyze_job(digests, files, align_clocks=align_clocks)
+        if csv_dir is not None:
+            from kinetoscope import tables
 
-        return tables.emit_written(tables.job_tables(job), csv_dir, inputs[0], raw=csv_raw)
-    document = job_document(job)
+            return tables.emit_written(tables.job_tables(job), csv_dir, inputs[0], raw=csv_raw)
+        document = job_document(job)
+    except MemoryError:  # the merge of the ranks' digests (each rank's own: in its digest)
+        events = sum(d.events for d in digests)
+        del digests
+        from kinetoscope.parser.model import out_of_memory_message
+
+        message = out_of_memory_message(clean(inputs[0]), events, "the merge of the ranks")
+        print(f"kinetoscope: {message}", file=sys.stderr)
+        return 1
     if output == "json":
         emit(summary_json(document) + "\n")
     else:
