@@ -103,8 +103,10 @@ def _argparse(read: Callable[[str], object]) -> Callable[[str], object]:
 def argparse_int(
     low: int | None = None, high: int | None = None, kind: str = "a whole number"
 ) -> Callable[[str], object]:
-    """An argparse `type=` reading an int from `low` to `high` (read_int)."""
-    return _argparse(lambda text: read_int(text, "value", low, high, kind=kind))
+    """An argparse `type=` reading an int from `low` to `high` (read_int; signed when `low`
+    is negative)."""
+    signed = low is None or low < 0
+    return _argparse(lambda text: read_int(text, "value", low, high, signed=signed, kind=kind))
 
 
 def argparse_float(

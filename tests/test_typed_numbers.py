@@ -182,3 +182,11 @@ def test_the_int_limit_is_what_was_hit():
     with pytest.raises(ValueError, match="Exceeds the limit"):
         int(NINES)
     assert sys.get_int_max_str_digits() < len(NINES)
+
+
+def test_capture_negative_counts_keep_their_own_message(capsys):
+    """The bounds leave room for the capture's own checks (its messages, status 2)."""
+    assert main(["capture", "--wait", "-1", "--no-view", "-c", "pass"]) == 2
+    assert "--wait and --warmup must be 0 or more" in one_line_error(capsys)
+    assert main(["capture", "--nproc", "-2", "--no-view", "-c", "pass"]) == 2
+    assert "--nproc needs 1 or more ranks" in one_line_error(capsys)
