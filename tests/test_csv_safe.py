@@ -200,6 +200,8 @@ async def test_viewer_w_neutralises_and_the_palettes_raw_save_does_not(tmp_path,
         raw = await saved(pilot, viewer, "save_csv_raw")
         assert raw.read_bytes() == (raw_out / "hostile.operators.csv").read_bytes()
         assert set(column(raw, "name")) >= set(HOSTILE_NAMES)
+        said = [str(n.message) for n in app._notifications]
+        assert any(str(raw) in m and "(raw: names exactly as recorded)" in m for m in said), said
         # the raw save is a command of the palette
         provider = ScreenActions(screen)
         actions = [action for _, action, _ in provider._commands()]

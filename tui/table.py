@@ -687,7 +687,11 @@ class SavesCsv:
             )
             return
         screen.app.call_from_thread(
-            screen.notify, f"Saved {plural(count, 'row')} to {clean(path)}", timeout=6, markup=False
+            screen.notify,
+            f"Saved {plural(count, 'row')} to {clean(path)}"
+            + (" (raw: names exactly as recorded)" if raw else ""),
+            timeout=6,
+            markup=False,
         )
 
 
