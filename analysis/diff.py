@@ -108,17 +108,32 @@ class StepSpecError(ValueError):
     """A `--steps` value that cannot be read."""
 
 
+# The largest pair number `--steps` takes (more steps than any trace holds): a bigger one, or
+# a 5,000-digit one, is refused before it becomes a range of that many numbers.
+MAX_STEP_NUMBER = 1_000_000
+
+
 def parse_steps(spec: str) -> list[int]:
-    """`1,3-5,8-` -> pair numbers (1-based). `N-` means N and every later pair, written as
-    [N, -1] (the end is resolved against the pairs there are)."""
+    """`1,3-5,8-` -> pair numbers (1-based), each once. `N-` means N and every later pair,
+    written as [N, -1] (the end is resolved against the pairs there are)."""
+    from kinetoscope.numbers import shown
+
     out: list[int] = []
+    seen: set[int] = set()
     for part in spec.split(","):
         part = part.strip()
         if not part:
             continue
         match = re.fullmatch(r"(\d+)?(-(\d+)?)?", part)
         if match is None or (match.group(1) is None and match.group(3) is None):
-            raise StepSpecError(f"--steps: cannot read {part!r} (use e.g. 2,4-6,8-)")
+            raise StepSpecError(f"--steps: cannot read {shown(part)} (use e.g. 2,4-6,8-)")
+        for number in (match.group(1), match.group(3)):
+            if number is not None and (
+                len(number) > 7 or int(number) > MAX_STEP_NUMBER
+            ):  # the length first: int() of 5,000 digits is a ValueError of its own
+                raise StepSpecError(
+                    f"--steps: {shown(part)}: step pairs are numbered up to {MAX_STEP_NUMBER:,}"
+                )
         first = int(match.group(1) or 1)
         if match.group(2) is None:
             last = first
@@ -128,8 +143,11 @@ def parse_steps(spec: str) -> list[int]:
         else:
             last = int(match.group(3))
         if first < 1 or last < first:
-            raise StepSpecError(f"--steps: {part!r} is not a range of step numbers from 1")
-        out.extend(range(first, last + 1))
+            raise StepSpecError(f"--steps: {shown(part)} is not a range of step numbers from 1")
+        for number in range(first, last + 1):
+            if number not in seen:
+                seen.add(number)
+                out.append(number)
     if not out:
         raise StepSpecError("--steps: no step given")
     return out

@@ -147,17 +147,28 @@ def digest_rank(path: str, options: DigestOptions | None = None) -> RankDigest:
             path=path, error=str(exc), complete=False, seconds=time.perf_counter() - began
         )
     except (OSError, MemoryError) as exc:
+        from kinetoscope.parser.model import out_of_memory_message
+
+        error = out_of_memory_message(path, 0) if isinstance(exc, MemoryError) else f"{path}: {exc}"
         return RankDigest(
-            path=path, error=f"{path}: {exc}", complete=False, seconds=time.perf_counter() - began
+            path=path, error=error, complete=False, seconds=time.perf_counter() - began
         )
     try:
         digest = _digest(path, trace, options)
     except Exception as exc:  # an analysis failure is this rank's problem, not the job's
+        from kinetoscope.parser.model import out_of_memory_message
+
+        from .session import memory_failure
+
+        stage = memory_failure(exc)
+        error = (
+            f"{path}: the analysis failed: {exc}"
+            if stage is None
+            else out_of_memory_message(path, trace.n_events, stage or "the rank's digest")
+        )
+        del trace
         return RankDigest(
-            path=path,
-            error=f"{path}: the analysis failed: {exc}",
-            complete=False,
-            seconds=time.perf_counter() - began,
+            path=path, error=error, complete=False, seconds=time.perf_counter() - began
         )
     digest.seconds = time.perf_counter() - began
     return digest

@@ -58,6 +58,23 @@ class AnalysisFailed(Exception):
         self.error = error
 
 
+def memory_failure(error: BaseException) -> str | None:
+    """Whether `error` is running out of memory: a MemoryError, or an AnalysisFailed caused by
+    one (nested any deep: a result built on one that failed). Then the stage that ran out, as
+    words, innermost first (`nesting (for idle by cpu)`; `""` for a bare MemoryError); None
+    for any other error."""
+    stages: list[str] = []
+    while isinstance(error, AnalysisFailed) and len(stages) < 64:
+        stages.append(error.name.replace("_", " "))
+        error = error.error
+    if not isinstance(error, MemoryError):
+        return None
+    if not stages:
+        return ""
+    inner, outer = stages[-1], stages[:-1]
+    return inner + (f" (for {', '.join(reversed(outer))})" if outer else "")
+
+
 class _Failure:
     __slots__ = ("error",)
 

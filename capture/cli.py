@@ -38,6 +38,8 @@ from kinetoscope.capture.session import (
 )
 from kinetoscope.parser.rank_exit import record_name
 
+from kinetoscope.numbers import argparse_float, argparse_int
+
 OVERHEAD_NOTE = (
     "The profiler itself costs time: with --record-shapes, --profile-memory and --with-stack all "
     "on, steps commonly run 10-30% slower, so they are off by default."
@@ -67,6 +69,16 @@ Examples:
 """
 
 
+# Typed numbers, bounded (kinetoscope/numbers.py): a 5,000-digit value is a usage error, not
+# a traceback; negative counts keep their own message (CaptureOptions.validate).
+MAX_STEPS = 1_000_000
+MAX_RANKS = 1024  # local ranks --nproc starts on this machine
+MAX_SECONDS = 1e7  # some 115 days
+STEP_COUNT = argparse_int(-MAX_STEPS, MAX_STEPS, "a number of steps")
+RANK_COUNT = argparse_int(-MAX_RANKS, MAX_RANKS, "a number of ranks")
+SECONDS = argparse_float(None, MAX_SECONDS, "a number of seconds")
+
+
 def add_capture_commands(sub: argparse._SubParsersAction) -> None:
     """Register `capture` and `demo` on the `kinetoscope` subcommand parser."""
     capture = sub.add_parser(
@@ -84,17 +96,17 @@ def add_capture_commands(sub: argparse._SubParsersAction) -> None:
     _add_output_options(capture, ranks=True)
     window = capture.add_argument_group("which steps to record")
     window.add_argument(
-        "--wait", type=int, default=5, metavar="N", help="steps to skip first (default 5)"
+        "--wait", type=STEP_COUNT, default=5, metavar="N", help="steps to skip first (default 5)"
     )
     window.add_argument(
         "--warmup",
-        type=int,
+        type=STEP_COUNT,
         default=2,
         metavar="N",
         help="steps to warm the profiler up without keeping them (default 2)",
     )
     window.add_argument(
-        "--active", type=int, default=3, metavar="N", help="steps to record (default 3)"
+        "--active", type=STEP_COUNT, default=3, metavar="N", help="steps to record (default 3)"
     )
     window.add_argument(
         "--steps-from",
@@ -112,14 +124,14 @@ def add_capture_commands(sub: argparse._SubParsersAction) -> None:
     ranks = capture.add_argument_group("distributed jobs (one trace per rank, in one run folder)")
     ranks.add_argument(
         "--nproc",
-        type=int,
+        type=RANK_COUNT,
         metavar="N",
         help="start N local ranks through torch's launcher (python -m torch.distributed.run "
         "--standalone) and capture each; the program chooses its backend (gloo, nccl)",
     )
     ranks.add_argument(
         "--rank-timeout",
-        type=float,
+        type=SECONDS,
         default=DEFAULT_RANK_TIMEOUT,
         metavar="SECONDS",
         help="under torchrun: how long rank 0 waits for the other ranks to finish before "

@@ -74,13 +74,17 @@ class StepSource:
         if kind == STEPS_FUNCTION and arg.strip():
             return cls(kind=kind, function=arg.strip())
         if kind == STEPS_TIME:
-            try:
-                seconds = float(arg)
-            except ValueError:
-                seconds = -1.0
+            from kinetoscope.numbers import NumberError, read_float, shown
+
+            try:  # bounded: 5,000 nines would be an endless (inf) period
+                seconds = read_float(arg, "--steps-from time:SECONDS", high=1e7)
+            except NumberError as exc:
+                raise CaptureUsage(f"{exc} (a positive number of seconds)") from None
             if seconds > 0:
                 return cls(kind=kind, seconds=seconds)
-            raise CaptureUsage(f"--steps-from time:SECONDS needs a positive number, got {arg!r}")
+            raise CaptureUsage(
+                f"--steps-from time:SECONDS needs a positive number, got {shown(arg)}"
+            )
         raise CaptureUsage(
             f"unknown step source {text!r}: use optimizer, function:NAME, time:SECONDS or run"
         )

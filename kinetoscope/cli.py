@@ -145,6 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
         "existing file is an error): operators, kernels, gaps, findings, steps; a job: ranks, "
         "steps by rank, collectives (docs/csv.md)",
     )
+    summary.add_argument(
+        "--csv-raw",
+        action="store_true",
+        help="with --csv: write names exactly as recorded, for exact round trips (by default a "
+        "cell that starts with =, +, -, @, TAB or CR and is not a number gets a ' in front, so "
+        "that a spreadsheet does not run it as a formula)",
+    )
 
     job = summary.add_argument_group("a distributed job (a folder or several files)")
     job.add_argument(
@@ -233,7 +240,7 @@ def _add_export_command(sub: Any) -> None:
     )
     choice.add_argument(
         "--around-gap",
-        type=int,
+        type=_gap_rank,
         metavar="K",
         help="the K-th longest GPU idle gap (1 = the longest, as in the viewer's gap list) "
         "with --context on each side",
@@ -330,6 +337,13 @@ def _add_diff_command(sub: Any) -> None:
         "(docs/csv.md)",
     )
     diff.add_argument(
+        "--csv-raw",
+        action="store_true",
+        help="with --csv: write names exactly as recorded, for exact round trips (by default a "
+        "cell that starts with =, +, -, @, TAB or CR and is not a number gets a ' in front, so "
+        "that a spreadsheet does not run it as a formula)",
+    )
+    diff.add_argument(
         "--steps",
         metavar="LIST",
         help="which paired steps to compare, 1 = the first of each trace: e.g. 2-, 1,3-5 "
@@ -362,33 +376,75 @@ def _add_diff_command(sub: Any) -> None:
     )
 
 
+# The largest values the count options take: a cycle, a worker count, a gap's rank (more than
+# any trace holds; a bigger value is a typing mistake, refused before it reaches a range).
+MAX_COUNT = 1_000_000
+MAX_WIDTH = 10_000  # columns (report.NATURAL_WIDTH)
+MAX_PERCENT = 1e9
+
+
+def _typed(text: str, what: str) -> str:
+    """`text` when it is short enough to be a number (kinetoscope/numbers.py), else the usage
+    error, before Python converts it (a 5,000-digit int is a ValueError of its own)."""
+    from kinetoscope.numbers import MAX_NUMBER_TEXT, shown
+
+    if len(text) > MAX_NUMBER_TEXT:
+        raise argparse.ArgumentTypeError(f"{shown(text)} is too long {what}")
+    return text
+
+
 def _percent(text: str) -> float:
+    from kinetoscope.numbers import shown
+
     try:
-        value = float(text.rstrip("%"))
+        value = float(_typed(text, "a percentage").rstrip("%"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a percentage: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not a percentage: {shown(text)}") from None
     if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"a percentage of 0 or more, not {text}")
+        raise argparse.ArgumentTypeError(f"a percentage of 0 or more, not {shown(text)}")
+    if value > MAX_PERCENT:
+        raise argparse.ArgumentTypeError(f"a percentage of at most {MAX_PERCENT:g}, not {text}")
     return value
 
 
 def _positive(text: str) -> int:
+    from kinetoscope.numbers import shown
+
     try:
-        value = int(text)
+        value = int(_typed(text, "a number"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not a number: {shown(text)}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"at least 1, not {value}")
+    if value > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"at most {MAX_COUNT:,}, not {value:,}")
+    return value
+
+
+def _gap_rank(text: str) -> int:
+    """`--around-gap K`: any int that fits (0 and negatives are the export's own message)."""
+    from kinetoscope.numbers import shown
+
+    try:
+        value = int(_typed(text, "a number"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {shown(text)}") from None
+    if value > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"at most {MAX_COUNT:,}, not {value:,}")
     return value
 
 
 def _width(text: str) -> int:
+    from kinetoscope.numbers import shown
+
     try:
-        value = int(text)
+        value = int(_typed(text, "a number of columns"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of columns: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not a number of columns: {shown(text)}") from None
     if value < 20:
         raise argparse.ArgumentTypeError(f"at least 20 columns, not {value}")
+    if value > MAX_WIDTH:
+        raise argparse.ArgumentTypeError(f"at most {MAX_WIDTH:,} columns, not {value:,}")
     return value
 
 
@@ -475,6 +531,7 @@ def _job_summary_on_cluster(args: argparse.Namespace, output: str) -> int:
                 cycle=args.cycle,
                 executor=executor,
                 csv_dir=args.csv,
+                csv_raw=args.csv_raw,
             )
     except SchedulerError as exc:
         return _error(str(exc))
@@ -526,6 +583,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             )
         if args.csv is not None and (args.json or args.format or args.width is not None):
             return _usage_error("--csv writes files instead of printing: drop the output options")
+        if args.csv_raw and args.csv is None:
+            return _usage_error("--csv-raw goes with --csv DIR")
         return run_diff(
             args.base,
             args.new,
@@ -537,6 +596,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             fail_above=args.fail_above,
             csv_dir=args.csv,
             strict=args.strict,
+            csv_raw=args.csv_raw,
         )
     if args.command == "summary":
         from kinetoscope.report import run_summary
@@ -544,6 +604,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         output = "json" if args.json else args.format
         if args.csv is not None and (args.json or output != "text" or args.width is not None):
             return _usage_error("--csv writes files instead of printing: drop the output options")
+        if args.csv_raw and args.csv is None:
+            return _usage_error("--csv-raw goes with --csv DIR")
         if len(args.trace) > 1 or os.path.isdir(args.trace[0]) or _is_zip(args.trace[0]):
             from kinetoscope.report_job import run_job_summary
 
@@ -564,6 +626,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                 cycle=args.cycle,
                 workers=args.workers,
                 csv_dir=args.csv,
+                csv_raw=args.csv_raw,
             )
         given = _job_options_given(args)
         if given and os.path.exists(args.trace[0]):  # else: the missing file is the problem
@@ -571,7 +634,9 @@ def _dispatch(args: argparse.Namespace) -> int:
                 f"{given[0]} is an option of a job's summary (a folder or several files), "
                 "not of one trace file"
             )
-        return run_summary(args.trace[0], output=output, width=args.width, csv_dir=args.csv)
+        return run_summary(
+            args.trace[0], output=output, width=args.width, csv_dir=args.csv, csv_raw=args.csv_raw
+        )
     if args.command == "view":
         paths, args.trace = args.trace, args.trace[0]
         used = [o for o in SUMMARY_ONLY_OPTIONS if getattr(args, f"summary_{o[2:]}") is not None]

@@ -133,6 +133,10 @@ _TIME = re.compile(r"\s*([+-]?)\s*(\d+(?:\.\d*)?|\.\d+)\s*(ns|us|µs|μs|ms|s)\s
 
 def parse_time(text: str) -> int:
     """`+12.5ms`, `40 ms`, `-3us`, `1.5s` -> integer ns (exact: decimals are read as text)."""
+    from kinetoscope.numbers import MAX_NUMBER_TEXT, shown
+
+    if len(text) > MAX_NUMBER_TEXT:  # before int(): 5,000 digits are a ValueError of their own
+        raise ExportError(f"the time {shown(text.strip())} is too large")
     match = _TIME.match(text)
     if match is None:
         raise ExportError(
@@ -1182,26 +1186,31 @@ def write_crop(crop: Crop | CropStream, out_path: str) -> int:
 # -- choosing the window: steps, gaps -------------------------------------------------------------
 
 _STEP_NUMBER = re.compile(r"ProfilerStep#([0-9]+)")
+MAX_STEP_DIGITS = 18  # a ProfilerStep#N's N fits an int64
 _STEP_ITEM = re.compile(r"\s*#?(\d+)\s*(?:-\s*#?(\d+)\s*)?$")
 
 
 def parse_steps(texts: list[str]) -> list[int]:
     """`--step` values: `3`, `3,5`, `3-5` (inclusive), repeatable -> step numbers, ascending."""
+    from kinetoscope.numbers import shown
+
     numbers: set[int] = set()
     for text in texts:
         for item in text.split(","):
             match = _STEP_ITEM.match(item)
+            if match is not None and max(len(n or "") for n in match.groups()) > MAX_STEP_DIGITS:
+                raise ExportError(f"the step {shown(item.strip())} is too large a number")
             if match is None:
                 raise ExportError(
-                    f"cannot read the step {item.strip()!r}: write N, N,M or N-M "
+                    f"cannot read the step {shown(item.strip())}: write N, N,M or N-M "
                     "(the N of ProfilerStep#N)"
                 )
             first = int(match.group(1))
             last = int(match.group(2)) if match.group(2) is not None else first
             if last < first:
                 raise ExportError(f"the steps {item.strip()!r} run backwards")
-            if last - first > 1_000_000:
-                raise ExportError(f"the steps {item.strip()!r} are too many")
+            if last - first > 1_000_000 or len(numbers) + last - first > 1_000_000:
+                raise ExportError(f"the steps {shown(item.strip())} are too many")
             numbers.update(range(first, last + 1))
     return sorted(numbers)
 
@@ -1315,7 +1324,7 @@ def export_trace(
 ) -> tuple[str, list[str]]:
     """Load (unless `session` holds it), choose the window, crop, write. Returns the line that
     says where it wrote and what it kept, and notes (a trace that stops early). ExportError."""
-    from kinetoscope.analysis.session import TraceSession
+    from kinetoscope.analysis.session import AnalysisFailed, TraceSession, memory_failure
     from kinetoscope.cli import trace_path_problem
     from kinetoscope.parser import TraceError, load
 
@@ -1336,6 +1345,31 @@ def export_trace(
     trace = session.trace
     if not len(trace):
         raise ExportError(f"{path}: the trace holds no events: there is nothing to export")
+    try:
+        return _export_session(path, out_path, session, window, steps, around_gap, context_ns, clip)
+    except (AnalysisFailed, MemoryError) as exc:  # one line: which stage, and what would help
+        from kinetoscope.parser.model import out_of_memory_message
+
+        stage = memory_failure(exc)
+        if stage is None:
+            raise ExportError(f"{path}: {exc}") from None
+        raise ExportError(
+            out_of_memory_message(path, trace.n_events, stage or "the export")
+        ) from None
+
+
+def _export_session(
+    path: str,
+    out_path: str,
+    session: Any,
+    window: str | Window | None,
+    steps: list[int] | None,
+    around_gap: int | None,
+    context_ns: int | None,
+    clip: bool,
+) -> tuple[str, list[str]]:
+    """export_trace's work once the trace is loaded: the window, the crop, the file."""
+    trace = session.trace
     origin = int(trace.slice_start_min) if trace.slice_start_min is not None else 0
     if isinstance(window, str):
         end = int((trace.start + trace.dur).max()) if len(trace) else origin

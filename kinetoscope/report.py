@@ -26,10 +26,12 @@ def run_summary(
     output: str = "text",
     width: int | None = None,
     csv_dir: str | None = None,
+    csv_raw: bool = False,
 ) -> int:
     """Load a trace and print its summary (`output`: text, md, tsv or json); 1 with a one-line
     message when it cannot be read. `width` lays the text tables out for that many columns.
-    With `csv_dir`, write the viewer's tables there as CSV files instead (kinetoscope/tables.py)."""
+    With `csv_dir`, write the viewer's tables there as CSV files instead (kinetoscope/tables.py;
+    `csv_raw`: cells as recorded, formulas not neutralised)."""
     from kinetoscope.analysis.summary import build_summary
     from kinetoscope.cli import trace_path_problem
     from kinetoscope.parser import TraceError, load
@@ -61,7 +63,9 @@ def run_summary(
             from kinetoscope.analysis import TraceSession
             from kinetoscope.tables import emit_written, single_trace_tables
 
-            return emit_written(single_trace_tables(TraceSession(trace)), csv_dir, path)
+            return emit_written(
+                single_trace_tables(TraceSession(trace)), csv_dir, path, raw=csv_raw
+            )
         if as_json or output == "json":
             emit(summary_json(build_summary(trace)) + "\n")
             return 0
@@ -69,12 +73,20 @@ def run_summary(
 
         session = TraceSession(trace)
         sections = summary_tables(session, build_summary(session))
-    except MemoryError:
+    except Exception as exc:  # MemoryError, AnalysisFailed (of one): one line, never a trace
+        from kinetoscope.analysis.session import AnalysisFailed, memory_failure
         from kinetoscope.parser.model import out_of_memory_message
         from kinetoscope.tui.safe_text import clean
 
+        stage = memory_failure(exc)
+        if stage is None and not isinstance(exc, AnalysisFailed):
+            raise
         del trace  # what the analysis held is freed as the exception unwinds; now the model
-        print(f"kinetoscope: {clean(out_of_memory_message(path, events))}", file=sys.stderr)
+        if stage is None:  # an analysis that failed otherwise: which one, and why
+            print(f"kinetoscope: {clean(path)}: {clean(str(exc))}", file=sys.stderr)
+        else:
+            message = out_of_memory_message(path, events, stage)
+            print(f"kinetoscope: {clean(message)}", file=sys.stderr)
         return 1
     emit_sections(sections, output, width)
     return 0

@@ -529,6 +529,38 @@ def checked_options(
     )
 
 
+def diff_failure_message(error: BaseException, paths: tuple[str, str], events: int) -> str:
+    """The one line for a diff whose analysis failed (`error`: an AnalysisFailed, a
+    MemoryError): out of memory, said with the stage and what the two traces' `events` need;
+    else the result that failed and why."""
+    from kinetoscope.analysis.session import memory_failure
+    from kinetoscope.parser.model import out_of_memory_message
+
+    stage = memory_failure(error)
+    if stage is None:
+        return str(error)
+    return out_of_memory_message(f"{paths[0]} and {paths[1]}", events, stage or "the comparison")
+
+
+def steps_problem(text: str | None, options: Any, base: Any, new: Any) -> str | None:
+    """Why `--steps` (its `text`, parsed into `options.steps`) is a usage error for these two
+    traces: it picks none of the step pairs they have (`--steps 9-` of 6), said with the
+    steps there are; None when it picks some, or when the traces have no common steps (then
+    the whole traces are compared, as docs/diff.md says)."""
+    from kinetoscope.analysis.diff import _resolve_steps
+
+    if text is None or options.steps is None:
+        return None
+    steps_b, steps_n = len(base.steps), len(new.steps)
+    common = min(steps_b, steps_n)
+    if not common or _resolve_steps(options.steps, common):
+        return None
+    have = "step 1" if common == 1 else f"steps 1-{common}"
+    sides = "" if steps_b == steps_n else f" (BASE has {steps_b}, NEW {steps_n})"
+    spec = text.strip() if len(text) <= 40 else text.strip()[:36] + "…"  # it parsed: digits, -, ,
+    return f"--steps {spec}: the traces have {have} in common{sides}"
+
+
 def run_diff(
     base_path: str,
     new_path: str,
@@ -540,11 +572,13 @@ def run_diff(
     fail_above: float | None = None,
     csv_dir: str | None = None,
     strict: bool = False,
+    csv_raw: bool = False,
 ) -> int:
     """Print the diff; 0, or EXIT_REGRESSION for a regression whose interval lies above
     `fail_above`, or (`strict`) EXIT_UNDECIDED when such a regression cannot be ruled out, or 1
     with one line when a trace cannot be read, or 2 for a bad `--steps`. With `csv_dir`, write
-    the diff viewer's tables there as CSV files instead (kinetoscope/tables.py)."""
+    the diff viewer's tables there as CSV files instead (kinetoscope/tables.py; `csv_raw`: cells
+    as recorded)."""
     from kinetoscope.analysis.diff import diff_sessions
     from kinetoscope.analysis.session import AnalysisFailed
     from kinetoscope.parser import TraceError
@@ -559,16 +593,24 @@ def run_diff(
     except TraceError as exc:
         print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
         return 1
+    except MemoryError:
+        print(f"kinetoscope: {clean(base_path)}, {clean(new_path)}: out of memory while "
+              "loading (free memory, or raise the limit: ulimit -v)", file=sys.stderr)  # fmt: skip
+        return 1
     for side, path, session in (("BASE", base_path, base), ("NEW", new_path, new)):
         for warning in session.trace.warnings:  # cut off, damaged: as the summary says
             print(f"kinetoscope: {side} {clean(path)}: {clean(warning)}", file=sys.stderr)
+    problem = steps_problem(steps, options, base, new)
+    if problem is not None:
+        print(f"kinetoscope: {problem}", file=sys.stderr)
+        return 2
     try:
         diff = diff_sessions(base, new, options)
         if csv_dir is not None:
             from kinetoscope import tables
 
             source = tables.diff_source(base_path, new_path)
-            written = tables.emit_written(tables.diff_tables(diff), csv_dir, source)
+            written = tables.emit_written(tables.diff_tables(diff), csv_dir, source, raw=csv_raw)
             if written:
                 return written
         elif output == "json":
@@ -576,11 +618,10 @@ def run_diff(
         else:
             sections = diff_tables(diff)
             emit_sections(sections, output, width)
-    except AnalysisFailed as exc:  # one result could not be computed: say which, in one line
-        print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
-        return 1
-    except MemoryError:
-        print("kinetoscope: out of memory comparing the two traces", file=sys.stderr)
+    except (AnalysisFailed, MemoryError) as exc:  # one result could not be computed: which
+        events = int(base.trace.n_events) + int(new.trace.n_events)
+        message = diff_failure_message(exc, (base_path, new_path), events)
+        print(f"kinetoscope: {clean(message)}", file=sys.stderr)
         return 1
     if diff.verdict.fails(fail_above):
         return EXIT_REGRESSION

@@ -32,11 +32,13 @@ def run_job_summary(
     executor: Any = None,
     csv_dir: str | None = None,
     bundle: Any = None,
+    csv_raw: bool = False,
 ) -> int:
     """Discover the job in `inputs`, digest its ranks in worker processes, merge and print;
     1 with a one-line message when there is no job to read. With `csv_dir`, write the job
-    viewer's tables there as CSV files instead (kinetoscope/tables.py). One input that is a
-    zip: a bundle kinetoscope wrote (`export RUN_DIR -o job.zip`), its ranks read as the job."""
+    viewer's tables there as CSV files instead (kinetoscope/tables.py; `csv_raw`: cells as
+    recorded). One input that is a zip: a bundle kinetoscope wrote (`export RUN_DIR -o
+    job.zip`), its ranks read as the job."""
     from kinetoscope.analysis.job import analyze_job, job_document, map_ranks
     from kinetoscope.parser.bundle import BundleError, is_zip, open_bundle
     from kinetoscope.parser.ranks import JobError, discover
@@ -51,6 +53,7 @@ def run_job_summary(
         workers=workers,
         executor=executor,
         csv_dir=csv_dir,
+        csv_raw=csv_raw,
     )
     if len(inputs) == 1 and is_zip(inputs[0]) and bundle is None:
         try:
@@ -65,13 +68,22 @@ def run_job_summary(
         print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
         return 1
     digests = map_ranks([f.path for f in files.files], executor=executor, workers=workers)
-    job = analyze_job(digests, files, align_clocks=align_clocks, force_align=force_align)
-    if csv_dir is not None:
-        from kinetoscope import tables
+    try:
+        job = analyze_job(digests, files, align_clocks=align_clocks, force_align=force_align)
+        if csv_dir is not None:
+            from kinetoscope import tables
 
-        source = bundle.archive if bundle is not None else inputs[0]
-        return tables.emit_written(tables.job_tables(job), csv_dir, source)
-    document = job_document(job)
+            source = bundle.archive if bundle is not None else inputs[0]
+            return tables.emit_written(tables.job_tables(job), csv_dir, source, raw=csv_raw)
+        document = job_document(job)
+    except MemoryError:  # the merge of the ranks' digests (each rank's own: in its digest)
+        events = sum(d.events for d in digests)
+        del digests
+        from kinetoscope.parser.model import out_of_memory_message
+
+        message = out_of_memory_message(clean(inputs[0]), events, "the merge of the ranks")
+        print(f"kinetoscope: {message}", file=sys.stderr)
+        return 1
     if bundle is not None:
         document = _as_in_bundle(document, bundle)
     if output == "json":

@@ -120,10 +120,14 @@ def add_serve_command(sub: Any) -> None:
 
 
 def _port(text: str) -> int:
+    from kinetoscope.numbers import MAX_NUMBER_TEXT, shown
+
+    if len(text) > MAX_NUMBER_TEXT:  # before int(): 5,000 digits are a ValueError of their own
+        raise argparse.ArgumentTypeError(f"{shown(text)} is too long a port number")
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not a port number: {shown(text)}") from None
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"a port from 0 to 65535, not {value}")
     return value

@@ -12,7 +12,10 @@ Cells (docs/csv.md): durations are integer ns written as microseconds with exact
 whose header ends in `_us`; a mean is rounded to 3 decimals as the summary JSON's `mean_us`.
 Bytes and counts are integers. Shares are fractions of 1 written with Python's shortest
 round-trip float text.
-Names are written as recorded (the csv module quotes commas, quotes and line breaks). A value
+Names are written as recorded (the csv module quotes commas, quotes and line breaks), except
+that a text cell a spreadsheet would evaluate as a formula (one starting with `=`, `+`, `-`,
+`@`, TAB or CR, and not a plain number) gets a `'` in front (`safe_cell`), unless the caller
+asks for raw cells (`--csv-raw`, the viewer's raw save) for exact round trips. A value
 that does not exist (no shape, no launching operator, a rank not loaded) is an empty cell.
 """
 
@@ -59,12 +62,20 @@ class Table:
     def headers(self) -> list[str]:
         return [f.header for f in self.fields]
 
-    def cells(self, row: int) -> list[str]:
-        return [cell_text(f.kind, f.value(row)) for f in self.fields]
+    def cells(self, row: int, raw: bool = True) -> list[str]:
+        """The cells of a row; with `raw` False, text cells a spreadsheet would evaluate are
+        neutralised (`safe_cell`)."""
+        if raw:
+            return [cell_text(f.kind, f.value(row)) for f in self.fields]
+        return [
+            safe_cell(text) if f.kind == TEXT else text
+            for f in self.fields
+            for text in (cell_text(f.kind, f.value(row)),)
+        ]
 
-    def rows(self, order: Iterable[int] | None = None) -> Iterable[list[str]]:
+    def rows(self, order: Iterable[int] | None = None, raw: bool = True) -> Iterable[list[str]]:
         for row in self.order if order is None else order:
-            yield self.cells(int(row))
+            yield self.cells(int(row), raw)
 
 
 def us_text(ns: Any) -> str:
@@ -98,6 +109,20 @@ def cell_text(kind: str, value: Any) -> str:
     return repr(float(value))
 
 
+# What a spreadsheet evaluates (OWASP, CSV injection): a cell starting with one of these...
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+# ...unless it is a plain number (`-2.5`, `+3`, `-1e-05`), which it reads as that number.
+PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def safe_cell(text: str) -> str:
+    """`text` as a spreadsheet shows it rather than evaluates it: a `'` in front of a cell that
+    starts with `=`, `+`, `-`, `@`, TAB or CR and is not a plain number; any other as it is."""
+    if text.startswith(FORMULA_STARTS) and PLAIN_NUMBER.fullmatch(text) is None:
+        return "'" + text
+    return text
+
+
 def mean_ns(total: int, count: int) -> Fraction | None:
     """The exact mean of `count` values adding up to `total` ns (None: no values)."""
     return Fraction(int(total), int(count)) if count else None
@@ -122,9 +147,12 @@ def _share(part: np.ndarray, whole: float) -> Callable[[int], float]:
 # -- writing ---------------------------------------------------------------------------------
 
 
-def write_csv(table: Table, handle: Any, rows: Iterable[int] | None = None) -> int:
+def write_csv(
+    table: Table, handle: Any, rows: Iterable[int] | None = None, raw: bool = False
+) -> int:
     """Write the header and `rows` (None: every row in `table.order`) to an open text file
-    (opened with newline=""); the number of rows written."""
+    (opened with newline=""); the number of rows written. Text cells that a spreadsheet would
+    evaluate are neutralised (`safe_cell`) unless `raw`."""
     if rows is not None:
         rows = np.asarray(rows, np.int64)
         if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= table.n):
@@ -132,7 +160,7 @@ def write_csv(table: Table, handle: Any, rows: Iterable[int] | None = None) -> i
     writer = csv.writer(handle)
     writer.writerow(table.headers)
     count = 0
-    for cells in table.rows(rows):
+    for cells in table.rows(rows, raw):
         writer.writerow(cells)
         count += 1
     return count
@@ -176,11 +204,15 @@ def output_places() -> list[str]:
 
 
 def save_table(
-    table: Table, rows: Iterable[int] | None, source: str, directory: str | None = None
+    table: Table,
+    rows: Iterable[int] | None,
+    source: str,
+    directory: str | None = None,
+    raw: bool = False,
 ) -> tuple[str, int]:
     """The viewer's save: `<trace>.<table>.csv` in `directory` (default: `output_places()`),
-    never over an existing file. Returns (the path written, rows written); raises the last
-    OSError when no place would do."""
+    never over an existing file; `raw`: cells as recorded (write_csv). Returns (the path
+    written, rows written); raises the last OSError when no place would do."""
     stem = f"{trace_stem(source)}.{table.name}"
     places = [directory] if directory is not None else output_places()
     error: OSError | None = None
@@ -192,7 +224,7 @@ def save_table(
             continue
         try:
             with handle:
-                count = write_csv(table, handle, rows)
+                count = write_csv(table, handle, rows, raw)
         except BaseException:
             os.unlink(path)  # no half-written file left behind
             raise
@@ -201,9 +233,12 @@ def save_table(
     raise error
 
 
-def write_tables(tables: Sequence[Table], directory: str, source: str) -> list[tuple[str, int]]:
+def write_tables(
+    tables: Sequence[Table], directory: str, source: str, raw: bool = False
+) -> list[tuple[str, int]]:
     """`summary --csv DIR`: every table as `DIR/<trace>.<table>.csv`, the directory made when
-    missing. Refuses (FileExistsError, nothing written) when any of the files exists."""
+    missing; `raw` (`--csv-raw`): cells as recorded (write_csv). Refuses (FileExistsError,
+    nothing written) when any of the files exists."""
     os.makedirs(directory, exist_ok=True)
     stem = trace_stem(source)
     paths = [os.path.join(directory, f"{stem}.{t.name}.csv") for t in tables]
@@ -216,7 +251,7 @@ def write_tables(tables: Sequence[Table], directory: str, source: str) -> list[t
         for table, path in zip(tables, paths):
             with open(path, "x", newline="", encoding="utf-8") as handle:
                 made.append(path)
-                written.append((path, write_csv(table, handle)))
+                written.append((path, write_csv(table, handle, raw=raw)))
     except BaseException:  # a full disk, Ctrl-C: no tables half written, none left behind
         for path in made:
             with contextlib.suppress(OSError):
@@ -707,16 +742,19 @@ def diff_source(base: str, new: str) -> str:
 # -- summary --csv ------------------------------------------------------------------------------
 
 
-def emit_written(tables_made: Sequence[Table], directory: str, source: str) -> int:
-    """Write `tables_made` into `directory` (write_tables) and print one line per file; 1
-    with a one-line message when the files cannot be written (one exists, no space...)."""
+def emit_written(
+    tables_made: Sequence[Table], directory: str, source: str, raw: bool = False
+) -> int:
+    """Write `tables_made` into `directory` (write_tables; `raw`: cells as recorded) and print
+    one line per file; 1 with a one-line message when the files cannot be written (one exists,
+    no space...)."""
     import sys
 
     from kinetoscope.report import emit
     from kinetoscope.tui.safe_text import clean
 
     try:
-        written = write_tables(tables_made, directory, source)
+        written = write_tables(tables_made, directory, source, raw)
     except FileExistsError as exc:
         where = clean(str(exc.filename))
         if not os.path.isdir(directory):  # DIR itself is a file

@@ -44,8 +44,11 @@ def load(
         return _load(str(path), progress, use_cache, workers, write_cache, verify_cache)
     finally:
         if release:
-            release_workers()
-            release_heap()
+            try:
+                release_workers()
+                release_heap()
+            except (MemoryError, ImportError, OSError):  # out of memory: the load's error stands
+                pass
 
 
 def _load(

@@ -26,16 +26,22 @@ PH_COUNTER = ord("C")
 SUMMARY_BYTES_PER_EVENT = 200
 
 
-def out_of_memory_message(path: str, events: int) -> str:
-    """One line for a load or an analysis that ran out of memory, with what it needs."""
+def out_of_memory_message(path: str, events: int, stage: str | None = None) -> str:
+    """One line for a load or an analysis that ran out of memory, with what it needs; `stage`
+    names the work that ran out (`nesting (for idle by cpu)`, `the export`), None or "":
+    unknown, or the load."""
 
     def size(n: float) -> str:
         return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 
+    where = f" computing {stage}" if stage else ""
     if events <= 0:
-        return f"{path}: out of memory while loading (free memory, or raise the limit: ulimit -v)"
+        return (
+            f"{path}: out of memory{where or ' while loading'} (free memory, or raise the "
+            "limit: ulimit -v)"
+        )
     return (
-        f"{path}: out of memory: about {events:,} events need about "
+        f"{path}: out of memory{where}: about {events:,} events need about "
         f"{size(events * MODEL_BYTES_PER_EVENT)} for the model ({MODEL_BYTES_PER_EVENT} bytes "
         f"per event) and {size(events * SUMMARY_BYTES_PER_EVENT)} for a summary; free memory, "
         "or raise the limit (ulimit -v)"

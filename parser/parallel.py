@@ -52,6 +52,35 @@ from .source import (
 # Below these sizes worker processes cost more to start than they save.
 PARALLEL_MIN_PLAIN = 48 << 20
 PARALLEL_MIN_GZIP = 6 << 20
+# Under an address-space limit (`ulimit -v`, RLIMIT_AS) with less room than this left, a file is
+# decoded in this process: the worker server, its threads and their malloc arenas reserve
+# address space the limit counts, and a thread that cannot get it dies before it starts, which
+# left the load waiting for it forever (a summary under a 40 MB margin hung, never said "out of
+# memory"); in this process the MemoryError is the one-line error.
+PARALLEL_MIN_HEADROOM = 2 << 30
+
+
+def address_space_headroom() -> int | None:
+    """Bytes of address space this process may still map under RLIMIT_AS; None: no limit (or
+    no way to know)."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    except (ImportError, OSError, ValueError, AttributeError):
+        return None
+    if soft == resource.RLIM_INFINITY or soft < 0:
+        return None
+    used = 0
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("VmSize:"):
+                    used = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    return soft - used
 
 
 def default_workers() -> int:
@@ -75,7 +104,12 @@ def workers_for(state: SourceState, workers: int | None) -> int:
     explicit = os.environ.get("KINETOSCOPE_PARALLEL_MIN_BYTES", "")
     if explicit.isdigit():  # for tests and benchmarks
         threshold = int(explicit)
-    return default_workers() if state.size >= threshold else 1
+    if state.size < threshold:
+        return 1
+    headroom = address_space_headroom()
+    if headroom is not None and headroom < PARALLEL_MIN_HEADROOM:
+        return 1
+    return default_workers()
 
 
 # The modules the worker server imports once, before it forks any worker. Every pool of
@@ -129,10 +163,14 @@ def prepare_workers(path: str, workers: int | None = None) -> None:
 
 def release_workers() -> None:
     """Stop the worker server and multiprocessing's resource tracker, if they run (about 50 MB
-    between them); a later parallel load starts them again. For processes done loading."""
-    from multiprocessing import forkserver, resource_tracker
-
-    for helper in (forkserver._forkserver, resource_tracker._resource_tracker):
+    between them); a later parallel load starts them again. For processes done loading. Neither
+    is imported when no load used it (an import can fail for memory after a load that did)."""
+    forkserver = sys.modules.get("multiprocessing.forkserver")
+    resource_tracker = sys.modules.get("multiprocessing.resource_tracker")
+    for helper in (
+        getattr(forkserver, "_forkserver", None),
+        getattr(resource_tracker, "_resource_tracker", None),
+    ):
         stop = getattr(helper, "_stop", None)
         if stop is not None:
             try:

@@ -156,12 +156,12 @@ def test_summary_csv_that_fails_midway_leaves_no_files(tmp_path: Path, capsys, m
     real = tables.write_csv
     calls = []
 
-    def fills_up(table, handle, rows=None):
+    def fills_up(table, handle, rows=None, **options):
         calls.append(table.name)
         if len(calls) == 3:
             handle.write("name,count\r\nhalf")
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real(table, handle, rows)
+        return real(table, handle, rows, **options)
 
     monkeypatch.setattr(tables, "write_csv", fills_up)
     target = tmp_path / "csv"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from kinetoscope.analysis.session import AnalysisFailed
+from kinetoscope.analysis.session import AnalysisFailed, memory_failure
 from textual.worker import Worker, WorkerState
 
 
@@ -18,9 +18,28 @@ def _reason(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def failure_message(what: str, error: BaseException, verb: str = "computed") -> str:
+def failure_message(
+    what: str, error: BaseException, verb: str = "computed", events: int | None = None
+) -> str:
     """`kernels: could not be computed (ValueError: …)`. For an `AnalysisFailed`, the session
-    result that failed first (a result built on another that failed names that one)."""
+    result that failed first (a result built on another that failed names that one). Out of
+    memory (a MemoryError, or an AnalysisFailed of one) is said so, with the stage and, given
+    the trace's `events`, what it would need."""
+    stage = memory_failure(error)
+    if stage is not None:
+        from kinetoscope.parser.model import SUMMARY_BYTES_PER_EVENT
+
+        where = f" computing {stage}" if stage else ""
+        need = (
+            f"; its {events:,} events need about "
+            f"{events * SUMMARY_BYTES_PER_EVENT / 1e9:.1f} GB for the analysis"
+            if events
+            else ""
+        )
+        return (
+            f"{what}: could not be {verb}: out of memory{where}{need}; free memory, or raise "
+            "the limit (ulimit -v)"
+        )
     if isinstance(error, AnalysisFailed):
         first = error
         while isinstance(first.error, AnalysisFailed):
@@ -31,6 +50,16 @@ def failure_message(what: str, error: BaseException, verb: str = "computed") -> 
             cause = f"{name}: {cause}"
         return f"{what}: could not be {verb} ({cause})"
     return f"{what}: could not be {verb} ({_reason(error)})"
+
+
+def _events_of(node: object) -> int | None:
+    """The event count of the trace a screen or widget shows (its or its screen's `data`)."""
+    for holder in (node, getattr(node, "screen", None)):
+        try:
+            return int(holder.data.trace.n_events)  # type: ignore[union-attr]
+        except Exception:  # no data yet, a diff or job screen: the count is not said
+            continue
+    return None
 
 
 class ReportsWorkerFailures:
@@ -49,7 +78,9 @@ class ReportsWorkerFailures:
         # A worker cancelled (superseded by a newer one, or its screen closed) is no news.
         if event.state != WorkerState.ERROR or worker.error is None or worker.is_cancelled:
             return
-        message = failure_message(self.FAILURE_SUBJECT, worker.error, self.FAILURE_VERB)
+        message = failure_message(
+            self.FAILURE_SUBJECT, worker.error, self.FAILURE_VERB, _events_of(self)
+        )
         self.notify(message, severity="error", timeout=8, markup=False)  # type: ignore[attr-defined]
         self.show_failure(message)
 

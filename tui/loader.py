@@ -309,6 +309,15 @@ class TraceLoad:
             self._fail(out_of_memory_message(self.path, events))
             return
         except Exception as error:  # a trace we cannot handle still gets the error screen
+            from kinetoscope.analysis.session import memory_failure
+            from kinetoscope.parser.model import out_of_memory_message
+
+            stage = memory_failure(error)  # an analysis of the layout ran out (AnalysisFailed)
+            if stage is not None:
+                events = trace.n_events if trace is not None else 0
+                trace = None
+                self._fail(out_of_memory_message(self.path, events, stage))
+                return
             self._fail(f"{self.path}: could not be shown ({type(error).__name__}: {error})")
             return
         self._ready(data)

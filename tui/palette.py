@@ -238,6 +238,10 @@ class ScreenActions(Provider):
                 label = binding.tooltip or binding.description
                 if label:
                     out.append((label, binding.action, node))
+            for label, action in getattr(node, "PALETTE_COMMANDS", ()):  # no key of their own
+                if action not in seen:
+                    seen.add(action)
+                    out.append((label, action, node))
         return out
 
     async def discover(self) -> Hits:

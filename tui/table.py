@@ -683,6 +683,15 @@ class SavesCsv:
     in the order shown, or None when there is nothing to save yet; and `csv_source()`, the path
     that names the file."""
 
+    # The command palette's extra commands (no key: palette.ScreenActions lists them).
+    PALETTE_COMMANDS: ClassVar[list[tuple[str, str]]] = [
+        (
+            "Save CSV raw: the table as shown, names exactly as recorded (no ' before a cell "
+            "starting with = + - @)",
+            "save_csv_raw",
+        )
+    ]
+
     def csv_export(self) -> tuple[CsvTable, np.ndarray] | None:
         return None
 
@@ -691,6 +700,14 @@ class SavesCsv:
         return data.trace.source.path if data is not None else "trace"
 
     def action_save_csv(self) -> None:
+        """W: cells a spreadsheet would evaluate as a formula get a ' in front (docs/csv.md)."""
+        self._start_save(raw=False)
+
+    def action_save_csv_raw(self) -> None:
+        """The palette's raw save: every cell exactly as recorded."""
+        self._start_save(raw=True)
+
+    def _start_save(self, raw: bool) -> None:
         screen: Any = self
         try:
             export = self.csv_export()
@@ -703,18 +720,18 @@ class SavesCsv:
             return
         table, rows = export
         screen.run_worker(
-            partial(self._save_csv, table, rows, source),
+            partial(self._save_csv, table, rows, source, raw),
             name="save-csv",
             group="save-csv",
             thread=True,
             exit_on_error=False,
         )
 
-    def _save_csv(self, table: CsvTable, rows: np.ndarray, source: str) -> None:
+    def _save_csv(self, table: CsvTable, rows: np.ndarray, source: str, raw: bool = False) -> None:
         screen: Any = self
         try:
             made = table() if callable(table) else table
-            path, count = save_table(made, rows, source)
+            path, count = save_table(made, rows, source, raw=raw)
         except Exception as error:  # a full disk, a read-only place: said, the table stays
             message = failure_message("the CSV file", error, "written")
             screen.app.call_from_thread(
@@ -722,7 +739,11 @@ class SavesCsv:
             )
             return
         screen.app.call_from_thread(
-            screen.notify, f"Saved {plural(count, 'row')} to {clean(path)}", timeout=6, markup=False
+            screen.notify,
+            f"Saved {plural(count, 'row')} to {clean(path)}"
+            + (" (raw: names exactly as recorded)" if raw else ""),
+            timeout=6,
+            markup=False,
         )
 
 
