@@ -11,7 +11,7 @@ from typing import Any
 
 from kinetoscope import __version__
 
-SUBCOMMANDS = ("view", "summary", "diff", "export", "serve", "capture", "demo")
+SUBCOMMANDS = ("view", "summary", "diff", "check", "export", "serve", "mcp", "capture", "demo")
 FORMATS = ("text", "md", "tsv", "json")
 
 # Options of `summary` that people also try on the viewer: they get pointed at `summary`.
@@ -169,6 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     _add_diff_command(sub)
+
+    from kinetoscope.check import add_check_command
+
+    add_check_command(sub)
 
     _add_export_command(sub)
 
