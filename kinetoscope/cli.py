@@ -180,6 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_serve_command(sub)
 
+    from kinetoscope.mcp_server import add_mcp_command
+
+    add_mcp_command(sub)
+
     from kinetoscope.capture.cli import add_capture_commands
 
     add_capture_commands(sub)
