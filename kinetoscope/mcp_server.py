@@ -362,16 +362,18 @@ class TriageTools:
             isinstance(cycle, bool) or not isinstance(cycle, int) or cycle < 1
         ):
             raise ToolProblem("cycle must be 1 or more (1 = the oldest)")
-        for path in checked:
-            if not os.path.exists(path):
-                raise ToolProblem(f"{one_line(path)}: no such file or folder")
+        from kinetoscope.cli import trace_path_problem
+
+        for path in checked:  # before discover reads them: a FIFO would block it
+            if not os.path.isdir(path):
+                problem = trace_path_problem(path)
+                if problem is not None:
+                    raise ToolProblem(problem)
         try:
             files = discover(checked, cycle=cycle)
         except JobError as exc:
             raise ToolProblem(str(exc)) from None
         for f in files.files:
-            from kinetoscope.cli import trace_path_problem
-
             problem = trace_path_problem(f.path)
             if problem is not None:
                 raise ToolProblem(problem)

@@ -145,10 +145,13 @@ async def test_bad_input_gives_one_line_errors(tmp_path):
     os.mkfifo(fifo)
     bad = tmp_path / "bad.json"
     bad.write_text("this is not json")
+    (tmp_path / "sub").mkdir()  # a folder without traces
     async with server() as session:
         assert "no such file" in await error(session, "open_trace", path=str(tmp_path / "x.json"))
         assert "not a regular file" in await error(session, "open_trace", path=str(fifo))
         assert "open_job" in await error(session, "open_trace", path=str(tmp_path))
+        assert "not a regular file" in await error(session, "open_job", paths=[str(fifo)])
+        assert "no trace files" in await error(session, "open_job", paths=[str(tmp_path / "sub")])
         await error(session, "open_trace", path=str(bad))
         await error(session, "open_trace", path="x" * 10_000)
         assert "no open trace" in await error(session, "findings", handle="t9")
