@@ -164,7 +164,30 @@ def paged(
         if room < 0:
             break
         taken.append(item)
+    else:
+        item = None
+    if not taken and item is not None and page.limit:
+        # Not even the first item fits: it comes shortened (strings and lists cut), so that
+        # paging always moves on; the page says so.
+        for chars, length in ((80, 8), (24, 4), (8, 2)):
+            taken[:] = [_shrink(item, chars, length)]
+            if _size(build(1)) <= cap:
+                answer = build(1)
+                answer["page"]["shortened"] = True
+                return answer
+        taken.clear()
     return fit(build, len(taken), cap)
+
+
+def _shrink(value: Any, chars: int, length: int) -> Any:
+    """`value` with every string cut to `chars` and every list to `length` items."""
+    if isinstance(value, str):
+        return _cut(value, chars)
+    if isinstance(value, list):
+        return [_shrink(v, chars, length) for v in value[:length]]
+    if isinstance(value, dict):
+        return {k: _shrink(v, chars, length) for k, v in value.items()}
+    return value
 
 
 @dataclass

@@ -290,3 +290,96 @@ def test_query_hook_adds_a_tool_when_a_backend_registers():
     assert "query" not in {
         t.name for t in anyio.run(mcp_server.build_server(TriageTools()).list_tools)
     }
+
+
+def hostile_trace() -> dict:
+    """Names of 50,000 characters, deep stacks, an event with 500 big args: what an attacker's
+    trace may hold. Three steps, each a deep CPU stack launching a kernel after an idle gap."""
+    big = "N" * 50_000
+    events = []
+    for step in range(3):
+        base = step * 10_000
+        events.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{step}",
+                "pid": 1,
+                "tid": 1,
+                "ts": base,
+                "dur": 9_000,
+            }
+        )
+        for depth in range(60):  # a stack deeper than any answer keeps
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "name": f"{big}{depth}",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": base + 1 + depth,
+                    "dur": 8_000 - 2 * depth,
+                }
+            )
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": 1,
+                "ts": base + 5_000,
+                "dur": 10,
+                "args": {"correlation": step + 1, **{f"{big[:5000]}{k}": big for k in range(500)}},
+            }
+        )
+        events.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": big + "kernel",
+                "pid": 0,
+                "tid": 7,
+                "ts": base + 5_100,
+                "dur": 2_000,
+                "args": {"correlation": step + 1, "device": 0, "stream": 7},
+            }
+        )
+    return {"traceEvents": events}
+
+
+def test_hostile_trace_answers_stay_within_the_cap(write_trace):
+    path = write_trace(hostile_trace())
+    cap = 4096
+    tools = TriageTools(max_answer_bytes=cap)
+    opened = tools.open_trace(str(path))
+    handle = opened["handle"]
+    session = tools._get(handle).session
+    runtime_rows = [
+        r for r in range(len(session.trace)) if session.trace.name_of(r) == "cudaLaunchKernel"
+    ]
+    answers = {
+        "gaps": tools.gaps(handle, limit=500),
+        "operators": tools.top_operators(handle, limit=500),
+        "kernels": tools.top_kernels(handle, limit=500),
+        "findings": tools.findings(handle, limit=500),
+        "window": tools.window_stats(handle, opened["start_us"], opened["end_us"], limit=500),
+        "event": tools.event(handle, runtime_rows[0]),
+        "deep": tools.event(handle, runtime_rows[0] - 1),
+        "instances": tools.instances(handle, "cudaLaunchKernel", limit=500),
+        "diff": tools.diff(handle, handle, limit=500),
+    }
+    for name, answer in answers.items():
+        assert len(encode(answer).encode()) <= cap, name
+    # One gap's stack alone is over 4 KiB: it comes shortened, and paging still moves on.
+    page = answers["gaps"]["page"]
+    assert page["returned"] == 1 and page["shortened"] and page["next_offset"] == 1
+    roomy = TriageTools()
+    roomy_handle = roomy.open_trace(str(path))["handle"]
+    gap = roomy.gaps(roomy_handle)["gaps"][0]
+    assert len(gap["cpu_stack"]) == 24 and gap["cpu_stack_outer_frames_left_out"] == 61 - 24
+    innermost = session.trace.name_of(gap["cpu_stack_rows"][-1])
+    assert innermost.endswith("N59") and len(gap["cpu_stack"][-1]) == 160  # kept, name cut
+    assert answers["operators"]["page"]["returned"] < answers["operators"]["page"]["total"]
+    assert "args_note" in answers["event"]  # its args were shortened or left out, and it says so
