@@ -707,7 +707,7 @@ class TriageTools:
                 _us(int(trace.dur[launched].sum())) if len(launched) else 0.0
             )
             answer["gpu_launched_first_rows"] = [int(r) for r in launched[:10]]
-        elif session.runtime_of(row) >= 0 or int(trace.device[row]) >= 0:
+        elif _is_gpu_row(session, row):
             runtime = session.runtime_of(row)
             answer["kind"] = "gpu"
             if runtime >= 0:
@@ -917,6 +917,14 @@ def _arg(value: Any, limit: int = ARG_CHARS) -> Any:
         return value
     text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _is_gpu_row(session: Any, row: int) -> bool:
+    import numpy as np
+
+    rows = session.links.gpu_rows
+    i = int(np.searchsorted(rows, row))
+    return i < len(rows) and int(rows[i]) == row
 
 
 def _median(values: Any) -> float:
