@@ -291,11 +291,17 @@ def _number(value: Any) -> Any:
     return round(value, 3) if isinstance(value, float) else value
 
 
-def check_document(path: str, outcomes: list[Outcome]) -> dict[str, Any]:
+def check_document(
+    path: str, outcomes: list[Outcome], summary: dict[str, Any] | None = None
+) -> dict[str, Any]:
     broken = sum(1 for o in outcomes if not o.passed)
+    facts = (summary or {}).get("trace", {})
     return {
         "kinetoscope_check": CHECK_VERSION,
         "trace": path,
+        # A trace cut off mid-write is measured on what it holds: said, not hidden.
+        "trace_complete": facts.get("complete", True),
+        "warnings": list(facts.get("warnings", []))[:10],
         "passed": broken == 0,
         "broken": broken,
         "budgets": [
@@ -346,7 +352,10 @@ def check_sections(document: dict[str, Any]) -> list[Any]:
         verdict = f"PASS: {total} of {total} budgets kept"
     else:
         verdict = f"FAIL: {document['broken']} of {total} budgets broken"
-    return [table, Note(verdict)]
+    notes = [Note(f"warning: {w}") for w in document.get("warnings", [])]
+    if not document.get("trace_complete", True):
+        notes.append(Note("the trace is incomplete (cut off): measured on the events it holds"))
+    return [table, *notes, Note(verdict)]
 
 
 def run_check_command(args: Any) -> int:
@@ -374,7 +383,7 @@ def run_check(path: str, options: dict[str, Any], config: str | None, output: st
         print(f"kinetoscope: {clean(document)}", file=sys.stderr)
         return 1
     outcomes = [measure(budget, document) for budget in budgets]
-    result = check_document(path, outcomes)
+    result = check_document(path, outcomes, document)
     if output == "json":
         emit(summary_json(result) + "\n")
     elif output == "md":

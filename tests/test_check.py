@@ -313,3 +313,19 @@ def test_text_and_markdown_tables(capsys):
     assert code == 0
     assert "| budget | limit | measured | status | detail |" in out
     assert "PASS: 1 of 1 budgets kept" in out
+
+
+def test_a_cut_off_trace_is_measured_and_said(capsys, tmp_path):
+    import gzip
+
+    data = gzip.decompress(TRACE.read_bytes())
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(data[: len(data) // 2])
+    code, out, _ = run(capsys, "check", str(cut), "--max-step", "1000s", "--json")
+    document = json.loads(out)
+    assert code == 0 and document["trace_complete"] is False
+    assert document["warnings"] and "ends" in document["warnings"][0]
+    code, out, _ = run(capsys, "check", str(cut), "--max-step", "1000s")
+    assert "incomplete" in out
+    code, out, _ = run(capsys, "check", str(TRACE), "--max-step", "1000s", "--json")
+    assert json.loads(out)["trace_complete"] is True
