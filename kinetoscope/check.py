@@ -76,6 +76,15 @@ KINDS = (
         "fail when any finding is at or above SEVERITY (info, warning, critical)",
     ),
     Kind(
+        "max-kernel",
+        lambda text, what: parse_kernel_budget(text, what),
+        "ms",
+        "NAME=TIME",
+        "the total time of the GPU kernels named NAME exactly (summary's `kernels` total_us, "
+        "over every kernel, not only the 50 listed), e.g. 'ampere_sgemm_128x64_tn=5ms'; "
+        "repeatable",
+    ),
+    Kind(
         "max-peak-memory",
         parse_size,
         "bytes",
@@ -85,6 +94,19 @@ KINDS = (
     ),
 )
 KIND_BY_KEY = {kind.key: kind for kind in KINDS}
+
+
+MAX_KERNEL_NAME = 10_000
+
+
+def parse_kernel_budget(text: str, what: str) -> tuple[str, int]:
+    """`NAME=TIME` (split at the last `=`: a time holds none) -> (NAME, ns)."""
+    if not isinstance(text, str) or "=" not in text:
+        raise BudgetError(f"{what}: write NAME=TIME, e.g. my_kernel=5ms")
+    name, _, limit = text.rpartition("=")
+    if not name or len(name) > MAX_KERNEL_NAME:
+        raise BudgetError(f"{what}: the kernel's name is empty or longer than {MAX_KERNEL_NAME}")
+    return name, parse_duration(limit, what)
 
 
 class UsageError(Exception):
@@ -123,7 +145,13 @@ def add_check_command(sub: Any) -> None:
     )
     check.add_argument("trace", metavar="TRACE", help="a .json or .json.gz torch.profiler trace")
     for kind in KINDS:
-        check.add_argument(f"--{kind.key}", metavar=kind.metavar, help=kind.help, dest=_dest(kind))
+        check.add_argument(
+            f"--{kind.key}",
+            metavar=kind.metavar,
+            help=kind.help,
+            dest=_dest(kind),
+            action="append" if kind.key == "max-kernel" else "store",
+        )
     check.add_argument(
         "--config",
         metavar="FILE",
@@ -197,22 +225,42 @@ def read_config(path: str) -> dict[str, Any]:
 
 def collect_budgets(options: dict[str, Any], config: str | None) -> list[Budget]:
     """The budgets, in the order of KINDS: the config file's, each overridden by its flag."""
-    chosen: dict[str, Budget] = {}
+    chosen: dict[Any, Budget] = {}
+
+    def add(budget: Budget) -> None:
+        kernel = budget.kind.key == "max-kernel"
+        chosen[(budget.kind.key, budget.limit[0]) if kernel else budget.kind.key] = budget
+
     if config is not None:
         from kinetoscope.tui.safe_text import clean
 
+        where = f"--config {clean(config)}"
         for key, value in read_config(config).items():
-            chosen[key] = parse_budget(key, value, f"--config {clean(config)}")
+            if key == "max-kernel":  # a table: "NAME" = "TIME"
+                if not isinstance(value, dict):
+                    raise UsageError(
+                        f'{where}: max-kernel must be a table: [max-kernel] "NAME" = "5ms"'
+                    )
+                for name, limit in value.items():
+                    if not isinstance(limit, str):
+                        raise UsageError(
+                            f'{where}: max-kernel: each limit must be text such as "5ms"'
+                        )
+                    add(parse_budget(key, f"{name}={limit}", where))
+            else:
+                add(parse_budget(key, value, where))
     for key, value in options.items():
-        if value is not None:
-            chosen[key] = parse_budget(key, value, f"--{key}")
+        for item in value if isinstance(value, list) else [value]:
+            if item is not None:
+                add(parse_budget(key, item, f"--{key}"))
     if not chosen:
         raise UsageError(
             "no budget to check: give one of "
             + ", ".join(f"--{k.key}" for k in KINDS)
             + ", or --config FILE"
         )
-    return [chosen[kind.key] for kind in KINDS if kind.key in chosen]
+    order = {kind.key: i for i, kind in enumerate(KINDS)}
+    return sorted(chosen.values(), key=lambda b: order[b.kind.key])  # stable: kernels as given
 
 
 # -- measuring ----------------------------------------------------------------------------------
@@ -238,7 +286,9 @@ def step_ns(document: dict[str, Any]) -> list[int]:
     return [round(step["dur_us"] * 1000) for step in document["steps"]]
 
 
-def measure(budget: Budget, document: dict[str, Any]) -> Outcome:
+def measure(
+    budget: Budget, document: dict[str, Any], kernel_totals: dict[str, Any] | None = None
+) -> Outcome:
     """Measure one budget on the summary document and compare it with its limit."""
     key = budget.kind.key
     if key == "max-gpu-idle":
@@ -262,6 +312,13 @@ def measure(budget: Budget, document: dict[str, Any]) -> Outcome:
         rules = sorted({f["rule"] for f in over})
         shown = ", ".join(rules[:6]) + (f", +{len(rules) - 6} more" if len(rules) > 6 else "")
         return Outcome(budget, len(over), False, f"worst {SEVERITIES[worst]}: {shown}")
+    if key == "max-kernel":
+        name, limit = budget.limit
+        row = kernel_totals.get(name) if kernel_totals is not None else None
+        if row is None:
+            return Outcome(budget, None, False, "no GPU kernel has this exact name")
+        total_ns = round(row["total_us"] * 1000)
+        return Outcome(budget, total_ns / 1e6, total_ns <= limit, plural(row["count"], "call"))
     if key == "max-peak-memory":
         peaks = [
             (m["peak_allocated_bytes"], m["device_type"], m["device_id"])
@@ -282,6 +339,8 @@ def limit_json(budget: Budget) -> Any:
     units = budget.kind.units
     if units == "pct":
         return float(budget.limit)
+    if budget.kind.key == "max-kernel":
+        return budget.limit[1] / 1e6
     if units == "ms":
         return budget.limit / 1e6
     return budget.limit
@@ -307,6 +366,7 @@ def check_document(
         "budgets": [
             {
                 "budget": o.budget.kind.key,
+                **({"kernel": o.budget.limit[0]} if o.budget.kind.key == "max-kernel" else {}),
                 "limit": limit_json(o.budget),
                 "limit_text": o.budget.text,
                 "measured": _number(o.measured),
@@ -346,7 +406,9 @@ def check_sections(document: dict[str, Any]) -> list[Any]:
         measured = _shown_value(row["units"], row["measured"])
         if row["units"] == "findings" and row["measured"] is not None:
             measured = f"{row['measured']} at or above"
-        table.add_row(row["budget"], row["limit_text"], measured, status, row["detail"])
+        limit = row["limit_text"]
+        limit = limit if len(limit) <= 80 else "…" + limit[-79:]  # a kernel's long name
+        table.add_row(row["budget"], limit, measured, status, row["detail"])
     total = len(document["budgets"])
     if document["passed"]:
         verdict = f"PASS: {total} of {total} budgets kept"
@@ -378,11 +440,13 @@ def run_check(path: str, options: dict[str, Any], config: str | None, output: st
     if problem is not None:
         print(f"kinetoscope: {problem}", file=sys.stderr)
         return 1
-    document = summary_document(path)
+    kernels = any(b.kind.key == "max-kernel" for b in budgets)
+    document = summary_document(path, kernels)
     if isinstance(document, str):
         print(f"kinetoscope: {clean(document)}", file=sys.stderr)
         return 1
-    outcomes = [measure(budget, document) for budget in budgets]
+    document, kernel_totals = document
+    outcomes = [measure(budget, document, kernel_totals) for budget in budgets]
     result = check_document(path, outcomes, document)
     if output == "json":
         emit(summary_json(result) + "\n")
@@ -393,9 +457,13 @@ def run_check(path: str, options: dict[str, Any], config: str | None, output: st
     return 0 if result["passed"] else EXIT_BROKEN
 
 
-def summary_document(path: str) -> dict[str, Any] | str:
-    """The summary document of the trace at `path` (as `summary --json` builds it), or the one
-    line that says why it could not be made."""
+def summary_document(
+    path: str, kernels: bool = False
+) -> tuple[dict[str, Any], dict[str, Any] | None] | str:
+    """The summary document of the trace at `path` (as `summary --json` builds it) and, with
+    `kernels`, every kernel group's row of its `kernels` section by name (all of them, not only
+    the 50 it lists; groups of one name in several categories summed); or the one line that says
+    why they could not be made."""
     from kinetoscope.analysis.session import AnalysisFailed
     from kinetoscope.analysis.summary import build_summary
     from kinetoscope.parser import TraceError, load
@@ -405,7 +473,21 @@ def summary_document(path: str) -> dict[str, Any] | str:
     except TraceError as exc:
         return str(exc)
     try:
-        return build_summary(trace)
+        from kinetoscope.analysis import TraceSession
+        from kinetoscope.analysis.summary import kernels_section
+
+        session = TraceSession(trace)
+        document = build_summary(session)
+        if not kernels:
+            return document, None
+        totals: dict[str, Any] = {}
+        for row in kernels_section(session, limit=None):
+            if row["cat"].lower() != "kernel":  # memcpys and memsets are no kernels
+                continue
+            seen = totals.setdefault(row["name"], {"total_us": 0.0, "count": 0})
+            seen["total_us"] = round(seen["total_us"] + row["total_us"], 3)
+            seen["count"] += row["count"]
+        return document, totals
     except AnalysisFailed as exc:
         return str(exc)
     except MemoryError:

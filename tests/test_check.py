@@ -329,3 +329,55 @@ def test_a_cut_off_trace_is_measured_and_said(capsys, tmp_path):
     assert "incomplete" in out
     code, out, _ = run(capsys, "check", str(TRACE), "--max-step", "1000s", "--json")
     assert json.loads(out)["trace_complete"] is True
+
+
+@pytest.mark.corpus
+def test_kernel_budget_is_summarys_total_on_both_sides(capsys, tmp_path):
+    path = corpus_trace(CORPUS_TRACES[0])
+    code, out, _ = run(capsys, "summary", str(path), "--json")
+    kernels = [k for k in json.loads(out)["kernels"] if k["cat"].lower() == "kernel"]
+    top = kernels[0]
+    total_ns = round(top["total_us"] * 1000)
+    code, out, _ = run(
+        capsys, "check", str(path), "--max-kernel", f"{top['name']}={total_ns}ns", "--json"
+    )
+    row = json.loads(out)["budgets"][0]
+    assert code == 0 and row["passed"] and row["kernel"] == top["name"]
+    assert row["measured"] == pytest.approx(top["total_us"] / 1000, abs=1e-6)
+    assert row["detail"] == f"{top['count']:,} calls"
+    code, _, _ = run(capsys, "check", str(path), "--max-kernel", f"{top['name']}={total_ns - 1}ns")
+    assert code == 3
+    # A name no kernel has (a renamed kernel) cannot pass unseen.
+    code, out, _ = run(capsys, "check", str(path), "--max-kernel", "no_such_kernel=1s", "--json")
+    assert code == 3 and json.loads(out)["budgets"][0]["measured"] is None
+    # The same from a TOML table, and a kernel the summary's top 50 leaves out is found too.
+    from kinetoscope.analysis import TraceSession
+    from kinetoscope.analysis.summary import kernels_section
+    from kinetoscope.parser import load
+
+    every = kernels_section(TraceSession(load(str(path), write_cache=False)), limit=None)
+    last = [k for k in every if k["cat"].lower() == "kernel"][-1]
+    assert last["name"] not in {k["name"] for k in kernels}  # beyond the summary's 50
+    config = tmp_path / "check.toml"
+    lines = [f'{json.dumps(top["name"])} = "{total_ns}ns"', f'{json.dumps(last["name"])} = "1000s"']
+    config.write_text("[max-kernel]\n" + "\n".join(lines) + "\n")
+    code, out, _ = run(capsys, "check", str(path), "--config", str(config), "--json")
+    rows = json.loads(out)["budgets"]
+    assert code == 0 and [r["kernel"] for r in rows] == [top["name"], last["name"]]
+    assert rows[1]["measured"] == pytest.approx(last["total_us"] / 1000, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--max-kernel", "abc"], ["--max-kernel", "=1ms"], ["--max-kernel", "k=12"]],
+)
+def test_bad_kernel_budget_is_a_usage_error(capsys, args):
+    code, _, err = run(capsys, "check", str(TRACE), *args)
+    assert code == 2 and err.count("\n") == 1
+
+
+def test_kernel_budget_config_must_be_a_table(capsys, tmp_path):
+    config = tmp_path / "check.toml"
+    config.write_text('max-kernel = "k=1ms"\n')
+    code, _, err = run(capsys, "check", str(TRACE), "--config", str(config))
+    assert code == 2 and "must be a table" in err
