@@ -19,7 +19,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 SERVER_NAME = "kinetoscope"
@@ -200,7 +200,6 @@ class Entry:
     identity: tuple
     session: Any = None  # TraceSession (traces)
     document: dict[str, Any] | None = None  # the job document (jobs)
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 def _identity(paths: list[str]) -> tuple:
@@ -237,6 +236,8 @@ class TriageTools:
             while len(self._entries) > self.max_open:
                 old, gone = self._entries.popitem(last=False)
                 self.closed_lru[old] = gone.path
+                if len(self.closed_lru) > 1000:  # remembered for the message, not forever
+                    del self.closed_lru[next(iter(self.closed_lru))]
                 evicted.append(old)
             return entry, evicted
 
