@@ -11,7 +11,18 @@ from typing import Any
 
 from kinetoscope import __version__
 
-SUBCOMMANDS = ("view", "summary", "diff", "export", "sql", "serve", "capture", "demo")
+SUBCOMMANDS = (
+    "view",
+    "summary",
+    "diff",
+    "check",
+    "export",
+    "sql",
+    "serve",
+    "mcp",
+    "capture",
+    "demo",
+)
 FORMATS = ("text", "md", "tsv", "json")
 
 # Options of `summary` that people also try on the viewer: they get pointed at `summary`.
@@ -183,6 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_diff_command(sub)
 
+    from kinetoscope.check import add_check_command
+
+    add_check_command(sub)
+
     _add_export_command(sub)
 
     from kinetoscope.sql import add_sql_command
@@ -192,6 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
     from kinetoscope.serve import add_serve_command
 
     add_serve_command(sub)
+
+    from kinetoscope.mcp_server import add_mcp_command
+
+    add_mcp_command(sub)
 
     from kinetoscope.capture.cli import add_capture_commands
 

@@ -13,7 +13,7 @@ import pytest
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_traces"
 # Memory events, GPU kernels and sync calls: every section of the report is drawn.
 TRACE = SAMPLE / "synthetic_gpu_training.pt.trace.json.gz"
-FORBIDDEN = ("textual", "torch")
+FORBIDDEN = ("textual", "torch", "mcp")  # mcp: only `kinetoscope mcp` needs the SDK
 
 # Runs `kinetoscope ARGS...` as `python -m kinetoscope` does, and when the interpreter exits
 # writes the top-level names of the modules it imported (as JSON) to the file named first.
@@ -80,6 +80,25 @@ def test_diff_imports_no_textual_or_torch(tmp_path, output):
     assert result.returncode == 0, result.stderr
     assert "neutral" in result.stdout.lower()
     assert [m for m in FORBIDDEN if m in modules] == []
+
+
+@pytest.mark.parametrize("output", ["text", "json"])
+def test_check_imports_no_textual_or_torch(tmp_path, output):
+    """`kinetoscope check` (budgets for CI) stays headless, and without the MCP SDK."""
+    result, modules = imported_by(
+        tmp_path, "check", str(TRACE), "--max-step", "1000s", "--format", output
+    )
+    assert result.returncode == 0, result.stderr
+    assert "max-step" in result.stdout
+    assert [m for m in FORBIDDEN if m in modules] == []
+
+
+def test_mcp_without_the_sdk_says_which_extra():
+    """`kinetoscope mcp` where the SDK is not installed: one line naming the extra, status 1."""
+    code = "import sys; sys.modules['mcp'] = None; from kinetoscope.cli import main; sys.exit(main(['mcp']))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "kinetoscope[mcp]" in result.stderr
 
 
 def test_formatting_module_imports_no_textual_or_rich():
