@@ -126,6 +126,13 @@ class Trace:
 
         self._init(TraceSession(model))
 
+    @classmethod
+    def of_session(cls, session: Any) -> Trace:
+        """The API's view of a `TraceSession` already open (the MCP server's, say)."""
+        trace = cls.__new__(cls)
+        trace._init(session)
+        return trace
+
     def _init(self, session: Any) -> None:
         self.session = session
         self.model = session.trace

@@ -1195,6 +1195,10 @@ def run_mcp_command(args: Any) -> int:
         return 1
     import anyio
 
+    from kinetoscope.sql import mcp_query, sql_available
+
+    if sql_available() and _QUERY_BACKEND is None:
+        register_query_backend(mcp_query)  # `query`: kinetoscope sql's read-only SQL
     server = build_server(TriageTools(args.max_open, args.max_answer_bytes))
     anyio.run(server.run_stdio_async)
     return 0

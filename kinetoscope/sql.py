@@ -523,3 +523,42 @@ def _history_path() -> str | None:
     except OSError:
         return None
     return os.path.join(base, HISTORY_FILE)
+
+
+# -- the MCP server's `query` tool -------------------------------------------------------------
+
+_MCP_TRACES: dict[int, Any] = {}  # id(session) -> the API's Trace over it (its tables cached)
+_MCP_TRACES_KEPT = 8
+
+
+def mcp_query(session: Any, query: str, limit: int) -> dict[str, Any]:
+    """`kinetoscope mcp`'s read-only `query` tool: the SQL of `kinetoscope sql` over one open
+    trace (docs/sql.md), its first `limit` rows; ValueError with one line for a bad query."""
+    if session is None:
+        raise ValueError("query runs on a trace's handle (open_trace), not a job's")
+    from kinetoscope.api import Trace
+
+    trace = _MCP_TRACES.get(id(session))
+    if trace is None or trace.session is not session:
+        trace = Trace.of_session(session)
+        _MCP_TRACES[id(session)] = trace
+        while len(_MCP_TRACES) > _MCP_TRACES_KEPT:
+            del _MCP_TRACES[next(iter(_MCP_TRACES))]
+    try:
+        with Database.of_trace(trace) as db:
+            table = db.query(query)
+    except QueryError as exc:
+        raise ValueError(str(exc)) from None
+    columns = list(table.columns)
+    values = [list(table.column(name)) for name in columns]
+    values = [[v.item() if hasattr(v, "item") else v for v in column] for column in values]
+    count = len(values[0]) if values else 0
+    rows = [[_json_value(column[i]) for column in values] for i in range(min(count, limit))]
+    return {"columns": columns, "rows": rows, "total_rows": count}
+
+
+def sql_available() -> bool:
+    """Whether DuckDB and pyarrow (the `sql` extra) can be imported."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None for name in ("duckdb", "pyarrow"))

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import CORPUS, SAMPLES
 
+from kinetoscope.sql import sql_available
+
 pytest.importorskip("mcp")
 
 from kinetoscope.analysis import TraceSession  # noqa: E402
@@ -76,7 +78,8 @@ async def test_session_findings_window_and_diff_over_stdio():
     async with server() as session:
         names = {tool.name for tool in (await session.list_tools()).tools}
         assert {"open_trace", "findings", "window_stats", "diff", "gaps", "event"} <= names
-        assert "query" not in names  # no query engine registered
+        # The SQL engine of `kinetoscope sql` answers `query` when its extra is installed.
+        assert ("query" in names) == sql_available()
 
         opened = await call(session, "open_trace", path=str(H100))
         handle = opened["handle"]
@@ -383,3 +386,26 @@ def test_hostile_trace_answers_stay_within_the_cap(write_trace):
     assert innermost.endswith("N59") and len(gap["cpu_stack"][-1]) == 160  # kept, name cut
     assert answers["operators"]["page"]["returned"] < answers["operators"]["page"]["total"]
     assert "args_note" in answers["event"]  # its args were shortened or left out, and it says so
+
+
+@pytest.mark.corpus
+async def test_query_runs_kinetoscope_sql_read_only_over_stdio():
+    needs(H100)
+    if not sql_available():
+        pytest.skip("the sql extra (duckdb, pyarrow) is not installed")
+    summary = build_summary(load(str(H100), write_cache=False))
+    async with server() as session:
+        handle = (await call(session, "open_trace", path=str(H100)))["handle"]
+        answer = await call(
+            session,
+            "query",
+            handle=handle,
+            query="SELECT name, count(*) AS n, sum(dur) AS ns FROM kernel GROUP BY name "
+            "ORDER BY ns DESC, name LIMIT 5",
+        )
+        assert answer["columns"] == ["name", "n", "ns"]
+        top = summary["kernels"][0]
+        assert answer["rows"][0][1] == top["count"]
+        assert abs(answer["rows"][0][2] / 1000 - top["total_us"]) < 1
+        line = await error(session, "query", handle=handle, query="COPY kernel TO '/tmp/x.csv'")
+        assert "read-only" in line
