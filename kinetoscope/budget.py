@@ -1,7 +1,8 @@
 """The budget vocabulary: the limits a user types for a CI gate, read as exact numbers.
 
-`kinetoscope check` reads every budget with these functions; `diff --fail-above PCT` takes a
-percentage of the same shape (docs/check.md says how the two relate). Every function takes the
+`kinetoscope check` reads every budget with these functions, and `diff --fail-above PCT` /
+`--threshold PCT` read their percentages with `parse_percent` too (docs/check.md says how the
+two gates relate). Every function takes the
 user's text and returns a number, or raises `BudgetError` with one line that says what was
 wrong. Nothing here trusts its input: the text is bounded in length (a 5000-digit number is
 refused before it is converted), decimals are read as text (no float rounding, no exponent, no
@@ -71,15 +72,16 @@ def _bounded(text: object, what: str) -> str:
     return text
 
 
-def parse_percent(text: str, what: str = "percentage") -> Fraction:
-    """`20%`, `20`, `12.5 %` -> the exact value (0 to 100)."""
+def parse_percent(text: str, what: str = "percentage", most: int = MAX_PERCENT) -> Fraction:
+    """`20%`, `20`, `12.5 %` -> the exact value (0 to `most`: 100 for a share such as GPU idle;
+    `diff`'s thresholds, a change in step time, may be larger)."""
     text = _bounded(text, what)
     match = _PERCENT.fullmatch(text)
     if match is None:
         raise BudgetError(f"{what}: cannot read {_shown(text)}: write a percentage such as 20%")
     value = Fraction(match.group(1))
-    if value > MAX_PERCENT:
-        raise BudgetError(f"{what}: {_shown(text)} is more than 100%")
+    if value > most:
+        raise BudgetError(f"{what}: {_shown(text)} is more than {most:,}%")
     return value
 
 

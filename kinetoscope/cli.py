@@ -399,7 +399,7 @@ def _add_diff_command(sub: Any) -> None:
 # any trace holds; a bigger value is a typing mistake, refused before it reaches a range).
 MAX_COUNT = 1_000_000
 MAX_WIDTH = 10_000  # columns (report.NATURAL_WIDTH)
-MAX_PERCENT = 1e9
+MAX_PERCENT = 10**9
 
 
 def _typed(text: str, what: str) -> str:
@@ -413,17 +413,14 @@ def _typed(text: str, what: str) -> str:
 
 
 def _percent(text: str) -> float:
-    from kinetoscope.numbers import shown
+    """`diff`'s `--threshold` and `--fail-above`: a percentage as `check`'s budgets write it
+    (`5`, `5%`, `12.5 %`; kinetoscope/budget.py), up to MAX_PERCENT."""
+    from kinetoscope.budget import BudgetError, parse_percent
 
     try:
-        value = float(_typed(text, "a percentage").rstrip("%"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a percentage: {shown(text)}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"a percentage of 0 or more, not {shown(text)}")
-    if value > MAX_PERCENT:
-        raise argparse.ArgumentTypeError(f"a percentage of at most {MAX_PERCENT:g}, not {text}")
-    return value
+        return float(parse_percent(text, "a percentage", most=MAX_PERCENT))
+    except BudgetError as exc:
+        raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
 
 
 def _positive(text: str) -> int:

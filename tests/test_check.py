@@ -381,3 +381,19 @@ def test_kernel_budget_config_must_be_a_table(capsys, tmp_path):
     config.write_text('max-kernel = "k=1ms"\n')
     code, _, err = run(capsys, "check", str(TRACE), "--config", str(config))
     assert code == 2 and "must be a table" in err
+
+
+def test_diff_reads_its_percentages_as_check_does(capsys):
+    """`diff --fail-above` / `--threshold` and `check` share one percentage reader: the same
+    forms are accepted and refused, in one line (a change may pass 100 %, a share may not)."""
+
+    sample = str(TRACE)
+    for value in ("5", "5%", "12.5 %", "150"):
+        assert main(["diff", sample, sample, "--json", "--fail-above", value]) == 0, value
+        capsys.readouterr()
+    for value in ("1e3", "-3", "nan", "5" * 5000):
+        assert main(["diff", sample, sample, "--json", "--threshold", value]) == 2, value
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert err.startswith("kinetoscope diff: error: argument --threshold:") and len(err) < 200
+    assert main(["check", sample, "--max-gpu-idle", "150%"]) == 2
+    assert "more than 100%" in capsys.readouterr().err
