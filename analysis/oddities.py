@@ -24,6 +24,7 @@ from kinetoscope.parser.model import (
 )
 
 from .intervals import Union
+from .units import plural
 
 if TYPE_CHECKING:
     from .rules import Finding
@@ -289,7 +290,8 @@ def oddity_findings(analysis: TraceSession) -> list[Finding]:
         add(
             "overlapping_gpu_work",
             np.concatenate((late[:1], under[:1], late[1:])),
-            f"{len(late):,} GPU activities start before the previous one on the same stream has "
+            f"{plural(len(late), 'GPU activity starts', 'GPU activities start')} before the "
+            "previous one on the same stream has "
             f"ended (first: {name(first)} on {lane.label}). All are drawn and counted; busy "
             "time counts the overlap once. Clock skew or a merged trace can cause this.",
             device=int(trace.device[first]),
