@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import corpus_params
 from kinetoscope.analysis import TraceSession, rules
 from kinetoscope.analysis.summary import build_summary
 from kinetoscope.parser import loads
@@ -53,6 +54,10 @@ def burst(start, n=300, corr=1000):
 
 
 def server_trace(*, steps=False, host_busy=False):
+    return load(_server_events(steps=steps, host_busy=host_busy))
+
+
+def _server_events(*, steps=False, host_busy=False):
     """What an inference server's trace looks like between requests: a kernel, then one
     blocking copy (SGLang's `forward_batch_info.py(443): init_new`), then nothing runs on the
     host for half a second, then a burst of work: GPU busy 300 of 800 ms."""
@@ -71,7 +76,7 @@ def server_trace(*, steps=False, host_busy=False):
     events += burst(500_000)
     if steps:
         events.append(X("ProfilerStep#1", 0, 800_100, cat="user_annotation"))
-    return load(events)
+    return events
 
 
 def above_info(causes):
@@ -220,3 +225,46 @@ def test_a_blocking_copy_to_pageable_memory_is_told_to_pin():
     ]
     assert "pageable host memory" in sync.message and "pin the host buffer" in sync.message
     assert "already use pinned" not in sync.message
+
+
+# -- the answer first ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", corpus_params())
+def test_summary_names_the_top_finding_in_its_first_25_lines(path, capsys, monkeypatch):
+    from kinetoscope.parser import load as load_file
+
+    from kinetoscope.report import run_summary
+
+    monkeypatch.delenv("COLUMNS", raising=False)  # piped, natural width
+    causes = build_summary(load_file(str(path)))["causes"]
+    assert run_summary(str(path)) == 0
+    head = capsys.readouterr().out.splitlines()[:25]
+    assert head[0].startswith("What to fix")
+    if not causes:
+        assert any("No rule fired" in line for line in head)
+        return
+    top = causes[0]
+    line = next((line for line in head if f" {top['rule']} " in line), None)
+    assert line is not None, (top["rule"], head)
+    assert top["severity"] in line
+    assert top["title"].split()[0] in line
+
+
+def test_markdown_summary_opens_with_what_to_fix(tmp_path, capsys):
+    from kinetoscope.report import run_summary
+
+    path = tmp_path / "server.json"
+    events = json.loads(json.dumps(_server_events()))
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    assert run_summary(str(path), output="md") == 0
+    out = capsys.readouterr().out
+    assert out.startswith("## What to fix")
+    first_table = out.split("## ", 2)[1]
+    assert "waiting\\_for\\_work" in first_table and "critical" in first_table
+    # The supporting rules are named in the line, not as lines of their own.
+    assert "host\\_sync" in first_table and first_table.count("| critical |") == 1
+    # TSV, read by scripts, keeps its tables as they were.
+    assert run_summary(str(path), output="tsv") == 0
+    tsv = capsys.readouterr().out
+    assert not tsv.startswith("# What to fix") and "# What to fix" not in tsv
