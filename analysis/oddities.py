@@ -351,8 +351,8 @@ def oddity_findings(analysis: TraceSession) -> list[Finding]:
         examples = np.flatnonzero(np.isin(trace.cat, cats) & (classes.kind == KIND_OTHER))
         whole(
             "unknown_accelerator_events",
-            f"{total:,} slices of categories kinetoscope does not understand look like "
-            f"accelerator work: {listed}. They are counted as CPU work (operators table, CPU "
+            f"{plural(total, 'slice')} of categories kinetoscope does not understand "
+            f"{'looks' if total == 1 else 'look'} like accelerator work: {listed}. They are counted as CPU work (operators table, CPU "
             "lanes, steps' CPU columns) and take no part in GPU busy and idle time, kernel "
             "statistics or launch links.",
             tuple(int(r) for r in examples[:EXAMPLES]),

@@ -268,3 +268,75 @@ def test_markdown_summary_opens_with_what_to_fix(tmp_path, capsys):
     assert run_summary(str(path), output="tsv") == 0
     tsv = capsys.readouterr().out
     assert not tsv.startswith("# What to fix") and "# What to fix" not in tsv
+
+
+def test_real_num_workers_0_trace_is_told_it_has_no_workers():
+    """The corpus's ResNet-50 run with num_workers=0 (its iterator is
+    `_SingleProcessDataLoaderIter`): the advice says there are no workers."""
+    from conftest import CORPUS
+    from kinetoscope.parser import load as load_file
+
+    path = CORPUS / "kineto" / "2021-06_resnet50_nw0_worker0.1623143089861.pt.trace.json.gz"
+    if not path.exists():
+        pytest.skip("corpus absent")
+    (loader,) = [
+        f for f in TraceSession(load_file(str(path))).findings if f.rule == "dataloader_bound"
+    ]
+    assert "num_workers=0" in loader.message and "no worker processes" in loader.message
+
+
+# -- wording ----------------------------------------------------------------------------------
+
+
+def test_communication_all_exposed_says_so():
+    def comm(comm_start):
+        events = [
+            X("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+            G("gemm", 0, 500, corr=1),
+            G("ncclDevKernel_AllReduce", comm_start, 350, corr=2),
+        ]
+        (f,) = [f for f in TraceSession(load(events)).findings if f.rule == "communication_heavy"]
+        return f.message
+
+    exposed = comm(600)  # after compute: 35% of the step, all of it exposed
+    assert "35% of the step, all of it exposed" in exposed
+    assert "of which" not in exposed
+    part = comm(300)  # 200 of 350 µs overlapped by the gemm
+    assert "15% of the step exposed" in part
+    hidden = comm(100)  # overlapped by compute entirely
+    assert "all of it overlapped by compute" in hidden
+
+
+def test_launch_bound_counts_have_thousands_separators():
+    events = []
+    corr, t = 1, 0
+    for _ in range(1200):  # 1,200 short kernels, each launched after the previous one ended
+        events += [R("cudaLaunchKernel", t, 25, corr=corr), G("tiny", t + 30, 5, corr=corr)]
+        corr, t = corr + 1, t + 40
+    (f,) = [f for f in TraceSession(load(events)).findings if f.rule == "launch_bound"]
+    assert "1,200 of 1,200 under 10 µs" in f.message and "in 1,199 gaps" in f.message
+
+
+def test_one_gpu_activity_is_singular():
+    events = [G("a", 0, 100, corr=1), G("b", 50, 100, corr=2)]  # b starts before a ends
+    (f,) = [f for f in TraceSession(load(events)).findings if f.rule == "overlapping_gpu_work"]
+    assert f.message.startswith("1 GPU activity starts before")
+    events = [
+        X("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+        R("cudaGraphLaunch", 10, 10, corr=1),
+        G("replayed", 30, 100, corr=1),
+    ]
+    replay = [f for f in TraceSession(load(events)).findings if f.rule == "graph_replay"]
+    assert replay and "replays 1 GPU activity (" in replay[0].message
+
+
+def test_text_summary_of_a_trace_without_schema_says_none(tmp_path, capsys, monkeypatch):
+    from kinetoscope.report import run_summary
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps([G("gemm", 0, 100, corr=1)]))  # the oldest format: a bare array
+    assert run_summary(str(path)) == 0
+    out = capsys.readouterr().out
+    (line,) = [line for line in out.splitlines() if "schema" in line]
+    assert "None" not in line and "no schemaVersion" in line

@@ -95,3 +95,39 @@ async def test_capture_and_demo_open_on_the_findings():
         assert screen.findings and screen.findings[0].rule == screen.host.top_finding.rule
         await pilot.press("escape")
         await settle(pilot, TraceScreen)  # the timeline is under it
+
+
+async def test_findings_screen_shows_rule_ids_whole(tmp_path):
+    """`unknown_accelerator_events` read `unknown_accelerator_e…` in a 22-cell column."""
+    path = tmp_path / "mtia.json"
+    events = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 1000,
+        },
+        {
+            "ph": "X",
+            "cat": "mtia_runtime",
+            "name": "runFunction",
+            "pid": 1,
+            "tid": 1,
+            "ts": 10,
+            "dur": 50,
+        },
+    ]
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    app = KinetoscopeApp(str(path))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, TraceScreen)
+        await pilot.press("t")
+        screen = await settle(pilot, FindingsScreen)
+        from test_robust_tui import screen_text
+
+        text = screen_text(app)
+        assert "unknown_accelerator_events " in text and "unknown_accelerator_e…" not in text
+        assert "1 slice of categories" in text  # singular
