@@ -125,7 +125,7 @@ async def test_findings_screen_shows_rule_ids_whole(tmp_path):
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot, TraceScreen)
         await pilot.press("t")
-        screen = await settle(pilot, FindingsScreen)
+        await settle(pilot, FindingsScreen)
         from test_robust_tui import screen_text
 
         text = screen_text(app)
