@@ -103,6 +103,9 @@ class Finding:
     # A finding of group_findings: the other rules' findings this one explains, each as the
     # rule gave it (no evidence lost); empty for a rule's own finding.
     supports: tuple[Finding, ...] = field(default=(), compare=False)
+    # A finding of group_findings: its primary finding as the rule gave it (own severity and
+    # rows); None for a rule's own finding.
+    own: Finding | None = field(default=None, compare=False, repr=False)
 
     @property
     def headline(self) -> str:
@@ -1159,7 +1162,14 @@ def group_findings(findings: list[Finding]) -> list[Finding]:
             severity=severity,
             rows=tuple(rows[: max(MAX_GROUP_ROWS, len(primary.rows))]),
             supports=supports,
+            own=primary,
         )
         out.append(((SEVERITY_ORDER[severity], -primary.stake, p), grouped))
     out.sort(key=lambda pair: pair[0])
     return [grouped for _, grouped in out]
+
+
+def cause_members(causes: list[Finding]) -> list[Finding]:
+    """Every rule's own finding, cause by cause: each primary, then the findings it explains
+    (the findings CSV's order)."""
+    return [m for cause in causes for m in (cause.own or cause, *cause.supports)]

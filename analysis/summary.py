@@ -211,11 +211,7 @@ def causes_section(analysis: TraceSession) -> list[dict[str, Any]]:
     index = {id(f): i for i, f in enumerate(analysis.findings)}
     out = []
     for cause in analysis.causes:
-        primary = next(
-            i
-            for i, f in enumerate(analysis.findings)
-            if f.rule == cause.rule and f.message == cause.message and f.start == cause.start
-        )
+        primary = index[id(cause.own or cause)]
         out.append(
             {
                 "rule": cause.rule,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
+from kinetoscope.analysis.rules import cause_members
 from kinetoscope.analysis.units import fmt_duration
 from rich.text import Text
 from textual import work
@@ -72,8 +73,23 @@ class FindingsScreen(TableScreen):
             )
 
     def csv_table(self) -> Table | None:
-        # The CSV keeps one row per rule's finding, as `summary --csv` writes it.
-        return None if self.findings is None else findings_table(list(self.data.session.findings))
+        # One row per rule's finding, as `summary --csv` writes it: each cause shown, then the
+        # findings it explains (csv_export puts the rows in the order shown).
+        return None if self.findings is None else findings_table(cause_members(self.findings))
+
+    def csv_export(self):
+        export = super().csv_export()
+        if export is None or not self.findings:
+            return export
+        table, shown = export
+        first, at = [], 0
+        for cause in self.findings:
+            first.append(at)
+            at += 1 + len(cause.supports)
+        rows = [
+            first[int(c)] + k for c in shown for k in range(1 + len(self.findings[int(c)].supports))
+        ]
+        return table, np.array(rows, dtype=np.int64)
 
     def describe(self, row: int) -> Text | None:
         return describe_finding(self.data, self.findings[row]) if self.findings else None
