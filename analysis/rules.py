@@ -1119,12 +1119,23 @@ CAUSE_ORDER = (
 )
 SUPPORT_SHARE = 0.5
 MAX_GROUP_ROWS = 8
+# The causes a finding of a mechanism may support (the symptoms, host_wait_idle and
+# low_gpu_utilization, may support any): pageable copies are one way a host sync blocks, a
+# DataLoader may sync while loading, and waiting for work is no slowdown of any kind; a
+# launch-bound stretch that pageable copies sit in is still two things to fix.
+MAY_SUPPORT = {
+    "pageable_memcpy": frozenset({"host_sync", "waiting_for_work"}),
+    "dataloader_bound": frozenset({"host_sync", "waiting_for_work"}),
+    "launch_bound": frozenset({"waiting_for_work"}),
+    "host_sync": frozenset({"waiting_for_work"}),
+    "waiting_for_work": frozenset(),
+}
 
 
 def group_findings(findings: list[Finding]) -> list[Finding]:
     """One finding per cause: a finding whose claimed GPU idle (`claim`) is at least
     SUPPORT_SHARE explained by the claim of an earlier finding in CAUSE_ORDER on the same
-    device joins it as supporting evidence (`supports`, the rules' own findings, unchanged).
+    device, one it MAY_SUPPORT, joins it as supporting evidence (`supports`, the rules' own findings, unchanged).
     A group's severity is the highest of its members', its evidence rows the primary's, then
     its supports' (at most MAX_GROUP_ROWS); its stake and title are the primary's. Sorted most
     severe first, then by time at stake, then in rule order."""
@@ -1141,6 +1152,9 @@ def group_findings(findings: list[Finding]) -> list[Finding]:
             for g, (p, _) in enumerate(groups):
                 primary = findings[p]
                 if primary.claim is None or primary.claim[0] != f.claim[0]:
+                    continue
+                allowed = MAY_SUPPORT.get(f.rule)
+                if allowed is not None and primary.rule not in allowed:
                     continue
                 overlap = primary.claim[1].intersect(f.claim[1]).total
                 if overlap >= SUPPORT_SHARE * f.claim[1].total and overlap > best_overlap:

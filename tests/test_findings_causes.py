@@ -340,3 +340,18 @@ def test_text_summary_of_a_trace_without_schema_says_none(tmp_path, capsys, monk
     out = capsys.readouterr().out
     (line,) = [line for line in out.splitlines() if "schema" in line]
     assert "None" not in line and "no schemaVersion" in line
+
+
+def test_a_mechanism_joins_only_a_cause_it_can_be_part_of():
+    import numpy as np
+    from kinetoscope.analysis.intervals import Union
+
+    claim = (0, Union.of(np.array([0]), np.array([8])))
+    launch = rules.Finding("launch_bound", "warning", "m", 0, 10, 0, stake=8, claim=claim)
+    copies = rules.Finding("pageable_memcpy", "warning", "m", 0, 10, stake=8, claim=claim)
+    sync = rules.Finding("host_sync", "warning", "m", 0, 10, 0, stake=8, claim=claim)
+    # Pageable copies inside a launch-bound stretch: two things to fix.
+    assert len(rules.group_findings([launch, copies])) == 2
+    # Pageable copies are one way a host sync blocks: one.
+    (one,) = rules.group_findings([sync, copies])
+    assert one.rule == "host_sync" and [s.rule for s in one.supports] == ["pageable_memcpy"]
