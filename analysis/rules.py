@@ -17,7 +17,7 @@ from .idle import HOST_WAIT, KERNEL_WAIT
 from .intervals import Union
 from .memory import GPU_DEVICE_TYPES, device_properties
 from .oddities import oddity_findings
-from .steps import COMM_NAME, names_matching
+from .steps import COMM_NAME, DATALOADER_PREFIX, names_matching
 from .units import fmt_bytes, plural, us
 from .units import fmt_ms as ms
 from .units import fmt_percent as pct
@@ -209,8 +209,6 @@ MULTI_PROCESS_LOADER = "_MultiProcessingDataLoaderIter"
 
 def _loader_rows(a: TraceSession) -> np.ndarray:
     """Rows of the `enumerate(DataLoader)...` CPU slices."""
-    from .steps import DATALOADER_PREFIX
-
     trace = a.trace
     loader_name = names_matching(trace, lambda s: s.startswith(DATALOADER_PREFIX))
     return np.flatnonzero(a.classes.cpu & loader_name[trace.name])
@@ -627,12 +625,30 @@ def host_wait_idle(a: TraceSession) -> list[Finding]:
         stack = [trace.name_of(int(r)) for r in a.gap_cpu_stack(longest)]
         doing = f" the CPU was in {' > '.join(stack[-3:])}" if stack else " no CPU context"
         severity = CRITICAL if share >= HOST_WAIT_CRITICAL else WARNING
+        loader = next((s for s in stack if s.startswith(DATALOADER_PREFIX)), None)
+        if loader is not None:  # the evidence says what the host was doing: loading data
+            single = SINGLE_PROCESS_LOADER in loader
+            advice = (
+                "The host was loading data then"
+                + (" in the training process (num_workers=0)" if single else "")
+                + ": "
+                + (
+                    "give the DataLoader worker processes (num_workers > 0, "
+                    "persistent_workers=True)"
+                    if single
+                    else "more DataLoader workers or prefetching"
+                )
+                + ", pin_memory=True, and see dataloader_bound."
+            )
+        else:
+            advice = (
+                "Try to keep the GPU queue full: remove host synchronisation, overlap data "
+                "loading and host work with GPU execution, or capture the step with CUDA graphs."
+            )
         message = (
             f"GPU {dev.device} waits for the host {ms(waited)} ({pct(share)} of its window): "
             f"the next work was launched only after the GPU had gone idle. In the longest gap "
-            f"({ms(gaps.length[longest])}){doing}. Try to keep the GPU queue full: remove host "
-            "synchronisation, overlap data loading and host work with GPU execution, or "
-            "capture the step with CUDA graphs."
+            f"({ms(gaps.length[longest])}){doing}. {advice}"
         )
         runtime = int(gaps.runtime_row[longest])
         rows = (int(gaps.next_row[longest]),) + ((runtime,) if runtime >= 0 else ())

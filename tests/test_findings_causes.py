@@ -355,3 +355,18 @@ def test_a_mechanism_joins_only_a_cause_it_can_be_part_of():
     # Pageable copies are one way a host sync blocks: one.
     (one,) = rules.group_findings([sync, copies])
     assert one.rule == "host_sync" and [s.rule for s in one.supports] == ["pageable_memcpy"]
+
+
+def test_host_wait_in_a_single_process_dataloader_says_num_workers_0():
+    """The corpus's oldest ResNet-50 run: the GPU waits for the host while the host loads data
+    in the training process; the advice says so rather than "remove host synchronisation"."""
+    from conftest import CORPUS
+    from kinetoscope.parser import load as load_file
+
+    path = CORPUS / "kineto" / "2021-01_resnet50_nw0_worker0.pt.trace.json.gz"
+    if not path.exists():
+        pytest.skip("corpus absent")
+    findings = TraceSession(load_file(str(path))).findings
+    (wait,) = [f for f in findings if f.rule == "host_wait_idle"]
+    assert "loading data then in the training process (num_workers=0)" in wait.message
+    assert "remove host synchronisation" not in wait.message
