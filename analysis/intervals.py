@@ -91,6 +91,26 @@ class Union:
             np.concatenate((self.start, other.start)), np.concatenate((self.end, other.end))
         )
 
+    def intersect(self, other: Union) -> Union:
+        """The time covered by both unions (vectorised: a sweep over both sets of bounds)."""
+        if len(self.start) == 0 or len(other.start) == 0:
+            empty = np.zeros(0, np.int64)
+            return Union(empty, empty)
+        points = np.concatenate((self.start, self.end, other.start, other.end))
+        n, m = len(self.start), len(other.start)
+        delta = np.concatenate(
+            (
+                np.ones(n, np.int64),
+                -np.ones(n, np.int64),
+                np.ones(m, np.int64),
+                -np.ones(m, np.int64),
+            )
+        )
+        order = np.lexsort((delta, points))  # at one instant ends (-1) before starts: half-open
+        points, level = points[order], np.cumsum(delta[order])
+        both = np.flatnonzero(level[:-1] == 2)
+        return Union.of(points[both], points[both + 1])
+
     def containing(self, t: int) -> int:
         """Index of the interval that contains t, or -1."""
         i = int(np.searchsorted(self.start, t, side="right")) - 1

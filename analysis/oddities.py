@@ -24,6 +24,7 @@ from kinetoscope.parser.model import (
 )
 
 from .intervals import Union
+from .units import plural
 
 if TYPE_CHECKING:
     from .rules import Finding
@@ -289,7 +290,8 @@ def oddity_findings(analysis: TraceSession) -> list[Finding]:
         add(
             "overlapping_gpu_work",
             np.concatenate((late[:1], under[:1], late[1:])),
-            f"{len(late):,} GPU activities start before the previous one on the same stream has "
+            f"{plural(len(late), 'GPU activity starts', 'GPU activities start')} before the "
+            "previous one on the same stream has "
             f"ended (first: {name(first)} on {lane.label}). All are drawn and counted; busy "
             "time counts the overlap once. Clock skew or a merged trace can cause this.",
             device=int(trace.device[first]),
@@ -349,8 +351,8 @@ def oddity_findings(analysis: TraceSession) -> list[Finding]:
         examples = np.flatnonzero(np.isin(trace.cat, cats) & (classes.kind == KIND_OTHER))
         whole(
             "unknown_accelerator_events",
-            f"{total:,} slices of categories kinetoscope does not understand look like "
-            f"accelerator work: {listed}. They are counted as CPU work (operators table, CPU "
+            f"{plural(total, 'slice')} of categories kinetoscope does not understand "
+            f"{'looks' if total == 1 else 'look'} like accelerator work: {listed}. They are counted as CPU work (operators table, CPU "
             "lanes, steps' CPU columns) and take no part in GPU busy and idle time, kernel "
             "statistics or launch links.",
             tuple(int(r) for r in examples[:EXAMPLES]),

@@ -7,7 +7,7 @@ are the module constants below; docs/analysis.md explains each rule.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -17,8 +17,8 @@ from .idle import HOST_WAIT, KERNEL_WAIT
 from .intervals import Union
 from .memory import GPU_DEVICE_TYPES, device_properties
 from .oddities import oddity_findings
-from .steps import COMM_NAME, names_matching
-from .units import fmt_bytes, us
+from .steps import COMM_NAME, DATALOADER_PREFIX, names_matching
+from .units import fmt_bytes, plural, us
 from .units import fmt_ms as ms
 from .units import fmt_percent as pct
 
@@ -54,6 +54,14 @@ LAUNCH_WAIT_CRITICAL = 0.30
 HOST_WAIT_WARNING = 0.10
 HOST_WAIT_CRITICAL = 0.30
 HOST_WAIT_SHARE_OF_IDLE = 0.50
+# waiting_for_work (traces without steps): GPU idle while no operator runs on the host, as a
+# share of the window, with a stretch of at least WAITING_MIN_NS; the blocking call that ended
+# at most WAITING_CALL_NEAR_NS before the stretch is named as what led into it.
+WAITING_WARNING = 0.10
+WAITING_CRITICAL = 0.30
+WAITING_MIN_NS = 1_000_000
+WAITING_CALL_NEAR_NS = 1_000_000
+WAITING_IGNORED_CATEGORIES = frozenset({"python_function", "trace"})
 # communication_heavy: communication kernels as a share of a step (or of the GPU window).
 COMM_WARNING = 0.20
 COMM_EXPOSED_CRITICAL = 0.20
@@ -84,6 +92,28 @@ class Finding:
     dur: int
     device: int | None = None
     rows: tuple[int, ...] = field(default=())  # trace rows to jump to, most telling first
+    # The time at stake (ns): the GPU idle it explains for the idle rules, else the time the
+    # rule measured (DataLoader time, exposed communication, compile time ...); 0 when the
+    # finding measures no time (memory, oddities).
+    stake: int = 0
+    title: str = ""  # one line: what, and where to look (the summary's "What to fix")
+    # (device, the GPU idle time on it the finding explains), for grouping findings that
+    # explain the same stretch of GPU time into one (group_findings); None for the others.
+    claim: tuple[int, Union] | None = field(default=None, compare=False, repr=False)
+    # A finding of group_findings: the other rules' findings this one explains, each as the
+    # rule gave it (no evidence lost); empty for a rule's own finding.
+    supports: tuple[Finding, ...] = field(default=(), compare=False)
+    # A finding of group_findings: its primary finding as the rule gave it (own severity and
+    # rows); None for a rule's own finding.
+    own: Finding | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def headline(self) -> str:
+        """`title`, else the message's first sentence."""
+        if self.title:
+            return self.title
+        first = self.message.split(". ", 1)[0]
+        return first if first.endswith(".") else first + "."
 
     def to_json(self, trace: Any = None) -> dict[str, Any]:
         evidence: dict[str, Any] = {
@@ -120,12 +150,42 @@ def dataloader_bound(a: TraceSession) -> list[Finding]:
     worst = int(slow[np.argmax(share[slow])])
     row = int(steps.rows[worst])
     severity = CRITICAL if share[worst] >= DATALOADER_CRITICAL else WARNING
+    trace = a.trace
+    loader = _loader_rows(a)
+    iterators = {trace.name_of(int(r)) for r in loader[:10_000]}
+    single = any(SINGLE_PROCESS_LOADER in name for name in iterators)
+    multi = any(MULTI_PROCESS_LOADER in name for name in iterators)
+    if single and not multi:
+        advice = (
+            f"The DataLoader has no worker processes (num_workers=0: the trace shows "
+            f"{SINGLE_PROCESS_LOADER}), so loading runs in the training loop: set num_workers "
+            "to a few processes (start with the CPU cores per GPU), with pin_memory=True and "
+            "persistent_workers=True, or move decoding/augmentation off the training process."
+        )
+        where = "num_workers=0"
+    elif multi and not single:
+        advice = (
+            f"The DataLoader already uses worker processes ({MULTI_PROCESS_LOADER}) and they "
+            "do not keep up: more workers (num_workers), a larger prefetch_factor, "
+            "pin_memory=True with persistent_workers, or cheaper decoding/augmentation."
+        )
+        where = "its workers do not keep up"
+    else:
+        advice = (
+            "Try more DataLoader workers (num_workers), pin_memory=True with "
+            "persistent_workers, prefetching, or moving decoding/augmentation off the "
+            "training process."
+        )
+        where = ""
     message = (
         f"{len(slow):,} of {len(steps):,} steps spend at least {pct(DATALOADER_WARNING)} of their "
-        f"time waiting for the DataLoader (worst: {a.trace.name_of(row)}, "
-        f"{ms(steps.dataloader[worst])}, {pct(share[worst])}). Try more DataLoader workers "
-        "(num_workers), pin_memory=True with persistent_workers, prefetching, or moving "
-        "decoding/augmentation off the training process."
+        f"time waiting for the DataLoader (worst: {trace.name_of(row)}, "
+        f"{ms(steps.dataloader[worst])}, {pct(share[worst])}). {advice}"
+    )
+    device, claim = _claim_of_rows(a, loader)
+    title = (
+        f"Steps wait for the DataLoader{f' ({where})' if where else ''}: worst "
+        f"{trace.name_of(row)}, {pct(share[worst])} of it"
     )
     return [
         Finding(
@@ -134,9 +194,41 @@ def dataloader_bound(a: TraceSession) -> list[Finding]:
             message,
             int(steps.start[worst]),
             int(steps.dur[worst]),
+            device=None,
             rows=(row,),
+            stake=int(claim.total) if claim is not None else int(steps.dataloader.sum()),
+            title=title,
+            claim=None if device is None or claim is None else (device, claim),
         )
     ]
+
+
+SINGLE_PROCESS_LOADER = "_SingleProcessDataLoaderIter"
+MULTI_PROCESS_LOADER = "_MultiProcessingDataLoaderIter"
+
+
+def _loader_rows(a: TraceSession) -> np.ndarray:
+    """Rows of the `enumerate(DataLoader)...` CPU slices."""
+    trace = a.trace
+    loader_name = names_matching(trace, lambda s: s.startswith(DATALOADER_PREFIX))
+    return np.flatnonzero(a.classes.cpu & loader_name[trace.name])
+
+
+def _claim_of_rows(a: TraceSession, rows: np.ndarray) -> tuple[int | None, Union | None]:
+    """The GPU idle time the host time of `rows` covers, on the device where it covers most:
+    (device, the idle covered), or (None, None) without GPU idle there."""
+    from .sync import device_idle
+
+    trace = a.trace
+    if len(rows) == 0:
+        return None, None
+    busy = Union.of(trace.start[rows], trace.start[rows] + trace.dur[rows])
+    best: tuple[int | None, Union | None] = (None, None)
+    for dev, idle in device_idle(a.idle.gaps):
+        claim = busy.intersect(idle)
+        if claim.total and (best[1] is None or claim.total > best[1].total):
+            best = (dev, claim)
+    return best
 
 
 def low_gpu_utilization(a: TraceSession) -> list[Finding]:
@@ -158,8 +250,19 @@ def low_gpu_utilization(a: TraceSession) -> list[Finding]:
             "Open the idle-gap list to see what the CPU was doing in the longest gaps, and see "
             "the host_wait, launch_bound and dataloader_bound findings for the likely fix."
         )
+        mine = np.flatnonzero(a.idle.gaps.device == dev.device)
         out.append(
-            Finding("low_gpu_utilization", severity, message, window[0], length, device=dev.device)
+            Finding(
+                "low_gpu_utilization",
+                severity,
+                message,
+                window[0],
+                length,
+                device=dev.device,
+                stake=int(dev.idle_ns),
+                title=f"GPU {dev.device} is busy only {pct(share)} of its {ms(length)} window",
+                claim=(dev.device, Union(a.idle.gaps.start[mine], a.idle.gaps.end[mine])),
+            )
         )
     return out
 
@@ -186,7 +289,7 @@ def host_sync(a: TraceSession) -> list[Finding]:
     returned until the GPU got work again or the next blocking call began), not by the host
     time they took: a long synchronize while the GPU stays busy costs nothing.
     `cudaStreamWaitEvent` is left out since it makes a GPU stream wait, not the host."""
-    from .sync import FREE, PAGEABLE, STREAM_WAIT, device_idle, group_sites
+    from .sync import FREE, MEMCPY, PAGEABLE, STREAM_WAIT, device_idle, group_sites
 
     trace = a.trace
     calls = a.sync
@@ -204,7 +307,7 @@ def host_sync(a: TraceSession) -> list[Finding]:
         # device's idle gaps, union over calls; the device that lost the largest share.
         own_after = calls.idle[blocking] - calls.idle_during[blocking]
         caused = Union.of(starts, starts + durs + own_after)
-        idle, device, share = 0, None, 0.0
+        idle, device, share, device_gaps = 0, None, 0.0, None
         for dev, gaps in device_idle(a.idle.gaps):
             window = windows.get(dev)
             if window is None:
@@ -212,7 +315,7 @@ def host_sync(a: TraceSession) -> list[Finding]:
             lost = int(gaps.covered(caused.start, caused.end).sum())
             lost_share = lost / max(window[1] - window[0], 1)
             if device is None or lost_share > share:
-                idle, device, share = lost, dev, lost_share
+                idle, device, share, device_gaps = lost, dev, lost_share, gaps
         if device is None or idle < MIN_SYNC_NS or share < SYNC_WARNING:
             return []
         sites.sort(key=lambda site: -site.idle)
@@ -244,6 +347,15 @@ def host_sync(a: TraceSession) -> list[Finding]:
         for site in sites[:3]
     )
     kinds = {int(calls.kind[site.worst]) for site in sites[:3]}
+    # What the blocking copies' own GPU copies say of the host memory: pinned or pageable.
+    copy_memory = _copy_memory(
+        a,
+        [
+            int(calls.rows[site.worst])
+            for site in sites[:3]
+            if calls.kind[site.worst] in (MEMCPY, PAGEABLE)
+        ],
+    )
     advice = []
     if FREE in kinds:
         advice.append(
@@ -253,16 +365,37 @@ def host_sync(a: TraceSession) -> list[Finding]:
             "call; avoid empty_cache() in the loop, lower the peak memory, or try "
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
         )
-    if PAGEABLE in kinds:
-        advice.append("copy from pinned memory (see pageable_memcpy)")
-    advice.append(
-        "remove .item(), .cpu(), .tolist() and prints of CUDA tensors from the step loop, "
-        "explicit torch.cuda.synchronize(), and use non_blocking copies from pinned memory"
-    )
+    if PAGEABLE in kinds or copy_memory == "pageable":
+        advice.append(
+            "the copies use pageable host memory (the copy names say Pageable): pin the host "
+            "buffer (tensor.pin_memory(), DataLoader(pin_memory=True)) and copy with "
+            "non_blocking=True (see pageable_memcpy)"
+        )
+    if copy_memory == "pinned":
+        advice.append(
+            "the copies already use pinned host memory (the copy names say Pinned), so the "
+            "wait is for the value itself: read it later (after more GPU work is queued), "
+            "or keep it on the GPU; remove .item(), .cpu(), .tolist() and prints of CUDA "
+            "tensors from the loop, and explicit torch.cuda.synchronize()"
+        )
+    else:
+        advice.append(
+            "remove .item(), .cpu(), .tolist() and prints of CUDA tensors from the step loop, "
+            "explicit torch.cuda.synchronize(), and use non_blocking copies from pinned memory"
+        )
     longest = rows[np.argsort(-weight, kind="stable")[:5]]
     top = int(longest[0])
     severity = CRITICAL if share >= SYNC_CRITICAL else WARNING
     message = f"{seen}: {listed}. Try: " + "; ".join(advice) + "."
+    claim = None
+    if device is not None and device_gaps is not None:
+        claim = (device, caused.intersect(device_gaps))
+    first = sites[0] if sites else None
+    at = ""
+    if first is not None:
+        at = f": {first.call}" + (f" from {first.cause}" if first.cause else "")
+        at += f" at {first.site[0]}" if first.site and first.site[0] != first.cause else ""
+    stake_text = f"GPU {device} idle" if device is not None else "host blocked"
     return [
         Finding(
             "host_sync",
@@ -272,8 +405,27 @@ def host_sync(a: TraceSession) -> list[Finding]:
             int(trace.dur[top]),
             device=device,
             rows=tuple(int(r) for r in longest),
+            stake=int(idle if device is not None else blocked),
+            title=f"Calls that wait for the GPU ({stake_text}){at}",
+            claim=claim,
         )
     ]
+
+
+def _copy_memory(a: TraceSession, calls: list[int]) -> str:
+    """`pinned` or `pageable` when every GPU copy the runtime calls `calls` launched says so
+    in its name (`Memcpy DtoH (Device -> Pinned)`), else ``""``."""
+    seen = set()
+    for row in calls:
+        for gpu in a.links.gpu_of(int(row)).tolist():
+            name = a.trace.name_of(gpu).lower()
+            if "pageable" in name:
+                seen.add("pageable")
+            elif "pinned" in name:
+                seen.add("pinned")
+            else:
+                seen.add("")
+    return seen.pop() if len(seen) == 1 else ""
 
 
 def pageable_memcpy(a: TraceSession) -> list[Finding]:
@@ -317,6 +469,7 @@ def pageable_memcpy(a: TraceSession) -> list[Finding]:
     worst = calls_rows[np.argsort(-trace.dur[calls_rows], kind="stable")[:4]]
     evidence = tuple(int(r) for r in worst) if len(worst) else ()
     first = int(evidence[0]) if evidence else int(copy_rows[0])
+    device, claim = _claim_of_rows(a, calls_rows)
     return [
         Finding(
             "pageable_memcpy",
@@ -325,6 +478,12 @@ def pageable_memcpy(a: TraceSession) -> list[Finding]:
             int(trace.start[first]),
             int(trace.dur[first]),
             rows=evidence + (int(copy_rows[0]),),
+            stake=int(host.total),
+            title=(
+                f"{len(copy_rows):,} cop{'ies' if len(copy_rows) != 1 else 'y'} of pageable host "
+                f"memory block the host {ms(host.total)}{issued}"
+            ),
+            claim=None if device is None or claim is None else (device, claim),
         )
     ]
 
@@ -356,8 +515,8 @@ def launch_bound(a: TraceSession) -> list[Finding]:
             continue
         severity = CRITICAL if share >= LAUNCH_WAIT_CRITICAL else WARNING
         message = (
-            f"GPU {dev.device} runs mostly short kernels ({short} of {len(mine)} under "
-            f"{SHORT_KERNEL_NS // 1000} µs) and sits idle between them in {len(waits)} gaps "
+            f"GPU {dev.device} runs mostly short kernels ({short:,} of {len(mine):,} under "
+            f"{SHORT_KERNEL_NS // 1000} µs) and sits idle between them in {len(waits):,} gaps "
             f"under {LAUNCH_GAP_NS // 1000} µs ({ms(waited)}, {pct(share)} of its window): "
             "launches cannot keep up with the GPU. Try CUDA graphs or torch.compile "
             "(mode='reduce-overhead'), fusing small operations, or larger batches."
@@ -372,6 +531,12 @@ def launch_bound(a: TraceSession) -> list[Finding]:
                 length,
                 device=dev.device,
                 rows=tuple(int(r) for r in gaps.next_row[longest]),
+                stake=waited,
+                title=(
+                    f"GPU {dev.device} is launch-bound: {short:,} of {len(mine):,} kernels under "
+                    f"{SHORT_KERNEL_NS // 1000} µs, idle between them"
+                ),
+                claim=(dev.device, Union(gaps.start[waits], gaps.end[waits])),
             )
         )
     if not out:
@@ -416,12 +581,16 @@ def _launch_bound_steps(a: TraceSession, kernel_rows: np.ndarray, small_gap: np.
     severity = CRITICAL if share >= LAUNCH_WAIT_CRITICAL else WARNING
     message = (
         f"{len(bound):,} of {len(steps):,} steps are launch-bound (worst: {trace.name_of(row)} on "
-        f"GPU {device}: {short} of {total} kernels under {SHORT_KERNEL_NS // 1000} µs, idle "
+        f"GPU {device}: {short:,} of {total:,} kernels under {SHORT_KERNEL_NS // 1000} µs, idle "
         f"{ms(waited)} ({pct(share)} of the step) in gaps under {LAUNCH_GAP_NS // 1000} µs "
         "between them): launches cannot keep up with the GPU there. Try CUDA graphs or "
         "torch.compile (mode='reduce-overhead'), fusing small operations, or larger batches."
     )
     longest = waits[np.argsort(-gaps.length[waits], kind="stable")[:5]]
+    s, e = int(steps.start[i]), int(steps.start[i] + steps.dur[i])
+    claim = Union(gaps.start[waits], gaps.end[waits]).intersect(
+        Union.of(np.array([s]), np.array([e]))
+    )
     return [
         Finding(
             "launch_bound",
@@ -431,6 +600,9 @@ def _launch_bound_steps(a: TraceSession, kernel_rows: np.ndarray, small_gap: np.
             int(steps.dur[i]),
             device=device,
             rows=(row, *(int(r) for r in gaps.next_row[longest])),
+            stake=waited,
+            title=f"{trace.name_of(row)} is launch-bound on GPU {device}: {short:,} of {total:,} kernels under {SHORT_KERNEL_NS // 1000} µs",
+            claim=(int(device), claim),
         )
     ]
 
@@ -453,12 +625,30 @@ def host_wait_idle(a: TraceSession) -> list[Finding]:
         stack = [trace.name_of(int(r)) for r in a.gap_cpu_stack(longest)]
         doing = f" the CPU was in {' > '.join(stack[-3:])}" if stack else " no CPU context"
         severity = CRITICAL if share >= HOST_WAIT_CRITICAL else WARNING
+        loader = next((s for s in stack if s.startswith(DATALOADER_PREFIX)), None)
+        if loader is not None:  # the evidence says what the host was doing: loading data
+            single = SINGLE_PROCESS_LOADER in loader
+            advice = (
+                "The host was loading data then"
+                + (" in the training process (num_workers=0)" if single else "")
+                + ": "
+                + (
+                    "give the DataLoader worker processes (num_workers > 0, "
+                    "persistent_workers=True)"
+                    if single
+                    else "more DataLoader workers or prefetching"
+                )
+                + ", pin_memory=True, and see dataloader_bound."
+            )
+        else:
+            advice = (
+                "Try to keep the GPU queue full: remove host synchronisation, overlap data "
+                "loading and host work with GPU execution, or capture the step with CUDA graphs."
+            )
         message = (
             f"GPU {dev.device} waits for the host {ms(waited)} ({pct(share)} of its window): "
             f"the next work was launched only after the GPU had gone idle. In the longest gap "
-            f"({ms(gaps.length[longest])}){doing}. Try to keep the GPU queue full: remove host "
-            "synchronisation, overlap data loading and host work with GPU execution, or "
-            "capture the step with CUDA graphs."
+            f"({ms(gaps.length[longest])}){doing}. {advice}"
         )
         runtime = int(gaps.runtime_row[longest])
         rows = (int(gaps.next_row[longest]),) + ((runtime,) if runtime >= 0 else ())
@@ -471,9 +661,114 @@ def host_wait_idle(a: TraceSession) -> list[Finding]:
                 int(gaps.length[longest]),
                 device=dev.device,
                 rows=rows,
+                stake=int(waited),
+                title=(
+                    f"GPU {dev.device} waits for the host {ms(waited)}; in the longest gap"
+                    + (f" the CPU was in {stack[-1]}" if stack else " no CPU context")
+                ),
+                claim=(dev.device, Union(gaps.start[mine], gaps.end[mine])),
             )
         )
     return out
+
+
+def waiting_for_work(a: TraceSession) -> list[Finding]:
+    """On a trace without steps, GPU idle time during which no operator runs on the host at
+    all: the process was waiting for work (a server between requests) or ran code the
+    profiler does not record; not a slowdown of the work the trace shows."""
+    if len(a.steps):
+        return []
+    trace = a.trace
+    gaps = a.idle.gaps
+    operating = _operator_time(a)
+    out = []
+    for dev in a.idle.devices:
+        window = dev.window
+        if window is None or window[1] - window[0] < MIN_WINDOW_NS or dev.idle_ns == 0:
+            continue
+        length = window[1] - window[0]
+        mine = np.flatnonzero(gaps.device == dev.device)
+        idle = Union(gaps.start[mine], gaps.end[mine])
+        lo, hi = window
+        free = Union.of(
+            np.concatenate(([lo], operating.end)), np.concatenate((operating.start, [hi]))
+        )
+        waiting = idle.intersect(free)
+        share = waiting.total / length
+        if share < WAITING_WARNING or not len(waiting):
+            continue
+        longest = int(np.argmax(waiting.end - waiting.start))
+        s, e = int(waiting.start[longest]), int(waiting.end[longest])
+        if e - s < WAITING_MIN_NS:
+            continue
+        before = _last_call_before(a, s)
+        gap = int(np.searchsorted(gaps.start[mine], s, side="right")) - 1
+        next_row = int(gaps.next_row[mine[gap]]) if gap >= 0 else -1
+        rows = tuple(r for r in (before, next_row) if r >= 0)
+        origin = trace.slice_start_min or 0
+        after = f", after {trace.name_of(before)}" if before >= 0 else ""
+        severity = CRITICAL if share >= WAITING_CRITICAL else WARNING
+        message = (
+            f"GPU {dev.device} is idle {ms(waiting.total)} ({pct(share)} of its window) while no "
+            f"operator runs on the host (the longest stretch: {ms(e - s)} from "
+            f"+{ms(s - origin)}{after}), and the trace has no ProfilerStep: the process was "
+            "waiting for work (a server between requests, a pause between calls), not slowed "
+            "by the GPU or by the work the trace shows. If it serves requests, this idle is "
+            "time without requests: profile under load, or judge the busy stretches only "
+            "(kinetoscope export --window); if it should have been busy, it ran code the "
+            "profiler does not record: profile with with_stack=True, or wrap that code in "
+            "torch.profiler.record_function(...)."
+        )
+        out.append(
+            Finding(
+                "waiting_for_work",
+                severity,
+                message,
+                s,
+                e - s,
+                device=dev.device,
+                rows=rows,
+                stake=int(waiting.total),
+                title=(
+                    f"GPU {dev.device} idle with no operator running on the host (waiting for "
+                    f"work?): longest {ms(e - s)} from +{ms(s - origin)}{after}"
+                ),
+                claim=(dev.device, waiting),
+            )
+        )
+    return out
+
+
+def _operator_time(a: TraceSession) -> Union:
+    """When some operator or runtime call runs on the host: CPU slices other than Python
+    frames (`python_function`, which stay open while an event loop waits) and the profiler's
+    own span (category `Trace`)."""
+    trace = a.trace
+    skip = np.zeros(len(trace.strings), dtype=bool)
+    for cat in np.unique(trace.cat).tolist():
+        skip[cat] = trace.strings[cat].lower() in WAITING_IGNORED_CATEGORIES
+    rows = np.flatnonzero(a.classes.cpu & ~skip[trace.cat])
+    return Union.of(trace.start[rows], trace.start[rows] + trace.dur[rows])
+
+
+def _last_call_before(a: TraceSession, t: int) -> int:
+    """The host-blocking call (sync analysis) that ended last at or before t, else the CPU
+    slice that did (not a Python frame), else -1."""
+    trace = a.trace
+    calls = a.sync.rows
+    for rows in (calls, None):
+        if rows is None:
+            rows = np.flatnonzero(a.classes.cpu)
+        if not len(rows):
+            continue
+        ends = trace.start[rows] + trace.dur[rows]
+        ok = np.flatnonzero(ends <= t)
+        if len(ok):
+            best = ok[np.argmax(ends[ok])]
+            if rows is calls and t - int(ends[best]) > WAITING_CALL_NEAR_NS:
+                continue  # a blocking call long before the stretch did not lead into it
+            return int(rows[best])
+    return -1
 
 
 def communication_heavy(a: TraceSession) -> list[Finding]:
@@ -488,10 +783,16 @@ def communication_heavy(a: TraceSession) -> list[Finding]:
         worst = int(heavy[np.argmax(share[heavy])])
         severity = CRITICAL if exposed[worst] >= COMM_EXPOSED_CRITICAL else WARNING
         name = trace.name_of(int(steps.rows[worst]))
+        if int(steps.comm[worst]) >= int(steps.comm_total[worst]):
+            hidden = "all of it exposed (not overlapped by compute)"
+        elif int(steps.comm[worst]) == 0:
+            hidden = "all of it overlapped by compute"
+        else:
+            hidden = f"{pct(exposed[worst])} of the step exposed (not overlapped by compute)"
         message = (
             f"{len(heavy):,} of {len(steps):,} steps spend at least {pct(COMM_WARNING)} of their "
-            f"time in communication kernels (worst: {name}, {pct(share[worst])}, of which "
-            f"{pct(exposed[worst])} not overlapped by compute). Try overlapping communication "
+            f"time in communication kernels (worst: {name}, {pct(share[worst])} of the step, "
+            f"{hidden}). Try overlapping communication "
             "with compute (DDP bucket size, FSDP prefetching), fewer or larger collectives "
             "(gradient accumulation), or check the interconnect."
         )
@@ -503,6 +804,8 @@ def communication_heavy(a: TraceSession) -> list[Finding]:
                 int(steps.start[worst]),
                 int(steps.dur[worst]),
                 rows=(int(steps.rows[worst]),),
+                stake=int(steps.comm.sum()),
+                title=f"Communication kernels take {pct(share[worst])} of {name}, {hidden}",
             )
         ]
     window = a.idle.all_busy.window
@@ -523,7 +826,17 @@ def communication_heavy(a: TraceSession) -> list[Finding]:
         "overlapping communication with compute, fewer or larger collectives, or check the "
         "interconnect."
     )
-    return [Finding("communication_heavy", WARNING, message, window[0], length)]
+    return [
+        Finding(
+            "communication_heavy",
+            WARNING,
+            message,
+            window[0],
+            length,
+            stake=comm,
+            title=f"Communication kernels cover {pct(share)} of the GPU window",
+        )
+    ]
 
 
 def _cpu_only(a: TraceSession) -> bool:
@@ -567,6 +880,7 @@ def collective_wait(a: TraceSession) -> list[Finding]:
             s,
             e - s,
             rows=(int(steps.rows[worst]), *(int(r) for r in inside[:4])),
+            stake=int(steps.collective.sum()),
         )
     ]
 
@@ -601,6 +915,7 @@ def uninstrumented_step_time(a: TraceSession) -> list[Finding]:
             int(steps.start[worst]),
             int(steps.dur[worst]),
             rows=(int(steps.rows[worst]),),
+            stake=int(steps.uninstrumented.sum()),
         )
     ]
 
@@ -688,7 +1003,15 @@ def compile_in_window(a: TraceSession) -> list[Finding]:
         "warmup=...)), or call the compiled model once before profiling."
     )
     return [
-        Finding("compile_in_window", severity, message, first, last - first, rows=compiling.rows)
+        Finding(
+            "compile_in_window",
+            severity,
+            message,
+            first,
+            last - first,
+            rows=compiling.rows,
+            stake=int(compiling.ns),
+        )
     ]
 
 
@@ -754,7 +1077,7 @@ def graph_replay(a: TraceSession) -> list[Finding]:
     start, length = _span(a)
     seen = (
         f"{replay.launches:,} graph launch{'es replay' if replay.launches != 1 else ' replays'} "
-        f"{replay.kernels:,} GPU activities ({ms(replay.gpu_ns)})"
+        f"{plural(replay.kernels, 'GPU activity', 'GPU activities')} ({ms(replay.gpu_ns)})"
         if replay.launches
         else "CUDA/HIP graphs were captured inside the window"
     )
@@ -775,6 +1098,7 @@ RULES = {
     "pageable_memcpy": pageable_memcpy,
     "launch_bound": launch_bound,
     "host_wait_idle": host_wait_idle,
+    "waiting_for_work": waiting_for_work,
     "communication_heavy": communication_heavy,
     "collective_wait": collective_wait,
     "uninstrumented_step_time": uninstrumented_step_time,
@@ -795,3 +1119,87 @@ def run_rules(a: TraceSession) -> list[Finding]:
     for rule in RULES.values():
         found.extend(rule(a))
     return sorted(found, key=lambda f: SEVERITY_ORDER[f.severity])
+
+
+# group_findings: the rules whose findings claim GPU idle time, in the order in which one is
+# taken as the cause of another (a cause named by its mechanism before the symptoms), and the
+# share of a finding's claimed idle that a cause must explain for the finding to support it.
+CAUSE_ORDER = (
+    "waiting_for_work",
+    "host_sync",
+    "dataloader_bound",
+    "launch_bound",
+    "pageable_memcpy",
+    "host_wait_idle",
+    "low_gpu_utilization",
+)
+SUPPORT_SHARE = 0.5
+MAX_GROUP_ROWS = 8
+# The causes a finding of a mechanism may support (the symptoms, host_wait_idle and
+# low_gpu_utilization, may support any): pageable copies are one way a host sync blocks, a
+# DataLoader may sync while loading, and waiting for work is no slowdown of any kind; a
+# launch-bound stretch that pageable copies sit in is still two things to fix.
+MAY_SUPPORT = {
+    "pageable_memcpy": frozenset({"host_sync", "waiting_for_work"}),
+    "dataloader_bound": frozenset({"host_sync", "waiting_for_work"}),
+    "launch_bound": frozenset({"waiting_for_work"}),
+    "host_sync": frozenset({"waiting_for_work"}),
+    "waiting_for_work": frozenset(),
+}
+
+
+def group_findings(findings: list[Finding]) -> list[Finding]:
+    """One finding per cause: a finding whose claimed GPU idle (`claim`) is at least
+    SUPPORT_SHARE explained by the claim of an earlier finding in CAUSE_ORDER on the same
+    device, one it MAY_SUPPORT, joins it as supporting evidence (`supports`, the rules' own findings, unchanged).
+    A group's severity is the highest of its members', its evidence rows the primary's, then
+    its supports' (at most MAX_GROUP_ROWS); its stake and title are the primary's. Sorted most
+    severe first, then by time at stake, then in rule order."""
+    rank = {rule: i for i, rule in enumerate(CAUSE_ORDER)}
+    order = sorted(
+        range(len(findings)),
+        key=lambda i: (rank.get(findings[i].rule, -1), -findings[i].stake, i),
+    )
+    groups: list[tuple[int, list[int]]] = []
+    for i in order:
+        f = findings[i]
+        best, best_overlap = None, 0
+        if f.claim is not None and f.claim[1].total > 0:
+            for g, (p, _) in enumerate(groups):
+                primary = findings[p]
+                if primary.claim is None or primary.claim[0] != f.claim[0]:
+                    continue
+                allowed = MAY_SUPPORT.get(f.rule)
+                if allowed is not None and primary.rule not in allowed:
+                    continue
+                overlap = primary.claim[1].intersect(f.claim[1]).total
+                if overlap >= SUPPORT_SHARE * f.claim[1].total and overlap > best_overlap:
+                    best, best_overlap = g, overlap
+        if best is None:
+            groups.append((i, []))
+        else:
+            groups[best][1].append(i)
+    out = []
+    for p, members in groups:
+        primary = findings[p]
+        supports = tuple(findings[m] for m in members)
+        severity = min((primary, *supports), key=lambda f: SEVERITY_ORDER[f.severity]).severity
+        rows = list(primary.rows)
+        for s in supports:
+            rows.extend(r for r in s.rows if r not in rows)
+        grouped = replace(
+            primary,
+            severity=severity,
+            rows=tuple(rows[: max(MAX_GROUP_ROWS, len(primary.rows))]),
+            supports=supports,
+            own=primary,
+        )
+        out.append(((SEVERITY_ORDER[severity], -primary.stake, p), grouped))
+    out.sort(key=lambda pair: pair[0])
+    return [grouped for _, grouped in out]
+
+
+def cause_members(causes: list[Finding]) -> list[Finding]:
+    """Every rule's own finding, cause by cause: each primary, then the findings it explains
+    (the findings CSV's order)."""
+    return [m for cause in causes for m in (cause.own or cause, *cause.supports)]

@@ -258,6 +258,13 @@ class TraceSession:
 
         return run_rules(self)
 
+    @derived
+    def causes(self) -> list[Finding]:
+        """The findings grouped one per cause (rules.group_findings), most severe first."""
+        from .rules import group_findings
+
+        return group_findings(self.findings)
+
     # -- queries for the viewer -------------------------------------------------------------
 
     def runtime_of(self, gpu_row: int) -> int:

@@ -208,6 +208,27 @@ def findings_section(analysis: TraceSession) -> list[dict[str, Any]]:
     return [finding.to_json(analysis.trace) for finding in analysis.findings]
 
 
+def causes_section(analysis: TraceSession) -> list[dict[str, Any]]:
+    """Extension: the findings grouped one per cause (docs/analysis.md), most severe first;
+    `finding` and `supports` are indices into `findings`, which keeps every rule's evidence."""
+    index = {id(f): i for i, f in enumerate(analysis.findings)}
+    out = []
+    for cause in analysis.causes:
+        primary = index[id(cause.own or cause)]
+        out.append(
+            {
+                "rule": cause.rule,
+                "severity": cause.severity,
+                "title": cause.headline,
+                "stake_us": us(cause.stake),
+                "device": cause.device,
+                "finding": primary,
+                "supports": [index[id(s)] for s in cause.supports],
+            }
+        )
+    return out
+
+
 def build_summary(of: Trace | TraceSession) -> dict[str, Any]:
     """The whole document of the spec, for a trace or for an open session on one (whose
     results are then shared with the caller's other views)."""
@@ -229,4 +250,5 @@ def build_summary(of: Trace | TraceSession) -> dict[str, Any]:
         "sync": sync_section(trace, analysis.sync),
         "compile": compile_section(analysis),  # extension: docs/compile.md
         "findings": findings_section(analysis),
+        "causes": causes_section(analysis),  # extension: docs/analysis.md
     }

@@ -488,7 +488,7 @@ def handle_compile_demo(args: argparse.Namespace) -> int:
         except ImportError:
             pass
         else:
-            run_view(str(compiled.path))
+            run_view(str(compiled.path), open_findings=True)
     print(f"compare them with: kinetoscope diff {base} {new}", file=sys.stderr)
     print(f"the compiled run alone (c: compile view): kinetoscope view {new}", file=sys.stderr)
     return outcome.exit_code
@@ -513,5 +513,5 @@ def finish(result: CaptureResult, *, view: bool) -> None:
         except ImportError:
             pass
         else:
-            run_view(str(result.path))
+            run_view(str(result.path), open_findings=True)
     print(f"view it with: {command}", file=sys.stderr)

@@ -72,7 +72,9 @@ def run_summary(
         from kinetoscope.analysis import TraceSession
 
         session = TraceSession(trace)
-        sections = summary_tables(session, build_summary(session))
+        # TSV is read by scripts (cut, awk): its tables stay as they were, one row per rule's
+        # finding; text and Markdown are read by people, who get the answer first.
+        sections = summary_tables(session, build_summary(session), answer_first=output != "tsv")
     except Exception as exc:  # MemoryError, AnalysisFailed (of one): one line, never a trace
         from kinetoscope.analysis.session import AnalysisFailed, memory_failure
         from kinetoscope.parser.model import out_of_memory_message
@@ -459,11 +461,14 @@ def cut_stack(text: str, width: int) -> str:
     return cut_front(text, width)
 
 
-def summary_tables(analysis: Any, document: dict[str, Any]) -> list[Any]:
-    """The report's sections, in reading order (Rich renderables; also `markdown()`, `tsv()`)."""
+def summary_tables(analysis: Any, document: dict[str, Any], answer_first: bool = True) -> list[Any]:
+    """The report's sections, in reading order (Rich renderables; also `markdown()`, `tsv()`).
+    `answer_first`: open with "What to fix" and give the findings one row per cause (else no
+    "What to fix", and one row per rule's finding)."""
     from kinetoscope.report_memory_sync import memory_sync_tables
 
     sections = [
+        what_to_fix_table(document) if answer_first else None,
         trace_facts(analysis, document),
         steps_table(analysis),
         gpu_table(document),
@@ -475,7 +480,7 @@ def summary_tables(analysis: Any, document: dict[str, Any]) -> list[Any]:
         memory_table(document),
         *memory_sync_tables(document),
         *compile_tables(document),
-        findings_table(document),
+        findings_table(document, grouped=answer_first),
     ]
     return [s for s in sections if s is not None]
 
@@ -537,7 +542,10 @@ def trace_facts(analysis: Any, document: dict[str, Any]) -> Any:
     if trace["start_us"] is not None:
         span = trace["end_us"] - trace["start_us"]
         table.add_row("span", f"{_dur(span)} from ts {trace['start_us']:.3f} µs")
-    table.add_row("schema", _data(trace["schema_version"]))
+    schema = trace["schema_version"]
+    table.add_row(
+        "schema", "none (no schemaVersion: an early format)" if schema is None else _data(schema)
+    )
     for device in document["devices"]:
         memory = device["total_memory_bytes"]
         mem = f", {fmt_bytes(memory)}" if isinstance(memory, int) else ""
@@ -930,17 +938,93 @@ def compile_tables(document: dict[str, Any]) -> list[Any]:
     return tables
 
 
-def findings_table(document: dict[str, Any]) -> Any:
+SEVERITY_COLOURS = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+WHAT_TO_FIX_ROWS = 5  # causes above info shown in "What to fix" (info ones only when no other)
+WHAT_TO_FIX_INFO_ROWS = 3
+
+
+def _causes(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """The document's causes; a document without them (older) has one per finding."""
+    if "causes" in document:
+        return document["causes"]
+    return [
+        {
+            "rule": f["rule"],
+            "severity": f["severity"],
+            "title": f["message"],
+            "stake_us": 0,
+            "finding": i,
+            "supports": [],
+        }
+        for i, f in enumerate(document["findings"])
+    ]
+
+
+def what_to_fix_table(document: dict[str, Any]) -> Any:
+    """The answer first: the top causes, one line each, with the time at stake and where to
+    look (the evidence's time from the trace start, and its first event)."""
+    from rich.text import Text
+
+    causes = _causes(document)
+    shown = [c for c in causes if c["severity"] != "info"][:WHAT_TO_FIX_ROWS]
+    if not shown:
+        shown = causes[:WHAT_TO_FIX_INFO_ROWS]
+    table = _table(
+        "What to fix (most severe first; details under Findings, at the end)",
+        "severity",
+        "rule",
+        "at stake",
+        "what",
+        "from",
+        "evidence",
+        right=("at stake", "from"),
+        names=("evidence",),
+    )
+    start = document["trace"]["start_us"] or 0
+    for cause in shown:
+        finding = document["findings"][cause["finding"]]
+        evidence = finding["evidence"]
+        at = f"+{_dur(max(evidence['start_us'] - start, 0))}"
+        where = evidence["events"][0]["name"] if evidence.get("events") else ""
+        also = [document["findings"][i]["rule"] for i in cause["supports"]]
+        what = cause["title"] + (f" (with {', '.join(also)})" if also else "")
+        table.add_row(
+            Text(cause["severity"], style=SEVERITY_COLOURS.get(cause["severity"], "")),
+            cause["rule"],
+            _dur(cause["stake_us"]) if cause["stake_us"] else "–",
+            _data(what),
+            at,
+            _data(where),
+        )
+    if not causes:
+        table.add_row("", "", "", "No rule fired: nothing stood out.", "", "")
+    elif len(causes) > len(shown):
+        rest = len(causes) - len(shown)
+        table.add_row("", "", "", f"{plural(rest, 'more finding')} under Findings", "", "")
+    return table
+
+
+def findings_table(document: dict[str, Any], grouped: bool = True) -> Any:
+    """One row per cause, the findings of other rules it explains inside its row (`grouped`),
+    or one row per rule's finding."""
     from rich.text import Text
 
     table = _table("Findings", "severity", "rule", "what we saw, and what to try")
-    colours = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
-    for finding in document["findings"]:
+    findings = document["findings"]
+    causes = _causes(document) if grouped else _causes({"findings": findings})
+    for cause in causes:
+        finding = findings[cause["finding"]]
+        message = finding["message"]
+        for i in cause["supports"]:
+            support = findings[i]
+            message += f" Supporting evidence, {support['rule']} ({support['severity']}): "
+            message += support["message"]
+        rule = cause["rule"]
         table.add_row(
-            Text(finding["severity"], style=colours.get(finding["severity"], "")),
-            finding["rule"],
-            _data(finding["message"]),
+            Text(cause["severity"], style=SEVERITY_COLOURS.get(cause["severity"], "")),
+            rule,
+            _data(message),
         )
-    if not document["findings"]:
+    if not findings:
         table.add_row("", "", "No rule fired.")
     return table

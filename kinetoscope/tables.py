@@ -384,7 +384,8 @@ def gaps_table(trace: Any, gaps: Any, order: np.ndarray) -> Table:
 
 
 def findings_table(findings: Sequence[Any]) -> Table:
-    """The triage findings (`t`), most severe first, as the rules gave them."""
+    """The triage findings (`t`) as the rules gave them, one row per rule's finding, in the
+    order given (cause by cause: analysis/rules.py `cause_members`)."""
     fields = [
         Field("number", INT, lambda i: i + 1),
         Field("severity", TEXT, lambda i: findings[i].severity),
@@ -664,6 +665,8 @@ def single_trace_tables(session: Any) -> list[Table]:
     kernels, GPU idle gaps (all, longest first), findings, steps; when the trace has them, the
     devices' utilisation, the idle by CPU operator, the memory peaks, the memory view's two
     tables (its main device), the sync view's two, the compile view's two."""
+    from kinetoscope.analysis.rules import cause_members
+
     trace = session.trace
     operators = session.operators
     kernels = session.kernels
@@ -674,7 +677,7 @@ def single_trace_tables(session: Any) -> list[Table]:
             trace, kernels, kernel_launcher_groups(session, kernels), session.cpu_groups.name
         ),
         gaps_table(trace, gaps, gaps.longest()),
-        findings_table(list(session.findings)),
+        findings_table(cause_members(session.causes)),  # cause by cause, as `t` shows them
         steps_table(trace, session.steps, bool(session.idle.devices)),
     ]
     if session.idle.devices:

@@ -32,8 +32,9 @@ def terminal_problem(
     return None
 
 
-def run_view(path: str) -> int:
-    """Run the viewer; 0 on a normal quit, 1 (with a one-line message on stderr) on failure."""
+def run_view(path: str, open_findings: bool = False) -> int:
+    """Run the viewer; 0 on a normal quit, 1 (with a one-line message on stderr) on failure.
+    `open_findings`: open on the findings screen (capture and demo do)."""
     from kinetoscope.cli import trace_path_problem
     from kinetoscope.tui.safe_text import clean  # file names are shown, never obeyed
 
@@ -58,7 +59,7 @@ def run_view(path: str) -> int:
     loader = TraceLoad(path, staged=True)
     from kinetoscope.tui.app import KinetoscopeApp
 
-    app = KinetoscopeApp(path, loader=loader)
+    app = KinetoscopeApp(path, loader=loader, open_findings=open_findings)
     app.run()
     loader.cancel()  # a load still running is of no use now
     loader.join(CACHE_WRITE_WAIT_S)  # let a cache being written finish, for the next open

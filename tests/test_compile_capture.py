@@ -217,7 +217,11 @@ def test_demo_compile_opens_the_diff_on_a_terminal(tmp_path: Path, monkeypatch, 
     )
     opened: list[object] = []
     monkeypatch.setattr(cli, "main", lambda argv: opened.append(("main", argv)) or 0)
-    monkeypatch.setattr(viewer, "run_view", lambda path: opened.append(("view", path)) or 0)
+    monkeypatch.setattr(
+        viewer,
+        "run_view",
+        lambda path, open_findings=False: opened.append(("view", path, open_findings)) or 0,
+    )
     commands = ("view", "summary", "diff", "capture", "demo") if has_diff else ("view", "demo")
     monkeypatch.setattr(capture_cli, "_subcommands", lambda: commands)
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
@@ -227,4 +231,4 @@ def test_demo_compile_opens_the_diff_on_a_terminal(tmp_path: Path, monkeypatch, 
     if has_diff:
         assert opened == [("main", ["diff", str(eager), str(compiled)])]
     else:
-        assert opened == [("view", str(compiled))]
+        assert opened == [("view", str(compiled), True)]  # opened on the findings

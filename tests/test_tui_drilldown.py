@@ -216,7 +216,8 @@ async def test_findings_enter_shows_the_evidence():
     app = KinetoscopeApp(str(SAMPLE))
     async with app.run_test(size=SIZE) as pilot:
         trace_screen = await settle(pilot, TraceScreen)
-        findings = TraceSession(trace_screen.data.trace).findings
+        # One row per cause: the findings of other rules it explains are inside it.
+        findings = TraceSession(trace_screen.data.trace).causes
         assert findings, "the sample trace is built to trigger rules"
         screen = await press(pilot, "t", until=FindingsScreen)
         rows = shown_rows(screen)

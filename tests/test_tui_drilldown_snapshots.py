@@ -12,6 +12,7 @@ from kinetoscope.tui.kernels import KernelsScreen
 from kinetoscope.tui.operators import OperatorDetailScreen, OperatorsScreen
 from kinetoscope.tui.overview import OverviewScreen
 from kinetoscope.tui.screens import TraceScreen
+from pilot_helpers import top_finding_shown
 
 SAMPLE = (
     Path(__file__).resolve().parents[1]
@@ -29,6 +30,7 @@ async def settle(pilot, kind) -> None:
         assert time.monotonic() < deadline, f"{kind.__name__} never came"
         await pilot.pause(0.02)
     await pilot.pause()
+    await top_finding_shown(pilot, deadline)
     await pilot.app.workers.wait_for_complete()
     await pilot.pause()
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from kinetoscope.tui.app import KinetoscopeApp
 from kinetoscope.tui.screens import GapListScreen, TraceScreen
+from pilot_helpers import top_finding_shown
 
 SAMPLE = (
     Path(__file__).resolve().parents[1]
@@ -25,6 +26,7 @@ async def settle(pilot, kind=TraceScreen) -> None:
         assert time.monotonic() < deadline, "screen never came"
         await pilot.pause(0.02)
     await pilot.pause()
+    await top_finding_shown(pilot, deadline)
     await pilot.app.workers.wait_for_complete()
     await pilot.pause()
 

@@ -83,6 +83,7 @@ class KinetoscopeApp(ViewerApp):
         staged: bool = False,
         gap_threshold_ns: int | None = None,
         loader: TraceLoad | None = None,
+        open_findings: bool = False,
     ) -> None:
         super().__init__()
         # Started before the app takes over the standard streams (decoding workers need them),
@@ -90,6 +91,9 @@ class KinetoscopeApp(ViewerApp):
         self.loader = loader if loader is not None else TraceLoad(path, staged=staged)
         self.path = path
         self.gap_threshold_ns = gap_threshold_ns
+        # Open on the findings (t) once the trace is shown: `capture` and `demo` do, since
+        # their user has just run the program to learn what to fix (docs/tui.md).
+        self.open_findings = open_findings
         self.exit_message: str | None = None
         self.data: ViewData | None = None
         self.first_frame_time: float | None = None  # wall clock, when the first frame was drawn
@@ -123,9 +127,13 @@ class KinetoscopeApp(ViewerApp):
 
     def on_trace_ready(self, message: TraceReady) -> None:
         self.data = message.data
-        self.switch_screen(TraceScreen(message.data))
+        screen = TraceScreen(message.data)
+        self.switch_screen(screen)
         if self.gap_threshold_ns is not None:
             self.call_after_refresh(self._apply_threshold)
+        if self.open_findings:
+            self.open_findings = False  # once: a reload after a rejected cache stays put
+            self.call_after_refresh(screen.action_findings)
 
     def on_view_complete(self, message: ViewComplete) -> None:
         """Every slice is placed now (the first frame may have shown the top levels only)."""

@@ -283,7 +283,8 @@ def describe_compile(trace: Any, result: CompileAnalysis, palette: Any) -> Text:
             line(
                 "Graph replay",
                 f"{plural(replay.launches, 'graph launch', 'graph launches')} {verb} "
-                f"{replay.kernels:,} GPU activities ({fmt_duration(replay.gpu_ns)}); "
+                f"{plural(replay.kernels, 'GPU activity', 'GPU activities')} "
+                f"({fmt_duration(replay.gpu_ns)}); "
                 f"{fmt_duration(replay.gap_ns)} idle inside replays is not the host's doing",
             )
         else:

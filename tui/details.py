@@ -266,7 +266,8 @@ class DetailsPane(ReportsWorkerFailures, VerticalScroll):
         self.gap = -1
         self.event: dict[str, Any] | None = None
         self.args_failure: str | None = None  # why the event's args could not be read
-        self.body = Static(Text(NOTHING_SELECTED))
+        self.top_finding: Text | None = None  # shown when nothing is selected (the answer)
+        self.body = Static(self.nothing_selected())
 
     def compose(self):
         yield self.body
@@ -277,11 +278,25 @@ class DetailsPane(ReportsWorkerFailures, VerticalScroll):
         self.event = None
         self.args_failure = None
         if row < 0:
-            self.body.update(Text(NOTHING_SELECTED))
+            self.body.update(self.nothing_selected())
             return
         self._refresh_body(loading=True)
         self.scroll_home(animate=False)
         self._read_args(row)
+
+    def nothing_selected(self) -> Text:
+        """The top finding first (when known), then what the keys do."""
+        text = Text()
+        if self.top_finding is not None:
+            text.append_text(self.top_finding)
+        text.append(NOTHING_SELECTED)
+        return text
+
+    def show_top_finding(self, text: Text) -> None:
+        """The triage's top finding, shown while nothing is selected."""
+        self.top_finding = text
+        if self.row < 0 and self.gap < 0:
+            self.body.update(self.nothing_selected())
 
     def show_gap(self, gap: int) -> None:
         """Show an idle gap above the details of the event selected with it."""

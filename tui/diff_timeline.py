@@ -331,6 +331,7 @@ class HalfTraceScreen(TraceScreen):
     """One side of the diff alone in the single-trace screen (every view it has), in the
     window the pair showed; q goes back to the pair."""
 
+    SHOWS_TOP_FINDING = False  # the diff's verdict is the answer here
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "back", "Back to the two traces"),
     ]

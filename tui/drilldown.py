@@ -70,7 +70,8 @@ DRILLDOWN_BINDINGS: list[BindingType] = [
     Binding(
         "k", "kernels", "Kernels", show=False, tooltip="Kernels, memcpys and memsets by total time"
     ),
-    Binding("t", "findings", "Findings", show=False, tooltip="Triage findings, most severe first"),
+    # Shown: the findings are the answer most users open a trace for.
+    Binding("t", "findings", "Findings", tooltip="Triage findings, most severe first"),
     Binding(
         "v", "overview", "Overview", show=False, tooltip="Per-step breakdown and GPU utilisation"
     ),

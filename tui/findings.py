@@ -1,11 +1,13 @@
-"""Findings (`t`): the triage rules' findings, most severe first, each with its advice; Enter
-shows the evidence on the timeline."""
+"""Findings (`t`): the triage's findings, one per cause (the findings of other rules it
+explains inside it), most severe first, each with its advice; Enter shows the evidence on the
+timeline."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
+from kinetoscope.analysis.rules import cause_members
 from kinetoscope.analysis.units import fmt_duration
 from rich.text import Text
 from textual import work
@@ -48,14 +50,14 @@ class FindingsScreen(TableScreen):
 
     def heading(self) -> Text:
         text = Text("Findings", "bold")
-        text.append(" of the triage rules, most severe first · Enter shows the evidence")
+        text.append(" one per cause, most severe first · Enter shows the evidence")
         if self.findings is None and self.failure is None:
             text.append(" · computing…")
         return text
 
     @work(thread=True, exclusive=True, group="findings", exit_on_error=False)
     def _compute(self) -> None:
-        findings = list(self.data.session.findings)
+        findings = list(self.data.session.causes)
         self.app.call_from_thread(self._show, findings)
 
     def _show(self, findings: list) -> None:
@@ -71,7 +73,23 @@ class FindingsScreen(TableScreen):
             )
 
     def csv_table(self) -> Table | None:
-        return None if self.findings is None else findings_table(self.findings)
+        # One row per rule's finding, as `summary --csv` writes it: each cause shown, then the
+        # findings it explains (csv_export puts the rows in the order shown).
+        return None if self.findings is None else findings_table(cause_members(self.findings))
+
+    def csv_export(self):
+        export = super().csv_export()
+        if export is None or not self.findings:
+            return export
+        table, shown = export
+        first, at = [], 0
+        for cause in self.findings:
+            first.append(at)
+            at += 1 + len(cause.supports)
+        rows = [
+            first[int(c)] + k for c in shown for k in range(1 + len(self.findings[int(c)].supports))
+        ]
+        return table, np.array(rows, dtype=np.int64)
 
     def describe(self, row: int) -> Text | None:
         return describe_finding(self.data, self.findings[row]) if self.findings else None
@@ -83,7 +101,12 @@ class FindingsScreen(TableScreen):
 
 
 def findings_model(findings: list) -> TableModel:
-    texts = [f"{f.rule} {f.message}" for f in findings]
+    texts = [
+        " ".join([f.rule, f.message, *(f"{s.rule} {s.message}" for s in f.supports)])
+        for f in findings
+    ]
+    # The rule id whole (a stable id, for grep and the docs): as wide as the longest one.
+    rule_width = max([len("rule"), *(len(f.rule) for f in findings)])
     rank = np.array([SEVERITY_RANK.get(f.severity, 3) for f in findings], dtype=np.int64)
     return TableModel(
         columns=[
@@ -99,16 +122,22 @@ def findings_model(findings: list) -> TableModel:
                 "rule",
                 lambda i: findings[i].rule,
                 key=np.arange(len(findings)),
-                width=22,
+                width=rule_width,
                 numeric=False,
             ),
-            Column("what was seen", lambda i: clean(findings[i].message), width=0, numeric=False),
+            Column("what was seen", lambda i: clean(_seen(findings[i])), width=0, numeric=False),
         ],
         n=len(findings),
         names=np.arange(len(findings)),
         name_text=texts.__getitem__,
         default_sort=0,
     )
+
+
+def _seen(finding) -> str:
+    """The finding's one line, with the rules whose findings it explains."""
+    also = ", ".join(s.rule for s in finding.supports)
+    return finding.headline + (f" (explains {also})" if also else "")
 
 
 def evidence_jump(finding) -> Jump:
@@ -133,6 +162,11 @@ def describe_finding(data, finding) -> Text:
     text.append("\n")
     text.append(clean(finding.message))
     text.append("\n")
+    for support in finding.supports:
+        text.append("supporting evidence, ", palette.style("muted", bold=True))
+        text.append(f"{support.rule} ({support.severity}): ", "bold")
+        text.append(clean(support.message))
+        text.append("\n")
     text.append("evidence: ", palette.style("muted", bold=True))
     text.append(
         f"+{fmt_duration(int(finding.start) - data.origin)} for {fmt_duration(int(finding.dur))}"

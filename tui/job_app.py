@@ -96,6 +96,7 @@ class RankTraceScreen(TraceScreen):
     """One rank of the job in the single-trace viewer; q (and Esc with nothing selected) goes
     back to the ranks overview."""
 
+    SHOWS_TOP_FINDING = False  # the ranks overview and the job's findings come first
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "back", "Back to the ranks", tooltip="Back to the ranks overview"),
         Binding(

@@ -14,7 +14,7 @@ from rich.cells import cell_len
 from rich.console import Group, RenderableType
 from rich.table import Table as RichTable
 from rich.text import Text
-from textual import events
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
@@ -191,6 +191,9 @@ class TraceScreen(DrilldownActions, Screen):
         self.shown_hide_python = False  # the title says when Python frames are hidden
         self.details_rows: int | None = None  # the details pane's height set with { }, if any
         self.title_prefix = ""  # what a subclass shows before the title ("rank 3", "base")
+        # The top finding (analysis/rules.py group_findings), once the worker has it: None
+        # while computing, False when no rule fired or it could not be computed.
+        self.top_finding = None
 
     def compose(self) -> ComposeResult:
         yield Static(self._title(), id="title")
@@ -215,6 +218,47 @@ class TraceScreen(DrilldownActions, Screen):
                 timeout=15,
                 markup=False,
             )
+
+    # Whether this screen works out and shows the top finding (a rank's or a diff side's
+    # screen leaves it to its own app's summary views).
+    SHOWS_TOP_FINDING = True
+
+    def on_timeline_first_frame(self, message: Timeline.FirstFrame) -> None:
+        """After the first frame (not to slow it down): work out the top finding."""
+        if self.SHOWS_TOP_FINDING and self.top_finding is None:
+            self._find_top()
+
+    @work(thread=True, exclusive=True, group="top-finding", exit_on_error=False)
+    def _find_top(self) -> None:
+        try:
+            causes = list(self.data.session.causes)
+        except Exception:  # the findings screen (t) says why; the main view stays as it is
+            self.app.call_from_thread(self._show_top, None, -1)
+            return
+        self.app.call_from_thread(self._show_top, causes[0] if causes else False, len(causes))
+
+    def _show_top(self, top, count: int) -> None:
+        """`top`: the top finding, False when no rule fired, None (count -1) when the findings
+        could not be computed."""
+        self.top_finding = top if top is not None else False
+        palette = palette_of(self)
+        text = Text()
+        if top is None:
+            text.append("The findings could not be computed", "bold")
+            text.append(" (t says why).\n")
+        elif top is False:
+            text.append("No triage rule fired", "bold")
+            text.append(": nothing stood out (t shows the findings screen anyway).\n")
+        else:
+            colour = {"critical": "error", "warning": "warning"}.get(top.severity, "info")
+            text.append("Top finding ", "bold")
+            text.append(f"{top.severity.upper()} ", palette.style(colour, bold=True))
+            text.append(f"{top.rule}: ", "bold")
+            text.append(clean(top.headline))
+            more = f", {count - 1:,} more" if count > 1 else ""
+            text.append(f"\n  t lists the findings{more}; Enter on one shows its evidence.\n")
+        self.query_one(DetailsPane).show_top_finding(text)
+        self.query_one("#status", Static).update(self.status_text())
 
     def check_file(self) -> None:
         """Say so, once, when the trace's file changes or goes away while it is shown."""
@@ -351,6 +395,13 @@ class TraceScreen(DrilldownActions, Screen):
             text.append(" · ")
             text.append(shorten(data.trace.name_of(row), 60), "bold")
             text.append(f" {fmt_duration(int(data.trace.dur[row]))}")
+        elif self.top_finding:
+            top = self.top_finding
+            colour = {"critical": "error", "warning": "warning"}.get(top.severity, "info")
+            text.append(" · top: ")
+            text.append(f"{top.severity.upper()} {top.rule}", palette_of(self).style(colour))
+            text.append(f" {clean(top.headline)} (t)")
+            return text
         text.append(" · ? keys", "dim")
         return text
 
