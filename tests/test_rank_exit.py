@@ -308,7 +308,9 @@ async def test_the_job_viewer_says_how_a_rank_ended(tmp_path):
         screen = await overview(pilot)
         title = str(screen.query_one("#ranks-title").render())
         assert "rank 1 exited with RuntimeError at ProfilerStep#1; its trace is partial" in title
-        assert "straggler: rank 2" in title
+        # The straggler and its reason have their own line under the title.
+        straggler = str(screen.query_one("#ranks-straggler").render())
+        assert "straggler: rank 2" in straggler
         assert [(r.rank, r.status) for r in screen.matrix.rows] == [
             (0, "ok"),
             (1, "failed"),
