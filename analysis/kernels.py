@@ -31,7 +31,11 @@ class KernelTable:
         return self.total / np.maximum(self.count, 1)
 
 
-def compute_kernels(trace: Trace, groups: Groups, links: Links, nesting: Nesting) -> KernelTable:
+def kernel_totals(
+    trace: Trace, groups: Groups, links: Links
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per GPU group: count, total, shortest and longest duration (no nesting needed: what a
+    caller that wants only these, as the Python API's `kernels()`, asks before the nesting)."""
     rows = links.gpu_rows
     group = groups.index[rows].astype(np.int64)
     dur = trace.dur[rows]
@@ -42,6 +46,12 @@ def compute_kernels(trace: Trace, groups: Groups, links: Links, nesting: Nesting
     np.minimum.at(low, group, dur)
     high = np.zeros(n, dtype=np.int64)
     np.maximum.at(high, group, dur)
+    return count, total, low, high
+
+
+def compute_kernels(trace: Trace, groups: Groups, links: Links, nesting: Nesting) -> KernelTable:
+    rows = links.gpu_rows
+    count, total, low, high = kernel_totals(trace, groups, links)
     # The launching operator is the runtime call's parent slice.
     launcher = np.full(len(rows), -1, dtype=np.int64)
     linked = links.gpu_runtime >= 0

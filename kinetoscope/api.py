@@ -306,20 +306,27 @@ class Trace:
 
         def make() -> Table:
             from kinetoscope.analysis.classify import ranked_groups
+            from kinetoscope.analysis.kernels import kernel_totals
 
-            t = self.session.kernels
-            g = ranked_groups(self.model, t.groups, t.total, None)
-            count = t.count[g]
+            session = self.session
+            groups = session.gpu_groups
+            if session.nesting_ready:  # the session's table, computed already or cheaply
+                t = session.kernels
+                counts, totals, low, high = t.count, t.total, t.min, t.max
+            else:  # these columns need no nesting: do not build it for them
+                counts, totals, low, high = kernel_totals(self.model, groups, session.links)
+            g = ranked_groups(self.model, groups, totals, None)
+            count = counts[g]
             return Table(
                 "kernels",
                 {
-                    "category": self._names(t.groups.cat[g]),
-                    "name": self._names(t.groups.name[g]),
+                    "category": self._names(groups.cat[g]),
+                    "name": self._names(groups.name[g]),
                     "count": count,
-                    "total_dur": t.total[g],
-                    "mean_dur": t.total[g] / np.maximum(count, 1),
-                    "min_dur": t.min[g],
-                    "max_dur": t.max[g],
+                    "total_dur": totals[g],
+                    "mean_dur": totals[g] / np.maximum(count, 1),
+                    "min_dur": low[g],
+                    "max_dur": high[g],
                 },
             )
 

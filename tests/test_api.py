@@ -418,3 +418,19 @@ def test_names_arrow_and_pandas_cannot_encode_still_convert(tmp_path: Path) -> N
     assert list(trace.kernel_events().to_pandas()["name"]) == ["bad\ud800name"] * 2
     assert trace.slices().to_pandas().shape[0] == 4
     assert "\ud800" not in repr(trace.kernels())
+
+
+def test_kernels_need_no_nesting():
+    """`kernels()` (count, total, min, max per group) is the session's kernel table's numbers, and
+    asking it first builds no nesting (the slow stage on big traces)."""
+    trace = kinetoscope.open(str(SAMPLE))
+    first = trace.kernels()
+    assert not trace.session.nesting_ready
+    table = trace.session.kernels  # builds the nesting, for the launchers
+    assert trace.session.nesting_ready
+    again = kinetoscope.open(str(SAMPLE)).kernels()
+    for table_ in (first, again):
+        assert sorted(table_.column("total_dur").tolist()) == sorted(
+            table.total[table.count > 0].tolist()
+        )
+    assert first.column("total_dur").tolist() == again.column("total_dur").tolist()
