@@ -251,7 +251,7 @@ def test_a_real_summary_under_an_address_space_limit(tmp_path, parallel):
     for extra_mb in range(40, 121, 20) if parallel else range(40, 121, 8):
         result = run_capped([sys.executable, "-c", script, str(trace), str(extra_mb)], env)
         if result.returncode == 0:
-            assert result.stderr == "" and result.stdout.startswith("Trace")
+            assert result.stderr == "" and result.stdout.startswith("What to fix")
             continue
         assert result.returncode == 1, (extra_mb, result.returncode, result.stderr[-2000:])
         line = one_line(result.stderr)
