@@ -331,7 +331,9 @@ class Section:
             for index, width in zip(indices, widths):
                 column = self.columns[index]
                 table.add_column(
-                    Text(column.header),
+                    # Headers wrap at spaces (a column is never narrower than the header's
+                    # longest word), even in columns whose cells stay on one line.
+                    Text(column.header, no_wrap=False),
                     justify="right" if column.kind == NUMBER else "left",
                     width=width,
                     no_wrap=column.kind != TEXT,

@@ -1,0 +1,36 @@
+"""Bugs found by a user pass over the day's features (serve, diff statistics, job health, CSV,
+memory per operator, the API and sql, the viewer's help and tables) on real and synthetic traces:
+each test here failed before its fix."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from kinetoscope.report import NAME, NUMBER, STACK, Column, Section
+
+
+def _render(section: Section, width: int) -> str:
+    console = Console(width=width, force_terminal=False, color_system=None)
+    with console.capture() as captured:
+        console.print(section)
+    return captured.get()
+
+
+def test_summary_headers_wrap_at_words_never_cut_mid_word() -> None:
+    # At 80 columns the kernels table read `launched mostly b` and the gaps table
+    # `CPU stack (innermost las`: a name column's header was cut like its cells.
+    section = Section(
+        "Top GPU kernels",
+        [
+            Column("kernel", NAME),
+            Column("count", NUMBER),
+            Column("launched mostly by", NAME),
+            Column("CPU stack (innermost last)", STACK),
+        ],
+    )
+    section.add_row("k" * 40, "1", "b" * 40, "c > " * 20)
+    text = _render(section, 80)
+    header = "".join(line for line in text.splitlines() if "┃" in line)
+    words = header.replace("┃", " ").split()
+    for word in ["launched", "mostly", "by", "CPU", "stack", "(innermost", "last)"]:
+        assert word in words, (word, text)
