@@ -34,3 +34,19 @@ def test_summary_headers_wrap_at_words_never_cut_mid_word() -> None:
     words = header.replace("┃", " ").split()
     for word in ["launched", "mostly", "by", "CPU", "stack", "(innermost", "last)"]:
         assert word in words, (word, text)
+
+
+def test_top_allocating_operators_lists_only_operators_that_allocated(write_trace, capsys):
+    # The table listed outer frames and freeing-only operators with 0 allocs and 0 B under
+    # "Top allocating operators" (seven such rows on the MI300 BERT trace).
+    from test_memory_lifetimes import known_trace
+
+    from kinetoscope.report import run_summary
+
+    assert run_summary(str(write_trace(known_trace())), width=160) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("Top allocating operators") :]
+    table = table[: table.index("└")]
+    operators = [line.split("│")[1].strip() for line in table.splitlines() if line.startswith("│")]
+    assert "aten::A" in operators and "aten::C" in operators
+    assert "aten::B" not in operators  # it only frees (A's allocations)
