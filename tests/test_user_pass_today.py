@@ -50,3 +50,43 @@ def test_top_allocating_operators_lists_only_operators_that_allocated(write_trac
     operators = [line.split("│")[1].strip() for line in table.splitlines() if line.startswith("│")]
     assert "aten::A" in operators and "aten::C" in operators
     assert "aten::B" not in operators  # it only frees (A's allocations)
+
+
+def test_steps_to_settle_is_the_smallest_count_that_settles_it() -> None:
+    # `diff A A` on a 2-step trace said "about 2 steps each would settle it" with 2 steps each
+    # and the interval still wide: the count's fixed-point iteration swung between 2 and 5 and
+    # stopped on 2. Truth: the smallest n whose interval at the same spread fits in ±tau.
+    import math
+
+    import numpy as np
+    from kinetoscope.analysis.diff_stats import (
+        Interval,
+        log_threshold,
+        steps_to_settle,
+        t_quantile,
+        welch_log,
+    )
+
+    tau = log_threshold(5.0)
+    steps = [607_312_000, 622_928_000]  # the two steps of trace_filter_sampled_rank-0
+    same = welch_log(steps, steps)
+    assert same is not None and same.high > tau  # wide: the interval reaches past +5 %
+
+    def half(iv: Interval, n: int) -> float:
+        return t_quantile(0.975, 2 * n - 2) * math.sqrt((iv.sd_base**2 + iv.sd_new**2) / n)
+
+    def check(iv: Interval) -> None:
+        n = steps_to_settle(iv, tau)
+        gap = abs(abs(iv.estimate) - tau)
+        assert n is not None and half(iv, n) <= gap, (iv, n)
+        assert n == 2 or half(iv, n - 1) > gap, (iv, n)
+
+    check(same)
+    assert steps_to_settle(same, tau) == 3
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        sd_b, sd_n = rng.uniform(0.001, 0.2, 2)
+        estimate = rng.uniform(-0.2, 0.2)
+        if abs(abs(estimate) - tau) < 1e-3:
+            continue
+        check(Interval(estimate, estimate - 1, estimate + 1, 0.95, 2, 2, sd_b, sd_n, 2.0))
