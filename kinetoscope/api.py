@@ -699,6 +699,11 @@ def open_job(
     with main_module_hidden():
         digests = map_ranks([f.path for f in files.files], workers=workers)
     job = analyze_job(digests, files, align_clocks=align_clocks)
+    if job.ranks and not any(entry.loaded for entry in job.ranks):
+        # As `summary DIR` ends with status 1: no rank to ask anything of.
+        first = next((e.digest.error for e in job.ranks if e.digest.error), None)
+        why = f" ({first})" if first else ""
+        raise TraceError(_clean(f"no rank could be read{why}"))
     return Job(job, files, job_document(job))
 
 

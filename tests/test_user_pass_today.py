@@ -90,3 +90,19 @@ def test_steps_to_settle_is_the_smallest_count_that_settles_it() -> None:
         if abs(abs(estimate) - tau) < 1e-3:
             continue
         check(Interval(estimate, estimate - 1, estimate + 1, 0.95, 2, 2, sd_b, sd_n, 2.0))
+
+
+def test_open_job_with_no_readable_rank_raises(tmp_path) -> None:
+    # `summary DIR` ends with status 1 when no rank could be read; open_job returned a Job of
+    # ranks that were all 'not loaded' (open_job('/etc/passwd') was a 1-rank job).
+    import pytest
+
+    import kinetoscope
+    from kinetoscope.api import TraceError
+
+    (tmp_path / "rank0.json").write_text("not json at all")
+    (tmp_path / "rank1.json").write_text("{}")
+    with pytest.raises(TraceError, match=r"no rank could be read \(.*rank0\.json: not a trace"):
+        kinetoscope.open_job(tmp_path)
+    with pytest.raises(TraceError, match="no rank could be read"):
+        kinetoscope.open_job([tmp_path / "rank0.json"])
