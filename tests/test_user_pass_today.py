@@ -106,3 +106,37 @@ def test_open_job_with_no_readable_rank_raises(tmp_path) -> None:
         kinetoscope.open_job(tmp_path)
     with pytest.raises(TraceError, match="no rank could be read"):
         kinetoscope.open_job([tmp_path / "rank0.json"])
+
+
+async def test_job_overview_cell_keeps_its_wait_and_the_table_title_names_hidden_columns():
+    # On the DLRM job at 120x40 and 80x24 the cell line ran past its 3 lines: cut mid-phrase
+    # ('host time', 'host launch') and its `waited` lost; the per-rank table hid up to ten
+    # columns at 80 wide with nothing saying so (other tables' titles do).
+    import pytest
+    from conftest import CORPUS
+    from kinetoscope.tui.job_app import JobApp
+    from test_tui_job import overview
+
+    job = CORPUS / "multirank" / "dlrm_8rank"
+    if not job.is_dir():
+        pytest.skip("../shared/corpus is absent")
+    for size in [(120, 40), (80, 24)]:
+        app = JobApp([str(job)], workers=1)
+        async with app.run_test(size=size) as pilot:
+            screen = await overview(pilot)
+            await pilot.pause()
+            cell = screen.query_one("#ranks-cell")
+            plain = str(cell.render())
+            width = cell.content_region.width
+            needed = cell.get_content_height(cell.size, app.size, width)  # past max-height
+            assert needed <= 3, (needed, plain)  # the pane's max-height
+            assert "step 12.509 ms · waited 1.534 ms" in plain
+            assert plain.endswith("Enter opens its timeline")
+            assert "smaller phase" in plain
+            title = str(screen.query_one("#ranks-breakdown-title").render())
+            hidden = screen.breakdown.hidden_columns()
+            assert hidden, size
+            assert (
+                f"hidden at this width: {', '.join(hidden)}" in title
+                or f"{len(hidden)} columns hidden" in title
+            ), title
