@@ -140,3 +140,30 @@ async def test_job_overview_cell_keeps_its_wait_and_the_table_title_names_hidden
                 f"hidden at this width: {', '.join(hidden)}" in title
                 or f"{len(hidden)} columns hidden" in title
             ), title
+
+
+def test_sql_reads_a_job_bundle_as_its_job(tmp_path, capsys) -> None:
+    # `summary job.zip` and `view job.zip` read a bundle as the job; `sql job.zip` said
+    # "not a trace (binary data, not JSON)".
+    import json
+
+    from test_job import gloo_rank
+
+    from kinetoscope.cli import main
+
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for rank in range(3):
+        (folder / f"rank{rank}.json").write_text(json.dumps(gloo_rank(rank, late=2)))
+    bundle = tmp_path / "job.zip"
+    assert main(["export", str(folder), "-o", str(bundle), "--step", "1"]) == 0
+    capsys.readouterr()
+    query = "SELECT rank, count(*) AS n FROM step GROUP BY rank ORDER BY rank"
+    assert main(["sql", str(bundle), query, "--format", "csv"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out.splitlines() == ["rank,n", "0,1", "1,1", "2,1"]
+    broken = tmp_path / "broken.zip"
+    broken.write_bytes(b"PK\x03\x04" + b"\0" * 40)
+    assert main(["sql", str(broken), "SELECT 1"]) == 1
+    assert "broken.zip" in capsys.readouterr().err
