@@ -167,3 +167,20 @@ def test_sql_reads_a_job_bundle_as_its_job(tmp_path, capsys) -> None:
     broken.write_bytes(b"PK\x03\x04" + b"\0" * 40)
     assert main(["sql", str(broken), "SELECT 1"]) == 1
     assert "broken.zip" in capsys.readouterr().err
+
+
+def test_diff_steps_from_zero_is_refused_not_the_last_pair_twice(capsys) -> None:
+    # `diff A A --steps 0-` compared "4 of 3 paired steps": pair 0 became index -1, the last.
+    import pytest
+    from conftest import SAMPLES
+    from kinetoscope.analysis.diff import StepSpecError, parse_steps
+
+    from kinetoscope.cli import main
+
+    for spec in ["0-", "0", "0-2", "00-"]:
+        with pytest.raises(StepSpecError, match="from 1"):
+            parse_steps(spec)
+    assert parse_steps("1-") == [1, -1]
+    sample = str(SAMPLES / "demo_cpu.pt.trace.json.gz")
+    assert main(["diff", sample, sample, "--steps", "0-", "--format", "text"]) == 2
+    assert "is not a range of step numbers from 1" in capsys.readouterr().err
