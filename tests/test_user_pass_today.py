@@ -184,3 +184,28 @@ def test_diff_steps_from_zero_is_refused_not_the_last_pair_twice(capsys) -> None
     sample = str(SAMPLES / "demo_cpu.pt.trace.json.gz")
     assert main(["diff", sample, sample, "--steps", "0-", "--format", "text"]) == 2
     assert "is not a range of step numbers from 1" in capsys.readouterr().err
+
+
+async def test_a_tables_title_says_its_hidden_columns_within_its_line():
+    # The diff viewer's kernels title at 80x24 on two corpus ranks read "… · by Δ ↓ · 7
+    # columns": the short form "7 columns hidden" was used without checking that it fits.
+    import pytest
+    from conftest import CORPUS
+    from kinetoscope.tui.diff_app import DiffApp
+    from test_tui_diff import diff_screen
+
+    base = CORPUS / "hta" / "trace_filter_sampled_rank-0.json.gz"
+    new = CORPUS / "hta" / "trace_filter_sampled_rank-1.json.gz"
+    if not (base.is_file() and new.is_file()):
+        pytest.skip("../shared/corpus is absent")
+    app = DiffApp(str(base), str(new))
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await diff_screen(pilot)
+        await pilot.pause(0.2)
+        title = screen.query_one("#table-title")
+        text = str(title.render())
+        hidden = screen.table.hidden_columns()
+        assert hidden
+        assert len(text) <= title.content_region.width, text
+        assert text.endswith("hidden"), text
+        assert f"{len(hidden)} " in text
