@@ -307,7 +307,9 @@ def metrics_text(diff: TraceDiff, palette: Palette) -> Text:
             if unit == "bytes":
                 return fmt_bytes(value, signed=signed)
             value = value / pairs
-            return ("+" if signed and value > 0 else "") + fmt_duration(value)
+            # A table's three decimals, zeros kept, so a column's decimals line up
+            # (`615.120 ms` over `619.271 ms`, not `615.12 ms`).
+            return ("+" if signed and value > 0 else "") + fmt_table_time(value, False)
 
         text.append("\n")
         text.append(f"{shorten(metric_label(metric.key), 23):<24}")
