@@ -209,3 +209,28 @@ async def test_a_tables_title_says_its_hidden_columns_within_its_line():
         assert len(text) <= title.content_region.width, text
         assert text.endswith("hidden"), text
         assert f"{len(hidden)} " in text
+
+
+async def test_the_diff_viewers_verdict_shows_its_reasons_whole():
+    # At 80x24 and 120x40 the verdict pane held 2 lines: on two corpus ranks it ended at
+    # "the interval is wide" / "about 4 steps each", the rest of the reason cut off.
+    import pytest
+    from conftest import CORPUS
+    from kinetoscope.tui.diff_app import DiffApp
+    from test_tui_diff import diff_screen
+
+    base = CORPUS / "hta" / "trace_filter_sampled_rank-0.json.gz"
+    new = CORPUS / "hta" / "trace_filter_sampled_rank-1.json.gz"
+    if not (base.is_file() and new.is_file()):
+        pytest.skip("../shared/corpus is absent")
+    for size in [(80, 24), (120, 40)]:
+        app = DiffApp(str(base), str(new))
+        async with app.run_test(size=size) as pilot:
+            screen = await diff_screen(pilot)
+            await pilot.pause(0.2)
+            pane = screen.query_one("#diff-verdict")
+            text = str(pane.render())
+            assert "would settle it (within -4.76 % .. +5 %, at this noise and estimate)" in text
+            width = pane.content_region.width
+            assert pane.get_content_height(pane.size, app.size, width) <= pane.size.height
+            assert screen.table.size.height >= 4  # header and three rows still

@@ -253,13 +253,12 @@ def verdict_text(diff: TraceDiff, palette: Palette) -> Text:
     """The verdict in a coloured box, then why, and which windows were compared."""
     verdict = diff.verdict
     role = {REGRESSION: "error", IMPROVEMENT: "info", NEUTRAL: "muted"}.get(verdict.kind, "warning")
-    text = Text(overflow="ellipsis")  # the reasons may take a second line
+    text = Text(overflow="ellipsis")  # the reasons may take up to four lines
     text.append(f" {verdict.kind.upper()} ", palette.style("ink", role, bold=True))
     text.append(" " + "; ".join(clean(r) for r in verdict.reasons))
     if diff.whole:
         text.append(" · whole traces compared", "dim")
-    else:
-        text.append(f" · {plural(len(diff.pairs), 'step pair')}", "dim")
+    # (the step pairs: the reasons count them, and the line of pairs below lists them)
     return text
 
 
@@ -338,7 +337,7 @@ class DiffScreen(TableScreen):
         Binding("question_mark", "app.help", "Keys"),
     ]
     DEFAULT_CSS = """
-    #diff-verdict { height: auto; max-height: 2; padding: 0 1; }
+    #diff-verdict { height: auto; max-height: 4; padding: 0 1; }  /* the reasons whole */
     #diff-metrics {
         height: auto; max-height: 12; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis;
     }
