@@ -234,3 +234,36 @@ async def test_the_diff_viewers_verdict_shows_its_reasons_whole():
             width = pane.content_region.width
             assert pane.get_content_height(pane.size, app.size, width) <= pane.size.height
             assert screen.table.size.height >= 4  # header and three rows still
+
+
+async def test_job_overview_with_every_rank_dead_says_why_within_its_title():
+    # A real 2-rank gloo job whose rank 1 raised (rank 0 then died on the lost peer): the
+    # overview's title was cut at 80 columns mid-phrase ('rank 1 exited with RuntimeError
+    # at'), and the line under it said 'fewer than two ranks took part in matched
+    # collectives' though both had (the summary: 'fewer than two ranks that did not die').
+    from pathlib import Path
+
+    from kinetoscope.tui.job_app import JobApp
+    from test_job import write_job
+    from test_rank_exit import put, record
+    from test_tui_job import overview
+
+    folder = Path("job")  # in the tests' scratch folder: the title shows the path as given
+    write_job(folder, ranks=(0, 1), world=2)
+    for rank in (0, 1):
+        put(folder, rank, record(rank, folder / f"rank{rank}.json", world_size=2))
+    for size in [(80, 24), (200, 40)]:
+        app = JobApp([str(folder)], workers=1)
+        async with app.run_test(size=size) as pilot:
+            screen = await overview(pilot)
+            await pilot.pause()
+            line = str(screen.query_one("#ranks-straggler").render())
+            assert "no straggler named" in line and "ranks 0, 1 failed" in line, line
+            title = screen.query_one("#ranks-title")
+            text = str(title.render())
+            needed = title.get_content_height(title.size, app.size, title.content_region.width)
+            assert needed <= 3, text
+            assert "rank 0 exited with RuntimeError at ProfilerStep#1" in text
+            assert text.rstrip().endswith(
+                "rank 1 failed" if size[0] == 80 else "its trace is partial"
+            ), text

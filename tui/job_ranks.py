@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 LABEL_WIDTH = 17  # the rank column of the matrix
 CELL_WIDTH = 12  # one step's cell: a shade glyph and a duration
 CELL_LINES = 3  # the pane that says the cell under the cursor in words (its max-height)
+TITLE_LINES = 3  # the overview's title (its max-height)
 # Shades, lowest quarter of the matrix's range first: a glyph (kept under NO_COLOR) and a
 # background from the theme (None: the table's own).
 SHADE_GLYPHS = (" ", "▂", "▄", "▆")
@@ -757,10 +758,22 @@ class RanksScreen(SavesCsv, Screen):
         # Missing ranks beyond those listed (a world size from a file may be anything).
         unlisted = max(0, files.missing_count - len(job.missing)) if files is not None else 0
         if problems:
-            shown = ", ".join(f"rank {r.rank} {_said(r)}" for r in problems[:6])
             total = len(problems) + unlisted
             more = f" and {total - 6:,} more" if total > 6 else ""
-            text.append(" · " + shown + more, palette.style("error", bold=True))
+            first, rest = problems[0], problems[1:6]
+            # The longest that fits the title's lines: how each rank ended, else how the
+            # first did and the others' status, else every status (each row says the rest).
+            forms = [
+                [f"rank {r.rank} {_said(r)}" for r in problems[:6]],
+                [f"rank {first.rank} {_said(first)}", *(f"rank {r.rank} {r.status}" for r in rest)],
+                [f"rank {r.rank} {r.status}" for r in problems[:6]],
+            ]
+            for form in forms:
+                line = text.copy()
+                line.append(" · " + ", ".join(form) + more, palette.style("error", bold=True))
+                if self._cell_lines(line) <= TITLE_LINES:
+                    break
+            text = line
         return text
 
     def _straggler_line(self) -> Text:
@@ -769,6 +782,17 @@ class RanksScreen(SavesCsv, Screen):
         palette = palette_of(self)
         text = Text(no_wrap=False, overflow="fold")
         if not straggler:
+            failed = [r.rank for r in rank_rows(self.job) if r.status == "failed"]
+            if failed:  # as the summary says it: the ranks that died may have taken part
+                shown = ", ".join(str(rank) for rank in failed[:8]) + (
+                    ", …" if len(failed) > 8 else ""
+                )
+                text.append(
+                    "no straggler named: fewer than two ranks that did not die took part in "
+                    f"matched collectives ({'rank' if len(failed) == 1 else 'ranks'} {shown} "
+                    "failed)"
+                )
+                return text
             text.append("no straggler: fewer than two ranks took part in matched collectives")
             return text
         text.append("straggler: ")
@@ -852,6 +876,7 @@ class RanksScreen(SavesCsv, Screen):
         return len(text.wrap(self.app.console, width))
 
     def on_resize(self, event: events.Resize) -> None:
+        self.query_one("#ranks-title", Static).update(self._title())
         self._describe()
 
     # -- keys ---------------------------------------------------------------------------------
