@@ -267,3 +267,26 @@ async def test_job_overview_with_every_rank_dead_says_why_within_its_title():
             assert text.rstrip().endswith(
                 "rank 1 failed" if size[0] == 80 else "its trace is partial"
             ), text
+
+
+async def test_job_timeline_title_keeps_the_clock_offsets():
+    # The job timeline's title was one line: on the DLRM job at 120 columns it ended at
+    # "clock offsets not applied (c):", the offsets themselves cut off.
+    import pytest
+    from conftest import CORPUS
+    from test_tui_job_timeline import JobHost, job_in, ready
+
+    job = CORPUS / "multirank" / "dlrm_8rank"
+    if not job.is_dir():
+        pytest.skip("../shared/corpus is absent")
+    analysed = job_in(job)
+    for size in [(120, 40), (80, 24)]:
+        app = JobHost(analysed)
+        async with app.run_test(size=size) as pilot:
+            screen = await ready(pilot, 8)
+            await pilot.pause()
+            title = screen.query_one("#job-title")
+            text = str(title.render())
+            needed = title.get_content_height(title.size, app.size, title.content_region.width)
+            assert needed <= title.size.height, text
+            assert "clock offsets not applied (c): up to 1.5 µs (rank 3)" in text
