@@ -290,3 +290,30 @@ async def test_job_timeline_title_keeps_the_clock_offsets():
             needed = title.get_content_height(title.size, app.size, title.content_region.width)
             assert needed <= title.size.height, text
             assert "clock offsets not applied (c): up to 1.5 µs (rank 3)" in text
+
+
+async def test_kernel_detail_title_keeps_its_rows_and_sort_on_a_narrow_screen():
+    # The kernel detail's title fitted the kernel's name to 70 cells whatever the width: at 80
+    # columns the rows count and the sort were cut off the line.
+    import pytest
+    from conftest import CORPUS
+    from kinetoscope.tui.app import KinetoscopeApp
+    from kinetoscope.tui.kernels import KernelDetailScreen, KernelsScreen
+    from kinetoscope.tui.screens import TraceScreen
+    from test_tui_drilldown import press, settle
+
+    trace = CORPUS / "hta" / "trace_filter_sampled_rank-0.json.gz"
+    if not trace.is_file():
+        pytest.skip("../shared/corpus is absent")
+    app = KinetoscopeApp(str(trace))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, TraceScreen)
+        screen = await press(pilot, "k", until=KernelsScreen)
+        await pilot.press("down")  # the second kernel: split_embedding_backward_codegen_…
+        screen = await press(pilot, "enter", until=KernelDetailScreen)
+        await pilot.pause(0.2)
+        title = screen.query_one("#table-title")
+        text = str(title.render())
+        assert len(text) <= title.content_region.width, text
+        assert text.startswith("split_embedding_backward")
+        assert text.endswith("· 2 rows · by dur ↓"), text
