@@ -317,3 +317,19 @@ async def test_kernel_detail_title_keeps_its_rows_and_sort_on_a_narrow_screen():
         assert len(text) <= title.content_region.width, text
         assert text.startswith("split_embedding_backward")
         assert text.endswith("· 2 rows · by dur ↓"), text
+
+
+def test_memory_peaks_share_of_a_hip_devices_memory(write_trace, capsys):
+    # The MI300 BERT trace lists device 0 with 191.45 GiB and its [memory] events are HIP
+    # (Device Type 6) on device 0, but "of device memory" was '–': only CUDA (1) was matched.
+    from test_user_pass_more import _hip_trace
+
+    from kinetoscope.report import run_summary
+
+    trace = _hip_trace(1 << 30)  # 1 GiB allocated at the peak, 2 GiB reserved
+    trace["deviceProperties"] = [{"id": 0, "name": "AMD Instinct MI300X", "totalGlobalMem": 8 << 30}]
+    assert run_summary(str(write_trace(trace)), width=160) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("Memory peaks ([memory] events)") :]
+    row = next(line for line in table.splitlines() if line.startswith("│ 6 "))
+    assert row.split("│")[5].strip() == "25%", row  # 2 GiB reserved of 8 GiB
