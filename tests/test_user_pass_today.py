@@ -333,3 +333,23 @@ def test_memory_peaks_share_of_a_hip_devices_memory(write_trace, capsys):
     table = out[out.index("Memory peaks ([memory] events)") :]
     row = next(line for line in table.splitlines() if line.startswith("│ 6 "))
     assert row.split("│")[5].strip() == "25%", row  # 2 GiB reserved of 8 GiB
+
+
+def test_diff_repr_reads_as_the_verdict_says_it(write_trace):
+    # repr(kinetoscope.diff(...)) read "step time 0.0 %, 1 step pairs" for two whole traces
+    # (no steps), and "step time 0.675 %" where the verdict says "+0.67 % (geometric mean)".
+    import kinetoscope
+
+    flat = {"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1,
+                             "tid": 1, "ts": 0, "dur": 100}]}  # fmt: skip
+    path = str(write_trace(flat))
+    assert repr(kinetoscope.diff(path, path)) == (
+        "<kinetoscope Diff: neutral, step time +0.00 %, whole traces>"
+    )
+    from test_user_pass_more import _stepped_trace
+
+    base, new = write_trace(_stepped_trace(1000)), write_trace(_stepped_trace(1100))
+    d = kinetoscope.diff(str(base), str(new))
+    v = d.verdict()
+    shown = v["change_pct"] if v["change_pct"] is not None else v["step_time_delta_pct"]
+    assert repr(d) == f"<kinetoscope Diff: {v['verdict']}, step time {shown:+.2f} %, 3 step pairs>"
