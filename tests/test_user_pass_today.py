@@ -353,3 +353,27 @@ def test_diff_repr_reads_as_the_verdict_says_it(write_trace):
     v = d.verdict()
     shown = v["change_pct"] if v["change_pct"] is not None else v["step_time_delta_pct"]
     assert repr(d) == f"<kinetoscope Diff: {v['verdict']}, step time {shown:+.2f} %, 3 step pairs>"
+
+
+def test_a_bundles_csv_names_its_members_not_a_temporary_folder(tmp_path, capsys) -> None:
+    # `summary job.zip --csv DIR` wrote each rank's file as /tmp/kinetoscope-bundle-…/rank0.json,
+    # a folder removed when the command ends; the JSON says job.zip:rank0.json.
+    import csv
+    import json
+
+    from test_job import gloo_rank
+
+    from kinetoscope.cli import main
+
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for rank in range(2):
+        (folder / f"rank{rank}.json").write_text(json.dumps(gloo_rank(rank, late=1, world=2)))
+    bundle = tmp_path / "job.zip"
+    assert main(["export", str(folder), "-o", str(bundle), "--step", "1"]) == 0
+    out = tmp_path / "csv"
+    assert main(["summary", str(bundle), "--csv", str(out)]) == 0
+    capsys.readouterr()
+    with open(out / "job.zip.ranks.csv", newline="") as handle:
+        files = [row["file"] for row in csv.DictReader(handle)]
+    assert files == [f"{bundle}:rank0.json", f"{bundle}:rank1.json"]
