@@ -377,3 +377,46 @@ def test_a_bundles_csv_names_its_members_not_a_temporary_folder(tmp_path, capsys
     with open(out / "job.zip.ranks.csv", newline="") as handle:
         files = [row["file"] for row in csv.DictReader(handle)]
     assert files == [f"{bundle}:rank0.json", f"{bundle}:rank1.json"]
+
+
+def test_a_bundles_ranks_are_removed_when_the_terminal_closes(tmp_path) -> None:
+    # `kinetoscope job.zip` in a terminal that was closed (SIGHUP; tmux kill-session) left the
+    # bundle's ranks in /tmp/kinetoscope-bundle-*: the signal ended it without unwinding.
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from test_job import gloo_rank
+
+    from kinetoscope.cli import main
+
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for rank in range(2):
+        (folder / f"rank{rank}.json").write_text(json.dumps(gloo_rank(rank, late=1, world=2)))
+    bundle = tmp_path / "job.zip"
+    assert main(["export", str(folder), "-o", str(bundle), "--step", "1"]) == 0
+    child = (
+        "import os, signal, sys, time\n"
+        "import kinetoscope.viewer as v\n"
+        "v.terminal_problem = lambda: None\n"
+        "def shown(paths, cycle=None, title=None):\n"
+        "    print(paths[0], flush=True)\n"
+        "    os.kill(os.getpid(), signal.SIGHUP)\n"
+        "    time.sleep(10)\n"
+        "v.run_job_view = shown\n"
+        "sys.exit(v.run_bundle_view(sys.argv[1]))\n"
+    )
+    for number in (signal.SIGHUP, signal.SIGTERM):
+        done = subprocess.run(
+            [sys.executable, "-c", child.replace("SIGHUP", number.name), str(bundle)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        extracted = done.stdout.strip()
+        assert extracted and "kinetoscope-bundle-" in extracted, done
+        assert done.returncode == -number  # it still ends as the signal says
+        assert not os.path.exists(extracted), extracted
