@@ -392,7 +392,9 @@ def straggler_phases_table(document: dict[str, Any]) -> Any:
         )
     for label, own, median, more in rows:
         sign = "+" if more > 0 else ("−" if more < 0 else "")
-        table.add_row(label, _dur(round(own, 3)), _dur(round(median, 3)), sign + _short(abs(more)))
+        # A table's durations, zeros kept, as its other columns (`+403.000 µs`, not `+403 µs`)
+        excess_cell = sign + _dur(round(abs(more), 3))
+        table.add_row(label, _dur(round(own, 3)), _dur(round(median, 3)), excess_cell)
     return table
 
 

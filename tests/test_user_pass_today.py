@@ -420,3 +420,26 @@ def test_a_bundles_ranks_are_removed_when_the_terminal_closes(tmp_path) -> None:
         assert extracted and "kinetoscope-bundle-" in extracted, done
         assert done.returncode == -number  # it still ends as the signal says
         assert not os.path.exists(extracted), extracted
+
+
+def test_straggler_phases_excess_has_a_tables_three_decimals(capsys) -> None:
+    # The DLRM job's "Straggler's phases" table read `+403 µs` and `−1.623 ms` in its excess
+    # column beside `915.000 µs` in the others: prose durations in a table.
+    import re
+
+    import pytest
+    from conftest import CORPUS
+
+    from kinetoscope.cli import main
+
+    job = CORPUS / "multirank" / "dlrm_8rank"
+    if not job.is_dir():
+        pytest.skip("../shared/corpus is absent")
+    assert main(["summary", str(job), "--width", "120", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("Straggler's phases against the median rank") :]
+    table = table[: table.index("└")]
+    rows = [line.split("│") for line in table.splitlines() if line.startswith("│")]
+    excess = [cells[4].strip() for cells in rows]
+    assert "+403.000 µs" in excess and "−1.623 ms" in excess, excess
+    assert all(re.fullmatch(r"[+−]?\d+\.\d{3} (ns|µs|ms|s)|0 ns|[+−]\d+ ns", e) for e in excess)
