@@ -135,6 +135,8 @@ def parse_steps(spec: str) -> list[int]:
                     f"--steps: {shown(part)}: step pairs are numbered up to {MAX_STEP_NUMBER:,}"
                 )
         first = int(match.group(1) or 1)
+        if first < 1:  # `0-` too: pair 0 would be the last pair, counted twice
+            raise StepSpecError(f"--steps: {shown(part)} is not a range of step numbers from 1")
         if match.group(2) is None:
             last = first
         elif match.group(3) is None:

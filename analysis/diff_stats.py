@@ -18,6 +18,7 @@ Pure functions on per-step series; nothing here looks at events.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -219,16 +220,33 @@ def steps_to_settle(interval: Interval, tau: float) -> int | None:
     gap = abs(abs(interval.estimate) - tau)
     if spread <= 0.0 or gap <= 0.0:
         return None
-    z = t_quantile(1.0 - (1.0 - interval.confidence) / 2.0, math.inf)
-    n = max(2, math.ceil(z * z * spread / (gap * gap)))
-    for _ in range(8):  # the t quantile at the degrees of freedom of n steps a side
-        q = t_quantile(1.0 - (1.0 - interval.confidence) / 2.0, 2.0 * n - 2.0)
-        n_next = max(2, math.ceil(q * q * spread / (gap * gap)))
-        if n_next == n or n_next > MAX_SETTLE:
-            n = n_next
-            break
-        n = n_next
+    level = 1.0 - (1.0 - interval.confidence) / 2.0
+
+    def settles(steps: int) -> bool:  # the t quantile at the degrees of freedom of n a side
+        return t_quantile(level, 2.0 * steps - 2.0) ** 2 * spread <= steps * gap * gap
+
+    # The smallest n that settles it: the t quantile falls and n grows, so `settles` turns true
+    # once and stays true (a fixed-point iteration instead could swing between two counts and
+    # stop on the smaller, which settled nothing: "about 2 steps each" with 2 steps each).
+    low = max(2, math.ceil(t_quantile(level, math.inf) ** 2 * spread / (gap * gap))) - 1
+    high = low + 1
+    while not settles(high):
+        low, high = high, high * 2
+        if high > MAX_SETTLE:
+            return None if not settles(MAX_SETTLE) else _first(settles, low, MAX_SETTLE)
+    n = _first(settles, low, high)
     return None if n > MAX_SETTLE else n
+
+
+def _first(settles: Callable[[int], bool], low: int, high: int) -> int:
+    """The smallest n in (low, high] with settles(n), given settles(high) and a monotone test."""
+    while high - low > 1:
+        middle = (low + high) // 2
+        if settles(middle):
+            high = middle
+        else:
+            low = middle
+    return high
 
 
 def implied_step_log_ratio(

@@ -713,6 +713,11 @@ def open_job(
     with main_module_hidden():
         digests = map_ranks([f.path for f in files.files], workers=workers)
     job = analyze_job(digests, files, align_clocks=align_clocks)
+    if job.ranks and not any(entry.loaded for entry in job.ranks):
+        # As `summary DIR` ends with status 1: no rank to ask anything of.
+        first = next((e.digest.error for e in job.ranks if e.digest.error), None)
+        why = f" ({first})" if first else ""
+        raise TraceError(_clean(f"no rank could be read{why}"))
     return Job(job, files, job_document(job))
 
 
@@ -849,11 +854,19 @@ class Diff:
         self.new = new
 
     def __repr__(self) -> str:
+        from kinetoscope.analysis.units import plural
+
         v = self._document["verdict"]
-        return (
-            f"<kinetoscope Diff: {v['verdict']}, step time {v['step_time_delta_pct']} %, "
-            f"{len(self._document['steps'])} step pairs>"
+        # The change the verdict's first reason gives: the geometric mean's where there is
+        # an interval, else the mean step time's.
+        pct = v["change_pct"] if v.get("change_pct") is not None else v["step_time_delta_pct"]
+        change = "?" if pct is None else f"{pct:+.2f}"
+        compared = (
+            "whole traces"
+            if self._document.get("whole_traces")
+            else plural(len(self._document["steps"]), "step pair")
         )
+        return f"<kinetoscope Diff: {v['verdict']}, step time {change} %, {compared}>"
 
     def _repr_html_(self) -> str:
         import html

@@ -333,7 +333,9 @@ class Section:
             for index, width in zip(indices, widths):
                 column = self.columns[index]
                 table.add_column(
-                    Text(column.header),
+                    # Headers wrap at spaces (a column is never narrower than the header's
+                    # longest word), even in columns whose cells stay on one line.
+                    Text(column.header, no_wrap=False),
                     justify="right" if column.kind == NUMBER else "left",
                     width=width,
                     no_wrap=column.kind != TEXT,
@@ -779,6 +781,8 @@ def kernels_table(analysis: Any, document: dict[str, Any], limit: int = 20) -> A
 
 
 def memory_table(document: dict[str, Any]) -> Any:
+    from kinetoscope.analysis.memory import GPU_DEVICE_TYPES
+
     if not document["memory"]:
         return None
     capacity = {d["id"]: d["total_memory_bytes"] for d in document["devices"]}
@@ -793,7 +797,9 @@ def memory_table(document: dict[str, Any]) -> Any:
     )
 
     for group in document["memory"]:
-        total = capacity.get(group["device_id"]) if group["device_type"] == 1 else None
+        # A GPU's memory, whether the build writes CUDA (1) or HIP (6) as its device type
+        gpu = group["device_type"] in GPU_DEVICE_TYPES
+        total = capacity.get(group["device_id"]) if gpu else None
         peak = group["peak_reserved_bytes"] or group["peak_allocated_bytes"]
         share = _pct(peak, total) if isinstance(total, int) and peak is not None else "–"
         table.add_row(

@@ -4,6 +4,7 @@ document (docs/summary-ranks.md)."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from kinetoscope.analysis.units import fmt_bytes, fmt_duration, plural
@@ -74,7 +75,10 @@ def run_job_summary(
             from kinetoscope import tables
 
             source = bundle.archive if bundle is not None else inputs[0]
-            return tables.emit_written(tables.job_tables(job), csv_dir, source, raw=csv_raw)
+            written = tables.job_tables(job)
+            if bundle is not None:  # paths as the JSON gives them: `job.zip:rank3.json`
+                written = [_table_in_bundle(table, bundle) for table in written]
+            return tables.emit_written(written, csv_dir, source, raw=csv_raw)
         document = job_document(job)
     except MemoryError:  # the merge of the ranks' digests (each rank's own: in its digest)
         events = sum(d.events for d in digests)
@@ -94,6 +98,23 @@ def run_job_summary(
         print("kinetoscope: no rank could be read (the report says why)", file=sys.stderr)
         return 1
     return 0
+
+
+def _table_in_bundle(table: Any, bundle: Any) -> Any:
+    """A CSV table whose text cells name the bundle's members, not its temporary folder
+    (which is gone once the command ends)."""
+    import dataclasses
+
+    from kinetoscope import tables
+
+    def shown(value: Callable[[int], Any]) -> Callable[[int], Any]:
+        return lambda row: (lambda v: bundle.shown(v) if isinstance(v, str) else v)(value(row))
+
+    fields = [
+        dataclasses.replace(f, value=shown(f.value)) if f.kind == tables.TEXT else f
+        for f in table.fields
+    ]
+    return dataclasses.replace(table, fields=fields)
 
 
 def _as_in_bundle(value: Any, bundle: Any) -> Any:
@@ -371,7 +392,9 @@ def straggler_phases_table(document: dict[str, Any]) -> Any:
         )
     for label, own, median, more in rows:
         sign = "+" if more > 0 else ("−" if more < 0 else "")
-        table.add_row(label, _dur(round(own, 3)), _dur(round(median, 3)), sign + _short(abs(more)))
+        # A table's durations, zeros kept, as its other columns (`+403.000 µs`, not `+403 µs`)
+        excess_cell = sign + _dur(round(abs(more), 3))
+        table.add_row(label, _dur(round(own, 3)), _dur(round(median, 3)), excess_cell)
     return table
 
 

@@ -72,7 +72,13 @@ def allocators_table(document: dict[str, Any], limit: int = TOP_OPERATORS) -> An
     # The accelerator first: that is the memory people run out of.
     devices = sorted({(r["device_type"], r["device_id"]) for r in rows}, key=lambda d: d[0] == 0)
     main = devices[0]
-    shown = [r for r in rows if (r["device_type"], r["device_id"]) == main][:limit]
+    # Operators that allocated nothing (outer frames, listed for their peak live) are no
+    # allocators: the JSON keeps them, this table does not.
+    shown = [
+        r for r in rows if (r["device_type"], r["device_id"]) == main and r["allocations"] > 0
+    ][:limit]
+    if not shown:
+        return None
     matched = any(r.get("held_at_most_bytes") is not None for r in shown)
     peak = next(
         (

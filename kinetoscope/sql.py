@@ -380,7 +380,6 @@ def _open(path: str, cycle: int | None) -> Any:
 
 
 def run_sql_command(args: argparse.Namespace) -> int:
-    from kinetoscope import api
     from kinetoscope.frames import MissingExtra, require
 
     try:
@@ -399,8 +398,23 @@ def run_sql_command(args: argparse.Namespace) -> int:
             "for the interactive prompt"
         )
         return 2
+    from kinetoscope.parser.bundle import BundleError, is_zip, open_bundle
+
+    if is_zip(args.trace):  # a job bundle (`export RUN_DIR -o job.zip`), read as its job
+        try:
+            with open_bundle(args.trace) as bundle:
+                return _run(args, bundle.folder, interactive)
+        except BundleError as exc:
+            _say(str(exc))
+            return 1
+    return _run(args, args.trace, interactive)
+
+
+def _run(args: argparse.Namespace, path: str, interactive: bool) -> int:
+    from kinetoscope import api
+
     try:
-        opened = _open(args.trace, args.cycle)
+        opened = _open(path, args.cycle)
     except api.TraceError as exc:
         _say(str(exc))
         return 1

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from typing import TextIO
+from collections.abc import Iterator
+from typing import Any, TextIO
 
 CACHE_WRITE_WAIT_S = 60.0
 
@@ -114,11 +116,38 @@ def run_bundle_view(path: str, cycle: int | None = None) -> int:
         )
         return 1
     try:
-        with open_bundle(path) as bundle:
+        with open_bundle(path) as bundle, _removed_on_hangup(bundle.folder):
             return run_job_view([bundle.folder], cycle=cycle, title=path)
     except BundleError as exc:
         print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
         return 1
+
+
+@contextlib.contextmanager
+def _removed_on_hangup(folder: str) -> Iterator[None]:
+    """A closed terminal (SIGHUP) or a SIGTERM ends the viewer without unwinding, so the
+    bundle's ranks would stay in the temporary folder: remove it first, then end as the
+    signal would have."""
+    import shutil
+    import signal
+
+    def remove_then_die(number: int, frame: Any) -> None:
+        shutil.rmtree(folder, ignore_errors=True)
+        signal.signal(number, signal.SIG_DFL)
+        os.kill(os.getpid(), number)
+
+    wanted = [signal.SIGTERM, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])]
+    before = {}
+    for number in wanted:
+        try:
+            before[number] = signal.signal(number, remove_then_die)
+        except (ValueError, OSError):  # not the main thread
+            pass
+    try:
+        yield
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
 
 
 def run_diff_view(

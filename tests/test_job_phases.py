@@ -428,5 +428,5 @@ def test_the_report_tables_the_stragglers_phases(tmp_path):
     table = table[: table.index("## Steps by rank")]
     rows = [line for line in table.splitlines()[1:] if line.startswith("| ")]
     assert rows[0] == "| phase | rank 3 | rank 1 (median) | excess |"
-    assert rows[1] == "| data loading | 12.000 ms | 3.000 ms | +9 ms |"
-    assert rows[-1].startswith("| communication |") and rows[-1].endswith("| −9 ms |")
+    assert rows[1] == "| data loading | 12.000 ms | 3.000 ms | +9.000 ms |"
+    assert rows[-1].startswith("| communication |") and rows[-1].endswith("| −9.000 ms |")

@@ -127,7 +127,7 @@ def test_diff_viewer_per_step_mean_is_a_mean(write_trace):
     assert len(diff.pairs) == 3
     text = metrics_text(diff, palette_of(None)).plain
     line = next(row for row in text.splitlines() if row.startswith("step time"))
-    assert line.split()[2:] == ["1", "ms", "1.1", "ms", "+100", "µs", "+10.0"], line
+    assert line.split()[2:] == ["1.000", "ms", "1.100", "ms", "+100.000", "µs", "+10.0"], line
 
 
 def test_capture_of_a_program_that_fails_inside_the_window_says_which_steps_it_wrote(tmp_path):

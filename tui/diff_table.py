@@ -253,13 +253,12 @@ def verdict_text(diff: TraceDiff, palette: Palette) -> Text:
     """The verdict in a coloured box, then why, and which windows were compared."""
     verdict = diff.verdict
     role = {REGRESSION: "error", IMPROVEMENT: "info", NEUTRAL: "muted"}.get(verdict.kind, "warning")
-    text = Text(overflow="ellipsis")  # the reasons may take a second line
+    text = Text(overflow="ellipsis")  # the reasons may take up to four lines
     text.append(f" {verdict.kind.upper()} ", palette.style("ink", role, bold=True))
     text.append(" " + "; ".join(clean(r) for r in verdict.reasons))
     if diff.whole:
         text.append(" · whole traces compared", "dim")
-    else:
-        text.append(f" · {plural(len(diff.pairs), 'step pair')}", "dim")
+    # (the step pairs: the reasons count them, and the line of pairs below lists them)
     return text
 
 
@@ -307,7 +306,9 @@ def metrics_text(diff: TraceDiff, palette: Palette) -> Text:
             if unit == "bytes":
                 return fmt_bytes(value, signed=signed)
             value = value / pairs
-            return ("+" if signed and value > 0 else "") + fmt_duration(value)
+            # A table's three decimals, zeros kept, so a column's decimals line up
+            # (`615.120 ms` over `619.271 ms`, not `615.12 ms`).
+            return ("+" if signed and value > 0 else "") + fmt_table_time(value, False)
 
         text.append("\n")
         text.append(f"{shorten(metric_label(metric.key), 23):<24}")
@@ -336,7 +337,7 @@ class DiffScreen(TableScreen):
         Binding("question_mark", "app.help", "Keys"),
     ]
     DEFAULT_CSS = """
-    #diff-verdict { height: auto; max-height: 2; padding: 0 1; }
+    #diff-verdict { height: auto; max-height: 4; padding: 0 1; }  /* the reasons whole */
     #diff-metrics {
         height: auto; max-height: 12; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis;
     }

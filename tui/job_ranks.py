@@ -53,6 +53,8 @@ if TYPE_CHECKING:
 
 LABEL_WIDTH = 17  # the rank column of the matrix
 CELL_WIDTH = 12  # one step's cell: a shade glyph and a duration
+CELL_LINES = 3  # the pane that says the cell under the cursor in words (its max-height)
+TITLE_LINES = 3  # the overview's title (its max-height)
 # Shades, lowest quarter of the matrix's range first: a glyph (kept under NO_COLOR) and a
 # background from the theme (None: the table's own).
 SHADE_GLYPHS = (" ", "▂", "▄", "▆")
@@ -683,7 +685,7 @@ class RanksScreen(SavesCsv, Screen):
         yield Static(self._straggler_line(), id="ranks-straggler")
         yield RankMatrix(self.job, id="ranks-matrix")
         yield Static("", id="ranks-cell")
-        yield Static(Text(breakdown_title(self.job)), id="ranks-breakdown-title")
+        yield Static(self._breakdown_heading(), id="ranks-breakdown-title")
         yield DataView(breakdown_model(self.job), id="ranks-breakdown")
         yield Footer()
 
@@ -723,7 +725,7 @@ class RanksScreen(SavesCsv, Screen):
         self.breakdown.set_model(breakdown_model(job), keep_state=True)
         self.query_one("#ranks-title", Static).update(self._title())
         self.query_one("#ranks-straggler", Static).update(self._straggler_line())
-        self.query_one("#ranks-breakdown-title", Static).update(Text(breakdown_title(job)))
+        self.query_one("#ranks-breakdown-title", Static).update(self._breakdown_heading())
         self._describe()
 
     def _title(self) -> Text:
@@ -756,10 +758,22 @@ class RanksScreen(SavesCsv, Screen):
         # Missing ranks beyond those listed (a world size from a file may be anything).
         unlisted = max(0, files.missing_count - len(job.missing)) if files is not None else 0
         if problems:
-            shown = ", ".join(f"rank {r.rank} {_said(r)}" for r in problems[:6])
             total = len(problems) + unlisted
             more = f" and {total - 6:,} more" if total > 6 else ""
-            text.append(" · " + shown + more, palette.style("error", bold=True))
+            first, rest = problems[0], problems[1:6]
+            # The longest that fits the title's lines: how each rank ended, else how the
+            # first did and the others' status, else every status (each row says the rest).
+            forms = [
+                [f"rank {r.rank} {_said(r)}" for r in problems[:6]],
+                [f"rank {first.rank} {_said(first)}", *(f"rank {r.rank} {r.status}" for r in rest)],
+                [f"rank {r.rank} {r.status}" for r in problems[:6]],
+            ]
+            for form in forms:
+                line = text.copy()
+                line.append(" · " + ", ".join(form) + more, palette.style("error", bold=True))
+                if self._cell_lines(line) <= TITLE_LINES:
+                    break
+            text = line
         return text
 
     def _straggler_line(self) -> Text:
@@ -768,6 +782,17 @@ class RanksScreen(SavesCsv, Screen):
         palette = palette_of(self)
         text = Text(no_wrap=False, overflow="fold")
         if not straggler:
+            failed = [r.rank for r in rank_rows(self.job) if r.status == "failed"]
+            if failed:  # as the summary says it: the ranks that died may have taken part
+                shown = ", ".join(str(rank) for rank in failed[:8]) + (
+                    ", …" if len(failed) > 8 else ""
+                )
+                text.append(
+                    "no straggler named: fewer than two ranks that did not die took part in "
+                    f"matched collectives ({'rank' if len(failed) == 1 else 'ranks'} {shown} "
+                    "failed)"
+                )
+                return text
             text.append("no straggler: fewer than two ranks took part in matched collectives")
             return text
         text.append("straggler: ")
@@ -817,20 +842,42 @@ class RanksScreen(SavesCsv, Screen):
                 k = names.index(step)
                 steps = entry.digest.steps
                 parts = [f"step {fmt_duration(int(steps['dur'][k]))}"]
+                if len(entry.step_wait_ns) > k:
+                    parts.append(f"waited {fmt_duration(int(entry.step_wait_ns[k]))}")
                 shares = {**phase_values(entry.digest)}
                 shares.update(
                     {f"{ANNOTATION}:{n}": v for n, v in annotation_values(entry.digest).items()}
                 )
-                for key, value in sorted(shares.items(), key=lambda kv: -int(kv[1][k])):
-                    if int(value[k]) > 0:
-                        parts.append(f"{clean(phase_label(key))} {fmt_duration(int(value[k]))}")
-                if len(entry.step_wait_ns) > k:
-                    parts.append(f"waited {fmt_duration(int(entry.step_wait_ns[k]))}")
-                text.append(" · " + " · ".join(parts))
-                text.append(" · Enter opens its timeline", "dim")
+                phases = [
+                    f"{clean(phase_label(key))} {fmt_duration(int(value[k]))}"
+                    for key, value in sorted(shares.items(), key=lambda kv: -int(kv[1][k]))
+                    if int(value[k]) > 0
+                ]
+                # The pane holds 3 lines: the smallest phases give way (counted), never the
+                # step's time or its wait, and no phrase is cut off at the pane's edge.
+                for shown in range(len(phases), -1, -1):
+                    line = text.copy()
+                    line.append(" · " + " · ".join([*parts, *phases[:shown]]))
+                    if shown < len(phases):
+                        line.append(f" · {plural(len(phases) - shown, 'smaller phase')}", "dim")
+                    line.append(" · Enter opens its timeline", "dim")
+                    if self._cell_lines(line) <= CELL_LINES:
+                        break
+                text = line
             else:
                 text.append(" · not recorded by this rank", "dim")
         self.query_one("#ranks-cell", Static).update(text)
+
+    def _cell_lines(self, text: Text) -> int:
+        """Lines `text` takes in the cell pane at this width (its padding left out)."""
+        width = self.size.width - 2
+        if width <= 0:
+            return 0
+        return len(text.wrap(self.app.console, width))
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.query_one("#ranks-title", Static).update(self._title())
+        self._describe()
 
     # -- keys ---------------------------------------------------------------------------------
 
@@ -852,6 +899,22 @@ class RanksScreen(SavesCsv, Screen):
             rank = rows[message.row].rank
             self.matrix.go_to(rank, slowest_step(self.job, rank))
             self.open_rank(rank, slowest_step(self.job, rank))
+
+    def _breakdown_heading(self) -> Text:
+        """The per-rank table's title, naming the columns this width leaves out (as other
+        tables' titles do): nothing else shows that they exist."""
+        text = Text(breakdown_title(self.job))
+        views = self.query(DataView)
+        hidden = views.first().hidden_columns() if views else ()
+        if hidden:
+            named = f" · hidden at this width: {', '.join(hidden)}"
+            if text.cell_len + len(named) > 2 * (self.size.width - 1):  # two lines at most
+                named = f" · {plural(len(hidden), 'column')} hidden"
+            text.append(named)
+        return text
+
+    def on_data_view_view_changed(self, message: DataView.ViewChanged) -> None:
+        self.query_one("#ranks-breakdown-title", Static).update(self._breakdown_heading())
 
     def on_data_view_type_ahead(self, message: DataView.TypeAhead) -> None:
         """The breakdown table has no filter: a letter is this screen's key."""

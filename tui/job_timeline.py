@@ -32,6 +32,7 @@ from kinetoscope.parser.model import KIND_OTHER, KIND_RUNTIME, Lane
 from kinetoscope.parser.ranks import ranges_text
 from rich.segment import Segment
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
@@ -440,6 +441,7 @@ class JobTimelineScreen(Screen):
         background: $panel;
         padding: 0 1;
     }
+    JobTimelineScreen #job-title { height: auto; max-height: 2; }
     JobTimelineScreen #job-ranks {
         height: 1fr;
         scrollbar-size-vertical: 1;
@@ -573,7 +575,9 @@ class JobTimelineScreen(Screen):
 
     def title_text(self) -> Text:
         job = self.job
-        text = Text(no_wrap=True, overflow="ellipsis")
+        # Two lines at most (wrapped at words): the clock offsets come last and are what
+        # `c` is about; on one line they were cut off even at 120 columns.
+        text = Text(no_wrap=False, overflow="ellipsis")
         text.append("kinetoscope ", "bold")
         text.append(clean(self.title_name))
         text.append(f" · {len(self.entries)} ranks")
@@ -596,11 +600,16 @@ class JobTimelineScreen(Screen):
             worst = max(known, key=lambda e: abs(e.offset_ns or 0))
             spread = max(e.spread_ns or 0 for e in known)
             state = "applied" if self.aligned else "not applied"
-            text.append(
+            offsets = (
                 f" · clock offsets {state} (c): up to {fmt_duration(abs(worst.offset_ns or 0))} "
-                f"(rank {worst.rank}), spread ≤ {fmt_duration(spread)}",
-                "bold" if self.aligned else "",
+                f"(rank {worst.rank})"
             )
+            full = text.copy()
+            full.append(f"{offsets}, spread ≤ {fmt_duration(spread)}", "bold" if self.aligned else "")
+            width = self.size.width - 2
+            if width <= 0 or len(full.wrap(self.app.console, width)) <= 2:
+                return full
+            text.append(offsets, "bold" if self.aligned else "")  # the spread gives way
         else:
             text.append(" · no clock offsets (no synchronising collectives)")
         return text
@@ -1028,6 +1037,9 @@ class JobTimelineScreen(Screen):
             timeline.recolour()
         self.query_one("#job-title", Static).update(self.title_text())
         self.update_status()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.query_one("#job-title", Static).update(self.title_text())  # fitted to the width
 
 
 def collective_window(job: JobAnalysis, index: int) -> tuple[int, int]:

@@ -13,6 +13,7 @@ from kinetoscope.analysis.ranges import kernels_in_range
 from kinetoscope.analysis.units import fmt_duration
 from kinetoscope.parser.model import NO_VALUE
 from rich.text import Text
+from textual import events
 from textual.binding import BindingType
 from textual.widgets import Static
 
@@ -195,6 +196,9 @@ class KernelDetailScreen(TableScreen):
         self.table.set_model(self.make_model())
         self.refresh_heading()
 
+    def on_resize(self, event: events.Resize) -> None:
+        self.refresh_heading()  # the name is fitted to the width
+
     def recolour(self) -> None:
         """The theme changed (the app calls this): the title and the summary again."""
         super().recolour()
@@ -203,7 +207,10 @@ class KernelDetailScreen(TableScreen):
     def heading(self) -> Text:
         text = Text()
         palette = palette_of(self)
-        text.append(fit_name(self.kernel_name, 70) or "(no name)", palette.style("gpu", bold=True))
+        # The name gives way first, so that the rest of the line (rows, sort, range, hidden
+        # columns) still shows on a narrow screen: 70 cells at most, 50 left for the rest.
+        room = 70 if self.size.width <= 0 else max(16, min(70, self.size.width - 2 - 50))
+        text.append(fit_name(self.kernel_name, room) or "(no name)", palette.style("gpu", bold=True))
         text.append(" · instances, longest first")
         if self.bounds is not None:
             marked = palette.style("marked", bold=True)

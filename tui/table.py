@@ -834,10 +834,13 @@ class TableScreen(SavesCsv, ReportsWorkerFailures, Screen):
             hidden = table.hidden_columns()
             if hidden:
                 # Say what the width left out: nothing else shows that these columns exist.
-                named = f" · hidden at this width: {', '.join(hidden)}"
-                if text.cell_len + len(named) > self.size.width - 1:
-                    named = f" · {plural(len(hidden), 'column')} hidden"
-                text.append(named)
+                # The longest form that fits the title's line (its padding left out).
+                room = self.size.width - 2 - text.cell_len
+                forms = [
+                    f" · hidden at this width: {', '.join(hidden)}",
+                    f" · {plural(len(hidden), 'column')} hidden",
+                ]
+                text.append(next((f for f in forms if len(f) <= room), f" · {len(hidden)} hidden"))
         if table.pattern:
             text.append(" · filter ")
             text.append(clean(table.pattern), "bold")
