@@ -32,19 +32,21 @@ def run_summary(
     With `csv_dir`, write the viewer's tables there as CSV files instead (kinetoscope/tables.py)."""
     from kinetoscope.analysis.summary import build_summary
     from kinetoscope.cli import trace_path_problem
-    from kinetoscope.parser import TraceError, load
+    from kinetoscope.parser import TraceError
 
     # The viewer checks the same way (the same one line), but summary also reads a stream.
     problem = trace_path_problem(path, streams=True)
     if problem is not None:
         print(f"kinetoscope: {problem}", file=sys.stderr)
         return 1
+    as_json = csv_dir is None and (as_json or output == "json")
     try:
-        # A cached model is used when the viewer left one, but summary writes none: scripts and
-        # CI call it on traces nobody will reopen, and the write would add seconds to a big one.
+        # The model cache is used and written as the viewer does (a big trace's entry, written
+        # in a thread while the analysis runs), and a JSON summary keeps its text in the entry:
+        # a second summary of the same file reads that instead of analysing (analysis/stored.py).
         # `release`: the analysis needs the memory more than an idle worker server and the
         # heap the decoding freed.
-        trace = load(path, write_cache=False, release=True)
+        trace, stored = _open_for_summary(path, as_json)
         events = trace.n_events
     except TraceError as exc:
         from kinetoscope.tui.safe_text import clean  # the message holds the file's name
@@ -56,14 +58,25 @@ def run_summary(
         from kinetoscope.tui.safe_text import clean
 
         print(f"kinetoscope: {clean(path)}: {note}", file=sys.stderr)
+    if stored is not None:
+        emit(stored + "\n")
+        return 0
+    saving = _save_cache_meanwhile(trace)
     try:
         if csv_dir is not None:
             from kinetoscope.analysis import TraceSession
             from kinetoscope.tables import emit_written, single_trace_tables
 
             return emit_written(single_trace_tables(TraceSession(trace)), csv_dir, path)
-        if as_json or output == "json":
-            emit(summary_json(build_summary(trace)) + "\n")
+        if as_json:
+            text = summary_json(build_summary(trace))
+            emit(text + "\n")
+            if saving is not None:
+                saving.join()
+            if trace.from_cache or saving is not None:  # the entry to keep it in, if written
+                from kinetoscope.analysis.stored import save_summary_text
+
+                save_summary_text(trace, text, summary_json)
             return 0
         from kinetoscope.analysis import TraceSession
 
@@ -76,8 +89,55 @@ def run_summary(
         del trace  # what the analysis held is freed as the exception unwinds; now the model
         print(f"kinetoscope: {clean(out_of_memory_message(path, events))}", file=sys.stderr)
         return 1
+    finally:
+        if saving is not None:
+            saving.join()
     emit_sections(sections, output, width)
     return 0
+
+
+def _open_for_summary(path: str, as_json: bool) -> tuple[Any, str | None]:
+    """The trace at `path` and, for a JSON summary, the text stored in its cache entry (None
+    if there is none to trust). A JSON summary maps a cache entry without reading its CRCs
+    first: a stored text has CRCs of its own, read before it is used; without one, the
+    model's are read before the analysis, and a damaged entry means reading the file again."""
+    from kinetoscope.parser import cache, load
+
+    trace = load(path, write_cache=False, release=True, verify_cache=not as_json)
+    if not trace.from_cache or not as_json:
+        return trace, None
+    from kinetoscope.analysis.stored import load_summary_text
+
+    stored = load_summary_text(trace, summary_json)
+    if stored is not None:
+        return trace, stored
+    if not cache.check(trace):  # the entry was removed: its data is not used
+        trace = load(path, use_cache=False, write_cache=False, release=True)
+    return trace, None
+
+
+def _save_cache_meanwhile(trace: Any) -> Any:
+    """Start writing the model's cache entry in a thread (a big trace just parsed, as the viewer
+    does after its first frame); the thread, or None when there is nothing to write."""
+    import threading
+
+    from kinetoscope.parser import cache, save_cache
+
+    if trace.from_cache or not trace.complete or trace.source.bytes < cache.MIN_CACHED_BYTES:
+        return None
+    from kinetoscope.parser.source import is_regular_file
+
+    if not is_regular_file(trace.source.path):
+        return None  # a stream is read once: nothing to key an entry by
+    def save() -> None:
+        try:
+            save_cache(trace)
+        except Exception:  # noqa: BLE001 - no entry is written; the summary itself stands
+            pass
+
+    thread = threading.Thread(target=save, name="kinetoscope-cache")
+    thread.start()
+    return thread
 
 
 def merged_export_note(header: dict[str, Any]) -> str | None:
