@@ -210,6 +210,12 @@ def build_summary(of: Trace | TraceSession) -> dict[str, Any]:
     results are then shared with the caller's other views)."""
     analysis = of if isinstance(of, TraceSession) else TraceSession(of)
     trace = analysis.trace
+    # The stages that need no nesting run beside it; then the two longest chains of stages
+    # that need it, side by side (each result is made once, whoever asks first).
+    analysis.compute_concurrently(
+        ("classes", "nesting", "memory_ops", "operators", "kernels"),
+        ("links", "idle", "memory", "sync", "steps", "idle_by_cpu"),
+    )
     return {
         "kinetoscope_summary": SUMMARY_VERSION,
         "source": source_section(trace),

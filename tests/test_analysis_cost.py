@@ -128,3 +128,49 @@ def test_sync_of_a_trace_without_calls():
     calls = session.sync
     assert len(calls.rows) == 0 and calls.sites == []
     assert calls.cause.dtype == np.int64 and calls.site.dtype == np.int64
+
+
+def test_the_summary_runs_independent_stages_on_a_second_thread(monkeypatch):
+    """build_summary computes the stages that need no nesting beside it (and the sync chain
+    beside the operators'), when the process may use two CPUs; the document is the serial one."""
+    import threading
+
+    import kinetoscope.analysis.session as session_module
+    from kinetoscope.analysis.summary import build_summary
+
+    data = repeated(20)
+    serial_trace = loads(data)
+    monkeypatch.setattr(session_module, "_cpus", lambda: 1)
+    serial = build_summary(serial_trace)
+
+    monkeypatch.setattr(session_module, "_cpus", lambda: 2)
+    threads: dict[str, int] = {}
+    for name in ("compute_memory",):
+        original = getattr(session_module, name)
+
+        def recorded(*args, _original=original, _name=name):
+            threads[_name] = threading.get_ident()
+            return _original(*args)
+
+        monkeypatch.setattr(session_module, name, recorded)
+    trace = loads(data)
+    assert build_summary(trace) == serial
+    # Whoever asks first computes a result; the memory stage is asked by the second plan alone.
+    assert threads["compute_memory"] != threading.get_ident()
+
+
+def test_a_stage_failing_on_the_second_thread_fails_where_it_is_used(monkeypatch):
+    import kinetoscope.analysis.session as session_module
+    import pytest
+    from kinetoscope.analysis import AnalysisFailed
+
+    def broken(*args):
+        raise ValueError("broken on purpose")
+
+    monkeypatch.setattr(session_module, "_cpus", lambda: 2)
+    monkeypatch.setattr(session_module, "compute_memory", broken)
+    session = TraceSession(loads(repeated(2)))
+    session.compute_concurrently(("classes", "nesting"), ("memory",))
+    assert session.nesting_ready and session.failure("memory") is not None
+    with pytest.raises(AnalysisFailed, match="broken on purpose"):
+        _ = session.memory
