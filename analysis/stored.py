@@ -13,6 +13,8 @@ The version is a hash of the code that makes the document (the parser and the an
 packages, and the module of the caller's JSON encoder, `kinetoscope summary`'s): a result made
 by other code, even one edit away, is never taken for this code's. The document names the trace by the path it was
 given; a result made under another spelling of the same file's path is given this one's.
+The text, Markdown and TSV formats use the stored document too (their tables still read the
+session for steps and launchers), when decoding the text gives back the very document.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import hashlib
 import inspect
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import numpy as np
@@ -29,8 +31,8 @@ from kinetoscope.parser import cache
 from kinetoscope.parser.model import Trace
 
 SUMMARY_EXTRA = "summary"
-STORE_FORMAT = 1  # of what the extra holds: the text and the path it was made for
-_TEXT, _PATH = "text", "path"
+STORE_FORMAT = 2  # of what the extra holds: the text, the path it was made for, `exact`
+_TEXT, _PATH, _EXACT = "text", "path", "exact"
 
 Encode = Callable[[dict[str, Any]], str]  # the summary document -> its JSON text
 _versions: dict[Any, int | None] = {}
@@ -72,15 +74,23 @@ def _hash_code(encode: Encode) -> int | None:
     return int.from_bytes(digest.digest(), "little") >> 2  # a positive int64
 
 
-def load_summary_text(trace: Trace, encode: Encode) -> str | None:
-    """The summary JSON text (as `encode` makes it) stored for this trace file as it is now,
-    for the path the trace was opened by; None: not stored, stale, damaged, or made by other
-    code."""
+class Stored(NamedTuple):
+    """A stored summary: its JSON text for the path the trace was opened by, and the document
+    decoded from it when that is the document itself (`document == decoded`, checked when it
+    was stored: no NaN, no tuple), for the other formats' tables; else None."""
+
+    text: str
+    document: dict[str, Any] | None
+
+
+def load_summary(trace: Trace, encode: Encode) -> Stored | None:
+    """The summary stored for this trace file as it is now (its JSON text as `encode` makes
+    it); None: not stored, stale, damaged, or made by other code."""
     version = code_version(encode)
     if version is None or not trace.from_cache:
         return None
     arrays = cache.load_extra(trace, SUMMARY_EXTRA, version, verify=True)
-    if arrays is None or set(arrays) != {_TEXT, _PATH}:
+    if arrays is None or set(arrays) != {_TEXT, _PATH, _EXACT}:
         return None
     try:
         text = arrays[_TEXT].tobytes().decode("utf-8")
@@ -88,29 +98,41 @@ def load_summary_text(trace: Trace, encode: Encode) -> str | None:
         document = msgspec.json.decode(text)
     except (UnicodeDecodeError, msgspec.DecodeError):
         return None
-    if not _is_summary(document):
+    exact = arrays[_EXACT].tolist()
+    if not _is_summary(document) or exact not in ([0], [1]):
         return None
-    if made_for == trace.source.path:
-        return text
-    document["source"]["path"] = trace.source.path
-    return encode(document)
+    if made_for != trace.source.path:
+        document["source"]["path"] = trace.source.path
+        text = encode(document)
+    return Stored(text, document if exact == [1] else None)
 
 
-def save_summary_text(trace: Trace, text: str, encode: Encode) -> bool:
-    """Keep the summary JSON `text` (made by `encode`) of `trace` in its model cache entry
-    (which must exist and be of this very file); True if it was written. Not kept when decoding
-    the text and encoding it again would not give it back byte for byte (then another path
-    could not be put in)."""
+def load_summary_text(trace: Trace, encode: Encode) -> str | None:
+    """The stored summary's JSON text (`load_summary`), or None."""
+    stored = load_summary(trace, encode)
+    return None if stored is None else stored.text
+
+
+def save_summary_text(
+    trace: Trace, text: str, encode: Encode, document: dict[str, Any] | None = None
+) -> bool:
+    """Keep the summary JSON `text` (made by `encode`, from `document` if given) of `trace` in
+    its model cache entry (which must exist and be of this very file); True if it was written.
+    Not kept when decoding the text and encoding it again would not give it back byte for byte
+    (then another path could not be put in). Whether the decoded text is `document` itself is
+    kept with it (`Stored.document`)."""
     version = code_version(encode)
     if version is None:
         return False
     try:
-        document = msgspec.json.decode(text)
-        if not _is_summary(document) or encode(document) != text:
+        decoded = msgspec.json.decode(text)
+        if not _is_summary(decoded) or encode(decoded) != text:
             return False
+        exact = document is not None and decoded == document
         arrays = {
             _TEXT: np.frombuffer(text.encode("utf-8"), np.uint8),
             _PATH: np.frombuffer(trace.source.path.encode("utf-8", "surrogatepass"), np.uint8),
+            _EXACT: np.array([int(exact)], np.uint8),
         }
     except (UnicodeError, msgspec.DecodeError):
         return False

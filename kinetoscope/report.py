@@ -69,19 +69,19 @@ def run_summary(
 
             return emit_written(single_trace_tables(TraceSession(trace)), csv_dir, path)
         if as_json:
-            text = summary_json(build_summary(trace))
+            document = build_summary(trace)
+            text = summary_json(document)
             emit(text + "\n")
-            if saving is not None:
-                saving.join()
-            if trace.from_cache or saving is not None:  # the entry to keep it in, if written
-                from kinetoscope.analysis.stored import save_summary_text
-
-                save_summary_text(trace, text, summary_json)
+            _keep_summary(trace, saving, text, document)
             return 0
         from kinetoscope.analysis import TraceSession
 
         session = TraceSession(trace)
-        sections = summary_tables(session, build_summary(session))
+        document = _stored_document(trace)
+        if document is None:
+            document = build_summary(session)
+            _keep_summary(trace, saving, summary_json(document), document)
+        sections = summary_tables(session, document)
     except MemoryError:
         from kinetoscope.parser.model import out_of_memory_message
         from kinetoscope.tui.safe_text import clean
@@ -116,6 +116,27 @@ def _open_for_summary(path: str, as_json: bool) -> tuple[Any, str | None]:
     return trace, None
 
 
+def _stored_document(trace: Any) -> dict[str, Any] | None:
+    """The summary document stored in the trace's (verified) cache entry, if it is one that
+    decodes to exactly the document it was made from; else None."""
+    if not trace.from_cache:
+        return None
+    from kinetoscope.analysis.stored import load_summary
+
+    stored = load_summary(trace, summary_json)
+    return None if stored is None else stored.document
+
+
+def _keep_summary(trace: Any, saving: Any, text: str, document: dict[str, Any]) -> None:
+    """Keep the summary in the trace's cache entry, once the entry is written (if it is)."""
+    if saving is not None:
+        saving.join()
+    if trace.from_cache or saving is not None:
+        from kinetoscope.analysis.stored import save_summary_text
+
+        save_summary_text(trace, text, summary_json, document)
+
+
 def _save_cache_meanwhile(trace: Any) -> Any:
     """Start writing the model's cache entry in a thread (a big trace just parsed, as the viewer
     does after its first frame); the thread, or None when there is nothing to write."""
@@ -129,6 +150,7 @@ def _save_cache_meanwhile(trace: Any) -> Any:
 
     if not is_regular_file(trace.source.path):
         return None  # a stream is read once: nothing to key an entry by
+
     def save() -> None:
         try:
             save_cache(trace)

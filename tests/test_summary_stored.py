@@ -209,3 +209,39 @@ def _load_cached(path):
     trace = load(str(path))
     assert trace.from_cache
     return trace
+
+
+def _report(path, capsys, output: str) -> str:
+    capsys.readouterr()
+    assert run_summary(str(path), output=output, width=120) == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("output", ["text", "md", "tsv"])
+def test_the_other_formats_use_the_stored_document(tmp_path, capsys, cache_all, analyses, output):
+    path = _copy(tmp_path)
+    cold = _report(path, capsys, output)
+    assert analyses[0] == 1
+    assert _report(path, capsys, output) == cold and analyses[0] == 1
+    # The text stored by the tables' run is the JSON summary's, byte for byte.
+    warm_json = _summary(path, capsys)
+    shutil.rmtree(cache.cache_root())
+    assert warm_json == _summary(path, capsys) and analyses[0] == 2
+
+
+def test_a_document_that_does_not_decode_to_itself_is_not_used_for_tables(
+    tmp_path, capsys, cache_all, analyses
+):
+    """The stored text is kept for --json, but the tables are made from a computed document
+    when decoding the text would not give the document back (a tuple, a NaN)."""
+    from kinetoscope.parser import load
+
+    path = _copy(tmp_path)
+    cold = _report(path, capsys, "text")
+    trace = load(str(path))
+    stored_now = stored.load_summary(trace, summary_json)
+    assert stored_now is not None and stored_now.document is not None
+    other = dict(stored_now.document, devices=tuple(stored_now.document["devices"]))
+    assert stored.save_summary_text(trace, stored_now.text, summary_json, other)
+    assert stored.load_summary(trace, summary_json).document is None
+    assert _report(path, capsys, "text") == cold and analyses[0] == 2
