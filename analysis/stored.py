@@ -10,8 +10,9 @@ always read). Anything else, a damaged, foreign or stale result included, is not
 analysis runs again and its result replaces it.
 
 The version is a hash of the code that makes the document (the parser and the analysis
-packages, and the module of the caller's JSON encoder, `kinetoscope summary`'s): a result made
-by other code, even one edit away, is never taken for this code's. The document names the trace by the path it was
+packages, the module of the caller's JSON encoder, `kinetoscope summary`'s, and the versions of
+msgspec, numpy and Python): a result made by other code, even one edit away, is never taken
+for this code's. The document names the trace by the path it was
 given; a result made under another spelling of the same file's path is given this one's.
 The text, Markdown and TSV formats use the stored document too (their tables still read the
 session for steps and launchers), when decoding the text gives back the very document.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -54,9 +56,14 @@ def _hash_code(encode: Encode) -> int | None:
 
     digest = hashlib.blake2b(digest_size=8)
     digest.update(f"{STORE_FORMAT}:{SUMMARY_VERSION}:{cache.FORMAT_VERSION}".encode())
+    # The libraries whose arithmetic and encoding the document is made of, and this Python.
+    digest.update(f"{msgspec.__version__}:{np.__version__}:{sys.version}".encode())
     files: list[Path] = []
     for package in (kinetoscope.parser, kinetoscope.analysis):
-        files.extend(sorted(Path(str(package.__file__)).parent.glob("*.py")))
+        modules = sorted(Path(str(package.__file__)).parent.glob("*.py"))
+        if not modules:
+            return None  # no source to tell this code from another's: nothing is stored
+        files.extend(modules)
     try:
         encoder_file = inspect.getsourcefile(encode)
     except TypeError:

@@ -245,3 +245,22 @@ def test_a_document_that_does_not_decode_to_itself_is_not_used_for_tables(
     assert stored.save_summary_text(trace, stored_now.text, summary_json, other)
     assert stored.load_summary(trace, summary_json).document is None
     assert _report(path, capsys, "text") == cold and analyses[0] == 2
+
+
+def test_the_version_is_the_code_that_made_the_document(tmp_path, monkeypatch):
+    """One byte changed in any module of the analysis gives another version (a stored summary
+    of the old code is then not used); the same code, the same version."""
+    import kinetoscope.analysis
+
+    here = stored._hash_code(summary_json)
+    assert here is not None and here == stored._hash_code(summary_json)
+    copy = tmp_path / "analysis"
+    shutil.copytree(Path(kinetoscope.analysis.__file__).parent, copy)
+    monkeypatch.setattr(kinetoscope.analysis, "__file__", str(copy / "__init__.py"))
+    assert stored._hash_code(summary_json) == here
+    sync = copy / "sync.py"
+    sync.write_bytes(sync.read_bytes().replace(b"PAGEABLE", b"PAGEABLF", 1))
+    assert stored._hash_code(summary_json) != here
+    for module in copy.glob("*.py"):
+        module.unlink()
+    assert stored._hash_code(summary_json) is None  # no source: nothing is stored
