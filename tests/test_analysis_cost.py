@@ -174,3 +174,40 @@ def test_a_stage_failing_on_the_second_thread_fails_where_it_is_used(monkeypatch
     assert session.nesting_ready and session.failure("memory") is not None
     with pytest.raises(AnalysisFailed, match="broken on purpose"):
         _ = session.memory
+
+
+def test_memory_groups_by_one_sort_match_their_definition():
+    """compute_memory's groups (one stable sort by device type and id) against the plain
+    definition: the events of each (type, id), keys ascending with a missing one first, in file
+    order, and each group's peaks, on random memory events with missing keys and values."""
+    from kinetoscope.analysis.memory import compute_memory
+    from kinetoscope.parser import NO_VALUE
+    from kinetoscope.parser.model import MEMORY_COLUMNS, MemoryEvents
+
+    rng = np.random.default_rng(30)
+    for _ in range(100):
+        n = int(rng.integers(1, 80))
+        cols = {c: rng.integers(0, 1 << 40, n).astype(np.int64) for c in MEMORY_COLUMNS}
+        for c in ("device_type", "device_id"):
+            cols[c] = rng.integers(-1, 3, n).astype(np.int64)
+            cols[c][rng.random(n) < 0.2] = NO_VALUE
+        for c in ("total_allocated", "total_reserved"):
+            cols[c][rng.random(n) < 0.2] = NO_VALUE
+        groups = compute_memory(MemoryEvents(**cols))
+        keys = sorted({(int(t), int(d)) for t, d in zip(cols["device_type"], cols["device_id"])})
+        assert len(groups) == len(keys)
+        for group, (t, d) in zip(groups, keys):
+            members = [
+                i for i in range(n) if (cols["device_type"][i], cols["device_id"][i]) == (t, d)
+            ]
+            assert group.device_type == (None if t == NO_VALUE else t)
+            assert group.device_id == (None if d == NO_VALUE else d)
+            assert group.indices.tolist() == members
+            allocated = [(int(cols["total_allocated"][i]), i) for i in members]
+            allocated = [(v, i) for v, i in allocated if v != NO_VALUE]
+            if allocated:
+                peak = max(v for v, _ in allocated)
+                assert group.peak_allocated == peak
+                assert group.peak_allocated_index == next(i for v, i in allocated if v == peak)
+            else:
+                assert group.peak_allocated is None and group.peak_allocated_index == -1
