@@ -305,7 +305,8 @@ def map_ranks(
     """`digest_rank` of every path, in the paths' order. `executor`: anything with
     `submit(fn, *args)` returning futures with `result()` (a `concurrent.futures` executor, a
     `dask.distributed.Client`); by default a local process pool of `workers` processes
-    (default min(ranks, CPUs)); with one worker or one path, this process does the work.
+    (default min(ranks, CPUs)); with one worker or one path, or ranks too small together to pay
+    for a pool's start (`parser.parallel.pays_for_workers`), this process does the work.
     `on_done(index, digest)` is called as each digest arrives (in this process). Once `cancel`
     is set, the digests not arrived are abandoned: pending ones cancelled, the local pool's
     worker processes ended at once, and `DigestsCancelled` raised."""
@@ -314,6 +315,8 @@ def map_ranks(
 
     for path in paths:  # said here, once: the worker processes that load the ranks do not
         cache.warn_if_untrusted(path)
+    if executor is None and workers is None and not _pays_for_workers(paths):
+        workers = 1  # tiny ranks: digested here, no pool started (it costs more than it saves)
     if options is None:
         # Ranks are the parallelism when there are as many as CPUs; with fewer (or with one
         # process), a big file is decoded in parallel as `summary` of one trace does.
@@ -368,6 +371,12 @@ def map_ranks(
                 _stop_workers(own_pool)
         if own_pool is not None:
             own_pool.shutdown(wait=finished, cancel_futures=True)
+
+
+def _pays_for_workers(paths: Sequence[str]) -> bool:
+    from kinetoscope.parser.parallel import pays_for_workers
+
+    return pays_for_workers(list(paths))
 
 
 def _stop_workers(pool: Any) -> None:

@@ -73,13 +73,21 @@ def compute_memory(memory: MemoryEvents) -> list[MemoryGroup]:
     """Groups ascending by (device type, device id), a missing key first."""
     if len(memory) == 0:
         return []
-    # NO_VALUE is int64's minimum, so a plain ascending sort puts missing keys first.
-    keys = np.stack([memory.device_type, memory.device_id], axis=1)
-    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    # NO_VALUE is int64's minimum, so a plain ascending sort puts missing keys first. One
+    # stable sort by (type, id) gives each group's events as a run, in file order.
+    types = np.asarray(memory.device_type, dtype=np.int64)
+    ids = np.asarray(memory.device_id, dtype=np.int64)
+    order = np.lexsort((ids, types))
+    sorted_types, sorted_ids = types[order], ids[order]
+    bounds = np.flatnonzero(
+        (sorted_types[1:] != sorted_types[:-1]) | (sorted_ids[1:] != sorted_ids[:-1])
+    )
+    starts = np.concatenate(([0], bounds + 1)).tolist()
+    ends = [*starts[1:], len(order)]
     groups = []
-    for g, (device_type, device_id) in enumerate(unique.tolist()):
-        indices = np.flatnonzero(inverse == g)
+    for first, end in zip(starts, ends):
+        device_type, device_id = int(sorted_types[first]), int(sorted_ids[first])
+        indices = order[first:end]
         alloc, alloc_index = _peak(memory.total_allocated[indices])
         reserved, _ = _peak(memory.total_reserved[indices])
         groups.append(

@@ -24,6 +24,7 @@ view cache instead of computed. Whatever asks for the nesting gets the same obje
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
@@ -73,6 +74,13 @@ def memory_failure(error: BaseException) -> str | None:
         return ""
     inner, outer = stages[-1], stages[:-1]
     return inner + (f" (for {', '.join(reversed(outer))})" if outer else "")
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
 
 
 class _Failure:
@@ -146,6 +154,36 @@ class TraceSession:
         """The error that computing `name` raised, if it was tried and failed."""
         value = self._results.get(name)
         return value.error if isinstance(value, _Failure) else None
+
+    def compute_concurrently(self, *plans: tuple[str, ...]) -> None:
+        """Compute results ahead of their use, each plan's in order, the first plan on this
+        thread and each other on a thread of its own (numpy releases the interpreter's lock in
+        the sorts and searches most stages spend their time in, so a second core helps). A
+        result a plan needs from another's is waited for under its lock, as for any ask; a
+        failure is remembered as usual and raised where the result is asked for. With one CPU,
+        or one plan, everything runs here in order. Returns when every plan is done."""
+        if len(plans) > 1 and _cpus() > 1:
+            threads = [
+                threading.Thread(target=self._compute, args=(plan,), daemon=True)
+                for plan in plans[1:]
+            ]
+            for thread in threads:
+                thread.start()
+            try:
+                self._compute(plans[0])
+            finally:
+                for thread in threads:
+                    thread.join()
+        else:
+            for plan in plans:
+                self._compute(plan)
+
+    def _compute(self, plan: tuple[str, ...]) -> None:
+        for name in plan:
+            try:
+                getattr(self, name)
+            except AnalysisFailed:
+                pass  # remembered: raised again where the result is used
 
     # -- staged nesting ---------------------------------------------------------------------
 

@@ -234,6 +234,16 @@ def build_summary(of: Trace | TraceSession) -> dict[str, Any]:
     results are then shared with the caller's other views)."""
     analysis = of if isinstance(of, TraceSession) else TraceSession(of)
     trace = analysis.trace
+    # The stages that need no nesting run beside it; then memory per operator (the longest
+    # stage) beside all the others the document needs (each result is made once, whoever
+    # asks first); the findings, which read them all, after.
+    analysis.compute_concurrently(
+        ("classes", "cpu_groups", "nesting", "memory_ops"),
+        (
+            "links", "idle", "memory", "sync", "steps", "idle_by_cpu", "operators", "kernels",
+            "compiled", "kernel_efficiency",
+        ),
+    )  # fmt: skip
     return {
         "kinetoscope_summary": SUMMARY_VERSION,
         "source": source_section(trace),

@@ -216,6 +216,107 @@ def _site_of(trace: Trace, chain: list[int], python: np.ndarray) -> tuple[str, .
     return tuple(OBJECT_ADDRESS.sub("", trace.name_of(r)) for r in picked)
 
 
+def _causes_and_sites(
+    trace: Trace, nesting: Nesting, rows: np.ndarray, python: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[tuple[str, ...], int]]:
+    """Per call: its cause (a row, -1), whether it is a print, and its site (an index into the
+    returned sites, numbered by first appearance in call order).
+
+    All three depend on the call's ancestors alone, and on nothing of them but their names and
+    categories (the cause is the ancestor so many levels up). Calls are grouped by that chain:
+    level by level, from the parent up, each chain's (name, category) is numbered together with
+    the number of the chain below it (exact, no hashing), so the Python that reads names runs
+    once per distinct chain (a trace that repeats one loop has a handful), not once per call.
+    """
+    site_index: dict[tuple[str, ...], int] = {}
+    parents = nesting.parent[rows].astype(np.int64)
+    distinct, first_call, of_call = np.unique(parents, return_index=True, return_inverse=True)
+    of_call = of_call.reshape(-1)
+    # Each distinct parent's ancestors, level by level from the parent up (-1 above the root).
+    parent_of = nesting.parent
+    levels: list[np.ndarray] = []
+    at = distinct.copy()
+    while len(at) and (at >= 0).any():
+        levels.append(at)
+        at = np.where(at >= 0, parent_of[np.maximum(at, 0)].astype(np.int64), -1)
+    names = [np.where(a >= 0, trace.name[np.maximum(a, 0)].astype(np.int64), -1) for a in levels]
+    names = _steps_as_one(trace, names)
+    # The chain number of each distinct parent, built from the parent up to the root.
+    chain = np.zeros(len(distinct), dtype=np.int64)
+    for a, name in zip(levels, names):
+        cat = np.where(a >= 0, trace.cat[np.maximum(a, 0)].astype(np.int64), -1)
+        _, chain = np.unique(np.stack((chain, name, cat), axis=1), axis=0, return_inverse=True)
+        chain = chain.reshape(-1).astype(np.int64)
+    groups, first_parent, of_parent = np.unique(chain, return_index=True, return_inverse=True)
+    of_parent = of_parent.reshape(-1)
+    # Each chain is read once, from one of its parents, in the order of its first call.
+    first_of_group = np.full(len(groups), len(rows), dtype=np.int64)
+    np.minimum.at(first_of_group, of_parent, first_call)
+    up = np.full(len(groups), -1, dtype=np.int64)  # levels above the parent to the cause
+    printing_of = np.zeros(len(groups), dtype=bool)
+    site_of = np.zeros(len(groups), dtype=np.int64)
+    for g in np.argsort(first_of_group, kind="stable").tolist():
+        parent = int(distinct[first_parent[g]])
+        ancestry = [*nesting.ancestors(parent), parent] if parent >= 0 else []
+        cause = _cause_of(trace, ancestry)
+        if cause >= 0:
+            up[g] = len(ancestry) - 1 - ancestry.index(cause)
+        printing_of[g] = any(PRINTING_FRAME.search(trace.name_of(r)) for r in ancestry)
+        site_of[g] = site_index.setdefault(_site_of(trace, ancestry, python), len(site_index))
+    # The cause of each distinct parent: its ancestor `up` levels above it.
+    levels = up[of_parent]
+    cause_of = np.full(len(distinct), -1, dtype=np.int64)
+    at = distinct.copy()
+    for level in range(int(levels.max()) + 1 if len(levels) else 0):
+        here = levels == level
+        cause_of[here] = at[here]
+        at = np.where(at >= 0, parent_of[np.maximum(at, 0)].astype(np.int64), -1)
+    per_call = of_parent[of_call] if len(rows) else np.zeros(0, dtype=np.int64)
+    return (
+        cause_of[of_call] if len(rows) else np.zeros(0, dtype=np.int64),
+        printing_of[per_call],
+        site_of[per_call],
+        site_index,
+    )
+
+
+def _steps_as_one(trace: Trace, names: list[np.ndarray]) -> list[np.ndarray]:
+    """The name ids of the chains' levels, with every step's name (`ProfilerStep#N`: the site
+    skips them, and no step name is a cause or a print) as one: the steps of a loop then share
+    their chains. A name is read once however many chains hold it."""
+    if not names:
+        return names
+    distinct = np.unique(np.concatenate(names))
+    distinct = distinct[distinct >= 0]
+    strings = trace.strings
+    held = [strings[i] for i in distinct.tolist()]
+    step = np.array(
+        [
+            bool(STEP_NAME.fullmatch(name))
+            and not PRINTING_FRAME.search(name)
+            and name not in CAUSE_OPERATORS
+            for name in held
+        ],
+        dtype=bool,
+    )
+    steps = distinct[step]
+    if not len(steps):
+        return names
+    return [np.where(np.isin(name, steps), -2, name) for name in names]
+
+
+def _runtime_for_corrs(links: Links, corrs: np.ndarray) -> np.ndarray:
+    """`links.runtime_for_corr` of each correlation, in one search."""
+    values = links.corr_values
+    slot = np.searchsorted(values, corrs)
+    runtime = np.full(len(corrs), -1, dtype=np.int64)
+    if len(values):
+        clipped = np.minimum(slot, len(values) - 1)
+        found = (slot < len(values)) & (values[clipped] == corrs)
+        runtime[found] = links.corr_runtime[clipped[found]]
+    return runtime
+
+
 def _cause_of(trace: Trace, chain: list[int]) -> int:
     """The outermost of the run of host-syncing operators directly above the call, or -1."""
     cause = -1
@@ -300,35 +401,22 @@ def compute_sync(
     end = start + trace.dur[rows]
     python = _category_mask(trace, PYTHON_CATEGORY)
 
-    cause = np.full(len(rows), -1, dtype=np.int64)
-    printing = np.zeros(len(rows), dtype=bool)
-    site_index: dict[tuple[str, ...], int] = {}
-    site = np.zeros(len(rows), dtype=np.int64)
-    chains: dict[int, list[int]] = {}
-    for i, row in enumerate(rows.tolist()):
-        parent = int(nesting.parent[row])
-        chain = chains.get(parent)
-        if chain is None:
-            chain = [*nesting.ancestors(parent), parent] if parent >= 0 else []
-            chains[parent] = chain
-        cause[i] = _cause_of(trace, chain)
-        printing[i] = any(PRINTING_FRAME.search(trace.name_of(r)) for r in chain)
-        names = _site_of(trace, chain, python)
-        site[i] = site_index.setdefault(names, len(site_index))
+    cause, printing, site, site_index = _causes_and_sites(trace, nesting, rows, python)
 
     # The GPU-side record of a sync carries the runtime call's correlation.
     sync_cat = _category_mask(trace, "cuda_sync")
     gpu_sync_rows = np.flatnonzero(sync_cat[trace.cat] & (trace.ph == ord("X")))
-    linked_runtime = np.array(
-        [links.runtime_for_corr(int(c)) for c in trace.corr[gpu_sync_rows]], dtype=np.int64
-    )
+    linked_runtime = _runtime_for_corrs(links, trace.corr[gpu_sync_rows])
     gpu_sync = np.full(len(rows), -1, dtype=np.int64)
-    position_of = {row: i for i, row in enumerate(rows.tolist())}
-    # File order: the first cuda_sync record carrying a correlation is the one kept.
-    for record, runtime in zip(gpu_sync_rows.tolist(), linked_runtime.tolist()):
-        i = position_of.get(runtime, -1)
-        if i >= 0 and gpu_sync[i] < 0:
-            gpu_sync[i] = record
+    # File order (rows are): the first cuda_sync record carrying a correlation is the one kept.
+    by_row = np.argsort(rows, kind="stable")
+    at = np.searchsorted(rows[by_row], linked_runtime)
+    at_clipped = np.minimum(at, max(len(rows) - 1, 0))
+    hit = (linked_runtime >= 0) & (at < len(rows))
+    if len(rows):
+        hit &= rows[by_row][at_clipped] == linked_runtime
+    position, first_record = np.unique(by_row[at_clipped[hit]], return_index=True)
+    gpu_sync[position] = gpu_sync_rows[hit][first_record]
     unlinked = gpu_sync_rows[linked_runtime < 0]
 
     steps = step_rows(trace, classes.cpu)

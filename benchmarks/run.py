@@ -3,6 +3,7 @@
     python benchmarks/run.py [--runs 3] [--source CORPUS_TRACE] [--target-mb 1000]
     python benchmarks/run.py --big-mb 4000 [--keep] [--big-runs 1] [--markdown]
     python benchmarks/run.py --trace BIG.json [--markdown]
+    python benchmarks/run.py --summary-targets [--runs 3] [--markdown]
 
 Makes the big trace with the shared `scale_trace.py` tool if it is missing (under
 benchmarks/data/, not tracked), plus a gzip'd copy. Every measurement runs in a fresh Python
@@ -25,6 +26,14 @@ KINETOSCOPE_WORKERS=1 and 2, and its summary's analysis timed after the load, an
 16-core estimate drawn from them. The big trace is made
 with `scale_trace.py --target-mb` and removed after the run unless `--keep` (a `--trace` is
 never removed); json.load and the one-shot decode are not run on it (see the output).
+
+The summary-targets mode (`--summary-targets`, issue 30) prints the five rows of that issue's
+table for the `--target-mb` trace, each against its limit or goal: the load with two decoding
+workers (KINETOSCOPE_WORKERS=2, no cache) against 1.3 x half of one typed msgspec decode of the
+file (measured in the same run); the summary's analysis timed in the process after its load;
+`summary --json` cold (empty cache); a second `summary --json` of the same file (the first one,
+not timed, wrote the cache); and `summary --json` of the corpus's 8-rank DLRM job (8 x 50 KB),
+time and peak memory of the process tree.
 """
 
 from __future__ import annotations
@@ -172,8 +181,15 @@ def main() -> int:
         "--big-runs", type=int, default=1, help="runs per measurement of the big trace (1)"
     )
     parser.add_argument("--markdown", action="store_true", help="Markdown tables")
+    parser.add_argument(
+        "--summary-targets",
+        action="store_true",
+        help="the five rows of issue 30: load, analysis, cold and warm summary, a tiny job",
+    )
     args = parser.parse_args()
 
+    if args.summary_targets:
+        return run_summary_targets(args)
     if args.big_mb is not None or args.trace is not None:
         return run_big(args)
     path, gz = ensure_trace(args.source, args.target_mb)
@@ -599,6 +615,129 @@ def paper_scaling(
         + "Measured "
         "on 2 CPUs, with other work on the machine the 2-worker point is the less certain."
     )
+
+
+# The summary-targets mode (--summary-targets) ----------------------------------------------
+
+TINY_JOB = REPO.parent / "shared" / "corpus" / "multirank" / "dlrm_8rank"
+ANALYSIS_GOAL_S = 1.0
+COLD_SUMMARY_GOAL_S = 3.5
+WARM_SUMMARY_GOAL_S = 0.6
+TINY_JOB_GOAL = (0.3, 100)  # seconds, MiB
+
+
+def run_summary_targets(args: argparse.Namespace) -> int:
+    path, _gz = ensure_trace(args.source, args.target_mb, gzipped=False)
+    cache, env = bench_env()
+    runs = args.runs
+
+    def empty_cache() -> None:
+        shutil.rmtree(cache, ignore_errors=True)
+
+    summary = [sys.executable, "-m", "kinetoscope", "summary", str(path), "--json"]
+
+    def cold_summary_first() -> None:
+        empty_cache()
+        subprocess.run(summary, env=env, check=True, stdout=subprocess.DEVNULL)
+
+    try:
+        load_code = TASKS["kinetoscope load"].format(path=str(path))
+        load = sampled(
+            "load, KINETOSCOPE_WORKERS=2",
+            [sys.executable, "-c", load_code],
+            dict(env, KINETOSCOPE_WORKERS="2"),
+            runs,
+            before=empty_cache,
+        )
+        decode_code = TASKS["msgspec one-shot (typed structs)"].format(path=str(path))
+        decode = sampled("msgspec one-shot", [sys.executable, "-c", decode_code], env, runs)
+        analysis = sampled(
+            "summary analysis (after the load)",
+            [sys.executable, "-c", ANALYSIS_CODE.format(path=str(path))],
+            env,
+            runs,
+            reported=True,
+        )
+        cold = sampled("summary --json, cold", summary, env, runs, before=empty_cache)
+        warm = sampled("summary --json, second", summary, env, runs, before=cold_summary_first)
+        job = sampled(
+            "summary DLRM_8RANK --json",
+            [sys.executable, "-m", "kinetoscope", "summary", str(TINY_JOB), "--json"],
+            env,
+            runs,
+        )
+    finally:
+        empty_cache()
+    load_limit = LOAD_OVER_DECODE * decode.median / 2
+
+    def met(ok: bool) -> str:
+        return verdict(ok)
+
+    mb = f"{path.stat().st_size / 1e9:.2f} GB"
+    rows = [
+        [
+            "load (2 workers)",
+            f"{load.median:.2f} s",
+            f"{load_limit:.2f} s: 1.3 x half of one typed msgspec decode ({decode.median:.2f} s)",
+            met(load.median <= load_limit),
+        ],
+        [
+            "analysis after load",
+            f"{analysis.median:.2f} s",
+            f"{ANALYSIS_GOAL_S:.1f} s",
+            met(analysis.median <= ANALYSIS_GOAL_S),
+        ],
+        [
+            "cold `summary --json`",
+            f"{cold.median:.2f} s, {cold.peak_mib} MiB",
+            f"{COLD_SUMMARY_GOAL_S:.1f} s",
+            met(cold.median <= COLD_SUMMARY_GOAL_S),
+        ],
+        [
+            "a second `summary --json` of the same file",
+            f"{warm.median:.2f} s, {warm.peak_mib} MiB",
+            f"{WARM_SUMMARY_GOAL_S:.1f} s",
+            met(warm.median <= WARM_SUMMARY_GOAL_S),
+        ],
+        [
+            "8 tiny ranks (`summary DIR --json`, 8 x 50 KB)",
+            f"{job.median:.2f} s, {job.peak_mib} MiB",
+            f"{TINY_JOB_GOAL[0]:.1f} s, {TINY_JOB_GOAL[1]} MiB",
+            met(job.median <= TINY_JOB_GOAL[0] and job.peak_mib <= TINY_JOB_GOAL[1]),
+        ],
+    ]
+    print(
+        "\n".join(
+            [
+                f"Trace: `{path.name}` ({mb}), from `{args.source.name}`; the job: `{TINY_JOB.name}`.",
+                f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
+                f"{platform.python_version()}, {platform.system()} {platform.release()}; "
+                f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())} at the end.",
+                f"Medians of {runs} runs (each run in a fresh process; peak RSS: the whole process "
+                "tree, sampled every 20 ms); runs: "
+                + "; ".join(
+                    f"{name} {' '.join(f'{w:.2f}' for w in sample.walls)}"
+                    for name, sample in (
+                        ("load", load),
+                        ("decode", decode),
+                        ("analysis", analysis),
+                        ("cold", cold),
+                        ("second", warm),
+                        ("job", job),
+                    )
+                )
+                + ".",
+                "",
+                table(
+                    [f"what ({mb} trace, {os.cpu_count()} CPUs)", "now", "limit or goal", "met?"],
+                    rows,
+                    args.markdown,
+                ),
+            ]
+        ),
+        flush=True,
+    )
+    return 0
 
 
 if __name__ == "__main__":

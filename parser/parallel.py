@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import stat
 import sys
 import threading
 from collections import deque
@@ -41,6 +42,7 @@ from .events import Repair, decode_events
 from .model import ROW_COLUMNS, Trace, out_of_memory_message
 from .reader import Progress, Reader, gc_paused
 from .source import (
+    GZIP_MAGIC,
     READ_BLOCK,
     SourceState,
     TraceError,
@@ -110,6 +112,38 @@ def workers_for(state: SourceState, workers: int | None) -> int:
     if headroom is not None and headroom < PARALLEL_MIN_HEADROOM:
         return 1
     return default_workers()
+
+
+def pays_for_workers(paths: list[str]) -> bool:
+    """Whether reading these files (a job's ranks) in a pool of worker processes can pay for
+    the pool's start: together at least one of the sizes above (each gzip file counted against
+    PARALLEL_MIN_GZIP, each plain one against PARALLEL_MIN_PLAIN; KINETOSCOPE_PARALLEL_MIN_BYTES
+    replaces both). A file that is not a regular file, or cannot be read, counts as big (the
+    pool's digest then says what is wrong with it)."""
+    explicit = os.environ.get("KINETOSCOPE_PARALLEL_MIN_BYTES", "")
+    share = 0.0
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | os.O_CLOEXEC)
+        except (OSError, ValueError):
+            return True
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return True
+            compressed = os.pread(fd, 2, 0) == GZIP_MAGIC
+        except OSError:
+            return True
+        finally:
+            os.close(fd)
+        if explicit.isdigit():
+            threshold = max(1, int(explicit))
+        else:
+            threshold = PARALLEL_MIN_GZIP if compressed else PARALLEL_MIN_PLAIN
+        share += st.st_size / threshold
+        if share >= 1:
+            return True
+    return False
 
 
 # The modules the worker server imports once, before it forks any worker. Every pool of

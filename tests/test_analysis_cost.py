@@ -1,0 +1,213 @@
+"""The analysis stages made column-wise (issue 30) do their Python work per distinct thing (a
+call chain, a site), not per event: the Python calls they make, counted with a profile hook
+(tests/work_count.py, no timing), do not grow with the number of events. And what they give is
+what the plain per-event rules give."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from kinetoscope.analysis import TraceSession
+from kinetoscope.analysis.sync import (
+    PRINTING_FRAME,
+    PYTHON_CATEGORY,
+    _category_mask,
+    _cause_of,
+    _causes_and_sites,
+    _site_of,
+    compute_sync,
+)
+from kinetoscope.parser import loads
+from test_sync import gpu, known_trace, rt, x
+from work_count import CallCount
+
+STEP_US = 2000
+
+
+def repeated(copies: int, same_stack: bool = True) -> bytes:
+    """The known sync trace's two steps, `copies` times over (each copy 2 ms later, its own
+    correlations); `same_stack=False` gives every copy its own Python frame name."""
+    base = known_trace()["traceEvents"]
+    events = []
+    for k in range(copies):
+        for event in base:
+            e = json.loads(json.dumps(event))
+            e["ts"] += k * STEP_US
+            args = e.get("args")
+            if args and "correlation" in args:
+                args["correlation"] += k * 1000
+            if e["name"].startswith("ProfilerStep#"):
+                e["name"] = f"ProfilerStep#{2 * k + int(e['name'][-1])}"
+            if not same_stack and e["name"] == "train.py(10): step":
+                e["name"] = f"train.py({10 + k}): step"
+            events.append(e)
+    # Calls under one operator share their parent, others nest deeper: every shape of chain.
+    events += [
+        x("aten::copy_", copies * STEP_US, 50),
+        rt("cudaMemcpy", copies * STEP_US + 1, 10, 900_001),
+        rt("cudaStreamSynchronize", copies * STEP_US + 20, 10, 900_002),
+        rt("cudaDeviceSynchronize", copies * STEP_US + 100, 5, 900_003),
+        gpu("Memcpy DtoH", copies * STEP_US + 2, 8, 900_001, cat="gpu_memcpy"),
+    ]
+    return json.dumps({"schemaVersion": 1, "traceEvents": events}).encode()
+
+
+def _ready(data: bytes):
+    trace = loads(data)
+    session = TraceSession(trace)
+    for name in ("classes", "nesting", "links", "idle"):
+        getattr(session, name)
+    return trace, session
+
+
+def _grouping_calls(data: bytes) -> tuple[int, int]:
+    """Python calls made finding the causes, prints and sites of a trace's blocking calls (the
+    part that ran per call), and how many calls there are."""
+    trace, session = _ready(data)
+    rows = session.sync.rows
+    python = _category_mask(trace, PYTHON_CATEGORY)
+    with CallCount(python_only=True) as count:
+        _causes_and_sites(trace, session.nesting, rows, python)
+    return count.calls, len(rows)
+
+
+def test_sync_python_calls_do_not_grow_with_the_calls():
+    few, small = _grouping_calls(repeated(5))
+    many, big = _grouping_calls(repeated(200))
+    assert big > 30 * small  # 40x the steps, 40x the calls
+    # The per-call rules ran once per distinct chain (every step's name counts as one): the
+    # same Python calls at any number of calls.
+    assert many == few, (few, many, big)
+
+
+def test_sync_as_a_whole_stays_column_wise():
+    """compute_sync over 40x the calls: what grows is per string (each step has its own
+    name), a handful of Python calls per step, never the per-call rules."""
+    counts = []
+    for copies in (5, 200):
+        trace, session = _ready(repeated(copies))
+        with CallCount(python_only=True) as count:
+            calls = compute_sync(
+                trace, session.classes, session.nesting, session.links, session.idle.gaps
+            )
+        counts.append((count.calls, len(calls.rows), len(trace.strings)))
+    (few, _, strings_few), (many, rows, strings_many) = counts
+    assert many - few < 3 * (strings_many - strings_few) < rows, counts
+
+
+def _per_call_reference(trace, nesting, rows):
+    """The rules applied call by call, as the specification reads."""
+    python = _category_mask(trace, PYTHON_CATEGORY)
+    cause, printing, site, index = [], [], [], {}
+    for row in rows.tolist():
+        parent = int(nesting.parent[row])
+        chain = [*nesting.ancestors(parent), parent] if parent >= 0 else []
+        cause.append(_cause_of(trace, chain))
+        printing.append(any(PRINTING_FRAME.search(trace.name_of(r)) for r in chain))
+        site.append(index.setdefault(_site_of(trace, chain, python), len(index)))
+    return cause, printing, site, list(index)
+
+
+def test_sync_chains_grouped_give_the_per_call_results():
+    for data in (repeated(3), repeated(7, same_stack=False), repeated(1)):
+        trace, session = _ready(data)
+        calls = session.sync
+        cause, printing, site, sites = _per_call_reference(trace, session.nesting, calls.rows)
+        assert calls.cause.tolist() == cause
+        assert calls.printing.tolist() == printing
+        assert calls.site.tolist() == site
+        assert calls.sites == sites
+        assert (calls.cause >= 0).any() and calls.printing.any() and len(sites) >= 3
+        # Every GPU-side sync record linked to its call, the first in file order.
+        assert (calls.gpu_sync >= 0).sum() == data.count(b'"Stream Sync"')
+
+
+def test_sync_of_a_trace_without_calls():
+    trace, session = _ready(json.dumps({"traceEvents": [x("aten::add", 0, 5)]}).encode())
+    calls = session.sync
+    assert len(calls.rows) == 0 and calls.sites == []
+    assert calls.cause.dtype == np.int64 and calls.site.dtype == np.int64
+
+
+def test_the_summary_runs_independent_stages_on_a_second_thread(monkeypatch):
+    """build_summary computes the stages that need no nesting beside it (and the sync chain
+    beside the operators'), when the process may use two CPUs; the document is the serial one."""
+    import threading
+
+    import kinetoscope.analysis.session as session_module
+    from kinetoscope.analysis.summary import build_summary
+
+    data = repeated(20)
+    serial_trace = loads(data)
+    monkeypatch.setattr(session_module, "_cpus", lambda: 1)
+    serial = build_summary(serial_trace)
+
+    monkeypatch.setattr(session_module, "_cpus", lambda: 2)
+    threads: dict[str, int] = {}
+    for name in ("compute_memory",):
+        original = getattr(session_module, name)
+
+        def recorded(*args, _original=original, _name=name):
+            threads[_name] = threading.get_ident()
+            return _original(*args)
+
+        monkeypatch.setattr(session_module, name, recorded)
+    trace = loads(data)
+    assert build_summary(trace) == serial
+    # Whoever asks first computes a result; the memory stage is asked by the second plan alone.
+    assert threads["compute_memory"] != threading.get_ident()
+
+
+def test_a_stage_failing_on_the_second_thread_fails_where_it_is_used(monkeypatch):
+    import kinetoscope.analysis.session as session_module
+    import pytest
+    from kinetoscope.analysis import AnalysisFailed
+
+    def broken(*args):
+        raise ValueError("broken on purpose")
+
+    monkeypatch.setattr(session_module, "_cpus", lambda: 2)
+    monkeypatch.setattr(session_module, "compute_memory", broken)
+    session = TraceSession(loads(repeated(2)))
+    session.compute_concurrently(("classes", "nesting"), ("memory",))
+    assert session.nesting_ready and session.failure("memory") is not None
+    with pytest.raises(AnalysisFailed, match="broken on purpose"):
+        _ = session.memory
+
+
+def test_memory_groups_by_one_sort_match_their_definition():
+    """compute_memory's groups (one stable sort by device type and id) against the plain
+    definition: the events of each (type, id), keys ascending with a missing one first, in file
+    order, and each group's peaks, on random memory events with missing keys and values."""
+    from kinetoscope.analysis.memory import compute_memory
+    from kinetoscope.parser import NO_VALUE
+    from kinetoscope.parser.model import MEMORY_COLUMNS, MemoryEvents
+
+    rng = np.random.default_rng(30)
+    for _ in range(100):
+        n = int(rng.integers(1, 80))
+        cols = {c: rng.integers(0, 1 << 40, n).astype(np.int64) for c in MEMORY_COLUMNS}
+        for c in ("device_type", "device_id"):
+            cols[c] = rng.integers(-1, 3, n).astype(np.int64)
+            cols[c][rng.random(n) < 0.2] = NO_VALUE
+        for c in ("total_allocated", "total_reserved"):
+            cols[c][rng.random(n) < 0.2] = NO_VALUE
+        groups = compute_memory(MemoryEvents(**cols))
+        keys = sorted({(int(t), int(d)) for t, d in zip(cols["device_type"], cols["device_id"])})
+        assert len(groups) == len(keys)
+        for group, (t, d) in zip(groups, keys):
+            members = [
+                i for i in range(n) if (cols["device_type"][i], cols["device_id"][i]) == (t, d)
+            ]
+            assert group.device_type == (None if t == NO_VALUE else t)
+            assert group.device_id == (None if d == NO_VALUE else d)
+            assert group.indices.tolist() == members
+            allocated = [(int(cols["total_allocated"][i]), i) for i in members]
+            allocated = [(v, i) for v, i in allocated if v != NO_VALUE]
+            if allocated:
+                peak = max(v for v, _ in allocated)
+                assert group.peak_allocated == peak
+                assert group.peak_allocated_index == next(i for v, i in allocated if v == peak)
+            else:
+                assert group.peak_allocated is None and group.peak_allocated_index == -1
