@@ -374,7 +374,7 @@ def map_ranks(
 
 
 def _pays_for_workers(paths: Sequence[str]) -> bool:
-    from kinetoscope.parser.parallel import pays_for_workers
+    from kinetoscope.parser import pays_for_workers
 
     return pays_for_workers(list(paths))
 

@@ -162,17 +162,26 @@ class TraceSession:
         result a plan needs from another's is waited for under its lock, as for any ask; a
         failure is remembered as usual and raised where the result is asked for. With one CPU,
         or one plan, everything runs here in order. Returns when every plan is done."""
-        if len(plans) > 1 and _cpus() > 1:
+        from kinetoscope.parser import threads_affordable
+
+        if len(plans) > 1 and _cpus() > 1 and threads_affordable():
             threads = [
                 threading.Thread(target=self._compute, args=(plan,), daemon=True)
                 for plan in plans[1:]
             ]
+            started = []
             for thread in threads:
-                thread.start()
+                try:
+                    thread.start()
+                except RuntimeError:  # no thread to be had (an address-space limit): run here
+                    break
+                started.append(thread)
             try:
                 self._compute(plans[0])
+                for plan in plans[1 + len(started) :]:
+                    self._compute(plan)
             finally:
-                for thread in threads:
+                for thread in started:
                     thread.join()
         else:
             for plan in plans:

@@ -156,9 +156,11 @@ def _save_cache_meanwhile(trace: Any) -> Any:
     does after its first frame); the thread, or None when there is nothing to write."""
     import threading
 
-    from kinetoscope.parser import cache, save_cache
+    from kinetoscope.parser import cache, save_cache, threads_affordable
 
     if trace.from_cache or not trace.complete or trace.source.bytes < cache.MIN_CACHED_BYTES:
+        return None
+    if not threads_affordable():  # little address space left: the analysis needs it more
         return None
     from kinetoscope.parser.source import is_regular_file
 
@@ -172,7 +174,10 @@ def _save_cache_meanwhile(trace: Any) -> Any:
             pass
 
     thread = threading.Thread(target=save, name="kinetoscope-cache")
-    thread.start()
+    try:
+        thread.start()
+    except RuntimeError:  # no thread to be had (an address-space limit): no entry, as with
+        return None  # any other failure to write one; the summary itself stands
     return thread
 
 

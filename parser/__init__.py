@@ -12,7 +12,14 @@ from . import cache
 from .access import file_changed, read_event
 from .builder import no_hugepage_advice, release_heap
 from .model import NO_VALUE, Lane, MemoryEvents, Source, Trace
-from .parallel import prepare_workers, read_trace, release_workers, worker_context
+from .parallel import (
+    pays_for_workers,
+    prepare_workers,
+    read_trace,
+    release_workers,
+    threads_affordable,
+    worker_context,
+)
 from .reader import Progress, read_bytes
 from .source import TraceError
 
@@ -101,9 +108,11 @@ __all__ = [
     "file_changed",
     "load",
     "loads",
+    "pays_for_workers",
     "prepare_workers",
     "read_event",
     "save_cache",
+    "threads_affordable",
     "worker_context",
 ]
 

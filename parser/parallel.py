@@ -85,6 +85,14 @@ def address_space_headroom() -> int | None:
     return soft - used
 
 
+def threads_affordable() -> bool:
+    """Whether a helper thread may be started: not under an address-space limit with less room
+    than PARALLEL_MIN_HEADROOM (there, glibc can abort the whole process for want of a thread's
+    stack or thread-local data, which no exception reports)."""
+    headroom = address_space_headroom()
+    return headroom is None or headroom >= PARALLEL_MIN_HEADROOM
+
+
 def default_workers() -> int:
     """KINETOSCOPE_WORKERS, else the number of CPUs this process may use."""
     explicit = os.environ.get("KINETOSCOPE_WORKERS")

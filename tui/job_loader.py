@@ -115,7 +115,7 @@ class JobLoad:
             return
         if (self.workers or default_workers(len(paths))) <= 1:
             return
-        from kinetoscope.parser.parallel import pays_for_workers
+        from kinetoscope.parser import pays_for_workers
 
         if self.workers is None and not pays_for_workers(list(paths)):
             return  # tiny ranks: map_ranks digests them in this process
