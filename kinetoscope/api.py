@@ -117,6 +117,13 @@ def _from_session(session: Any) -> Trace:
     return t
 
 
+def _repr_paragraph(obj: Any) -> str:
+    """A notebook's view of a Trace, Job or Diff: its (cleaned) repr as one HTML paragraph."""
+    import html
+
+    return f"<p>{html.escape(repr(obj))}</p>"
+
+
 class Trace:
     """One opened trace (`kinetoscope.open`). Methods return `Table`s; each is computed on first
     use and shares the analysis with the others (one `TraceSession`)."""
@@ -169,9 +176,7 @@ class Trace:
         )
 
     def _repr_html_(self) -> str:
-        import html
-
-        return f"<p>{html.escape(repr(self))}</p>"
+        return _repr_paragraph(self)
 
     def summary(self) -> dict[str, Any]:
         """The `summary --json` document (`spec/summary-json.md`)."""
@@ -738,9 +743,7 @@ class Job:
         )
 
     def _repr_html_(self) -> str:
-        import html
-
-        return f"<p>{html.escape(repr(self))}</p>"
+        return _repr_paragraph(self)
 
     def document(self) -> dict[str, Any]:
         """The `summary DIR --json` document (docs/summary-ranks.md)."""
@@ -869,9 +872,7 @@ class Diff:
         return f"<kinetoscope Diff: {v['verdict']}, step time {change} %, {compared}>"
 
     def _repr_html_(self) -> str:
-        import html
-
-        return f"<p>{html.escape(repr(self))}</p>"
+        return _repr_paragraph(self)
 
     def document(self) -> dict[str, Any]:
         """The `diff --json` document (docs/diff.md)."""

@@ -21,7 +21,9 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-MAX_TEXT = 40  # characters: longer is not a number anyone means
+from kinetoscope.numbers import MAX_NUMBER_TEXT
+
+MAX_TEXT = MAX_NUMBER_TEXT  # characters: longer is not a number anyone means (numbers.py)
 MAX_PERCENT = 100
 MAX_DURATION_NS = 10**6 * 10**9  # a million seconds
 MAX_SIZE = 1 << 60

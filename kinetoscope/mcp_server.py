@@ -473,35 +473,43 @@ class TriageTools:
     def top_operators(self, handle: str, offset: int = 0, limit: int = 20) -> dict[str, Any]:
         from kinetoscope.analysis.summary import operators_section
 
-        entry = self._get(handle)
-        page = Page.of(offset, limit)
-        session = entry.session
-        rows = operators_section(session, limit=page.offset + page.limit)[page.offset :]
-        for row in rows:
-            row["name"] = _cut(row["name"])
-        extra = {
-            "handle": entry.handle,
-            "sorted_by": "excl_us",
-            "units": "µs; incl = outermost instances' total, excl = self time, gpu_* = GPU "
+        return self._top(
+            handle, offset, limit, operators_section, lambda s: len(s.operators.groups),
+            "operators", "excl_us",
+            "µs; incl = outermost instances' total, excl = self time, gpu_* = GPU "
             "time launched (summary --json's operators)",
-        }
-        return paged(rows, len(session.operators.groups), page, "operators", extra, self.cap)
+        )  # fmt: skip
 
     def top_kernels(self, handle: str, offset: int = 0, limit: int = 20) -> dict[str, Any]:
         from kinetoscope.analysis.summary import kernels_section
 
+        return self._top(
+            handle, offset, limit, kernels_section, lambda s: len(s.kernels.groups),
+            "kernels", "total_us",
+            "µs (summary --json's kernels: GPU kernels, memcpys, memsets)",
+        )  # fmt: skip
+
+    def _top(
+        self,
+        handle: str,
+        offset: int,
+        limit: int,
+        section: Callable[..., list[dict[str, Any]]],
+        total: Callable[[Any], int],
+        key: str,
+        sorted_by: str,
+        units: str,
+    ) -> dict[str, Any]:
+        """A page of one of the summary's ranked sections (its rows as `summary --json` has them,
+        names cut), with the number of groups in all."""
         entry = self._get(handle)
         page = Page.of(offset, limit)
         session = entry.session
-        rows = kernels_section(session, limit=page.offset + page.limit)[page.offset :]
+        rows = section(session, limit=page.offset + page.limit)[page.offset :]
         for row in rows:
             row["name"] = _cut(row["name"])
-        extra = {
-            "handle": entry.handle,
-            "sorted_by": "total_us",
-            "units": "µs (summary --json's kernels: GPU kernels, memcpys, memsets)",
-        }
-        return paged(rows, len(session.kernels.groups), page, "kernels", extra, self.cap)
+        extra = {"handle": entry.handle, "sorted_by": sorted_by, "units": units}
+        return paged(rows, total(session), page, key, extra, self.cap)
 
     def gaps(self, handle: str, offset: int = 0, limit: int = 10) -> dict[str, Any]:
         from kinetoscope.analysis.idle import CAUSES
