@@ -1,6 +1,6 @@
 """What changed between two traces (BASE and NEW), and whether it is a regression.
 
-Headless: numpy only (no Textual, no Rich). `kinetoscope diff` (kinetoscope/report_diff.py)
+Headless: numpy only (no Textual, no Rich). `kinetoscope diff` (kinetoscope/present/report_diff.py)
 prints it as tables or JSON; the diff viewer lays itself over the same `TraceDiff`.
 Every number is defined in docs/diff.md.
 
@@ -116,7 +116,7 @@ MAX_STEP_NUMBER = 1_000_000
 def parse_steps(spec: str) -> list[int]:
     """`1,3-5,8-` -> pair numbers (1-based), each once. `N-` means N and every later pair,
     written as [N, -1] (the end is resolved against the pairs there are)."""
-    from kinetoscope.numbers import shown
+    from kinetoscope.common.numbers import shown
 
     out: list[int] = []
     seen: set[int] = set()

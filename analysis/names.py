@@ -16,7 +16,7 @@ which end of it to keep when even the most compact one must be cut.
 
 Only the first (or last) `SCAN_LIMIT` characters of a name are ever looked at, so that a name of
 hundreds of megabytes costs what a long ordinary one does. Nothing here measures terminal
-cells: `kinetoscope.tui.safe_text.fit_name` picks the form that fits.
+cells: `kinetoscope.present.safe_text.fit_name` picks the form that fits.
 """
 
 from __future__ import annotations

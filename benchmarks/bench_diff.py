@@ -38,7 +38,7 @@ import sys
 from kinetoscope.analysis import TraceSession
 from kinetoscope.analysis.diff import diff_sessions
 from kinetoscope.parser import load
-from kinetoscope.report_diff import diff_document, summary_json
+from kinetoscope.present.report_diff import diff_document, summary_json
 base = TraceSession(load(sys.argv[1], write_cache=False))
 new = TraceSession(load(sys.argv[2], write_cache=False, release=True))
 summary_json(diff_document(diff_sessions(base, new), sys.argv[1], sys.argv[2]))

@@ -6,7 +6,7 @@ drawn with every rank's row, cold and reopened.
     python benchmarks/bench_ranks_view.py --child DIR      # one measurement, its seconds printed
 
 Each measurement is a fresh Python process that starts the job viewer as `kinetoscope DIR`
-does (kinetoscope/viewer.py:run_job_view: the job's files found, the digesting worker
+does (kinetoscope/commands/view.py:run_job_view: the job's files found, the digesting worker
 processes started, then Textual imported and `JobApp` run, here headless at `--size`), and
 prints the time from its own start, read from /proc (so Python's start and every import
 count), to when the ranks overview's matrix has drawn the row of every rank. The parent
@@ -51,14 +51,14 @@ async def ranks_frame(folder: str, width: int, height: int, earlier: str | None)
     and its model cache written (a session to reopen after)."""
     started = time.time() - process_age()
     # As run_job_view: the job's files found and the workers started before Textual.
-    from kinetoscope.tui.job_loader import JobLoad
+    from kinetoscope.tui.job.job_loader import JobLoad
 
     load = JobLoad([folder], start=False)
     if load.error is not None:
         raise SystemExit(f"bench_ranks_view: {load.error}")
     load.start()
-    from kinetoscope.tui.job_app import JobApp
-    from kinetoscope.tui.job_ranks import RankMatrix, RanksScreen
+    from kinetoscope.tui.job.job_app import JobApp
+    from kinetoscope.tui.job.job_ranks import RankMatrix, RanksScreen
 
     drawn: dict[int, float] = {}
     ranks = len(load.paths)
@@ -89,7 +89,7 @@ async def ranks_frame(folder: str, width: int, height: int, earlier: str | None)
 async def timeline_shown(pilot, ranks: int) -> None:  # type: ignore[no-untyped-def]
     """`t`, then wait until every rank is drawn and the rank-loading threads are done (each
     writes its rank's model cache after drawing it)."""
-    from kinetoscope.tui.job_timeline import JobTimelineScreen
+    from kinetoscope.tui.job.job_timeline import JobTimelineScreen
 
     app = pilot.app
     await pilot.press("t")

@@ -31,10 +31,10 @@ async def first_frame(path: str, width: int, height: int, write_caches: bool = F
     """As `kinetoscope TRACE` does it: the load starts before Textual is imported; the frame
     counts as drawn when the timeline has rendered the last line of its first fitted frame."""
     started = time.time() - process_age()
-    from kinetoscope.tui.loader import TraceLoad
+    from kinetoscope.tui.trace.loader import TraceLoad
 
     loader = TraceLoad(path, staged=True)
-    from kinetoscope.tui.app import KinetoscopeApp
+    from kinetoscope.tui.trace.app import KinetoscopeApp
 
     app = KinetoscopeApp(path, loader=loader)
     async with app.run_test(size=(width, height)) as pilot:

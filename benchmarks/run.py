@@ -280,7 +280,7 @@ ANALYSIS_CODE = (
     "import time\n"
     "from kinetoscope.analysis.summary import build_summary\n"
     "from kinetoscope.parser import load\n"
-    "from kinetoscope.report import summary_json\n"
+    "from kinetoscope.present.report_summary import summary_json\n"
     "trace = load({path!r}, use_cache=False, write_cache=False, release=True)\n"
     "began = time.perf_counter()\n"
     "summary_json(build_summary(trace))\n"

@@ -518,7 +518,7 @@ def report_job(job: JobOutcome, announce: Callable[[str], None]) -> None:
 def open_folder_viewer(run_dir: Path) -> bool:
     """Open the job viewer on a run folder (as `kinetoscope RUN_DIR` does); False when it
     could not be opened (it said why in one line)."""
-    from kinetoscope.viewer import run_job_view
+    from kinetoscope.commands.view import run_job_view
 
     return run_job_view([str(run_dir)]) == 0
 

@@ -74,7 +74,7 @@ class StepSource:
         if kind == STEPS_FUNCTION and arg.strip():
             return cls(kind=kind, function=arg.strip())
         if kind == STEPS_TIME:
-            from kinetoscope.numbers import NumberError, read_float, shown
+            from kinetoscope.common.numbers import NumberError, read_float, shown
 
             try:  # bounded: 5,000 nines would be an endless (inf) period
                 seconds = read_float(arg, "--steps-from time:SECONDS", high=1e7)

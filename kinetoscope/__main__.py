@@ -1,6 +1,6 @@
 import sys
 
-from kinetoscope.cli import main
+from kinetoscope.commands.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

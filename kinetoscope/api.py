@@ -81,13 +81,13 @@ def main_module_hidden() -> Iterator[None]:
 
 
 def _problem(path: str) -> str | None:
-    from kinetoscope.cli import trace_path_problem
+    from kinetoscope.commands.cli import trace_path_problem
 
     return trace_path_problem(path, streams=True)
 
 
 def _clean(text: str) -> str:
-    from kinetoscope.tui.safe_text import clean
+    from kinetoscope.present.safe_text import clean
 
     return clean(text)
 
@@ -825,7 +825,7 @@ def diff(
         parse_steps,
     )
     from kinetoscope.parser import TraceError as ParserError
-    from kinetoscope.report_diff import diff_document, load_sessions
+    from kinetoscope.present.report_diff import diff_document, load_sessions
 
     base, new = os.fspath(base), os.fspath(new)
     selection = parse_steps(steps) if steps is not None else None  # StepSpecError: a ValueError
@@ -883,7 +883,7 @@ class Diff:
         return self._document["verdict"]
 
     def _groups(self, name: str) -> Table:
-        from kinetoscope.report_diff import _group
+        from kinetoscope.present.report_diff import _group
 
         records = [_group(g) for g in getattr(self.result, name)]
         keys = list(records[0]) if records else ["name", "status"]

@@ -189,7 +189,7 @@ class Table:
     # -- showing ----------------------------------------------------------------------------
 
     def _cell(self, row: int, name: str) -> str:
-        from kinetoscope.tui.safe_text import clean  # names from a trace are hostile
+        from kinetoscope.present.safe_text import clean  # names from a trace are hostile
 
         value = self.value(row, name)
         text = "" if value is None else clean(str(value))

@@ -56,7 +56,7 @@ class ToolProblem(Exception):
 
 
 def one_line(text: str, limit: int = 400) -> str:
-    from kinetoscope.tui.safe_text import clean
+    from kinetoscope.present.safe_text import clean
 
     line = " ".join(clean(str(text)).split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
@@ -295,7 +295,7 @@ class TriageTools:
 
     def open_trace(self, path: str) -> dict[str, Any]:
         from kinetoscope.analysis import TraceSession
-        from kinetoscope.cli import trace_path_problem
+        from kinetoscope.commands.cli import trace_path_problem
         from kinetoscope.parser import TraceError, load
 
         path = self._checked_path(path)
@@ -386,7 +386,7 @@ class TriageTools:
             isinstance(cycle, bool) or not isinstance(cycle, int) or cycle < 1
         ):
             raise ToolProblem("cycle must be 1 or more (1 = the oldest)")
-        from kinetoscope.cli import trace_path_problem
+        from kinetoscope.commands.cli import trace_path_problem
 
         for path in checked:  # before discover reads them: a FIFO would block it
             if not os.path.isdir(path):
@@ -437,7 +437,7 @@ class TriageTools:
     def findings(
         self, handle: str, min_severity: str = "info", offset: int = 0, limit: int = 20
     ) -> dict[str, Any]:
-        from kinetoscope.budget import BudgetError, parse_severity, severity_rank
+        from kinetoscope.common.budget import BudgetError, parse_severity, severity_rank
 
         entry = self._get(handle)
         page = Page.of(offset, limit)
@@ -808,7 +808,7 @@ class TriageTools:
             diff_sessions,
             metric_unit,
         )
-        from kinetoscope.report_diff import diff_document
+        from kinetoscope.present.report_diff import diff_document
 
         a, b = self._get(base), self._get(new)
         page = Page.of(0, limit, default=10)

@@ -39,7 +39,7 @@ class QueryError(Exception):
 
 
 def _one_line(text: str) -> str:
-    from kinetoscope.tui.safe_text import clean
+    from kinetoscope.present.safe_text import clean
 
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
     return clean(" ".join(lines[:3]))[:500]
@@ -207,7 +207,7 @@ def _python(values: list) -> list:
 
 
 def _cell(value: Any) -> str:
-    from kinetoscope.tui.safe_text import clean  # names in a trace are hostile
+    from kinetoscope.present.safe_text import clean  # names in a trace are hostile
 
     if value is None:
         return ""
@@ -219,7 +219,7 @@ def _cell(value: Any) -> str:
 
 
 def _json_value(value: Any) -> Any:
-    from kinetoscope.tui.safe_text import clean
+    from kinetoscope.present.safe_text import clean
 
     if isinstance(value, str):
         return clean(value)
@@ -279,7 +279,7 @@ def render(table: Table, fmt: str, width: int | None = None) -> str:
     widths = [max([cell_len(h)] + [cell_len(r[j]) for r in body]) for j, h in enumerate(header)]
     if width is not None:
         _fit(widths, numeric, width)
-        from kinetoscope.tui.safe_text import cut_end
+        from kinetoscope.present.safe_text import cut_end
 
         header = [cut_end(h, w) for h, w in zip(header, widths)]
         body = [[cut_end(c, w) for c, w in zip(r, widths)] for r in body]
@@ -357,7 +357,7 @@ def add_sql_command(sub: Any) -> None:
 
 
 def _positive_int(text: str) -> int:
-    from kinetoscope.cli import _positive
+    from kinetoscope.commands.cli import _positive
 
     return _positive(text)
 
@@ -443,7 +443,7 @@ def write_parquet(db: Database, directory: str) -> int:
     """Every table as DIR/<name>.parquet, none over an existing file."""
     import pyarrow.parquet as pq
 
-    from kinetoscope.tui.safe_text import clean
+    from kinetoscope.present.safe_text import clean
 
     tables = db.all_tables()
     try:

@@ -40,7 +40,7 @@ TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json")
 HEAD_LIMIT = 64 << 20  # uncompressed bytes read at most to find the header keys
 _READ = 1 << 16
 
-# The record of a job's merged export (kinetoscope/export_job.py MERGED_KEY): such a file holds
+# The record of a job's merged export (kinetoscope/export/job_bundle.py MERGED_KEY): such a file holds
 # every rank, written with rank 0's header; it is left out of a job, not taken for rank 0.
 MERGED_KEY = "kinetoscopeMerged"
 MERGED_REASON = "a merged export of a job's ranks (kinetoscope export), not one rank"

@@ -22,7 +22,7 @@ async def settle(pilot, kind=None, timeout: float = 60.0):
 async def top_finding_shown(pilot, deadline: float) -> None:
     """Wait until every trace screen that shows the top finding has it (its worker starts
     after the first frame), so that a frame is the same on every run."""
-    from kinetoscope.tui.screens import TraceScreen
+    from kinetoscope.tui.trace.screens import TraceScreen
 
     for screen in list(pilot.app.screen_stack):
         if isinstance(screen, TraceScreen) and screen.SHOWS_TOP_FINDING:

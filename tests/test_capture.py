@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from kinetoscope.cli import build_parser
+from kinetoscope.commands.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -415,8 +415,8 @@ def test_without_torch_capture_prints_install_hint(workdir: Path) -> None:
     code = (
         "import sys\n"
         "sys.modules['torch'] = None  # makes `import torch` fail\n"
-        "import kinetoscope.capture, kinetoscope.capture.cli, kinetoscope.capture.synthetic\n"
-        "from kinetoscope.cli import main\n"
+        "import kinetoscope.capture, kinetoscope.commands.capture, kinetoscope.capture.synthetic\n"
+        "from kinetoscope.commands.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
     for command in (["capture", "--no-view", "train.py"], ["demo", "--no-view"]):
@@ -436,9 +436,9 @@ def test_without_torch_capture_prints_install_hint(workdir: Path) -> None:
 def test_capture_package_does_not_import_torch() -> None:
     code = (
         "import sys\n"
-        "import kinetoscope.cli, kinetoscope.capture, kinetoscope.capture.cli\n"
+        "import kinetoscope.commands.cli, kinetoscope.capture, kinetoscope.commands.capture\n"
         "import kinetoscope.capture.api, kinetoscope.capture.demo, kinetoscope.capture.synthetic\n"
-        "kinetoscope.cli.build_parser()\n"
+        "kinetoscope.commands.cli.build_parser()\n"
         "assert 'torch' not in sys.modules, 'torch imported eagerly'\n"
     )
     result = subprocess.run(

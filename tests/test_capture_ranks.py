@@ -33,7 +33,7 @@ from kinetoscope.capture.ranks import (
 from kinetoscope.capture.session import CaptureError, CaptureOptions, CaptureResult
 from kinetoscope.parser.rank_exit import read_record, record_name
 
-from kinetoscope.cli import build_parser
+from kinetoscope.commands.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -175,7 +175,7 @@ def test_wait_for_ranks_returns_as_soon_as_all_are_done(tmp_path: Path) -> None:
 def test_a_rank_that_cannot_start_says_so_to_rank_0(tmp_path: Path, monkeypatch, capsys) -> None:
     """A rank whose file exists (no --force) stops before its program runs; its marker tells
     rank 0 why, so rank 0 does not wait for it."""
-    from kinetoscope.cli import main
+    from kinetoscope.commands.cli import main
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -232,9 +232,8 @@ def test_python_api_in_a_rank_writes_the_rank_file(tmp_path: Path, monkeypatch) 
 
 
 def test_on_a_terminal_the_job_viewer_opens_on_the_folder(tmp_path: Path, monkeypatch) -> None:
-    from kinetoscope.capture import cli
-
-    import kinetoscope.viewer
+    import kinetoscope.commands.view
+    from kinetoscope.commands import capture as cli
 
     opened: list[list[str]] = []
 
@@ -246,7 +245,7 @@ def test_on_a_terminal_the_job_viewer_opens_on_the_folder(tmp_path: Path, monkey
         def isatty(self) -> bool:
             return True
 
-    monkeypatch.setattr(kinetoscope.viewer, "run_job_view", fake_job_view)
+    monkeypatch.setattr(kinetoscope.commands.view, "run_job_view", fake_job_view)
     cli._view_folder(tmp_path, view=True)  # not a terminal here: nothing opens
     assert opened == []
     monkeypatch.setattr(sys, "stdin", Terminal())
@@ -271,7 +270,7 @@ def test_on_a_terminal_the_job_viewer_opens_on_the_folder(tmp_path: Path, monkey
 def test_rank_arguments_parse_back_to_the_same_capture(
     tmp_path: Path, program, monkeypatch
 ) -> None:
-    from kinetoscope.capture.cli import _program_from_args, _rank_capture_args
+    from kinetoscope.commands.capture import _program_from_args, _rank_capture_args
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text("")

@@ -1,4 +1,4 @@
-"""`kinetoscope check`: the budget vocabulary (kinetoscope/budget.py), the measured values against
+"""`kinetoscope check`: the budget vocabulary (kinetoscope/common/budget.py), the measured values against
 `summary --json` on corpus traces, exit codes on both sides of each limit, the TOML config."""
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from conftest import CORPUS, SAMPLES
 
-from kinetoscope.budget import (
+from kinetoscope.commands.cli import main
+from kinetoscope.common.budget import (
     BudgetError,
     parse_duration,
     parse_percent,
     parse_severity,
     parse_size,
 )
-from kinetoscope.cli import main
 
 TRACE = SAMPLES / "synthetic_gpu_training.pt.trace.json.gz"
 # Steps, GPU activity, memory events and findings of several severities; and a CPU-only one.

@@ -74,7 +74,7 @@ def test_viewer_with_only_stdout_redirected_is_refused(tmp_path):
 
 
 def test_terminal_problem_names_the_stream_that_is_not_one(tmp_path):
-    from kinetoscope.viewer import terminal_problem
+    from kinetoscope.commands.view import terminal_problem
 
     class Tty:
         def isatty(self) -> bool:
@@ -131,8 +131,8 @@ def test_a_named_pipe_is_refused_by_the_viewer_and_read_as_a_stream_by_summary(t
 
 def test_an_unreadable_file_is_refused_by_both_with_the_same_line(tmp_path, monkeypatch, capsys):
     # As root every file is readable, so the refusal is checked in-process.
-    from kinetoscope.report import run_summary
-    from kinetoscope.viewer import run_view
+    from kinetoscope.commands.view import run_view
+    from kinetoscope.present.report_summary import run_summary
 
     path = tmp_path / "secret.json"
     path.write_bytes(SAMPLE.read_bytes())
@@ -157,7 +157,7 @@ def test_viewer_options_of_summary_point_to_summary():
     [["--scheduler", "local:2"], ["--workers", "2"], ["--align-clocks"], ["--cycle", "2"]],
 )
 def test_a_jobs_options_on_one_trace_file_are_a_usage_error(option, capsys):
-    from kinetoscope.cli import main
+    from kinetoscope.commands.cli import main
 
     assert main(["summary", str(SAMPLE), "--json", *option]) == 2
     out, err = capsys.readouterr()
@@ -169,7 +169,7 @@ def test_a_jobs_options_on_one_trace_file_are_a_usage_error(option, capsys):
 
 
 def test_workers_and_scheduler_together_are_a_usage_error(tmp_path, capsys):
-    from kinetoscope.cli import main
+    from kinetoscope.commands.cli import main
 
     (tmp_path / "rank0.json").write_text('{"traceEvents": []}')
     (tmp_path / "rank1.json").write_text('{"traceEvents": []}')
@@ -325,7 +325,7 @@ def test_piped_summary_shows_every_number_in_full(trace, tmp_path):
 
 
 def test_stacks_are_cut_at_the_front():
-    from kinetoscope.report import cut_stack
+    from kinetoscope.present.report_summary import cut_stack
 
     stack = "ProfilerStep#1 > forward > aten::linear > aten::addmm"
     assert cut_stack(stack, 100) == stack
@@ -336,7 +336,7 @@ def test_stacks_are_cut_at_the_front():
 
 
 def test_names_are_cut_where_they_say_least():
-    from kinetoscope.report import NAME, NUMBER, fit_cell
+    from kinetoscope.present.report_summary import NAME, NUMBER, fit_cell
 
     frame = "transformers/models/qwen2/modeling_qwen2.py(150): forward"
     assert fit_cell(frame, NAME, 32) == "…modeling_qwen2.py(150): forward"
@@ -381,7 +381,7 @@ def test_plain_formats_take_any_rich_renderable():
     # A section added as a bare Rich Text (not a Section) must not break --format md / tsv.
     from rich.text import Text
 
-    from kinetoscope.report import markdown, tsv
+    from kinetoscope.present.report_summary import markdown, tsv
 
     assert markdown([Text("note with [x] and *y*")]) == "note with \\[x\\] and \\*y\\*\n"
     assert tsv([Text("a\tnote")]) == "# a note\n"

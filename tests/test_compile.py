@@ -532,7 +532,7 @@ def test_corpus_vllm_piecewise_capture_runs_attention_eager():
 
 
 def report_text(trace):
-    from kinetoscope.report import render_text, summary_tables
+    from kinetoscope.present.report_summary import render_text, summary_tables
 
     session = TraceSession(trace)
     return render_text(summary_tables(session, build_summary(session)), 120)

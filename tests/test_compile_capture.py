@@ -195,13 +195,13 @@ def test_demo_compile_opens_the_diff_on_a_terminal(tmp_path: Path, monkeypatch, 
     run's trace in the viewer. (The runs themselves are replaced: the slow test makes them.)"""
     import argparse
 
-    import kinetoscope.capture.cli as capture_cli
     import kinetoscope.capture.demo as demo
     from kinetoscope.capture.runner import Outcome
     from kinetoscope.capture.session import CaptureOptions, CaptureResult
 
-    import kinetoscope.cli as cli
-    import kinetoscope.viewer as viewer
+    import kinetoscope.commands.capture as capture_cli
+    import kinetoscope.commands.cli as cli
+    import kinetoscope.commands.view as viewer
 
     options = CaptureOptions()
     eager, compiled = tmp_path / "eager.pt.trace.json.gz", tmp_path / "compiled.pt.trace.json.gz"

@@ -16,12 +16,16 @@ import fetch  # noqa: E402
 
 
 def _trace(n: int) -> bytes:
-    events = [{"ph": "X", "name": f"op{i}", "ts": i, "dur": 1, "pid": 1, "tid": 1} for i in range(n)]
+    events = [
+        {"ph": "X", "name": f"op{i}", "ts": i, "dur": 1, "pid": 1, "tid": 1} for i in range(n)
+    ]
     return json.dumps({"traceEvents": events}).encode()
 
 
 def _source(local, path, form, data, repo="owner/repo", commit="c" * 40):
-    return fetch.Source(local, repo, path, commit, form, len(data), hashlib.sha256(data).hexdigest())
+    return fetch.Source(
+        local, repo, path, commit, form, len(data), hashlib.sha256(data).hexdigest()
+    )
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from pilot_helpers import settle
 
-from kinetoscope import tables
-from kinetoscope.cli import main
+from kinetoscope.commands.cli import main
+from kinetoscope.present import tables
 
 SIZE = (120, 40)
 # Each would be evaluated by a spreadsheet; the last two are plain numbers and must stay as is.
@@ -177,10 +177,10 @@ async def saved(pilot, folder: Path, action: str, timeout: float = 20.0) -> Path
 
 
 async def test_viewer_w_neutralises_and_the_palettes_raw_save_does_not(tmp_path, monkeypatch):
-    from kinetoscope.tui.app import KinetoscopeApp
-    from kinetoscope.tui.operators import OperatorsScreen
     from kinetoscope.tui.palette import ScreenActions
-    from kinetoscope.tui.screens import TraceScreen
+    from kinetoscope.tui.trace.app import KinetoscopeApp
+    from kinetoscope.tui.trace.operators import OperatorsScreen
+    from kinetoscope.tui.trace.screens import TraceScreen
 
     trace = write_trace(tmp_path, "hostile.json")
     out = tmp_path / "out"
@@ -209,8 +209,8 @@ async def test_viewer_w_neutralises_and_the_palettes_raw_save_does_not(tmp_path,
 
 
 async def test_diff_viewer_w_neutralises(tmp_path, monkeypatch):
-    from kinetoscope.tui.diff_app import DiffApp
-    from kinetoscope.tui.diff_table import DiffScreen
+    from kinetoscope.tui.diff.diff_app import DiffApp
+    from kinetoscope.tui.diff.diff_table import DiffScreen
 
     base = write_trace(tmp_path, "base.json")
     new = write_trace(tmp_path, "new.json", scale=0.5)

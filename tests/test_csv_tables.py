@@ -1,5 +1,5 @@
 """Tables as CSV: the viewer's `W` on every table screen and `kinetoscope summary --csv DIR`
-write the same headless tables (kinetoscope/tables.py); each file is read back with the csv
+write the same headless tables (kinetoscope/present/tables.py); each file is read back with the csv
 module and compared cell by cell with the analysis's own numbers (exact: integer ns as µs with
 3 decimals), in the order the screen shows its rows."""
 
@@ -20,8 +20,8 @@ from kinetoscope.analysis.rules import cause_members
 from kinetoscope.parser import load
 from pilot_helpers import settle
 
-from kinetoscope import tables
-from kinetoscope.cli import main
+from kinetoscope.commands.cli import main
+from kinetoscope.present import tables
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_traces" / "synthetic_gpu_training.pt.trace.json.gz"
@@ -122,9 +122,9 @@ def summary_file(folder: Path, table: str) -> Path:
 
 
 async def test_operators_saved_as_shown_and_as_the_summary(tmp_path, monkeypatch, summary_dir):
-    from kinetoscope.tui.app import KinetoscopeApp
-    from kinetoscope.tui.operators import OperatorsScreen
-    from kinetoscope.tui.screens import TraceScreen
+    from kinetoscope.tui.trace.app import KinetoscopeApp
+    from kinetoscope.tui.trace.operators import OperatorsScreen
+    from kinetoscope.tui.trace.screens import TraceScreen
 
     monkeypatch.chdir(tmp_path)
     app = KinetoscopeApp(str(SAMPLE))
@@ -195,11 +195,11 @@ async def back_to_trace(pilot, trace_screen_kind) -> None:
 async def test_kernels_findings_steps_gaps_saved_as_the_summary(tmp_path, monkeypatch, summary_dir):
     """k, t, v and i: each file equals the summary's (the gap list: its first rows, those at
     least the threshold long) and holds the analysis's numbers in the screen's order."""
-    from kinetoscope.tui.app import KinetoscopeApp
-    from kinetoscope.tui.findings import FindingsScreen
-    from kinetoscope.tui.kernels import KernelsScreen
-    from kinetoscope.tui.overview import OverviewScreen
-    from kinetoscope.tui.screens import GapListScreen, TraceScreen
+    from kinetoscope.tui.trace.app import KinetoscopeApp
+    from kinetoscope.tui.trace.findings import FindingsScreen
+    from kinetoscope.tui.trace.kernels import KernelsScreen
+    from kinetoscope.tui.trace.overview import OverviewScreen
+    from kinetoscope.tui.trace.screens import GapListScreen, TraceScreen
 
     monkeypatch.chdir(tmp_path)
     app = KinetoscopeApp(str(SAMPLE))
@@ -283,11 +283,11 @@ async def test_memory_sync_and_compile_views_saved_as_the_summary(
     """p (operators, then v: never freed), b (calls, then v: call sites), c (steps here: the
     trace has no eager islands): every row, not only those the view lists, as the summary."""
     from kinetoscope.analysis.memory_ops import NEVER_FREED
-    from kinetoscope.tui.app import KinetoscopeApp
-    from kinetoscope.tui.compile_view import CompileScreen
-    from kinetoscope.tui.memory_view import MemoryScreen
-    from kinetoscope.tui.screens import TraceScreen
-    from kinetoscope.tui.sync_view import SyncScreen
+    from kinetoscope.tui.trace.app import KinetoscopeApp
+    from kinetoscope.tui.trace.compile_view import CompileScreen
+    from kinetoscope.tui.trace.memory_view import MemoryScreen
+    from kinetoscope.tui.trace.screens import TraceScreen
+    from kinetoscope.tui.trace.sync_view import SyncScreen
 
     monkeypatch.chdir(tmp_path)
     app = KinetoscopeApp(str(SAMPLE))
@@ -359,10 +359,10 @@ async def test_memory_sync_and_compile_views_saved_as_the_summary(
 
 async def test_detail_tables_saved_as_shown(tmp_path, monkeypatch):
     """An operator's instances, children, kernels and shapes, and a kernel's instances."""
-    from kinetoscope.tui.app import KinetoscopeApp
-    from kinetoscope.tui.kernels import KernelDetailScreen, KernelsScreen
-    from kinetoscope.tui.operators import OperatorDetailScreen, OperatorsScreen
-    from kinetoscope.tui.screens import TraceScreen
+    from kinetoscope.tui.trace.app import KinetoscopeApp
+    from kinetoscope.tui.trace.kernels import KernelDetailScreen, KernelsScreen
+    from kinetoscope.tui.trace.operators import OperatorDetailScreen, OperatorsScreen
+    from kinetoscope.tui.trace.screens import TraceScreen
 
     monkeypatch.chdir(tmp_path)
     app = KinetoscopeApp(str(SAMPLE))
@@ -430,10 +430,10 @@ def hostile_trace(folder: Path) -> Path:
 
 
 async def test_a_hostile_name_round_trips_from_the_viewer_and_the_summary(tmp_path, monkeypatch):
-    from kinetoscope.tui.app import KinetoscopeApp
-    from kinetoscope.tui.kernels import KernelsScreen
-    from kinetoscope.tui.operators import OperatorsScreen
-    from kinetoscope.tui.screens import TraceScreen
+    from kinetoscope.tui.trace.app import KinetoscopeApp
+    from kinetoscope.tui.trace.kernels import KernelsScreen
+    from kinetoscope.tui.trace.operators import OperatorsScreen
+    from kinetoscope.tui.trace.screens import TraceScreen
 
     path = hostile_trace(tmp_path)
     assert HOSTILE in load(str(path), write_cache=False).strings  # the parser keeps it as is
@@ -473,9 +473,9 @@ async def test_job_tables_saved_from_the_viewer_equal_the_summarys(tmp_path, mon
     """Ranks (the per-rank table), every rank's steps (from the matrix) and the collectives."""
     from kinetoscope.analysis.job import analyze_job, digest_rank
     from kinetoscope.parser.ranks import discover
-    from kinetoscope.tui.job_app import JobApp
-    from kinetoscope.tui.job_collectives import CollectivesScreen
-    from kinetoscope.tui.job_ranks import RanksScreen
+    from kinetoscope.tui.job.job_app import JobApp
+    from kinetoscope.tui.job.job_collectives import CollectivesScreen
+    from kinetoscope.tui.job.job_ranks import RanksScreen
     from test_job import write_job
 
     folder = tmp_path / "job"
@@ -530,8 +530,8 @@ async def test_job_tables_saved_from_the_viewer_equal_the_summarys(tmp_path, mon
 
 
 async def test_diff_tables_saved_from_the_viewer_equal_diff_csv(tmp_path, monkeypatch):
-    from kinetoscope.tui.diff_app import DiffApp
-    from kinetoscope.tui.diff_table import DiffScreen
+    from kinetoscope.tui.diff.diff_app import DiffApp
+    from kinetoscope.tui.diff.diff_table import DiffScreen
 
     out = tmp_path / "out"
     assert main(["diff", str(SAMPLE), str(SAMPLE), "--csv", str(out)]) == 0
@@ -644,9 +644,9 @@ def test_save_falls_back_to_the_temporary_directory(tmp_path, monkeypatch):
 
 
 async def test_a_save_that_fails_is_a_notification_and_the_table_stays(tmp_path, monkeypatch):
-    from kinetoscope.tui.app import KinetoscopeApp
-    from kinetoscope.tui.findings import FindingsScreen
-    from kinetoscope.tui.screens import TraceScreen
+    from kinetoscope.tui.trace.app import KinetoscopeApp
+    from kinetoscope.tui.trace.findings import FindingsScreen
+    from kinetoscope.tui.trace.screens import TraceScreen
 
     gone = tmp_path / "gone"
     gone.mkdir()
@@ -671,10 +671,10 @@ async def test_a_save_that_fails_is_a_notification_and_the_table_stays(tmp_path,
 async def test_kernels_of_a_marked_range_saved_as_shown(tmp_path, monkeypatch):
     """A range (m … m): the rows with something in it, with the range's numbers."""
     from kinetoscope.analysis.ranges import kernels_in_range
-    from kinetoscope.tui.app import KinetoscopeApp
-    from kinetoscope.tui.drilldown import MarkedRange
-    from kinetoscope.tui.kernels import KernelsScreen
-    from kinetoscope.tui.screens import TraceScreen
+    from kinetoscope.tui.trace.app import KinetoscopeApp
+    from kinetoscope.tui.trace.drilldown import MarkedRange
+    from kinetoscope.tui.trace.kernels import KernelsScreen
+    from kinetoscope.tui.trace.screens import TraceScreen
 
     monkeypatch.chdir(tmp_path)
     app = KinetoscopeApp(str(SAMPLE))
@@ -703,8 +703,8 @@ async def test_kernels_of_a_marked_range_saved_as_shown(tmp_path, monkeypatch):
 def test_every_table_screen_has_the_key_and_the_help_lists_it():
     """W on every screen that shows a table (one binding, the same key), and in `?`."""
     from kinetoscope.tui.palette import diff_help_sections, job_help_sections, viewer_help_sections
-    from kinetoscope.tui.screens import GapListScreen
-    from kinetoscope.tui.table import SavesCsv, TableScreen
+    from kinetoscope.tui.trace.screens import GapListScreen
+    from kinetoscope.tui.widgets.table import SavesCsv, TableScreen
 
     sections = [*viewer_help_sections(), *job_help_sections(), *diff_help_sections()]
     with_tables = {
@@ -729,9 +729,9 @@ def test_every_table_screen_has_the_key_and_the_help_lists_it():
 @pytest.mark.corpus
 async def test_eager_islands_of_a_compiled_corpus_trace(tmp_path, monkeypatch):
     """vLLM piecewise capture: the compile view's eager islands, from W and from the summary."""
-    from kinetoscope.tui.app import KinetoscopeApp
-    from kinetoscope.tui.compile_view import CompileScreen
-    from kinetoscope.tui.screens import TraceScreen
+    from kinetoscope.tui.trace.app import KinetoscopeApp
+    from kinetoscope.tui.trace.compile_view import CompileScreen
+    from kinetoscope.tui.trace.screens import TraceScreen
 
     path = (
         CORPUS
@@ -765,9 +765,9 @@ async def test_eager_islands_of_a_compiled_corpus_trace(tmp_path, monkeypatch):
 
 
 async def test_operators_by_shape_saved_with_their_shapes(tmp_path, monkeypatch):
-    from kinetoscope.tui.app import KinetoscopeApp
-    from kinetoscope.tui.operators import OperatorsScreen
-    from kinetoscope.tui.screens import TraceScreen
+    from kinetoscope.tui.trace.app import KinetoscopeApp
+    from kinetoscope.tui.trace.operators import OperatorsScreen
+    from kinetoscope.tui.trace.screens import TraceScreen
 
     monkeypatch.chdir(tmp_path)
     app = KinetoscopeApp(str(SAMPLE))

@@ -812,7 +812,7 @@ def test_gate_exit_codes_normal_and_strict(tmp_path, capsys):
     """--fail-above: 3 only for a regression whose interval lies above PCT; --strict: 4 when
     such a regression cannot be ruled out (an interval reaching above PCT, no interval, not
     comparable); an improvement, or a regression ruled out, is 0 either way."""
-    from kinetoscope.cli import main
+    from kinetoscope.commands.cli import main
 
     rng = np.random.default_rng(2)
     mm = [2000] * 8
@@ -888,7 +888,7 @@ def test_real_torch_mlp_pair(tmp_path, capsys):
     steps each, back to back. NEW is a regression (its interval above 5 %: exit 3, also
     --strict), carried by aten::mm at the same call count; swapped, an improvement (exit 0)."""
     pytest.importorskip("torch")
-    from kinetoscope.cli import main
+    from kinetoscope.commands.cli import main
 
     base, new = tmp_path / "mlp1024.json", tmp_path / "mlp3072.json"
     script = tmp_path / "mlp.py"
@@ -910,7 +910,7 @@ def test_verdict_keys_of_the_document_and_the_cases_without_an_interval():
     """The JSON verdict keeps version 1's keys (noise_factor now null) and adds the interval's;
     without an interval (one step a side, a step of no duration) the threshold alone decides and
     the reasons say so."""
-    from kinetoscope.report_diff import diff_document
+    from kinetoscope.present.report_diff import diff_document
 
     doc = diff_document(diff_of(base_events(), new_events()), "b", "n")["verdict"]
     old = {

@@ -40,7 +40,7 @@ from kinetoscope.parser.model import (
 )
 
 from kinetoscope import parser
-from kinetoscope.export import (
+from kinetoscope.export.crop import (
     BASELINE_NOTE,
     Crop,
     CropStats,
@@ -821,7 +821,7 @@ def test_write_failure_leaves_no_file(tmp_path, monkeypatch):
             super().write(bytes(data)[:10])
             raise OSError(28, "No space left on device")
 
-    import kinetoscope.export as export_module
+    import kinetoscope.export.crop as export_module
 
     monkeypatch.setattr(export_module, "open", Full, raising=False)
     with pytest.raises(ExportError, match="No space left"):
@@ -1011,7 +1011,7 @@ def test_export_memory_does_not_grow_with_the_events_kept(tmp_path, monkeypatch)
 def test_read_failure_while_streaming_leaves_no_file(tmp_path, monkeypatch):
     """The export reads the trace again while it writes: a read that fails midway (the disk,
     the file's folder gone) is one line that says so, and no half file is left."""
-    import kinetoscope.export as export_module
+    import kinetoscope.export.crop as export_module
 
     read_ranges = export_module.read_ranges
 

@@ -19,8 +19,8 @@ import pytest
 from conftest import CORPUS
 from kinetoscope.parser import load
 
-from kinetoscope.export import Window, crop_trace, write_crop
-from kinetoscope.export_job import (
+from kinetoscope.export.crop import Window, crop_trace, write_crop
+from kinetoscope.export.job_bundle import (
     MANIFEST_NAME,
     MERGED_KEY,
     JobCut,
@@ -221,7 +221,7 @@ def test_job_origin_matches_the_timeline_on_a_job(tmp_path):
     pytest.importorskip("textual")
     from kinetoscope.analysis.job import analyze_job, map_ranks
     from kinetoscope.parser.ranks import discover
-    from kinetoscope.tui.job_timeline import JobTimelineScreen
+    from kinetoscope.tui.job.job_timeline import JobTimelineScreen
 
     files = discover([str(write_job(tmp_path / "job"))])
     job = analyze_job(map_ranks([f.path for f in files.files], workers=1), files)
@@ -538,7 +538,7 @@ def test_the_viewers_marked_range_cuts_as_the_window_does(tmp_path):
     from kinetoscope.analysis.job import analyze_job, map_ranks
     from kinetoscope.parser.ranks import discover
 
-    from kinetoscope.export_job import plan_from_job
+    from kinetoscope.export.job_bundle import plan_from_job
 
     files = discover([str(write_job(tmp_path / "job"))])
     digests = map_ranks([f.path for f in files.files], workers=1)
@@ -589,8 +589,8 @@ def test_cycle_picks_the_profiling_cycle(tmp_path):
 def test_an_unreadable_window_is_said_before_the_ranks_are_read(tmp_path, monkeypatch):
     import kinetoscope.analysis.job as job_module
 
-    from kinetoscope.export import ExportError
-    from kinetoscope.export_job import plan_job
+    from kinetoscope.export.crop import ExportError
+    from kinetoscope.export.job_bundle import plan_job
 
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the ranks were digested")
@@ -617,7 +617,7 @@ def test_a_merged_export_left_in_the_job_folder_is_not_taken_for_a_rank(tmp_path
 
 
 def test_step_window_spans_every_slice_of_the_steps_named():
-    from kinetoscope.export_job import step_window
+    from kinetoscope.export.job_bundle import step_window
 
     names = ["ProfilerStep#10", "ProfilerStep#11", "ProfilerStep#10", "ProfilerStep#12"]
     starts, durs = [0, 10, 20, 40], [10, 10, 5, 10]
@@ -636,7 +636,7 @@ def test_step_window_spans_every_slice_of_the_steps_named():
 
 def test_manifest_pins_to_the_reference_rank_and_leaves_ranks_without_offsets_free():
     """The reference is the lowest rank in a synchronising collective, not always rank 0."""
-    from kinetoscope.export_job import JobCut, RankCut, manifest
+    from kinetoscope.export.job_bundle import JobCut, RankCut, manifest
 
     ranks = [
         RankCut(0, "a/r0.json", offset_ns=None, window=(0, 10)),
@@ -695,7 +695,7 @@ def test_bundle_streams_each_rank_never_holding_its_crop(tmp_path, monkeypatch):
     from kinetoscope.parser import source as source_module
     from test_export import many_events_trace
 
-    from kinetoscope.export_job import export_job, plan_job
+    from kinetoscope.export.job_bundle import export_job, plan_job
 
     monkeypatch.setattr(reader_module, "RUN_BYTES", 1 << 17)
     monkeypatch.setattr(source_module, "READ_BLOCK", 1 << 15)

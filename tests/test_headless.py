@@ -95,8 +95,10 @@ def test_check_imports_no_textual_or_torch(tmp_path, output):
 
 def test_mcp_without_the_sdk_says_which_extra():
     """`kinetoscope mcp` where the SDK is not installed: one line naming the extra, status 1."""
-    code = "import sys; sys.modules['mcp'] = None; from kinetoscope.cli import main; sys.exit(main(['mcp']))"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    code = "import sys; sys.modules['mcp'] = None; from kinetoscope.commands.cli import main; sys.exit(main(['mcp']))"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.count("\n") == 1 and "kinetoscope[mcp]" in result.stderr
 

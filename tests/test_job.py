@@ -523,7 +523,7 @@ def test_a_jobs_summary_imports_no_textual(tmp_path):
     write_job(tmp_path)
     code = (
         "import contextlib, io, sys\n"
-        "from kinetoscope.cli import main\n"
+        "from kinetoscope.commands.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         f"    main(['summary', {str(tmp_path)!r}])\n"
         f"    main(['summary', {str(tmp_path)!r}, '--json'])\n"

@@ -157,7 +157,7 @@ def test_a_real_two_rank_job_on_this_host_reads_one_clock(tmp_path):
 
 
 async def test_the_viewer_says_one_clock_and_a_forces_alignment_on_the_second_press(tmp_path):
-    from kinetoscope.tui.job_app import JobApp
+    from kinetoscope.tui.job.job_app import JobApp
     from test_tui_job import SIZE, overview
 
     with_hosts(tmp_path, {0: "node-a", 1: "node-a", 2: "node-a"})

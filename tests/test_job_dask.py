@@ -109,7 +109,7 @@ def run_kinetoscope(
 
 
 def test_local_cluster_gives_the_local_pool_document(tmp_path: Path, cluster) -> None:
-    from kinetoscope.cluster import DaskExecutor
+    from kinetoscope.commands.cluster import DaskExecutor
 
     folder = write_job(tmp_path / "job")
     local = job_document_with(folder, workers=2)
@@ -128,7 +128,7 @@ def test_relative_paths_reach_the_workers_absolute(tmp_path: Path, cluster, monk
     """The workers run in another folder: a relative path is made absolute before it leaves."""
     from kinetoscope.analysis.job import digest_rank
 
-    from kinetoscope.cluster import DaskExecutor
+    from kinetoscope.commands.cluster import DaskExecutor
 
     write_job(tmp_path / "job", ranks=2)
     monkeypatch.chdir(tmp_path)
@@ -146,7 +146,7 @@ def test_worker_processes_decode_in_their_own_process(cluster) -> None:
 
     from kinetoscope.analysis.job import DigestOptions
 
-    from kinetoscope.cluster import DaskExecutor
+    from kinetoscope.commands.cluster import DaskExecutor
 
     asked = DigestOptions(load_workers=4, use_cache=False)
     # dataclasses.replace(x) returns a copy of x: what the function on the worker was given.
@@ -158,7 +158,7 @@ def test_worker_processes_decode_in_their_own_process(cluster) -> None:
 def test_local_cluster_on_the_8_rank_corpus_job(cluster) -> None:
     if not CORPUS_JOB.is_dir():
         pytest.skip("../shared/corpus is not here")
-    from kinetoscope.cluster import DaskExecutor
+    from kinetoscope.commands.cluster import DaskExecutor
 
     local = job_document_with(CORPUS_JOB, workers=2)
     on_cluster = job_document_with(CORPUS_JOB, executor=DaskExecutor(cluster))
@@ -181,8 +181,8 @@ def test_summary_scheduler_local_prints_the_same_json(tmp_path: Path) -> None:
 
 def test_scheduler_errors_are_one_line(tmp_path: Path, monkeypatch) -> None:
     pytest.importorskip("dask.distributed")
-    import kinetoscope.cluster as cluster_module
-    from kinetoscope.cli import main
+    import kinetoscope.commands.cluster as cluster_module
+    from kinetoscope.commands.cli import main
 
     write_job(tmp_path / "job", ranks=2)
     monkeypatch.setattr(cluster_module, "CONNECT_TIMEOUT", "1s")
@@ -214,7 +214,7 @@ def test_without_dask_the_scheduler_option_names_the_extra(tmp_path: Path) -> No
     code = (
         "import sys\n"
         "sys.modules['dask'] = None  # makes `import dask...` fail, as when it is not installed\n"
-        "from kinetoscope.cli import main\n"
+        "from kinetoscope.commands.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
     result = subprocess.run(

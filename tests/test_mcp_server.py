@@ -221,7 +221,7 @@ async def test_small_cap_pages_through_every_gap():
 @pytest.mark.corpus
 async def test_job_straggler_over_stdio(capsys):
     needs(JOB)
-    from kinetoscope.cli import main
+    from kinetoscope.commands.cli import main
 
     assert main(["summary", str(JOB), "--json"]) == 0
     document = json.loads(capsys.readouterr().out)

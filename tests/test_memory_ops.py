@@ -381,7 +381,7 @@ def test_events_on_an_int_tid_belong_to_operators_on_the_same_tid_as_a_string():
 def test_text_report_shows_peak_owner_and_top_allocators(known):
     from rich.console import Console
 
-    from kinetoscope.report_memory_sync import memory_sync_tables
+    from kinetoscope.present.report_memory_sync import memory_sync_tables
 
     trace, _, _ = known
     console = Console(record=True, width=220)

@@ -11,11 +11,11 @@ from kinetoscope.analysis.memory_ops import FREED
 from kinetoscope.analysis.sync import group_sites
 from kinetoscope.parser import load
 from kinetoscope.parser.model import NO_VALUE
-from kinetoscope.tui.app import KinetoscopeApp
-from kinetoscope.tui.memory_view import MemoryChart, MemoryScreen
-from kinetoscope.tui.screens import TraceScreen
-from kinetoscope.tui.sync_view import SyncScreen
-from kinetoscope.tui.timeline import Timeline
+from kinetoscope.tui.trace.app import KinetoscopeApp
+from kinetoscope.tui.trace.memory_view import MemoryChart, MemoryScreen
+from kinetoscope.tui.trace.screens import TraceScreen
+from kinetoscope.tui.trace.sync_view import SyncScreen
+from kinetoscope.tui.widgets.timeline import Timeline
 from pilot_helpers import settle
 from textual.widgets import DataTable, Static
 

@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kinetoscope.analysis.names import name_forms, short_frame, short_kernel
-from kinetoscope.tui.safe_text import cells_of, clean, cut_front, fit, fit_name, shorten
 from rich.cells import cell_len
+
+from kinetoscope.present.safe_text import cells_of, clean, cut_front, fit, fit_name, shorten
 
 MUL = (
     "void at::native::vectorized_elementwise_kernel<4, at::native::MulFunctor<float>, "
@@ -202,9 +203,9 @@ def test_lane_labels_line_up_with_the_ruler(write_trace):
     separator in the same column, and the same width for the terminal as for Rich."""
     import asyncio
 
-    from kinetoscope.tui.app import KinetoscopeApp
-    from kinetoscope.tui.screens import TraceScreen
-    from kinetoscope.tui.timeline import Timeline
+    from kinetoscope.tui.trace.app import KinetoscopeApp
+    from kinetoscope.tui.trace.screens import TraceScreen
+    from kinetoscope.tui.widgets.timeline import Timeline
 
     events = []
     for tid, name in enumerate(HOSTILE_NAMES, start=1):
@@ -321,10 +322,10 @@ def _frames_trace() -> dict:
 def test_tables_give_names_the_spare_width(write_trace, size):
     import asyncio
 
-    from kinetoscope.tui.app import KinetoscopeApp
-    from kinetoscope.tui.kernels import KernelsScreen
-    from kinetoscope.tui.operators import OperatorsScreen
-    from kinetoscope.tui.screens import TraceScreen
+    from kinetoscope.tui.trace.app import KinetoscopeApp
+    from kinetoscope.tui.trace.kernels import KernelsScreen
+    from kinetoscope.tui.trace.operators import OperatorsScreen
+    from kinetoscope.tui.trace.screens import TraceScreen
 
     path = write_trace(_frames_trace())
 
@@ -370,9 +371,9 @@ async def _key_calls(path, name: str, keys: tuple[str, ...]) -> tuple[list[int],
     """Select the event called `name` and wait for its args to be read back and shown, then
     press `keys`: the Python and C calls the selection and each key took until the screen was
     redrawn (threads the app started included), and the details pane's text."""
-    from kinetoscope.tui.app import KinetoscopeApp
-    from kinetoscope.tui.details import DetailsPane
-    from kinetoscope.tui.screens import TraceScreen
+    from kinetoscope.tui.trace.app import KinetoscopeApp
+    from kinetoscope.tui.trace.details import DetailsPane
+    from kinetoscope.tui.trace.screens import TraceScreen
     from work_count import CallCount
 
     app = KinetoscopeApp(str(path))
@@ -459,7 +460,7 @@ def test_a_50_mb_name_costs_the_summary_little(write_trace):
     from kinetoscope.analysis.summary import build_summary
     from kinetoscope.parser import loads
 
-    from kinetoscope.report import summary_tables
+    from kinetoscope.present.report_summary import summary_tables
 
     def analysis_calls(name: str) -> tuple[int, dict]:
         import json
@@ -484,7 +485,7 @@ def test_a_50_mb_name_costs_the_summary_little(write_trace):
 
 def test_filtering_a_table_by_name_ignores_how_long_one_name_is():
     import numpy as np
-    from kinetoscope.tui.table import Column, TableModel
+    from kinetoscope.tui.widgets.table import Column, TableModel
 
     names = ["aten::mm", "x" * 50_000_000 + "tail", "aten::add"]
     model = TableModel(

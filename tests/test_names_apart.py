@@ -11,8 +11,9 @@ import pytest
 from conftest import corpus_params
 from kinetoscope.analysis import names as names_module
 from kinetoscope.analysis.names import demangle, full_form, name_forms
-from kinetoscope.tui.safe_text import ELLIPSIS, fit_name, fit_names
 from rich.cells import cell_len
+
+from kinetoscope.present.safe_text import ELLIPSIS, fit_name, fit_names
 
 TAIL = "_MI16x16x1_SN_LDSB1_AFC1_AG0_AFEM1_AFEM1_ASEM1_CB0_CD1_1_CLR1_CADS0_DTLA0_DTLB0_WG16_16_1"
 CIJK = "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_"
@@ -153,7 +154,7 @@ def test_demangling_is_cached():
 def _summary_kernel_rows(session, document, width: int) -> list[str]:
     from rich.console import Console
 
-    from kinetoscope.report import kernels_table
+    from kinetoscope.present.report_summary import kernels_table
 
     table = kernels_table(session, document)
     console = Console(file=io.StringIO(), width=width, color_system=None, legacy_windows=False)
@@ -167,8 +168,8 @@ def _viewer_kernel_rows(session, width: int) -> tuple[list[str], list[str]]:
     """The kernels table (`k`) as the viewer draws it `width` cells wide: the full names and
     the drawn names of its 20 longest-running rows."""
     from kinetoscope.analysis.kernels import kernel_launchers
-    from kinetoscope.tui.kernels import kernel_model
-    from kinetoscope.tui.table import column_widths, names_drawn
+    from kinetoscope.tui.trace.kernels import kernel_model
+    from kinetoscope.tui.widgets.table import column_widths, names_drawn
 
     trace = session.trace
     table = session.kernels

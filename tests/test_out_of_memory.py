@@ -21,7 +21,7 @@ from kinetoscope.analysis import session as session_module
 from kinetoscope.analysis.session import AnalysisFailed, memory_failure
 from pilot_helpers import settle
 
-from kinetoscope.cli import main
+from kinetoscope.commands.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_traces" / "synthetic_gpu_training.pt.trace.json.gz"
@@ -86,7 +86,7 @@ def test_diff_out_of_memory(capsys, monkeypatch):
 
 
 def test_export_out_of_memory(tmp_path, capsys, monkeypatch):
-    from kinetoscope import export
+    from kinetoscope.export.crop import crop as export
 
     out = tmp_path / "crop.json"
     monkeypatch.setattr(export, "open_crop", no_memory)
@@ -131,9 +131,9 @@ def test_job_summary_out_of_memory(tmp_path, capsys, monkeypatch):
 
 
 async def test_viewer_says_out_of_memory_on_screen(monkeypatch):
-    from kinetoscope.tui.app import KinetoscopeApp
-    from kinetoscope.tui.kernels import KernelsScreen
-    from kinetoscope.tui.screens import TraceScreen
+    from kinetoscope.tui.trace.app import KinetoscopeApp
+    from kinetoscope.tui.trace.kernels import KernelsScreen
+    from kinetoscope.tui.trace.screens import TraceScreen
 
     monkeypatch.setattr(session_module, "compute_kernels", no_memory)
     app = KinetoscopeApp(str(SAMPLE))
@@ -149,8 +149,8 @@ async def test_viewer_says_out_of_memory_on_screen(monkeypatch):
 
 
 async def test_viewer_layout_out_of_memory_is_the_error_screen(monkeypatch):
-    from kinetoscope.tui import viewdata
-    from kinetoscope.tui.app import KinetoscopeApp
+    from kinetoscope.tui.trace import viewdata
+    from kinetoscope.tui.trace.app import KinetoscopeApp
 
     def layout_runs_out(*args, **kwargs):
         raise AnalysisFailed("idle_by_cpu", AnalysisFailed("nesting", MemoryError()))
@@ -229,7 +229,7 @@ def test_a_real_summary_under_an_address_space_limit(tmp_path, parallel):
         """
         import resource, sys
         import numpy, msgspec
-        import kinetoscope.cli, kinetoscope.report, kinetoscope.analysis.summary
+        import kinetoscope.commands.cli, kinetoscope.present.report_summary, kinetoscope.analysis.summary
         import kinetoscope.parser
         def vm_bytes():
             for line in open("/proc/self/status"):
@@ -237,7 +237,7 @@ def test_a_real_summary_under_an_address_space_limit(tmp_path, parallel):
                     return int(line.split()[1]) * 1024
         cap = vm_bytes() + int(sys.argv[2]) * 2**20
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-        sys.exit(kinetoscope.cli.main(["summary", sys.argv[1]]))
+        sys.exit(kinetoscope.commands.cli.main(["summary", sys.argv[1]]))
         """
     )
     env = {"KINETOSCOPE_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin",

@@ -155,8 +155,8 @@ async def test_viewer_loads_with_worker_processes(big_trace, monkeypatch):
     """The app replaces the standard streams, which worker processes need to start: the viewer
     must still load a big trace with workers (it once failed with "bad value(s) in
     fds_to_keep")."""
-    from kinetoscope.tui.app import KinetoscopeApp
-    from kinetoscope.tui.screens import TraceScreen
+    from kinetoscope.tui.trace.app import KinetoscopeApp
+    from kinetoscope.tui.trace.screens import TraceScreen
 
     monkeypatch.setenv("KINETOSCOPE_PARALLEL_MIN_BYTES", "1")
     monkeypatch.setenv("KINETOSCOPE_WORKERS", "2")

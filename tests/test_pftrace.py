@@ -21,7 +21,7 @@ from kinetoscope.parser import TraceError, load, loads
 from kinetoscope.parser.ranks import JobError, discover
 from kinetoscope.parser.source import PERFETTO_REASON, looks_like_perfetto
 
-from kinetoscope.cli import main
+from kinetoscope.commands.cli import main
 
 SAMPLE = SAMPLES / "demo_cpu.pt.trace.json.gz"
 
@@ -131,7 +131,7 @@ def test_the_parser_refuses_it_from_a_file_bytes_and_a_stream(pftraces):
 
 
 def test_the_viewer_shows_the_refusal(pftraces, capsys):
-    from kinetoscope.viewer import run_view
+    from kinetoscope.commands.view import run_view
 
     # Without a terminal, the file is refused before the missing terminal is mentioned.
     assert run_view(str(pftraces["pftrace"])) == 1
@@ -139,8 +139,8 @@ def test_the_viewer_shows_the_refusal(pftraces, capsys):
 
 
 async def test_the_viewer_app_shows_the_refusal(pftraces):
-    from kinetoscope.tui.app import KinetoscopeApp
-    from kinetoscope.tui.screens import ErrorScreen
+    from kinetoscope.tui.trace.app import KinetoscopeApp
+    from kinetoscope.tui.trace.screens import ErrorScreen
 
     app = KinetoscopeApp(str(pftraces["gzip"]))
     async with app.run_test(size=(100, 30)) as pilot:

@@ -298,7 +298,7 @@ def test_a_real_job_whose_rank_raises_at_a_step(tmp_path):
 
 
 async def test_the_job_viewer_says_how_a_rank_ended(tmp_path):
-    from kinetoscope.tui.job_app import JobApp
+    from kinetoscope.tui.job.job_app import JobApp
     from test_tui_job import SIZE, overview
 
     write_job(tmp_path)

@@ -231,7 +231,7 @@ def test_every_field_of_the_wrong_type_is_ignored(trace_path, fresh, entry):
 
 
 def test_summary_ignores_a_broken_cache(trace_path, fresh, entry, capsys):
-    from kinetoscope.cli import main
+    from kinetoscope.commands.cli import main
 
     expected = summary_of(fresh)
     _manifest(entry).write_bytes(b"[]")
@@ -242,7 +242,7 @@ def test_summary_ignores_a_broken_cache(trace_path, fresh, entry, capsys):
 
 
 def test_the_viewer_ignores_a_broken_cache_and_rebuilds_it(trace_path, fresh, entry, monkeypatch):
-    from kinetoscope.tui.loader import TraceLoad
+    from kinetoscope.tui.trace.loader import TraceLoad
 
     monkeypatch.setattr(cache, "MIN_CACHED_BYTES", 0)  # the small trace is cached as a big one
     _manifest(entry).write_bytes(b"[]")
@@ -293,7 +293,7 @@ def test_an_edit_that_stays_valid_json_is_caught(trace_path, fresh, entry, field
 
 @pytest.mark.parametrize("field", ["n_events", "X count", "is_gpu"])
 def test_an_edited_manifest_does_not_change_the_summary(trace_path, fresh, entry, field, capsys):
-    from kinetoscope.cli import main
+    from kinetoscope.commands.cli import main
 
     _edit_body(entry, EDITS[field], recheck=False)
     assert main(["summary", str(trace_path), "--json"]) == 0
@@ -394,7 +394,7 @@ def test_an_entry_that_is_not_a_folder_is_ignored_and_replaced(trace_path, fresh
 
 
 def test_a_fifo_view_cache_does_not_hang(trace_path, fresh, entry):
-    from kinetoscope.tui import viewdata
+    from kinetoscope.tui.trace import viewdata
 
     data = viewdata.build_view_data(cache.load(str(trace_path)))
     assert viewdata.save_view_cache(data)

@@ -134,7 +134,7 @@ def test_error_messages_show_file_names_as_text(tmp_path):
 
 
 def test_view_of_a_missing_file_shows_its_name_as_text(capsys, tmp_path):
-    from kinetoscope.viewer import run_view
+    from kinetoscope.commands.view import run_view
 
     assert run_view(str(tmp_path / "nope\x1b]0;T\x07.json")) == 1
     err = capsys.readouterr().err

@@ -277,7 +277,7 @@ def test_serve_checks_a_named_pipe_among_files_before_serving(tmp_path):
     code = textwrap.dedent(
         """
         import sys
-        from kinetoscope.serve import ServeError, viewer_command
+        from kinetoscope.commands.serve import ServeError, viewer_command
         trace, fifo = sys.argv[1:]
         for paths, diff in (([trace, fifo], False), ([trace, fifo], True), ([fifo], False)):
             try:

@@ -249,9 +249,9 @@ EXPECTED_FINDING = {
 
 @pytest.mark.parametrize("name", sorted(ODD_TRACES))
 async def test_odd_traces_are_shown_in_the_viewer(tmp_path, name):
-    from kinetoscope.tui.app import KinetoscopeApp
-    from kinetoscope.tui.screens import TraceScreen
-    from kinetoscope.tui.timeline import Timeline
+    from kinetoscope.tui.trace.app import KinetoscopeApp
+    from kinetoscope.tui.trace.screens import TraceScreen
+    from kinetoscope.tui.widgets.timeline import Timeline
     from test_robust_tui import quit_cleanly, screen_text, wait_for
 
     path = tmp_path / f"{name}.json"

@@ -32,7 +32,7 @@ def summary_of(path: Path) -> dict[str, Any]:
     from kinetoscope.analysis.summary import build_summary
     from kinetoscope.parser import load
 
-    from kinetoscope.report import summary_json
+    from kinetoscope.present.report_summary import summary_json
 
     return json.loads(summary_json(build_summary(load(str(path), use_cache=False))))
 

@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 from conftest import SAMPLES
 
-from kinetoscope.cli import main
-from kinetoscope.serve import (
+from kinetoscope.commands.cli import main
+from kinetoscope.commands.serve import (
     MAX_HEIGHT,
     MAX_WIDTH,
     Guard,
@@ -515,7 +515,7 @@ def test_which_names_origins_and_sizes_are_answered():
 
 
 def test_a_public_url_is_checked_and_normalised(capsys):
-    from kinetoscope.serve import _public_url
+    from kinetoscope.commands.serve import _public_url
 
     assert _public_url("HTTPS://Viewer.Example.org/") == "https://viewer.example.org"
     assert _public_url("http://[::1]:9000") == "http://[::1]:9000"
@@ -627,7 +627,7 @@ def start_stuck_server() -> subprocess.Popen:
 
     command = "exec " + shlex.join([sys.executable, "-c", STUCK_VIEWER])
     code = (
-        "import sys; from kinetoscope.serve import listen, serve; "
+        "import sys; from kinetoscope.commands.serve import listen, serve; "
         f"sys.exit(serve({command!r}, listen('127.0.0.1', 0), '127.0.0.1', 'stuck'))"
     )
     return subprocess.Popen(

@@ -16,7 +16,7 @@ from conftest import CORPUS, REPO, SAMPLES
 from test_api import HOSTILE, write_trace
 
 import kinetoscope
-from kinetoscope import cli
+from kinetoscope.commands import cli
 from kinetoscope.sql import Database, QueryError, prompt
 
 pytest.importorskip("duckdb")

@@ -14,7 +14,7 @@ from conftest import REPO, corpus_files
 from kinetoscope.analysis import stored
 from kinetoscope.parser import cache
 
-from kinetoscope.report import run_summary, summary_json
+from kinetoscope.present.report_summary import run_summary, summary_json
 
 SAMPLES = REPO / "sample_traces"
 

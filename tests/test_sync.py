@@ -302,7 +302,7 @@ def test_trace_without_syncs():
 def test_text_report_shows_sites_steps_and_memory_hint(known):
     from rich.console import Console
 
-    from kinetoscope.report_memory_sync import memory_sync_tables
+    from kinetoscope.present.report_memory_sync import memory_sync_tables
 
     trace, _ = known
     console = Console(record=True, width=220)

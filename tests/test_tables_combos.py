@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import CORPUS
-from kinetoscope.tui.app import KinetoscopeApp
-from kinetoscope.tui.kernels import KernelsScreen
-from kinetoscope.tui.operators import CategoryPicker, OperatorsScreen, model_row
-from kinetoscope.tui.screens import TraceScreen
-from kinetoscope.tui.table import DataView
+from kinetoscope.tui.trace.app import KinetoscopeApp
+from kinetoscope.tui.trace.kernels import KernelsScreen
+from kinetoscope.tui.trace.operators import CategoryPicker, OperatorsScreen, model_row
+from kinetoscope.tui.trace.screens import TraceScreen
+from kinetoscope.tui.widgets.table import DataView
 from pilot_helpers import settle
 
 REPO = Path(__file__).resolve().parents[1]
@@ -165,7 +165,7 @@ async def test_operator_table_key_pairs(path: Path):
         # A marked range (the middle half of the trace), so that M has something to switch.
         start = data.origin + data.span // 4
         trace_screen.marked = None
-        from kinetoscope.tui.drilldown import MarkedRange
+        from kinetoscope.tui.trace.drilldown import MarkedRange
 
         trace_screen.marked = MarkedRange(start, start + data.span // 2)
         trace_screen.action_operators()
@@ -233,7 +233,7 @@ async def test_kernel_table_key_pairs(path: Path):
     async with app.run_test(size=SIZE) as pilot:
         trace_screen = await settle(pilot, TraceScreen)
         data = trace_screen.data
-        from kinetoscope.tui.drilldown import MarkedRange
+        from kinetoscope.tui.trace.drilldown import MarkedRange
 
         start = data.origin + data.span // 4
         trace_screen.marked = MarkedRange(start, start + data.span // 2)
@@ -281,7 +281,7 @@ async def test_category_picker_returns_to_all_in_two_keys():
 
 def test_missing_values_sort_last_largest_first():
     from kinetoscope.parser.model import NO_VALUE
-    from kinetoscope.tui.table import Column, TableModel, sort_rows
+    from kinetoscope.tui.widgets.table import Column, TableModel, sort_rows
 
     values = np.array([5, NO_VALUE, 7, 0, NO_VALUE, 7], dtype=np.int64)
     model = TableModel(columns=[Column("v", str, key=values)], n=len(values))
@@ -290,7 +290,7 @@ def test_missing_values_sort_last_largest_first():
 
 
 def test_a_mask_made_for_another_model_is_refused():
-    from kinetoscope.tui.table import Column, TableModel, check_mask
+    from kinetoscope.tui.widgets.table import Column, TableModel, check_mask
 
     model = TableModel(columns=[Column("v", str)], n=3)
     check_mask(np.ones(3, dtype=bool), model, "scope")

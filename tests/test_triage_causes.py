@@ -272,7 +272,7 @@ def test_idle_by_cpu_operator_agrees_with_the_gap_stacks():
 
 
 def test_text_summary_and_gap_list_show_idle_by_cpu_operator(write_trace, capsys, monkeypatch):
-    from kinetoscope.report import run_summary
+    from kinetoscope.present.report_summary import run_summary
 
     monkeypatch.setenv("COLUMNS", "200")
     events = json.loads(json.dumps(free_bound_trace_events()))
@@ -288,8 +288,8 @@ def test_text_summary_and_gap_list_show_idle_by_cpu_operator(write_trace, capsys
 async def test_gap_list_screen_totals_idle_by_cpu_operator(write_trace):
     import time
 
-    from kinetoscope.tui.app import KinetoscopeApp
-    from kinetoscope.tui.screens import GapListScreen, TraceScreen
+    from kinetoscope.tui.trace.app import KinetoscopeApp
+    from kinetoscope.tui.trace.screens import GapListScreen, TraceScreen
 
     path = write_trace({"schemaVersion": 1, "traceEvents": free_bound_trace_events()})
     app = KinetoscopeApp(str(path))
@@ -350,7 +350,7 @@ def test_cpu_only_rules_say_collective_wait_and_uninstrumented_time():
 
 
 def test_cpu_only_text_summary_shows_cpu_columns_not_gpu_idle(write_trace, capsys, monkeypatch):
-    from kinetoscope.report import run_summary
+    from kinetoscope.present.report_summary import run_summary
 
     monkeypatch.setenv("COLUMNS", "200")
     events = [
@@ -369,9 +369,9 @@ def test_cpu_only_text_summary_shows_cpu_columns_not_gpu_idle(write_trace, capsy
 async def test_cpu_only_overview_steps_table_has_cpu_columns(write_trace):
     import time
 
-    from kinetoscope.tui.app import KinetoscopeApp
-    from kinetoscope.tui.overview import OverviewScreen
-    from kinetoscope.tui.screens import TraceScreen
+    from kinetoscope.tui.trace.app import KinetoscopeApp
+    from kinetoscope.tui.trace.overview import OverviewScreen
+    from kinetoscope.tui.trace.screens import TraceScreen
 
     events = [
         X("ProfilerStep#1", 0, 1000, cat="user_annotation"),

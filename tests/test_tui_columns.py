@@ -1,11 +1,11 @@
-"""The drill-down tables' building blocks (tui/columns.py): a model restricted to some of its
+"""The drill-down tables' building blocks (tui/widgets/columns.py): a model restricted to some of its
 rows is the same table over fewer rows."""
 
 from __future__ import annotations
 
 import numpy as np
-from kinetoscope.tui.columns import count_column, model_row, restrict, time_column
-from kinetoscope.tui.table import Column, TableModel, sort_rows
+from kinetoscope.tui.widgets.columns import count_column, model_row, restrict, time_column
+from kinetoscope.tui.widgets.table import Column, TableModel, sort_rows
 
 
 def model() -> TableModel:

@@ -11,9 +11,9 @@ import pytest
 from conftest import CORPUS
 from kinetoscope.analysis import TraceSession
 from kinetoscope.parser import load
-from kinetoscope.tui.app import KinetoscopeApp
-from kinetoscope.tui.compile_view import CompileScreen
-from kinetoscope.tui.screens import HelpScreen, TraceScreen
+from kinetoscope.tui.trace.app import KinetoscopeApp
+from kinetoscope.tui.trace.compile_view import CompileScreen
+from kinetoscope.tui.trace.screens import HelpScreen, TraceScreen
 from test_tui_drilldown import column_index, press, settle, shown_rows
 
 SIZE = (120, 40)
@@ -172,8 +172,8 @@ async def test_compile_view_says_what_graph_replay_makes_partial() -> None:
 
 def test_compiled_band_cells_and_merged_spans() -> None:
     import numpy as np
-    from kinetoscope.tui.render import band_cells
-    from kinetoscope.tui.viewdata import merge_spans
+    from kinetoscope.tui.trace.viewdata import merge_spans
+    from kinetoscope.tui.widgets.render import band_cells
 
     # Overlapping and touching spans merge; a nested one disappears into its outer one.
     starts, ends = merge_spans(np.array([50, 0, 10, 30, 90]), np.array([60, 20, 15, 50, 95]))

@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import CORPUS as CORPUS_ROOT
-from kinetoscope.tui.diff_app import DiffApp
-from kinetoscope.tui.diff_table import DiffScreen
-from kinetoscope.tui.diff_timeline import DiffPairScreen, HalfTraceScreen
-from kinetoscope.tui.screens import HelpScreen
-from kinetoscope.tui.theme import palette_of
+from kinetoscope.tui.diff.diff_app import DiffApp
+from kinetoscope.tui.diff.diff_table import DiffScreen
+from kinetoscope.tui.diff.diff_timeline import DiffPairScreen, HalfTraceScreen
+from kinetoscope.tui.trace.screens import HelpScreen
+from kinetoscope.tui.widgets.theme import palette_of
 
 SIZE = (120, 40)
 STEP_US = 1000  # the base's steps; the new trace's are 10 % longer
@@ -264,7 +264,7 @@ def test_instances_are_the_rows_groups(pair):
     from kinetoscope.analysis.diff import diff_sessions
     from kinetoscope.analysis.session import TraceSession
     from kinetoscope.parser import load
-    from kinetoscope.tui.diff_table import group_instances
+    from kinetoscope.tui.diff.diff_table import group_instances
 
     base, new = (TraceSession(load(p)) for p in pair)
     diff = diff_sessions(base, new)
@@ -279,8 +279,8 @@ def test_the_command_opens_the_viewer_on_a_terminal_and_prints_the_text_off_one(
 ):
     """`kinetoscope diff BASE NEW`: the viewer on a terminal; the text form off one, or when
     an output (--json, --format, --width) or an exit status (--fail-above) is asked for."""
-    from kinetoscope import viewer
-    from kinetoscope.cli import main
+    from kinetoscope.commands import view as viewer
+    from kinetoscope.commands.cli import main
 
     assert main(["diff", *pair]) == 0  # the test's stdout is not a terminal
     assert "REGRESSION" in capsys.readouterr().out

@@ -9,16 +9,16 @@ import pytest
 from kinetoscope.analysis import TraceSession
 from kinetoscope.analysis.drilldown import instances_of, kernels_launched
 from kinetoscope.analysis.ranges import operators_in_range
-from kinetoscope.tui.app import KinetoscopeApp
-from kinetoscope.tui.drilldown import fmt_cell_time
-from kinetoscope.tui.findings import FindingsScreen
-from kinetoscope.tui.kernels import KernelDetailScreen, KernelsScreen
-from kinetoscope.tui.operators import OperatorDetailScreen, OperatorsScreen
-from kinetoscope.tui.overview import OverviewScreen
-from kinetoscope.tui.screens import HelpScreen, TraceScreen
-from kinetoscope.tui.search import SearchScreen
-from kinetoscope.tui.table import DataView, TableModel, name_matcher, sort_rows
-from kinetoscope.tui.timeline import Timeline
+from kinetoscope.tui.trace.app import KinetoscopeApp
+from kinetoscope.tui.trace.drilldown import fmt_cell_time
+from kinetoscope.tui.trace.findings import FindingsScreen
+from kinetoscope.tui.trace.kernels import KernelDetailScreen, KernelsScreen
+from kinetoscope.tui.trace.operators import OperatorDetailScreen, OperatorsScreen
+from kinetoscope.tui.trace.overview import OverviewScreen
+from kinetoscope.tui.trace.screens import HelpScreen, TraceScreen
+from kinetoscope.tui.widgets.search import SearchScreen
+from kinetoscope.tui.widgets.table import DataView, TableModel, name_matcher, sort_rows
+from kinetoscope.tui.widgets.timeline import Timeline
 from pilot_helpers import settle
 from test_tui_sample import EVIL_NAME, sample_trace
 
@@ -454,13 +454,13 @@ def test_big_table_sorts_and_filters_without_work_per_row():
 
 
 def _text_column(texts, names):
-    from kinetoscope.tui.table import Column
+    from kinetoscope.tui.widgets.table import Column
 
     return Column("name", lambda r: texts[names[r]], width=0, numeric=False)
 
 
 def _number_column(values):
-    from kinetoscope.tui.table import Column
+    from kinetoscope.tui.widgets.table import Column
 
     return Column("value", lambda r: str(values[r]), key=values)
 

@@ -6,12 +6,12 @@ import time
 from pathlib import Path
 
 import pytest
-from kinetoscope.tui.app import KinetoscopeApp
-from kinetoscope.tui.findings import FindingsScreen
-from kinetoscope.tui.kernels import KernelsScreen
-from kinetoscope.tui.operators import OperatorDetailScreen, OperatorsScreen
-from kinetoscope.tui.overview import OverviewScreen
-from kinetoscope.tui.screens import TraceScreen
+from kinetoscope.tui.trace.app import KinetoscopeApp
+from kinetoscope.tui.trace.findings import FindingsScreen
+from kinetoscope.tui.trace.kernels import KernelsScreen
+from kinetoscope.tui.trace.operators import OperatorDetailScreen, OperatorsScreen
+from kinetoscope.tui.trace.overview import OverviewScreen
+from kinetoscope.tui.trace.screens import TraceScreen
 from pilot_helpers import top_finding_shown
 
 SAMPLE = (

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from kinetoscope.parser import load
 from kinetoscope.parser.model import PH_COMPLETE
-from kinetoscope.tui.app import KinetoscopeApp
-from kinetoscope.tui.exporting import reserve
-from kinetoscope.tui.screens import GapListScreen, HelpScreen, TraceScreen
+from kinetoscope.tui.trace.app import KinetoscopeApp
+from kinetoscope.tui.trace.exporting import reserve
+from kinetoscope.tui.trace.screens import GapListScreen, HelpScreen, TraceScreen
 from pilot_helpers import settle
 
-from kinetoscope.export import gap_window
+from kinetoscope.export.crop import gap_window
 
 SAMPLE = (
     Path(__file__).resolve().parents[1]
@@ -144,7 +144,7 @@ async def test_e_in_the_job_timeline_exports_every_ranks_marked_range(tmp_path, 
     import json
     import zipfile
 
-    from kinetoscope.tui.job_timeline import JobTimelineScreen
+    from kinetoscope.tui.job.job_timeline import JobTimelineScreen
     from test_tui_job_timeline import JobHost, job_in, ready, write_job
 
     folder = tmp_path / "job"

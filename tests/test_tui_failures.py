@@ -8,16 +8,16 @@ import time
 from pathlib import Path
 
 import pytest
-from kinetoscope.tui.app import KinetoscopeApp
-from kinetoscope.tui.details import DetailsPane
-from kinetoscope.tui.findings import FindingsScreen
-from kinetoscope.tui.kernels import KernelsScreen
-from kinetoscope.tui.memory_view import MemoryScreen
-from kinetoscope.tui.operators import OperatorsScreen
-from kinetoscope.tui.overview import OverviewScreen
-from kinetoscope.tui.screens import TraceScreen
-from kinetoscope.tui.sync_view import SyncScreen
-from kinetoscope.tui.table import DataView
+from kinetoscope.tui.trace.app import KinetoscopeApp
+from kinetoscope.tui.trace.details import DetailsPane
+from kinetoscope.tui.trace.findings import FindingsScreen
+from kinetoscope.tui.trace.kernels import KernelsScreen
+from kinetoscope.tui.trace.memory_view import MemoryScreen
+from kinetoscope.tui.trace.operators import OperatorsScreen
+from kinetoscope.tui.trace.overview import OverviewScreen
+from kinetoscope.tui.trace.screens import TraceScreen
+from kinetoscope.tui.trace.sync_view import SyncScreen
+from kinetoscope.tui.widgets.table import DataView
 from textual.widgets import Static
 
 SAMPLE = (
@@ -158,14 +158,14 @@ async def test_a_failed_analysis_is_shown_where_it_was_needed(
 
 async def test_a_range_table_that_fails_says_so_for_the_range_too(monkeypatch):
     """Kernels of a marked range fail (M switches to the whole trace, which works)."""
-    import kinetoscope.tui.kernels as kernels_module
+    import kinetoscope.tui.trace.kernels as kernels_module
 
     monkeypatch.setattr(kernels_module, "kernels_in_range", boom)
     app = KinetoscopeApp(str(SAMPLE))
     async with app.run_test(size=SIZE) as pilot:
         trace_screen = await settle(pilot, TraceScreen)
         data = trace_screen.data
-        from kinetoscope.tui.drilldown import MarkedRange
+        from kinetoscope.tui.trace.drilldown import MarkedRange
 
         trace_screen.marked = MarkedRange(data.origin, data.origin + data.span // 2)
         await pilot.press("k")
@@ -184,7 +184,7 @@ async def test_a_range_table_that_fails_says_so_for_the_range_too(monkeypatch):
 
 
 async def test_event_arguments_that_cannot_be_read_are_said_so(monkeypatch):
-    import kinetoscope.tui.details as details_module
+    import kinetoscope.tui.trace.details as details_module
 
     monkeypatch.setattr(details_module, "read_event", boom)
     app = KinetoscopeApp(str(SAMPLE))
@@ -201,7 +201,7 @@ async def test_event_arguments_that_cannot_be_read_are_said_so(monkeypatch):
 
 
 async def test_a_table_sort_that_fails_is_said_so(monkeypatch):
-    import kinetoscope.tui.table as table_module
+    import kinetoscope.tui.widgets.table as table_module
 
     monkeypatch.setattr(table_module, "SORT_IN_WORKER", 0)  # every sort in a worker
     monkeypatch.setattr(table_module, "sort_rows", boom)

@@ -4,8 +4,8 @@ instead of being cut."""
 
 from __future__ import annotations
 
-from kinetoscope.tui.app import KinetoscopeApp
-from kinetoscope.tui.screens import GAP_LIST_LIMIT, GapListScreen
+from kinetoscope.tui.trace.app import KinetoscopeApp
+from kinetoscope.tui.trace.screens import GAP_LIST_LIMIT, GapListScreen
 from test_tui_app import loaded, wait_for_screen
 
 SIZE = (120, 40)

@@ -2,7 +2,7 @@
 
 import re
 
-from kinetoscope.tui.screens import HELP_KEY_WIDTH, help_renderable
+from kinetoscope.tui.trace.screens import HELP_KEY_WIDTH, help_renderable
 from rich.console import Console
 
 ROWS = [
@@ -51,9 +51,9 @@ def test_headings_stand_on_their_own_line():
 
 async def test_a_table_says_which_columns_its_width_hides():
     from conftest import SAMPLES
-    from kinetoscope.tui.app import KinetoscopeApp
-    from kinetoscope.tui.operators import OperatorsScreen
-    from kinetoscope.tui.screens import TraceScreen
+    from kinetoscope.tui.trace.app import KinetoscopeApp
+    from kinetoscope.tui.trace.operators import OperatorsScreen
+    from kinetoscope.tui.trace.screens import TraceScreen
     from test_tui_drilldown import press, settle
 
     sample = str(SAMPLES / "synthetic_gpu_training.pt.trace.json.gz")

@@ -12,11 +12,11 @@ from collections.abc import Callable
 
 import pytest
 from conftest import CORPUS
-from kinetoscope.tui.job_app import JobApp, JobLoadingScreen, RankTraceScreen
-from kinetoscope.tui.job_collectives import CollectivesScreen, arrival_levels
-from kinetoscope.tui.job_ranks import RankMatrix, RanksScreen, slowest_step, step_window
-from kinetoscope.tui.screens import ErrorScreen, HelpScreen
-from kinetoscope.tui.timeline import Timeline
+from kinetoscope.tui.job.job_app import JobApp, JobLoadingScreen, RankTraceScreen
+from kinetoscope.tui.job.job_collectives import CollectivesScreen, arrival_levels
+from kinetoscope.tui.job.job_ranks import RankMatrix, RanksScreen, slowest_step, step_window
+from kinetoscope.tui.trace.screens import ErrorScreen, HelpScreen
+from kinetoscope.tui.widgets.timeline import Timeline
 from test_job import gloo_rank, write_job
 
 SIZE = (120, 40)
@@ -183,8 +183,8 @@ async def test_the_collectives_table_lists_sorts_and_opens_the_longest_waiter(gl
         assert window == (int(job.matched.start[row, j]), int(job.matched.end[row, j]))
         await pilot.press("enter")  # the job's timeline, or the rank's own where there is none
         await wait_until(pilot, lambda: app.screen is not screen, "a timeline")
-        if importlib.util.find_spec("kinetoscope.tui.job_timeline") is not None:
-            from kinetoscope.tui.job_timeline import JobTimelineScreen
+        if importlib.util.find_spec("kinetoscope.tui.job.job_timeline") is not None:
+            from kinetoscope.tui.job.job_timeline import JobTimelineScreen
 
             assert isinstance(app.screen, JobTimelineScreen)
             app.pop_screen()
@@ -291,7 +291,7 @@ async def test_dlrm_8_ranks_straggler_and_collectives():
 
 
 async def test_the_loading_screen_shows_each_rank_as_its_digest_arrives(gloo_job):
-    from kinetoscope.tui.job_loader import JobLoad
+    from kinetoscope.tui.job.job_loader import JobLoad
 
     load = JobLoad([str(gloo_job)], workers=1, start=False)
     app = JobApp([str(gloo_job)], load=load)
@@ -423,7 +423,7 @@ class _StuckExecutor:
 
 
 async def test_quitting_while_ranks_are_digested_cancels_the_digests(gloo_job):
-    from kinetoscope.tui.job_loader import JobLoad
+    from kinetoscope.tui.job.job_loader import JobLoad
 
     executor = _StuckExecutor()
     load = JobLoad([str(gloo_job)], executor=executor)
@@ -448,8 +448,8 @@ def test_quitting_the_job_viewer_stops_its_digesting_processes_at_once(gloo_job)
     # Quitting must not wait for them.
     code = (
         "import asyncio, os, sys, time\n"
-        "from kinetoscope.tui.job_app import JobApp\n"
-        "from kinetoscope.tui.job_loader import JobLoad\n"
+        "from kinetoscope.tui.job.job_app import JobApp\n"
+        "from kinetoscope.tui.job.job_loader import JobLoad\n"
         "load = JobLoad([sys.argv[1]], workers=2, start=False)\n"
         "writers = []\n"
         "for path in load.paths:\n"

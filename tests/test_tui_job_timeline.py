@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from kinetoscope.analysis.job import analyze_job, map_ranks
 from kinetoscope.parser.ranks import discover
-from kinetoscope.tui.job_timeline import (
+from kinetoscope.tui.job.job_timeline import (
     JobTimelineScreen,
     RankPairScreen,
     RankTimeline,
@@ -21,7 +21,7 @@ from kinetoscope.tui.job_timeline import (
     collective_window,
     open_job_timeline,
 )
-from kinetoscope.tui.theme import variables_for
+from kinetoscope.tui.widgets.theme import variables_for
 from test_job import DLRM, OFFSET, write_job
 from textual.app import App
 
@@ -302,9 +302,9 @@ async def test_dlrm_eight_ranks_on_one_axis():
 
 @pytest.mark.also_no_color
 async def test_from_the_overview_to_the_straggler_beside_the_fastest_in_a_few_keys(tmp_path):
-    from kinetoscope.tui.job_app import JobApp
-    from kinetoscope.tui.job_ranks import RanksScreen, slowest_step, step_window
-    from kinetoscope.tui.screens import HelpScreen
+    from kinetoscope.tui.job.job_app import JobApp
+    from kinetoscope.tui.job.job_ranks import RanksScreen, slowest_step, step_window
+    from kinetoscope.tui.trace.screens import HelpScreen
 
     write_job(tmp_path)
     app = JobApp([str(tmp_path)], workers=1)
@@ -343,8 +343,8 @@ async def test_from_the_overview_to_the_straggler_beside_the_fastest_in_a_few_ke
 
 
 async def test_a_collective_from_the_table_across_every_rank(tmp_path):
-    from kinetoscope.tui.job_app import JobApp
-    from kinetoscope.tui.job_ranks import RanksScreen
+    from kinetoscope.tui.job.job_app import JobApp
+    from kinetoscope.tui.job.job_ranks import RanksScreen
 
     write_job(tmp_path)
     app = JobApp([str(tmp_path)], workers=1)
@@ -380,8 +380,8 @@ async def test_ranks_drawn_at_once_keep_the_window_asked_for(synthetic_job, monk
     window the first is about to show."""
     from kinetoscope.analysis.session import TraceSession
     from kinetoscope.parser import load
-    from kinetoscope.tui.job_timeline import CollapsedRank, collapsed_rows
-    from kinetoscope.tui.viewdata import build_view_data
+    from kinetoscope.tui.job.job_timeline import CollapsedRank, collapsed_rows
+    from kinetoscope.tui.trace.viewdata import build_view_data
 
     monkeypatch.setattr(JobTimelineScreen, "wanted", lambda self, rank: None)
     job = synthetic_job
@@ -410,7 +410,7 @@ async def test_a_big_job_loads_the_ranks_on_screen_and_keeps_a_bounded_number(
 ):
     import json
 
-    from kinetoscope.tui import job_timeline
+    from kinetoscope.tui.job import job_timeline
     from test_job import gloo_rank
 
     monkeypatch.setattr(job_timeline, "RESIDENT_RANKS", 6)
@@ -449,8 +449,8 @@ async def test_the_collapsed_rows_come_from_the_digest_when_it_names_the_same_ev
     from kinetoscope.analysis import collectives
     from kinetoscope.analysis.session import TraceSession
     from kinetoscope.parser import load
-    from kinetoscope.tui.job_timeline import collapsed_rows
-    from kinetoscope.tui.viewdata import build_view_data
+    from kinetoscope.tui.job.job_timeline import collapsed_rows
+    from kinetoscope.tui.trace.viewdata import build_view_data
 
     entry = synthetic_job.entry(1)
     data = build_view_data(TraceSession(load(entry.path)), staged=True)
@@ -623,8 +623,8 @@ async def test_a_huge_world_size_is_written_as_ranges_in_both_titles(tmp_path):
     import json
 
     from kinetoscope.parser.ranks import MISSING_LISTED
-    from kinetoscope.tui.job_app import JobApp
-    from kinetoscope.tui.job_ranks import RanksScreen
+    from kinetoscope.tui.job.job_app import JobApp
+    from kinetoscope.tui.job.job_ranks import RanksScreen
 
     world = 10**12
     for rank in (0, 1):

@@ -10,12 +10,12 @@ import pytest
 from kinetoscope.analysis.memory_ops import HOW_TO_RECORD
 from kinetoscope.analysis.units import fmt_bytes
 from kinetoscope.parser import loads
-from kinetoscope.tui.app import KinetoscopeApp
-from kinetoscope.tui.memory_view import MemoryChart, MemoryScreen
-from kinetoscope.tui.screens import HelpScreen, TraceScreen
-from kinetoscope.tui.sync_view import SyncScreen
-from kinetoscope.tui.timeline import Timeline
-from kinetoscope.tui.viewdata import SLOT_RUNTIME, SLOT_SYNC, build_view_data
+from kinetoscope.tui.trace.app import KinetoscopeApp
+from kinetoscope.tui.trace.memory_view import MemoryChart, MemoryScreen
+from kinetoscope.tui.trace.screens import HelpScreen, TraceScreen
+from kinetoscope.tui.trace.sync_view import SyncScreen
+from kinetoscope.tui.trace.viewdata import SLOT_RUNTIME, SLOT_SYNC, build_view_data
+from kinetoscope.tui.widgets.timeline import Timeline
 from pilot_helpers import settle
 from test_memory_ops import known_trace as memory_trace
 from test_sync import known_trace as sync_trace
@@ -203,8 +203,8 @@ def test_blocking_calls_get_their_own_colour_on_the_timeline():
 
 
 async def test_operator_table_gains_memory_columns(memory_path, sync_path):
-    from kinetoscope.tui.operators import OperatorsScreen
-    from kinetoscope.tui.table import DataView
+    from kinetoscope.tui.trace.operators import OperatorsScreen
+    from kinetoscope.tui.widgets.table import DataView
 
     for path, expect in ((memory_path, True), (sync_path, False)):
         app = KinetoscopeApp(path)

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from kinetoscope.analysis.units import fmt_duration, fmt_tick, tick_step
 from kinetoscope.parser import loads
-from kinetoscope.tui.render import (
+from kinetoscope.tui.trace.viewdata import Level, build_view_data
+from kinetoscope.tui.widgets.render import (
     SHADE_EMPTY,
     SHADE_FULL,
     SHADE_LIGHT,
@@ -16,9 +17,9 @@ from kinetoscope.tui.render import (
     compute_cells,
     shades,
 )
-from kinetoscope.tui.safe_text import clean, fit
-from kinetoscope.tui.viewdata import Level, build_view_data
 from test_tui_sample import EVIL_NAME, MARKUP_NAME, sample_trace
+
+from kinetoscope.present.safe_text import clean, fit
 
 
 def make_level(starts, ends) -> Level:

@@ -6,8 +6,8 @@ import time
 from pathlib import Path
 
 import pytest
-from kinetoscope.tui.app import KinetoscopeApp
-from kinetoscope.tui.screens import GapListScreen, TraceScreen
+from kinetoscope.tui.trace.app import KinetoscopeApp
+from kinetoscope.tui.trace.screens import GapListScreen, TraceScreen
 from pilot_helpers import top_finding_shown
 
 SAMPLE = (

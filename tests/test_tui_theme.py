@@ -8,9 +8,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from kinetoscope.tui.app import KinetoscopeApp
-from kinetoscope.tui.table import DataView
-from kinetoscope.tui.theme import (
+from kinetoscope.tui.trace.app import KinetoscopeApp
+from kinetoscope.tui.widgets.table import DataView
+from kinetoscope.tui.widgets.theme import (
     DEFAULT,
     DESIGNED,
     PART_NAMES,
@@ -19,7 +19,7 @@ from kinetoscope.tui.theme import (
     palette_of,
     variables_for,
 )
-from kinetoscope.tui.timeline import Timeline
+from kinetoscope.tui.widgets.timeline import Timeline
 from rich.color import Color
 from rich.segment import Segment
 from test_tui_app import loaded

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from kinetoscope.analysis import TraceSession
 from kinetoscope.parser import load
-from kinetoscope.tui.app import KinetoscopeApp
-from kinetoscope.tui.findings import FindingsScreen
-from kinetoscope.tui.screens import TraceScreen
+from kinetoscope.tui.trace.app import KinetoscopeApp
+from kinetoscope.tui.trace.findings import FindingsScreen
+from kinetoscope.tui.trace.screens import TraceScreen
 from pilot_helpers import settle
 
 SAMPLE = (

@@ -5,11 +5,11 @@ counts agree with their nouns."""
 from __future__ import annotations
 
 import pytest
-from kinetoscope.tui.app import KinetoscopeApp
-from kinetoscope.tui.memory_view import MemoryChart, MemoryScreen
-from kinetoscope.tui.screens import HelpScreen, TraceScreen
-from kinetoscope.tui.sync_view import SyncScreen
-from kinetoscope.tui.timeline import Timeline
+from kinetoscope.tui.trace.app import KinetoscopeApp
+from kinetoscope.tui.trace.memory_view import MemoryChart, MemoryScreen
+from kinetoscope.tui.trace.screens import HelpScreen, TraceScreen
+from kinetoscope.tui.trace.sync_view import SyncScreen
+from kinetoscope.tui.widgets.timeline import Timeline
 from pilot_helpers import settle
 
 SIZE = (100, 30)
@@ -150,8 +150,8 @@ def test_table_durations_have_fixed_decimals_and_aligned_units():
 
 
 async def test_one_of_a_kind_is_singular(write_trace):
-    from kinetoscope.tui.operators import OperatorsScreen
-    from kinetoscope.tui.overview import OverviewScreen
+    from kinetoscope.tui.trace.operators import OperatorsScreen
+    from kinetoscope.tui.trace.overview import OverviewScreen
 
     events = [
         {

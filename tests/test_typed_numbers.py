@@ -1,4 +1,4 @@
-"""Numbers a user types are read with a bound on their length and size (kinetoscope/numbers.py):
+"""Numbers a user types are read with a bound on their length and size (kinetoscope/common/numbers.py):
 a 5,000-digit value (past Python's 4,300-digit int limit) or a merely huge one is refused in one
 line, never a traceback; and `diff --steps 9-` on traces of 6 steps is a usage error naming the
 steps there are (issue 25)."""
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from test_diff import base_events, new_events, write
 
-from kinetoscope.cli import main
-from kinetoscope.numbers import NumberError, read_float, read_int, shown
+from kinetoscope.commands.cli import main
+from kinetoscope.common.numbers import NumberError, read_float, read_int, shown
 
 NINES = "9" * 5000  # int(NINES) raises "Exceeds the limit (4300 digits)"
 ROOT = Path(__file__).resolve().parents[1]

@@ -23,7 +23,7 @@ from kinetoscope.analysis.units import (
 )
 from kinetoscope.parser import load
 
-from kinetoscope.report import summary_tables, tsv
+from kinetoscope.present.report_summary import summary_tables, tsv
 
 TRACE = (
     Path(__file__).resolve().parent.parent

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLES
 
-from kinetoscope.cli import main
+from kinetoscope.commands.cli import main
 
 SAMPLE = SAMPLES / "synthetic_gpu_training.pt.trace.json.gz"
 
@@ -151,7 +151,7 @@ def test_summary_csv_that_fails_midway_leaves_no_files(tmp_path: Path, capsys, m
     """`summary --csv DIR` on a disk that filled up (a 64 KiB tmpfs) said `cannot write` but
     left the tables written so far and the one cut mid-way (16,384 bytes of the gaps), so the
     next try said `already exists`. The files it made are removed, as the viewer's W does."""
-    from kinetoscope import tables
+    from kinetoscope.present import tables
 
     real = tables.write_csv
     calls = []
@@ -175,8 +175,8 @@ def test_job_bundle_write_failure_names_the_bundle(tmp_path: Path, capsys, monke
     """A job bundle that could not be written (a full disk) said `/…/.kinetoscope-export-
     ocbo6ps_/rank0.json: cannot write the export (No space left on device)`: a hidden scratch
     folder, already removed. The line names the bundle asked for; nothing is left behind."""
-    from kinetoscope import export_job
-    from kinetoscope.export import ExportError
+    from kinetoscope.export.crop import ExportError
+    from kinetoscope.export.crop import job_bundle as export_job
 
     def full_disk(crop, path):
         raise ExportError(f"{path}: cannot write the export (No space left on device)")

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from kinetoscope.cli import main
+from kinetoscope.commands.cli import main
 
 
 def _hip_trace(allocated: int) -> dict:
@@ -118,8 +118,8 @@ def test_diff_viewer_per_step_mean_is_a_mean(write_trace):
     from kinetoscope.analysis.diff import diff_sessions
     from kinetoscope.analysis.session import TraceSession
     from kinetoscope.parser import load
-    from kinetoscope.tui.diff_table import metrics_text
-    from kinetoscope.tui.theme import palette_of
+    from kinetoscope.tui.diff.diff_table import metrics_text
+    from kinetoscope.tui.widgets.theme import palette_of
 
     base = TraceSession(load(str(write_trace(_stepped_trace(1000)))))
     new = TraceSession(load(str(write_trace(_stepped_trace(1100)))))
@@ -243,8 +243,8 @@ async def test_diff_viewer_of_two_cpu_traces_opens_on_the_operators(write_trace)
     the diff viewer opened on an empty kernels table (`0 rows`: neither trace has GPU
     activity), the operators one `T` away. With no kernel on either side it opens on the
     operators; `T` still switches."""
-    from kinetoscope.tui.diff_app import DiffApp
-    from kinetoscope.tui.diff_table import DiffScreen
+    from kinetoscope.tui.diff.diff_app import DiffApp
+    from kinetoscope.tui.diff.diff_table import DiffScreen
 
     base = write_trace(_stepped_trace(1000))
     new = write_trace(_stepped_trace(1100))
@@ -267,8 +267,8 @@ async def test_diff_viewer_metrics_do_not_wrap_on_a_narrow_terminal(write_trace)
     """On a 70-column terminal each line of the diff viewer's step comparison wrapped in two
     (its `Δ %` alone on the next line), so the block, capped at 12 lines, hid its last
     metrics and pushed the table down. Each metric keeps one line, cut at the edge."""
-    from kinetoscope.tui.diff_app import DiffApp
-    from kinetoscope.tui.diff_table import DiffScreen
+    from kinetoscope.tui.diff.diff_app import DiffApp
+    from kinetoscope.tui.diff.diff_table import DiffScreen
 
     base = write_trace(_stepped_trace(1000))
     new = write_trace(_stepped_trace(1100))
@@ -387,8 +387,8 @@ def test_nproc_capture_without_steps_says_each_reason_once_and_leaves_no_folder(
 async def test_compile_view_steps_table_without_profiler_steps_says_why(tmp_path):
     """The compile view's S table on a trace without ProfilerStep# said only '0 rows'; like the
     viewer's other empty tables, its title now says why."""
-    from kinetoscope.tui.app import KinetoscopeApp
-    from kinetoscope.tui.compile_view import CompileScreen
+    from kinetoscope.tui.trace.app import KinetoscopeApp
+    from kinetoscope.tui.trace.compile_view import CompileScreen
     from test_tui_compile import X, open_compile_view
     from test_tui_drilldown import press
 
@@ -421,7 +421,7 @@ def test_cpu_only_job_ranks_and_rank_steps_agree_on_the_gpu_columns(tmp_path):
 
     from kinetoscope.analysis.job import analyze_job, digest_rank
     from kinetoscope.parser.ranks import discover
-    from kinetoscope.tui.job_ranks import rank_breakdown, rank_rows
+    from kinetoscope.tui.job.job_ranks import rank_breakdown, rank_rows
     from test_job import gloo_rank
 
     folder = tmp_path / "job"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from kinetoscope.report import NAME, NUMBER, STACK, Column, Section
+from kinetoscope.present.report_summary import NAME, NUMBER, STACK, Column, Section
 
 
 def _render(section: Section, width: int) -> str:
@@ -41,7 +41,7 @@ def test_top_allocating_operators_lists_only_operators_that_allocated(write_trac
     # "Top allocating operators" (seven such rows on the MI300 BERT trace).
     from test_memory_lifetimes import known_trace
 
-    from kinetoscope.report import run_summary
+    from kinetoscope.present.report_summary import run_summary
 
     assert run_summary(str(write_trace(known_trace())), width=160) == 0
     out = capsys.readouterr().out
@@ -114,7 +114,7 @@ async def test_job_overview_cell_keeps_its_wait_and_the_table_title_names_hidden
     # columns at 80 wide with nothing saying so (other tables' titles do).
     import pytest
     from conftest import CORPUS
-    from kinetoscope.tui.job_app import JobApp
+    from kinetoscope.tui.job.job_app import JobApp
     from test_tui_job import overview
 
     job = CORPUS / "multirank" / "dlrm_8rank"
@@ -149,7 +149,7 @@ def test_sql_reads_a_job_bundle_as_its_job(tmp_path, capsys) -> None:
 
     from test_job import gloo_rank
 
-    from kinetoscope.cli import main
+    from kinetoscope.commands.cli import main
 
     folder = tmp_path / "job"
     folder.mkdir()
@@ -175,7 +175,7 @@ def test_diff_steps_from_zero_is_refused_not_the_last_pair_twice(capsys) -> None
     from conftest import SAMPLES
     from kinetoscope.analysis.diff import StepSpecError, parse_steps
 
-    from kinetoscope.cli import main
+    from kinetoscope.commands.cli import main
 
     for spec in ["0-", "0", "0-2", "00-"]:
         with pytest.raises(StepSpecError, match="from 1"):
@@ -191,7 +191,7 @@ async def test_a_tables_title_says_its_hidden_columns_within_its_line():
     # columns": the short form "7 columns hidden" was used without checking that it fits.
     import pytest
     from conftest import CORPUS
-    from kinetoscope.tui.diff_app import DiffApp
+    from kinetoscope.tui.diff.diff_app import DiffApp
     from test_tui_diff import diff_screen
 
     base = CORPUS / "hta" / "trace_filter_sampled_rank-0.json.gz"
@@ -216,7 +216,7 @@ async def test_the_diff_viewers_verdict_shows_its_reasons_whole():
     # "the interval is wide" / "about 4 steps each", the rest of the reason cut off.
     import pytest
     from conftest import CORPUS
-    from kinetoscope.tui.diff_app import DiffApp
+    from kinetoscope.tui.diff.diff_app import DiffApp
     from test_tui_diff import diff_screen
 
     base = CORPUS / "hta" / "trace_filter_sampled_rank-0.json.gz"
@@ -243,7 +243,7 @@ async def test_job_overview_with_every_rank_dead_says_why_within_its_title():
     # collectives' though both had (the summary: 'fewer than two ranks that did not die').
     from pathlib import Path
 
-    from kinetoscope.tui.job_app import JobApp
+    from kinetoscope.tui.job.job_app import JobApp
     from test_job import write_job
     from test_rank_exit import put, record
     from test_tui_job import overview
@@ -297,9 +297,9 @@ async def test_kernel_detail_title_keeps_its_rows_and_sort_on_a_narrow_screen():
     # columns the rows count and the sort were cut off the line.
     import pytest
     from conftest import CORPUS
-    from kinetoscope.tui.app import KinetoscopeApp
-    from kinetoscope.tui.kernels import KernelDetailScreen, KernelsScreen
-    from kinetoscope.tui.screens import TraceScreen
+    from kinetoscope.tui.trace.app import KinetoscopeApp
+    from kinetoscope.tui.trace.kernels import KernelDetailScreen, KernelsScreen
+    from kinetoscope.tui.trace.screens import TraceScreen
     from test_tui_drilldown import press, settle
 
     trace = CORPUS / "hta" / "trace_filter_sampled_rank-0.json.gz"
@@ -324,10 +324,12 @@ def test_memory_peaks_share_of_a_hip_devices_memory(write_trace, capsys):
     # (Device Type 6) on device 0, but "of device memory" was '–': only CUDA (1) was matched.
     from test_user_pass_more import _hip_trace
 
-    from kinetoscope.report import run_summary
+    from kinetoscope.present.report_summary import run_summary
 
     trace = _hip_trace(1 << 30)  # 1 GiB allocated at the peak, 2 GiB reserved
-    trace["deviceProperties"] = [{"id": 0, "name": "AMD Instinct MI300X", "totalGlobalMem": 8 << 30}]
+    trace["deviceProperties"] = [
+        {"id": 0, "name": "AMD Instinct MI300X", "totalGlobalMem": 8 << 30}
+    ]
     assert run_summary(str(write_trace(trace)), width=160) == 0
     out = capsys.readouterr().out
     table = out[out.index("Memory peaks ([memory] events)") :]
@@ -363,7 +365,7 @@ def test_a_bundles_csv_names_its_members_not_a_temporary_folder(tmp_path, capsys
 
     from test_job import gloo_rank
 
-    from kinetoscope.cli import main
+    from kinetoscope.commands.cli import main
 
     folder = tmp_path / "job"
     folder.mkdir()
@@ -390,7 +392,7 @@ def test_a_bundles_ranks_are_removed_when_the_terminal_closes(tmp_path) -> None:
 
     from test_job import gloo_rank
 
-    from kinetoscope.cli import main
+    from kinetoscope.commands.cli import main
 
     folder = tmp_path / "job"
     folder.mkdir()
@@ -400,7 +402,7 @@ def test_a_bundles_ranks_are_removed_when_the_terminal_closes(tmp_path) -> None:
     assert main(["export", str(folder), "-o", str(bundle), "--step", "1"]) == 0
     child = (
         "import os, signal, sys, time\n"
-        "import kinetoscope.viewer as v\n"
+        "import kinetoscope.commands.view as v\n"
         "v.terminal_problem = lambda: None\n"
         "def shown(paths, cycle=None, title=None):\n"
         "    print(paths[0], flush=True)\n"
@@ -430,7 +432,7 @@ def test_straggler_phases_excess_has_a_tables_three_decimals(capsys) -> None:
     import pytest
     from conftest import CORPUS
 
-    from kinetoscope.cli import main
+    from kinetoscope.commands.cli import main
 
     job = CORPUS / "multirank" / "dlrm_8rank"
     if not job.is_dir():

@@ -9,11 +9,12 @@ import json
 import pytest
 from kinetoscope.analysis import TraceSession
 from kinetoscope.parser import loads
-from kinetoscope.tui.app import KinetoscopeApp
-from kinetoscope.tui.safe_text import fit_name
-from kinetoscope.tui.screens import GapListScreen, HelpScreen, TraceScreen
+from kinetoscope.tui.trace.app import KinetoscopeApp
+from kinetoscope.tui.trace.screens import GapListScreen, HelpScreen, TraceScreen
 from test_tui_app import loaded, wait_for_screen
 from test_tui_sample import sample_trace
+
+from kinetoscope.present.safe_text import fit_name
 
 SIZE = (120, 40)
 
@@ -219,7 +220,7 @@ async def test_right_arrow_inside_the_only_slice_of_a_row_selects_it(write_trace
 async def test_help_in_the_category_picker_lists_its_own_keys(trace_path):
     """`?` in the operators' category picker (`o`, `C`) listed `q Quit` under "Everywhere",
     where `q` closes the picker; the picker's keys were in no section."""
-    from kinetoscope.tui.operators import CategoryPicker, OperatorsScreen
+    from kinetoscope.tui.trace.operators import CategoryPicker, OperatorsScreen
 
     app = KinetoscopeApp(trace_path)
     async with app.run_test(size=SIZE) as pilot:

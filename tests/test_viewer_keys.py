@@ -10,16 +10,16 @@ import threading
 import numpy as np
 import pytest
 from kinetoscope.analysis.units import fmt_tick, tick_step
-from kinetoscope.tui import loader as loader_module
-from kinetoscope.tui.app import KinetoscopeApp
-from kinetoscope.tui.details import MAX_LIST, DetailsPane, cpu_stack_for_gap
-from kinetoscope.tui.memory_view import MemoryChart, MemoryScreen
-from kinetoscope.tui.operators import OperatorsScreen
-from kinetoscope.tui.screens import GapListScreen, HelpScreen, LoadingScreen, TraceScreen
-from kinetoscope.tui.sync_view import SyncScreen
-from kinetoscope.tui.theme import palette_of
-from kinetoscope.tui.timeline import Timeline
-from kinetoscope.tui.viewdata import ViewData
+from kinetoscope.tui.trace import loader as loader_module
+from kinetoscope.tui.trace.app import KinetoscopeApp
+from kinetoscope.tui.trace.details import MAX_LIST, DetailsPane, cpu_stack_for_gap
+from kinetoscope.tui.trace.memory_view import MemoryChart, MemoryScreen
+from kinetoscope.tui.trace.operators import OperatorsScreen
+from kinetoscope.tui.trace.screens import GapListScreen, HelpScreen, LoadingScreen, TraceScreen
+from kinetoscope.tui.trace.sync_view import SyncScreen
+from kinetoscope.tui.trace.viewdata import ViewData
+from kinetoscope.tui.widgets.theme import palette_of
+from kinetoscope.tui.widgets.timeline import Timeline
 from rich.color import Color
 from test_memory_ops import known_trace as memory_trace
 from test_sync import known_trace as sync_trace

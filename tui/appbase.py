@@ -3,21 +3,23 @@ colours in the current theme, redrawing on a theme change, and the `?` key help.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar
 
+from kinetoscope.tui.palette import ScreenActions, key_help_for
+from kinetoscope.tui.trace.screens import HelpScreen
+from kinetoscope.tui.widgets.theme import variables_for
 from textual.app import App
 from textual.binding import Binding, BindingType
-
-from .palette import ScreenActions, key_help_for
-from .screens import HelpScreen
-from .theme import variables_for
 
 
 class ViewerApp(App[int]):
     """Base of the apps. Subclasses call `follow_theme()` when mounted and may name extra key
     help sections (`help_sections`)."""
 
-    CSS_PATH = "kinetoscope.tcss"
+    CSS_PATH = str(
+        Path(__file__).with_name("kinetoscope.tcss")
+    )  # beside this module, wherever a subclass lives
     COMMANDS = App.COMMANDS | {ScreenActions}
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),

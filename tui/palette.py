@@ -15,13 +15,13 @@ from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 def drilldown_help_sections() -> list[tuple[str, list[BindingType]]]:
     """(screen title, bindings) of every drill-down screen, for the help screen."""
-    from .compile_view import CompileScreen
-    from .findings import FindingsScreen
-    from .kernels import KernelDetailScreen, KernelsScreen
-    from .operators import OperatorDetailScreen, OperatorsScreen
-    from .overview import OverviewScreen
-    from .search import SearchScreen
-    from .table import DataView, TableScreen
+    from kinetoscope.tui.trace.compile_view import CompileScreen
+    from kinetoscope.tui.trace.findings import FindingsScreen
+    from kinetoscope.tui.trace.kernels import KernelDetailScreen, KernelsScreen
+    from kinetoscope.tui.trace.operators import OperatorDetailScreen, OperatorsScreen
+    from kinetoscope.tui.trace.overview import OverviewScreen
+    from kinetoscope.tui.widgets.search import SearchScreen
+    from kinetoscope.tui.widgets.table import DataView, TableScreen
 
     table = list(DataView.BINDINGS) + list(TableScreen.BINDINGS)
     return [
@@ -56,17 +56,21 @@ def binding_rows(app: Any, bindings: Iterable[BindingType]) -> list[tuple[str, s
 def viewer_help_sections() -> list[tuple[str, type, list[BindingType]]]:
     """(title, screen class, bindings) of every screen of the viewer: the timeline, the
     drill-down tables, the memory view and the sync view."""
-    from .compile_view import CompileScreen
-    from .findings import FindingsScreen
-    from .kernels import KernelDetailScreen, KernelsScreen
-    from .memory_view import MemoryChart, MemoryScreen
-    from .operators import CategoryPicker, OperatorDetailScreen, OperatorsScreen
-    from .overview import OverviewScreen
-    from .screens import GapListScreen, TraceScreen
-    from .search import SearchScreen
-    from .sync_view import SyncScreen
-    from .table import TableScreen
-    from .timeline import Timeline
+    from kinetoscope.tui.trace.compile_view import CompileScreen
+    from kinetoscope.tui.trace.findings import FindingsScreen
+    from kinetoscope.tui.trace.kernels import KernelDetailScreen, KernelsScreen
+    from kinetoscope.tui.trace.memory_view import MemoryChart, MemoryScreen
+    from kinetoscope.tui.trace.operators import (
+        CategoryPicker,
+        OperatorDetailScreen,
+        OperatorsScreen,
+    )
+    from kinetoscope.tui.trace.overview import OverviewScreen
+    from kinetoscope.tui.trace.screens import GapListScreen, TraceScreen
+    from kinetoscope.tui.trace.sync_view import SyncScreen
+    from kinetoscope.tui.widgets.search import SearchScreen
+    from kinetoscope.tui.widgets.table import TableScreen
+    from kinetoscope.tui.widgets.timeline import Timeline
 
     rows_keys: list[BindingType] = [
         Binding("up,down,pageup,pagedown", "table_move", "Move in the table below"),
@@ -124,13 +128,13 @@ def viewer_help_sections() -> list[tuple[str, type, list[BindingType]]]:
 def job_help_sections() -> list[tuple[str, type, list[BindingType]]]:
     """(title, screen class, bindings) of the job viewer's own screens (a folder or several
     rank files), listed before the single-trace viewer's (a rank opened on its own)."""
-    from .job_app import RankTraceScreen
-    from .job_collectives import CollectivesScreen
-    from .job_ranks import RanksScreen
-    from .job_timeline import JobTimelineScreen, RankPairScreen
-    from .screens import TraceScreen
-    from .table import DataView, TableScreen
-    from .timeline import Timeline
+    from kinetoscope.tui.job.job_app import RankTraceScreen
+    from kinetoscope.tui.job.job_collectives import CollectivesScreen
+    from kinetoscope.tui.job.job_ranks import RanksScreen
+    from kinetoscope.tui.job.job_timeline import JobTimelineScreen, RankPairScreen
+    from kinetoscope.tui.trace.screens import TraceScreen
+    from kinetoscope.tui.widgets.table import DataView, TableScreen
+    from kinetoscope.tui.widgets.timeline import Timeline
 
     ranks: list[BindingType] = [
         Binding("up,down,left,right", "matrix_move", "Move over ranks and steps"),
@@ -161,11 +165,11 @@ def job_help_sections() -> list[tuple[str, type, list[BindingType]]]:
 def diff_help_sections() -> list[tuple[str, type, list[BindingType]]]:
     """(title, screen class, bindings) of the diff viewer's own screens (`kinetoscope diff`),
     listed before the single-trace viewer's (a trace opened alone)."""
-    from .diff_table import DiffScreen
-    from .diff_timeline import DiffPairScreen, HalfTraceScreen
-    from .screens import TraceScreen
-    from .table import DataView, TableScreen
-    from .timeline import Timeline
+    from kinetoscope.tui.diff.diff_table import DiffScreen
+    from kinetoscope.tui.diff.diff_timeline import DiffPairScreen, HalfTraceScreen
+    from kinetoscope.tui.trace.screens import TraceScreen
+    from kinetoscope.tui.widgets.table import DataView, TableScreen
+    from kinetoscope.tui.widgets.timeline import Timeline
 
     table: list[BindingType] = [
         Binding("enter", "choose", "Both timelines at the paired step, the row's instances lit"),

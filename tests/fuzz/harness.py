@@ -347,7 +347,7 @@ def check_analysis(trace: Trace) -> dict:
     from kinetoscope.analysis.session import TraceSession
     from kinetoscope.analysis.summary import build_summary
 
-    from kinetoscope.report import summary_json
+    from kinetoscope.present.report_summary import summary_json
 
     document = build_summary(trace)
     # What `summary --json` prints must be a valid JSON document: no NaN or Infinity.
@@ -403,7 +403,7 @@ def check_report(trace: Trace, width: int = 80) -> str:
     from kinetoscope.analysis.summary import build_summary
     from rich.console import Console
 
-    from kinetoscope.report import summary_tables
+    from kinetoscope.present.report_summary import summary_tables
 
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, width=width, color_system="truecolor")
@@ -433,8 +433,8 @@ def _numbers(value: Any) -> Iterator[float]:
 
 def check_view(trace: Trace) -> None:
     """Build what the timeline draws and draw every level at a few zoom levels."""
-    from kinetoscope.tui.render import cells_to_segments, compute_cells
-    from kinetoscope.tui.viewdata import build_view_data
+    from kinetoscope.tui.trace.viewdata import build_view_data
+    from kinetoscope.tui.widgets.render import cells_to_segments, compute_cells
 
     data = build_view_data(trace)
     drawn = set()

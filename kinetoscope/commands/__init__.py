@@ -1,0 +1,1 @@
+"""The top floor: the command line and one module per command."""

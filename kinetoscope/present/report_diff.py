@@ -1,0 +1,636 @@
+"""`kinetoscope diff BASE NEW`: the diff as tables (text, Markdown, TSV) or as the JSON document
+(docs/diff.md defines every key). Headless: no Textual."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from kinetoscope.analysis.units import fmt_bytes, fmt_table_time, us
+from kinetoscope.present.report_summary import (
+    Note,
+    _data,
+    _table,
+    emit,
+    emit_sections,
+    summary_json,
+)
+
+DIFF_VERSION = 1
+TOP_ROWS = 100  # operators and kernels in the JSON document, by |Δ|
+TABLE_ROWS = 20  # rows of each text table
+ALIGN_ENTRIES = 50  # non-equal alignment entries listed per stream in the JSON document
+EXIT_REGRESSION = 3  # `--fail-above PCT`: a regression whose interval lies above PCT %
+EXIT_UNDECIDED = 4  # `--strict`: a regression of more than PCT % cannot be ruled out
+UNNAMED = "not named (no deviceProperties)"  # the GPUs row, for a trace that names no GPU
+
+
+# -- the JSON document ------------------------------------------------------------------------
+
+
+def _value(key: str, value: int | None) -> Any:
+    from kinetoscope.analysis.diff import metric_unit
+
+    if value is None:
+        return None
+    return value if metric_unit(key) == "bytes" else us(value)
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _metric(m: Any) -> dict[str, Any]:
+    return {
+        "base": _value(m.key, m.base),
+        "new": _value(m.key, m.new),
+        "delta": _value(m.key, m.delta),
+        "delta_pct": _round(m.delta_pct),
+    }
+
+
+def _group(g: Any) -> dict[str, Any]:
+    return {
+        "cat": g.cat,
+        "name": g.name,
+        "status": g.status,
+        "base_count": g.base_count,
+        "new_count": g.new_count,
+        "base_total_us": us(g.base_total),
+        "new_total_us": us(g.new_total),
+        "base_mean_us": None if g.base_mean is None else round(g.base_mean / 1000, 3),
+        "new_mean_us": None if g.new_mean is None else round(g.new_mean / 1000, 3),
+        "delta_us": us(g.delta),
+        "delta_pct": _round(g.delta_pct),
+        "more_calls_us": round(g.more_calls / 1000, 3),
+        "slower_calls_us": round(g.slower_calls / 1000, 3),
+        # The original names, when normalisation matched more than one into this row.
+        "merged_base_names": list(g.base_names) if g.merged else [],
+        "merged_new_names": list(g.new_names) if g.merged else [],
+    }
+
+
+def _pair_pct(low: float | None, high: float | None) -> list[float] | None:
+    return None if low is None or high is None else [round(low, 3), round(high, 3)]
+
+
+def _interval_keys(v: Any) -> dict[str, Any]:
+    """The verdict's statistics (docs/diff.md, "The verdict")."""
+    from kinetoscope.analysis.diff_stats import METHOD, pct
+
+    iv = v.interval
+
+    def evidence(e: Any) -> dict[str, Any]:
+        implied = e.implied
+        return {
+            "kind": e.kind,
+            "name": e.name,
+            "base_calls": e.base_calls,
+            "new_calls": e.new_calls,
+            "change_pct": round(e.interval.change_pct, 3),
+            "interval_pct": _pair_pct(e.interval.low_pct, e.interval.high_pct),
+            "confidence": e.interval.confidence,
+            "slower_pairs": e.slower_pairs,
+            "pairs": e.pairs,
+            "step_change_pct": None if implied is None else round(pct(implied[0]), 3),
+            "step_interval_pct": None
+            if implied is None
+            else _pair_pct(pct(implied[1]), pct(implied[2])),
+            "decisive": e.decisive,
+        }
+
+    return {
+        "method": METHOD if iv is not None else None,
+        "confidence": iv.confidence if iv is not None else None,
+        "change_pct": None if iv is None else round(iv.change_pct, 3),
+        "interval_pct": None if iv is None else _pair_pct(iv.low_pct, iv.high_pct),
+        "samples": None if iv is None else {"base": iv.n_base, "new": iv.n_new},
+        "df": None if iv is None else (None if iv.df == float("inf") else round(iv.df, 3)),
+        "decided_by": v.decided_by,
+        "gate_interval_pct": _pair_pct(v.gate_low_pct, v.gate_high_pct),
+        "steps_to_settle": v.steps_to_settle,
+        "evidence": [evidence(e) for e in v.evidence],
+    }
+
+
+def worst_pair(diff: Any) -> int:
+    """The pair whose step time changed most (|Δ|; the first on ties); 0 when there is none."""
+    best, best_delta = 0, -1
+    for i, metrics in enumerate(diff.per_step):
+        delta = metrics[0].delta
+        if delta is not None and abs(delta) > best_delta:
+            best, best_delta = i, abs(delta)
+    return best
+
+
+def _alignment(diff: Any, pair: int) -> dict[str, Any]:
+    from kinetoscope.analysis.diff import EQUAL
+
+    streams = []
+    for s in diff.alignment(pair):
+        base_names = diff.base.trace
+        new_names = diff.new.trace
+        changes = []
+        for b, n, op in s.ops:
+            if op == EQUAL:
+                continue
+            if len(changes) == ALIGN_ENTRIES:
+                break
+            changes.append(
+                {
+                    "op": op,
+                    "base": base_names.name_of(int(s.base_rows[b])) if b >= 0 else None,
+                    "new": new_names.name_of(int(s.new_rows[n])) if n >= 0 else None,
+                    "base_index": b,
+                    "new_index": n,
+                }
+            )
+        streams.append(
+            {
+                "base_stream": list(s.base_key) if s.base_key else None,
+                "new_stream": list(s.new_key) if s.new_key else None,
+                "base_kernels": len(s.base_rows),
+                "new_kernels": len(s.new_rows),
+                **s.counts(),
+                "capped": s.capped,
+                "changes": changes,
+            }
+        )
+    number = diff.pairs[pair].number if diff.pairs else None
+    return {"pair": number, "streams": streams}
+
+
+def diff_document(diff: Any, base_path: str, new_path: str) -> dict[str, Any]:
+    from kinetoscope.analysis.diff import ADDED, METRIC_KEYS, REMOVED
+
+    v = diff.verdict
+
+    def side(path: str, steps: int, devices: list[str]) -> dict[str, Any]:
+        return {"path": path, "steps": steps, "devices": devices}
+
+    def groups(rows: list[Any]) -> dict[str, Any]:
+        return {
+            "overlap": None,
+            "rows": [_group(g) for g in rows[:TOP_ROWS]],
+            "added": [g.name for g in rows if g.status == ADDED],
+            "removed": [g.name for g in rows if g.status == REMOVED],
+            "merged": sum(1 for g in rows if g.merged),
+        }
+
+    operators, kernels = groups(diff.operators), groups(diff.kernels)
+    operators["overlap"] = round(diff.operator_overlap, 4)
+    kernels["overlap"] = round(diff.kernel_overlap, 4)
+    return {
+        "kinetoscope_diff": DIFF_VERSION,
+        "base": side(base_path, diff.steps_base, diff.devices_base),
+        "new": side(new_path, diff.steps_new, diff.devices_new),
+        "options": {
+            "threshold_pct": diff.options.threshold_pct,
+            "templates": diff.options.templates,
+            "steps": [p.number for p in diff.pairs] if not diff.whole else None,
+        },
+        "verdict": {
+            "verdict": v.kind,
+            "reasons": list(v.reasons),
+            "step_time_delta_pct": _round(v.delta_pct),
+            "threshold_pct": v.threshold_pct,
+            "noise_factor": None,  # version 1's key, no longer used (docs/diff.md)
+            "noise_base_pct": _round(v.noise_base_pct),
+            "noise_new_pct": _round(v.noise_new_pct),
+            **_interval_keys(v),
+        },
+        "whole_traces": diff.whole,
+        "common_steps": diff.common_steps,
+        "overall": {m.key: _metric(m) for m in diff.overall},
+        "steps": [
+            {
+                "pair": pair.number,
+                "base_name": pair.base_name,
+                "new_name": pair.new_name,
+                **{key: _metric(m) for key, m in zip(METRIC_KEYS, metrics)},
+            }
+            for pair, metrics in zip(diff.pairs, diff.per_step)
+        ],
+        "operators": operators,
+        "kernels": kernels,
+        "alignment": _alignment(diff, worst_pair(diff)) if diff.pairs else None,
+    }
+
+
+# -- tables -------------------------------------------------------------------------------------
+
+
+def _signed_dur(ns: float | None) -> str:
+    if ns is None:
+        return "–"
+    text = fmt_table_time(ns, align_units=False)
+    return f"+{text}" if ns > 0 else text
+
+
+def _cell(key: str, value: int | None, signed: bool = False) -> str:
+    from kinetoscope.analysis.diff import metric_unit
+
+    if value is None:
+        return "–"
+    if metric_unit(key) == "bytes":
+        return fmt_bytes(value, signed=signed)
+    return _signed_dur(value) if signed else fmt_table_time(value, align_units=False)
+
+
+def _pct_cell(pct: float | None) -> str:
+    return "–" if pct is None else f"{pct:+.1f} %"
+
+
+def diff_tables(diff: Any) -> list[Any]:
+    from kinetoscope.analysis.diff import METRIC_KEYS, metric_label
+
+    v = diff.verdict
+    out: list[Any] = []
+    head = _table("Verdict", "fact", "value")
+    head.show_header = False
+    head.add_row("verdict", v.kind.upper())
+    for reason in v.reasons:
+        head.add_row("because", _data(reason))
+    compared = (
+        "whole traces (no common steps)"
+        if diff.whole
+        else f"{len(diff.pairs)} of {diff.common_steps} paired steps "
+        f"(BASE has {diff.steps_base}, NEW {diff.steps_new})"
+    )
+    head.add_row("compared", compared)
+    head.add_row(
+        "noise",
+        f"BASE {_noise(v.noise_base_pct)}, NEW {_noise(v.noise_new_pct)} "
+        f"(threshold {v.threshold_pct:g} %)",
+    )
+    if v.interval is not None:
+        from kinetoscope.analysis.diff_stats import METHOD
+
+        head.add_row(
+            "method",
+            f"{100 * v.interval.confidence:g} % interval, {METHOD} (docs/diff.md)",
+        )
+    head.add_row(
+        "GPUs",
+        _data(
+            f"BASE {', '.join(diff.devices_base) or UNNAMED}; "
+            f"NEW {', '.join(diff.devices_new) or UNNAMED}"
+        ),
+    )
+    out.append(head)
+
+    numbers = ("BASE", "NEW", "Δ", "Δ %")
+    title = "Overall: whole traces" if diff.whole else "Overall: sum over the compared steps"
+    table = _table(f"{title} (memory: the highest peak)", "metric", *numbers, right=numbers)
+    for m in diff.overall:
+        table.add_row(
+            metric_label(m.key),
+            _cell(m.key, m.base),
+            _cell(m.key, m.new),
+            _cell(m.key, m.delta, signed=True),
+            _pct_cell(m.delta_pct),
+        )
+    out.append(table)
+
+    if not diff.whole and diff.pairs:
+        step_numbers = ("BASE time", "NEW time", "Δ", "Δ %", "GPU busy Δ")
+        table = _table(
+            "Steps, paired in order",
+            "pair",
+            "BASE step",
+            "NEW step",
+            *step_numbers,
+            right=("pair", *step_numbers),
+            names=("BASE step", "NEW step"),
+        )
+        busy = METRIC_KEYS.index("gpu_busy")
+        for pair, metrics in list(zip(diff.pairs, diff.per_step))[:TABLE_ROWS]:
+            t = metrics[0]
+            table.add_row(
+                str(pair.number),
+                _data(pair.base_name),
+                _data(pair.new_name),
+                _cell(t.key, t.base),
+                _cell(t.key, t.new),
+                _cell(t.key, t.delta, signed=True),
+                _pct_cell(t.delta_pct),
+                _cell("gpu_busy", metrics[busy].delta, signed=True),
+            )
+        out.append(table)
+        if len(diff.pairs) > TABLE_ROWS:
+            out.append(Note(f"{len(diff.pairs) - TABLE_ROWS} more steps in --json"))
+
+    for label, rows, overlap in (
+        ("Kernels and copies", diff.kernels, diff.kernel_overlap),
+        ("Operators", diff.operators, diff.operator_overlap),
+    ):
+        out.extend(_group_tables(label, rows, overlap))
+
+    if diff.pairs:
+        out.extend(_alignment_tables(diff))
+    return [s for s in out if s is not None]
+
+
+def _noise(pct: float | None) -> str:
+    return "unknown (< 2 steps)" if pct is None else f"{pct:.2f} %"
+
+
+def _group_tables(label: str, rows: list[Any], overlap: float) -> list[Any]:
+    from kinetoscope.analysis.diff import ADDED, REMOVED
+
+    if not rows:
+        return []
+    numbers = ("BASE n", "NEW n", "BASE total", "NEW total", "Δ", "Δ %", "more calls", "slower")
+    table = _table(
+        f"{label} by |Δ| ({100 * overlap:.0f} % of names in both)",
+        "name",
+        "status",
+        *numbers,
+        right=numbers,
+        names=("name",),
+    )
+    for g in rows[:TABLE_ROWS]:
+        table.add_row(
+            _data(g.name + (" *" if g.merged else "")),
+            g.status,
+            f"{g.base_count:,}",
+            f"{g.new_count:,}",
+            fmt_table_time(g.base_total, align_units=False),
+            fmt_table_time(g.new_total, align_units=False),
+            _signed_dur(g.delta),
+            _pct_cell(g.delta_pct),
+            _signed_dur(g.more_calls),
+            _signed_dur(g.slower_calls),
+        )
+    out: list[Any] = [table]
+    merged = [g for g in rows if g.merged]
+    if merged:
+        note = _table(
+            f"{label}: names merged by normalisation (* above)",
+            "normalised",
+            "side",
+            "original",
+            names=("normalised", "original"),
+        )
+        for g in merged[:TABLE_ROWS]:
+            for side, names in (("BASE", g.base_names), ("NEW", g.new_names)):
+                for name in names:
+                    note.add_row(_data(g.name), side, _data(name))
+        out.append(note)
+    for status, title in ((ADDED, "only in NEW"), (REMOVED, "only in BASE")):
+        alone = [g for g in rows if g.status == status]
+        if not alone:
+            continue
+        table = _table(
+            f"{label} {title}: no counterpart ({len(alone)})",
+            "name",
+            "count",
+            "total",
+            right=("count", "total"),
+            names=("name",),
+        )
+        alone.sort(key=lambda g: -(g.base_total + g.new_total))
+        for g in alone[:TABLE_ROWS]:
+            table.add_row(
+                _data(g.name),
+                f"{g.base_count + g.new_count:,}",
+                fmt_table_time(g.base_total + g.new_total, align_units=False),
+            )
+        out.append(table)
+        if len(alone) > TABLE_ROWS:
+            out.append(Note(f"{len(alone) - TABLE_ROWS} more in --json"))
+    return out
+
+
+def _alignment_tables(diff: Any) -> list[Any]:
+    pair = worst_pair(diff)
+    where = "the whole traces" if diff.whole else f"step pair {diff.pairs[pair].number}"
+    numbers = ("BASE", "NEW", "equal", "changed", "added", "removed")
+    table = _table(
+        f"GPU sequences of {where}"
+        + ("" if diff.whole else " (the largest step-time Δ)")
+        + ", aligned per stream",
+        "stream",
+        *numbers,
+        right=numbers,
+    )
+    capped = False
+    for s in diff.alignment(pair):
+        counts = s.counts()
+        capped = capped or s.capped
+        table.add_row(
+            _stream(s.base_key)
+            if s.base_key == s.new_key
+            else f"{_stream(s.base_key)} / {_stream(s.new_key)}",
+            f"{len(s.base_rows):,}",
+            f"{len(s.new_rows):,}",
+            *(f"{counts[k]:,}" for k in ("equal", "changed", "added", "removed")),
+        )
+    out: list[Any] = [table]
+    if capped:
+        out.append(
+            Note(
+                "a stream's sequences differ too much for the alignment's work cap: "
+                "the middle was paired by position"
+            )
+        )
+    return out
+
+
+def _stream(key: tuple[int, int] | None) -> str:
+    return "–" if key is None else f"GPU {key[0]} stream {key[1]}"
+
+
+# -- the command --------------------------------------------------------------------------------
+
+
+def _gzipped(path: str) -> bool:
+    """A regular file starting with gzip's magic bytes (a stream is never read ahead)."""
+    import os
+
+    try:
+        if not os.path.isfile(path):
+            return False
+        with open(path, "rb") as handle:
+            return handle.read(2) == b"\x1f\x8b"
+    except OSError:
+        return False
+
+
+def load_sessions(base_path: str, new_path: str, overlap: bool = True) -> tuple[Any, Any]:
+    """Both traces as sessions (BASE, NEW), on few cores as fast as they come:
+
+    - one load at a time, each decoded by the parser's own worker processes (one per CPU): the
+      decoding already keeps every core busy, so two loads side by side only take turns;
+    - a gzip'd trace first: its load keeps the cores busiest (one more thread inflates), while a
+      plain file's load leaves some CPU time idle, which the first trace's analysis, run in a
+      thread meanwhile, takes (`overlap`);
+    - then the second trace's analysis on two threads: the nesting (sorts that release the
+      interpreter lock) beside the rest.
+    docs/diff.md and BENCHMARKS.md give the measurements."""
+    import threading
+
+    from kinetoscope.analysis import TraceSession
+    from kinetoscope.analysis.diff import PREPARED, prepare
+    from kinetoscope.parser import load
+
+    swap = _gzipped(new_path) and not _gzipped(base_path)
+    first_path, second_path = (new_path, base_path) if swap else (base_path, new_path)
+    first = TraceSession(load(first_path, write_cache=False))
+    worker = threading.Thread(target=prepare, args=(first,), name="diff-first", daemon=True)
+    if overlap:
+        worker.start()
+    try:
+        # `release` after the last load: the analysis needs the memory more than idle workers.
+        second = TraceSession(load(second_path, write_cache=False, release=True))
+    finally:
+        if overlap:
+            worker.join()
+    if overlap:
+        nesting = threading.Thread(
+            target=prepare, args=(second, ("nesting",)), name="diff-nesting", daemon=True
+        )
+        nesting.start()
+        try:
+            prepare(second, tuple(name for name in PREPARED if name not in ("nesting", "sync")))
+        finally:
+            nesting.join()
+    return (second, first) if swap else (first, second)
+
+
+def checked_options(
+    base_path: str,
+    new_path: str,
+    threshold_pct: float | None,
+    steps: str | None,
+    templates: bool,
+    *,
+    streams: bool,
+) -> Any:
+    """The diff's options, once `steps` parses and both paths can be read (the text form and
+    the viewer check the same way); else the exit status, after one line on stderr: 2 for a
+    bad `steps`, 1 for a path that cannot be read. `streams`: a FIFO or stdin is allowed."""
+    from kinetoscope.analysis.diff import (
+        DEFAULT_THRESHOLD_PCT,
+        DiffOptions,
+        StepSpecError,
+        parse_steps,
+    )
+    from kinetoscope.commands.cli import trace_path_problem
+
+    try:
+        selection = parse_steps(steps) if steps is not None else None
+    except StepSpecError as exc:
+        print(f"kinetoscope: {exc}", file=sys.stderr)
+        return 2
+    for path in (base_path, new_path):
+        problem = trace_path_problem(path, streams=streams)
+        if problem is not None:
+            print(f"kinetoscope: {problem}", file=sys.stderr)
+            return 1
+    return DiffOptions(
+        threshold_pct=DEFAULT_THRESHOLD_PCT if threshold_pct is None else threshold_pct,
+        steps=selection,
+        templates=templates,
+    )
+
+
+def diff_failure_message(error: BaseException, paths: tuple[str, str], events: int) -> str:
+    """The one line for a diff whose analysis failed (`error`: an AnalysisFailed, a
+    MemoryError): out of memory, said with the stage and what the two traces' `events` need;
+    else the result that failed and why."""
+    from kinetoscope.analysis.session import memory_failure
+    from kinetoscope.parser.model import out_of_memory_message
+
+    stage = memory_failure(error)
+    if stage is None:
+        return str(error)
+    return out_of_memory_message(f"{paths[0]} and {paths[1]}", events, stage or "the comparison")
+
+
+def steps_problem(text: str | None, options: Any, base: Any, new: Any) -> str | None:
+    """Why `--steps` (its `text`, parsed into `options.steps`) is a usage error for these two
+    traces: it picks none of the step pairs they have (`--steps 9-` of 6), said with the
+    steps there are; None when it picks some, or when the traces have no common steps (then
+    the whole traces are compared, as docs/diff.md says)."""
+    from kinetoscope.analysis.diff import _resolve_steps
+
+    if text is None or options.steps is None:
+        return None
+    steps_b, steps_n = len(base.steps), len(new.steps)
+    common = min(steps_b, steps_n)
+    if not common or _resolve_steps(options.steps, common):
+        return None
+    have = "step 1" if common == 1 else f"steps 1-{common}"
+    sides = "" if steps_b == steps_n else f" (BASE has {steps_b}, NEW {steps_n})"
+    spec = text.strip() if len(text) <= 40 else text.strip()[:36] + "…"  # it parsed: digits, -, ,
+    return f"--steps {spec}: the traces have {have} in common{sides}"
+
+
+def run_diff(
+    base_path: str,
+    new_path: str,
+    output: str = "text",
+    width: int | None = None,
+    threshold_pct: float | None = None,
+    steps: str | None = None,
+    templates: bool = False,
+    fail_above: float | None = None,
+    csv_dir: str | None = None,
+    strict: bool = False,
+    csv_raw: bool = False,
+) -> int:
+    """Print the diff; 0, or EXIT_REGRESSION for a regression whose interval lies above
+    `fail_above`, or (`strict`) EXIT_UNDECIDED when such a regression cannot be ruled out, or 1
+    with one line when a trace cannot be read, or 2 for a bad `--steps`. With `csv_dir`, write
+    the diff viewer's tables there as CSV files instead (kinetoscope/present/tables.py; `csv_raw`: cells
+    as recorded)."""
+    from kinetoscope.analysis.diff import diff_sessions
+    from kinetoscope.analysis.session import AnalysisFailed
+    from kinetoscope.parser import TraceError
+    from kinetoscope.present.safe_text import clean
+
+    # A named pipe or a device is refused at once, as by the viewer (nothing is opened).
+    options = checked_options(base_path, new_path, threshold_pct, steps, templates, streams=False)
+    if isinstance(options, int):
+        return options
+    try:
+        base, new = load_sessions(base_path, new_path)
+    except TraceError as exc:
+        print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
+        return 1
+    except MemoryError:
+        print(f"kinetoscope: {clean(base_path)}, {clean(new_path)}: out of memory while "
+              "loading (free memory, or raise the limit: ulimit -v)", file=sys.stderr)  # fmt: skip
+        return 1
+    for side, path, session in (("BASE", base_path, base), ("NEW", new_path, new)):
+        for warning in session.trace.warnings:  # cut off, damaged: as the summary says
+            print(f"kinetoscope: {side} {clean(path)}: {clean(warning)}", file=sys.stderr)
+    problem = steps_problem(steps, options, base, new)
+    if problem is not None:
+        print(f"kinetoscope: {problem}", file=sys.stderr)
+        return 2
+    try:
+        diff = diff_sessions(base, new, options)
+        if csv_dir is not None:
+            from kinetoscope.present import tables
+
+            source = tables.diff_source(base_path, new_path)
+            written = tables.emit_written(tables.diff_tables(diff), csv_dir, source, raw=csv_raw)
+            if written:
+                return written
+        elif output == "json":
+            emit(summary_json(diff_document(diff, base_path, new_path)) + "\n")
+        else:
+            sections = diff_tables(diff)
+            emit_sections(sections, output, width)
+    except (AnalysisFailed, MemoryError) as exc:  # one result could not be computed: which
+        events = int(base.trace.n_events) + int(new.trace.n_events)
+        message = diff_failure_message(exc, (base_path, new_path), events)
+        print(f"kinetoscope: {clean(message)}", file=sys.stderr)
+        return 1
+    if diff.verdict.fails(fail_above):
+        return EXIT_REGRESSION
+    if strict and diff.verdict.undecided(fail_above):
+        return EXIT_UNDECIDED
+    return 0

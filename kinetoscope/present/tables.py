@@ -1,0 +1,923 @@
+"""The rows and columns of the viewer's tables as plain data, for CSV: the viewer's save key
+(`W`) and `kinetoscope summary --csv DIR` both write through here, so a table saved from the
+viewer and the same table written by the summary cannot disagree. No Textual, no Rich.
+
+A `Table` is a list of `Field`s over `n` rows, row ids being those of the viewer's model of the
+same table (a group, a gap, a finding...), plus `order`, the order the viewer first shows them
+in (its default sort). The summary writes every row in that order; the viewer writes the rows
+it shows (filter, category, range and sort applied), in its order.
+
+Cells (docs/csv.md): durations are integer ns written as microseconds with exactly 3 decimals
+(`12.345`: exact, the same numbers as the trace's `ts`/`dur` and the summary JSON), a column
+whose header ends in `_us`; a mean is rounded to 3 decimals as the summary JSON's `mean_us`.
+Bytes and counts are integers. Shares are fractions of 1 written with Python's shortest
+round-trip float text.
+Names are written as recorded (the csv module quotes commas, quotes and line breaks), except
+that a text cell a spreadsheet would evaluate as a formula (one starting with `=`, `+`, `-`,
+`@`, TAB or CR, and not a plain number) gets a `'` in front (`safe_cell`), unless the caller
+asks for raw cells (`--csv-raw`, the viewer's raw save) for exact round trips. A value
+that does not exist (no shape, no launching operator, a rank not loaded) is an empty cell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import errno
+import math
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+TEXT, INT, US, FLOAT = "text", "int", "us", "float"
+NO_VALUE = np.iinfo(np.int64).min  # the parser's "not recorded" (parser.model.NO_VALUE)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One column: its header (with its unit: `total_us`, `bytes`), the kind of its values
+    (TEXT, INT, US: integer or mean ns, FLOAT) and the raw value of a row (None: empty)."""
+
+    header: str
+    kind: str
+    value: Callable[[int], Any]
+
+
+@dataclass
+class Table:
+    """A table of `n` rows: `fields` per row, `order` the viewer's first order of the rows."""
+
+    name: str  # names the file: `<trace>.<name>.csv`
+    fields: list[Field]
+    n: int
+    order: np.ndarray
+
+    @property
+    def headers(self) -> list[str]:
+        return [f.header for f in self.fields]
+
+    def cells(self, row: int, raw: bool = True) -> list[str]:
+        """The cells of a row; with `raw` False, text cells a spreadsheet would evaluate are
+        neutralised (`safe_cell`)."""
+        if raw:
+            return [cell_text(f.kind, f.value(row)) for f in self.fields]
+        return [
+            safe_cell(text) if f.kind == TEXT else text
+            for f in self.fields
+            for text in (cell_text(f.kind, f.value(row)),)
+        ]
+
+    def rows(self, order: Iterable[int] | None = None, raw: bool = True) -> Iterable[list[str]]:
+        for row in self.order if order is None else order:
+            yield self.cells(int(row), raw)
+
+
+def us_text(ns: Any) -> str:
+    """Integer ns as µs with exactly 3 decimals, computed on integers (exact at any size). A
+    mean (a Fraction of ns) is divided and rounded to 3 decimals as the summary JSON's
+    `mean_us` is (so both files say the same); a float of ns is rounded to the nearest ns."""
+    if isinstance(ns, Fraction):
+        return f"{round(ns.numerator / (1000 * ns.denominator), 3):.3f}"
+    if isinstance(ns, (float, np.floating)):
+        ns = round(float(ns))
+    ns = int(ns)
+    sign = "-" if ns < 0 else ""
+    whole, part = divmod(abs(ns), 1000)
+    return f"{sign}{whole}.{part:03d}"
+
+
+def cell_text(kind: str, value: Any) -> str:
+    """The CSV text of a value of a kind (None, NaN and NO_VALUE: empty)."""
+    if value is None:
+        return ""
+    if isinstance(value, (float, np.floating)) and not math.isfinite(float(value)):
+        return ""
+    if kind == TEXT:
+        return str(value)
+    if isinstance(value, (int, np.integer)) and int(value) == NO_VALUE:
+        return ""
+    if kind == US:
+        return us_text(value)
+    if kind == INT:
+        return str(int(value))
+    return repr(float(value))
+
+
+# What a spreadsheet evaluates (OWASP, CSV injection): a cell starting with one of these...
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+# ...unless it is a plain number (`-2.5`, `+3`, `-1e-05`), which it reads as that number.
+PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def safe_cell(text: str) -> str:
+    """`text` as a spreadsheet shows it rather than evaluates it: a `'` in front of a cell that
+    starts with `=`, `+`, `-`, `@`, TAB or CR and is not a plain number; any other as it is."""
+    if text.startswith(FORMULA_STARTS) and PLAIN_NUMBER.fullmatch(text) is None:
+        return "'" + text
+    return text
+
+
+def mean_ns(total: int, count: int) -> Fraction | None:
+    """The exact mean of `count` values adding up to `total` ns (None: no values)."""
+    return Fraction(int(total), int(count)) if count else None
+
+
+def largest_first(values: np.ndarray) -> np.ndarray:
+    """Rows by `values`, largest first, ties in row order: the viewer's sort (table.sort_rows)."""
+    key = np.asarray(values)
+    if key.dtype.kind == "f":
+        return np.argsort(-key, kind="stable")
+    return np.argsort(~key.astype(np.int64), kind="stable")
+
+
+def smallest_first(values: np.ndarray) -> np.ndarray:
+    return np.argsort(np.asarray(values), kind="stable")
+
+
+def _share(part: np.ndarray, whole: float) -> Callable[[int], float]:
+    return lambda r: float(part[r]) / whole if whole else 0.0
+
+
+# -- writing ---------------------------------------------------------------------------------
+
+
+def write_csv(
+    table: Table, handle: Any, rows: Iterable[int] | None = None, raw: bool = False
+) -> int:
+    """Write the header and `rows` (None: every row in `table.order`) to an open text file
+    (opened with newline=""); the number of rows written. Text cells that a spreadsheet would
+    evaluate are neutralised (`safe_cell`) unless `raw`."""
+    if rows is not None:
+        rows = np.asarray(rows, np.int64)
+        if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= table.n):
+            raise ValueError(f"{table.name}: rows outside the table's {table.n}")
+    writer = csv.writer(handle)
+    writer.writerow(table.headers)
+    count = 0
+    for cells in table.rows(rows, raw):
+        writer.writerow(cells)
+        count += 1
+    return count
+
+
+def trace_stem(path: str) -> str:
+    """A file name's part that names the trace: the base name without .json/.json.gz, and
+    without characters that are awkward in file names."""
+    name = os.path.basename(os.path.normpath(path)) or "trace"
+    for suffix in (".gz", ".json"):
+        if name.lower().endswith(suffix):
+            name = name[: -len(suffix)]
+    name = re.sub(r"[^\w.+-]+", "_", name).strip("._") or "trace"
+    return name[:120]
+
+
+def create_new(directory: str, stem: str, suffix: str = ".csv") -> tuple[str, Any]:
+    """Open `directory/stem.csv` (another `suffix`) for writing, or `stem-2.csv`, `stem-3.csv`...
+    the first that does not exist (created exclusively: an existing file is never overwritten)."""
+    for number in range(1, 10_000):
+        name = f"{stem}{suffix}" if number == 1 else f"{stem}-{number}{suffix}"
+        path = os.path.join(directory, name)
+        try:
+            handle = open(path, "x", newline="", encoding="utf-8")  # noqa: SIM115
+        except FileExistsError:
+            continue
+        return path, handle
+    raise FileExistsError(errno.EEXIST, "too many files of that name", directory)
+
+
+def output_places() -> list[str]:
+    """Where the viewer writes what a key saves: the current directory, else (not writable, or
+    removed) the temporary directory."""
+    places = []
+    try:
+        places.append(os.getcwd())
+    except OSError:  # the current directory was removed
+        pass
+    places.append(tempfile.gettempdir())
+    return places
+
+
+def save_table(
+    table: Table,
+    rows: Iterable[int] | None,
+    source: str,
+    directory: str | None = None,
+    raw: bool = False,
+) -> tuple[str, int]:
+    """The viewer's save: `<trace>.<table>.csv` in `directory` (default: `output_places()`),
+    never over an existing file; `raw`: cells as recorded (write_csv). Returns (the path
+    written, rows written); raises the last OSError when no place would do."""
+    stem = f"{trace_stem(source)}.{table.name}"
+    places = [directory] if directory is not None else output_places()
+    error: OSError | None = None
+    for place in places:
+        try:
+            path, handle = create_new(place, stem)
+        except OSError as exc:  # not writable, gone, full of such names: the next place
+            error = exc
+            continue
+        try:
+            with handle:
+                count = write_csv(table, handle, rows, raw)
+        except BaseException:
+            os.unlink(path)  # no half-written file left behind
+            raise
+        return path, count
+    assert error is not None
+    raise error
+
+
+def write_tables(
+    tables: Sequence[Table], directory: str, source: str, raw: bool = False
+) -> list[tuple[str, int]]:
+    """`summary --csv DIR`: every table as `DIR/<trace>.<table>.csv`, the directory made when
+    missing; `raw` (`--csv-raw`): cells as recorded (write_csv). Refuses (FileExistsError,
+    nothing written) when any of the files exists."""
+    os.makedirs(directory, exist_ok=True)
+    stem = trace_stem(source)
+    paths = [os.path.join(directory, f"{stem}.{t.name}.csv") for t in tables]
+    existing = [p for p in paths if os.path.lexists(p)]
+    if existing:
+        raise FileExistsError(errno.EEXIST, "already exists", existing[0])
+    written: list[tuple[str, int]] = []
+    made: list[str] = []
+    try:
+        for table, path in zip(tables, paths):
+            with open(path, "x", newline="", encoding="utf-8") as handle:
+                made.append(path)
+                written.append((path, write_csv(table, handle, raw=raw)))
+    except BaseException:  # a full disk, Ctrl-C: no tables half written, none left behind
+        for path in made:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        raise
+    return written
+
+
+# -- a single trace ----------------------------------------------------------------------------
+
+
+def operators_table(
+    trace: Any,
+    table: Any,
+    shapes: np.ndarray | None = None,
+    memory: dict[str, np.ndarray] | None = None,
+) -> Table:
+    """The operators table (`o`): a row per CPU (cat, name) group of `table` (an OperatorTable),
+    or per (cat, name, input shape) when `shapes` (a string id per group, -1: none) is given;
+    the memory columns (`operator_memory`) when given."""
+    strings = trace.strings
+    names = table.groups.name.astype(np.int64)
+    cats = table.groups.cat.astype(np.int64)
+    whole = float(table.excl.sum())
+    fields = [
+        Field("name", TEXT, lambda g: strings[names[g]]),
+        Field("cat", TEXT, lambda g: strings[cats[g]]),
+    ]
+    if shapes is not None:
+        fields.append(
+            Field(
+                "input_shape", TEXT, lambda g: strings[int(shapes[g])] if shapes[g] >= 0 else None
+            )
+        )
+    fields += [
+        Field("count", INT, lambda g: table.count[g]),
+        Field("total_us", US, lambda g: table.incl[g]),
+        Field("self_us", US, lambda g: table.excl[g]),
+        Field("gpu_self_us", US, lambda g: table.gpu_self[g]),
+        Field("gpu_total_us", US, lambda g: table.gpu_total[g]),
+        Field("self_share", FLOAT, _share(table.excl, whole)),
+    ]
+    if memory is not None:
+        allocated, peak = memory["allocated"], memory["peak_live"]
+        fields += [
+            Field("allocated_bytes", INT, lambda g: allocated[g]),
+            Field("peak_live_bytes", INT, lambda g: peak[g]),
+        ]
+    name = "operators" if shapes is None else "operators-by-shape"
+    return Table(name, fields, len(table), largest_first(table.excl))
+
+
+def operator_memory(session: Any, groups: Any) -> dict[str, np.ndarray] | None:
+    """The memory columns of an operators table whose rows are `groups`, on the trace's main
+    memory device (None: no memory events)."""
+    from kinetoscope.analysis.memory_ops import group_columns
+
+    ops = session.memory_ops
+    device = ops.primary
+    if device is None or not len(device):
+        return None
+    return group_columns(ops, device, groups)
+
+
+def kernels_table(trace: Any, table: Any, top_group: np.ndarray, op_names: np.ndarray) -> Table:
+    """The kernels table (`k`): a row per GPU (cat, name) group of `table` (a KernelTable);
+    `top_group` per group the operator group that launched most of its time (-1: none),
+    `op_names` the name of each operator group."""
+    strings = trace.strings
+    names = table.groups.name.astype(np.int64)
+    cats = table.groups.cat.astype(np.int64)
+    whole = float(table.total.sum())
+
+    def launcher(g: int) -> str | None:
+        op = int(top_group[g])
+        return strings[int(op_names[op])] if op >= 0 else None
+
+    fields = [
+        Field("name", TEXT, lambda g: strings[names[g]]),
+        Field("cat", TEXT, lambda g: strings[cats[g]]),
+        Field("count", INT, lambda g: table.count[g]),
+        Field("total_us", US, lambda g: table.total[g]),
+        Field("mean_us", US, lambda g: mean_ns(table.total[g], table.count[g])),
+        Field("total_share", FLOAT, _share(table.total, whole)),
+        Field("launched_by", TEXT, launcher),
+        Field("min_us", US, lambda g: table.min[g] if table.count[g] else None),
+        Field("max_us", US, lambda g: table.max[g] if table.count[g] else None),
+    ]
+    return Table("kernels", fields, len(table), largest_first(table.total))
+
+
+def kernel_launcher_groups(session: Any, table: Any) -> np.ndarray:
+    """Per group of a KernelTable of the session's trace: the operator group that launched most
+    of its GPU time, or -1."""
+    from kinetoscope.analysis.kernels import kernel_launchers
+
+    return kernel_launchers(
+        table.launcher_row,
+        session.links.gpu_rows,
+        session.trace,
+        session.gpu_groups,
+        session.cpu_groups,
+    ).top_group
+
+
+def gaps_table(trace: Any, gaps: Any, order: np.ndarray) -> Table:
+    """GPU idle gaps (`i`), the rows being `order` (gap ids, e.g. longest first)."""
+    from kinetoscope.analysis.idle import CAUSES
+
+    order = np.asarray(order, np.int64)
+
+    def gap(i: int) -> int:
+        return int(order[i])
+
+    fields = [
+        Field("rank", INT, lambda i: i + 1),
+        Field("device", INT, lambda i: gaps.device[gap(i)]),
+        Field("start_us", US, lambda i: gaps.start[gap(i)]),
+        Field("length_us", US, lambda i: int(gaps.end[gap(i)]) - int(gaps.start[gap(i)])),
+        Field("cause", TEXT, lambda i: CAUSES[int(gaps.cause[gap(i)])]),
+        Field(
+            "next_gpu_event",
+            TEXT,
+            lambda i: (
+                trace.name_of(int(gaps.next_row[gap(i)])) if gaps.next_row[gap(i)] >= 0 else None
+            ),
+        ),
+    ]
+    return Table("gaps", fields, len(order), np.arange(len(order)))
+
+
+def findings_table(findings: Sequence[Any]) -> Table:
+    """The triage findings (`t`) as the rules gave them, one row per rule's finding, in the
+    order given (cause by cause: analysis/rules.py `cause_members`)."""
+    fields = [
+        Field("number", INT, lambda i: i + 1),
+        Field("severity", TEXT, lambda i: findings[i].severity),
+        Field("rule", TEXT, lambda i: findings[i].rule),
+        Field("device", INT, lambda i: findings[i].device),
+        Field("message", TEXT, lambda i: findings[i].message),
+        Field("evidence_start_us", US, lambda i: findings[i].start),
+        Field("evidence_dur_us", US, lambda i: findings[i].dur),
+    ]
+    return Table("findings", fields, len(findings), np.arange(len(findings)))
+
+
+def steps_table(trace: Any, steps: Any, on_gpu: bool) -> Table:
+    """The overview's steps (`v`): per ProfilerStep its wall time and where it went on the GPU
+    (`on_gpu`), else on the step's CPU thread."""
+    names = trace.name[steps.rows].astype(np.int64)
+    dur = steps.dur
+
+    def share(part: np.ndarray) -> Callable[[int], float]:
+        return lambda i: float(part[i]) / int(dur[i]) if dur[i] > 0 else 0.0
+
+    fields = [
+        Field("step", TEXT, lambda i: trace.strings[names[i]]),
+        Field("start_us", US, lambda i: steps.start[i]),
+        Field("wall_us", US, lambda i: dur[i]),
+    ]
+    if on_gpu:
+        fields += [
+            Field("gpu_busy_us", US, lambda i: steps.gpu_busy[i]),
+            Field("busy_share", FLOAT, share(steps.gpu_busy)),
+            Field("compute_us", US, lambda i: steps.compute[i]),
+            Field("comm_us", US, lambda i: steps.comm[i]),
+            Field("memory_us", US, lambda i: steps.memory[i]),
+            Field("idle_us", US, lambda i: steps.idle[i]),
+        ]
+    else:
+        fields += [
+            Field("cpu_busy_us", US, lambda i: steps.cpu_busy[i]),
+            Field("ops_share", FLOAT, share(steps.cpu_busy)),
+            Field("uninstrumented_us", US, lambda i: steps.uninstrumented[i]),
+            Field("collective_us", US, lambda i: steps.collective[i]),
+        ]
+    fields += [
+        Field("dataloader_us", US, lambda i: steps.dataloader[i]),
+        Field("loader_share", FLOAT, share(steps.dataloader)),
+    ]
+    return Table("steps", fields, len(steps), smallest_first(steps.start))
+
+
+def instances_table(trace: Any, rows: np.ndarray, name: str, extra: Sequence[Field] = ()) -> Table:
+    """A table of instances (trace rows, in the order given, as the detail screens list them):
+    their number in that order, start (the trace's clock), duration, then `extra`."""
+    rows = np.asarray(rows, np.int64)
+    fields = [
+        Field("number", INT, lambda i: i + 1),
+        Field("start_us", US, lambda i: trace.start[rows[i]]),
+        Field("dur_us", US, lambda i: trace.dur[rows[i]]),
+        *extra,
+    ]
+    return Table(name, fields, len(rows), largest_first(trace.dur[rows]))
+
+
+def named_counts_table(
+    name: str,
+    header: str,
+    labels: Sequence[str | None],
+    count: np.ndarray,
+    total: np.ndarray,
+    whole: int | None = None,
+) -> Table:
+    """A table of named totals (an operator's children, the kernels it launched, its input
+    shapes): name, count, total, mean, and the share of `whole` when given."""
+    fields = [
+        Field(header, TEXT, lambda i: labels[i]),
+        Field("count", INT, lambda i: count[i]),
+        Field("total_us", US, lambda i: total[i]),
+        Field("mean_us", US, lambda i: mean_ns(total[i], count[i])),
+    ]
+    if whole is not None:
+        fields.append(Field("share", FLOAT, lambda i: int(total[i]) / whole if whole else 0.0))
+    return Table(name, fields, len(labels), largest_first(np.asarray(total)))
+
+
+def memory_operators_table(trace: Any, groups: Any, device: Any) -> Table:
+    """The memory view's operators (`p`) on one device, by bytes allocated (then by bytes
+    allocated below them); a row per group with memory activity."""
+    ops = device.ops
+    active = ops.active()
+    order = active[np.lexsort((-ops.incl_allocated[active], -ops.allocated[active]))]
+
+    def group(i: int) -> int:
+        return int(order[i])
+
+    fields = [
+        Field("name", TEXT, lambda i: trace.strings[int(groups.name[group(i)])]),
+        Field("cat", TEXT, lambda i: trace.strings[int(groups.cat[group(i)])]),
+        Field("allocations", INT, lambda i: ops.allocations[group(i)]),
+        Field("allocated_bytes", INT, lambda i: ops.allocated[group(i)]),
+        Field("self_net_bytes", INT, lambda i: ops.self_net[group(i)]),
+        Field("total_net_bytes", INT, lambda i: ops.incl_net[group(i)]),
+        Field("peak_live_bytes", INT, lambda i: ops.peak_live[group(i)]),
+        Field(
+            "not_freed_bytes",
+            INT,
+            lambda i: ops.unfreed_bytes[group(i)] if ops.unfreed[group(i)] else 0,
+        ),
+    ]
+    return Table("memory-operators", fields, len(order), np.arange(len(order)))
+
+
+def never_freed_table(trace: Any, device: Any) -> Table:
+    """The memory view's allocations never freed on one device (`p`, then `v`), largest first
+    (ties: earlier); empty when the trace records no addresses."""
+    allocations = device.allocations
+    if allocations.addresses_known:
+        never = allocations.never_freed
+        event = allocations.event[never]
+        order = never[np.lexsort((device.ts[event], -device.bytes[event]))]
+    else:
+        order = np.zeros(0, np.int64)
+
+    def pos(i: int) -> int:
+        return int(allocations.event[int(order[i])])
+
+    def owner(i: int) -> str | None:
+        row = int(device.owner[pos(i)])
+        return trace.name_of(row) if row >= 0 else None
+
+    fields = [
+        Field("bytes", INT, lambda i: device.bytes[pos(i)]),
+        Field("when_us", US, lambda i: device.ts[pos(i)]),
+        Field("owner", TEXT, owner),
+        Field("allocated_after_bytes", INT, lambda i: device.allocated[pos(i)]),
+    ]
+    return Table("never-freed", fields, len(order), np.arange(len(order)))
+
+
+def sync_calls_table(trace: Any, calls: Any) -> Table:
+    """The sync view's blocking calls (`b`), longest blocked first."""
+    from kinetoscope.analysis.sync import cause_label
+
+    order = calls.worst()
+
+    def call(i: int) -> int:
+        return int(order[i])
+
+    def step(i: int) -> str | None:
+        k = int(calls.step[call(i)])
+        return trace.name_of(int(calls.step_rows[k])) if k >= 0 else None
+
+    fields = [
+        Field("rank", INT, lambda i: i + 1),
+        Field("call", TEXT, lambda i: trace.name_of(int(calls.rows[call(i)]))),
+        Field("blocked_us", US, lambda i: calls.dur[call(i)]),
+        Field("start_us", US, lambda i: trace.start[int(calls.rows[call(i)])]),
+        Field("step", TEXT, step),
+        Field("cause", TEXT, lambda i: cause_label(trace, calls, call(i))),
+        Field("gpu_idle_us", US, lambda i: calls.idle[call(i)]),
+        Field("call_site", TEXT, lambda i: " › ".join(calls.sites[int(calls.site[call(i)])])),
+    ]
+    return Table("sync-calls", fields, len(order), np.arange(len(order)))
+
+
+def sync_sites_table(sites: Sequence[Any]) -> Table:
+    """The sync view's call sites (`b`, then `v`), most time blocked first."""
+    fields = [
+        Field("call", TEXT, lambda i: sites[i].call),
+        Field("cause", TEXT, lambda i: sites[i].cause),
+        Field("count", INT, lambda i: sites[i].count),
+        Field("blocked_us", US, lambda i: sites[i].total),
+        Field("max_us", US, lambda i: sites[i].max),
+        Field("gpu_idle_us", US, lambda i: sites[i].idle),
+        Field("call_site", TEXT, lambda i: " › ".join(sites[i].site)),
+    ]
+    return Table("sync-sites", fields, len(sites), np.arange(len(sites)))
+
+
+def islands_table(trace: Any, result: Any) -> Table:
+    """The compile view's eager islands (`c`): operators outside compiled code, by name."""
+    islands = result.eager_islands
+    fields = [
+        Field("name", TEXT, lambda i: islands[i].name),
+        Field("calls", INT, lambda i: islands[i].count),
+        Field("cpu_us", US, lambda i: islands[i].cpu_ns),
+    ]
+    if result.on_gpu:
+        fields.append(Field("gpu_us", US, lambda i: islands[i].gpu_ns))
+    fields.append(
+        Field("longest_us", US, lambda i: trace.dur[islands[i].rows[0]] if islands[i].rows else 0)
+    )
+    key = np.array([i.gpu_ns if result.on_gpu else i.cpu_ns for i in islands], np.int64)
+    return Table("eager-islands", fields, len(islands), largest_first(key))
+
+
+def compile_steps_table(trace: Any, result: Any) -> Table:
+    """The compile view's steps (`c`, then `S`): per ProfilerStep the compiled share and the
+    compile lens's other numbers."""
+    steps = result.steps
+    fields = [
+        Field("step", TEXT, lambda i: trace.name_of(steps[i].row)),
+        Field("start_us", US, lambda i: steps[i].start),
+        Field("compiled_share", FLOAT, lambda i: steps[i].share),
+        Field("eager_us", US, lambda i: steps[i].eager_ns),
+        Field("regions", INT, lambda i: steps[i].regions),
+        Field("guard_calls", INT, lambda i: steps[i].guard_calls),
+        Field("guard_us", US, lambda i: steps[i].guard_ns),
+        Field("compiling_us", US, lambda i: steps[i].compiling_ns),
+        Field("launch_calls", INT, lambda i: steps[i].launch_calls),
+        Field("kernels", INT, lambda i: steps[i].kernels),
+        Field("launch_cpu_us", US, lambda i: steps[i].launch_cpu_ns),
+    ]
+    start = np.array([s.start for s in steps], np.int64)
+    return Table("compile-steps", fields, len(steps), smallest_first(start))
+
+
+def devices_table(idle: Any) -> Table:
+    """The overview's devices (`v`, and the summary's GPU table): per device with GPU activity
+    its counts, its window (first start to last end), busy and idle time, idle by cause."""
+    from kinetoscope.analysis.idle import CAUSES
+
+    devices = list(idle.devices)
+
+    def window(i: int, end: int) -> int | None:
+        span = devices[i].window
+        return None if span is None else span[end]
+
+    def by_cause(k: int) -> Callable[[int], int]:
+        return lambda i: devices[i].idle_by_cause[k]
+
+    fields = [
+        Field("device", INT, lambda i: devices[i].device),
+        Field("kernels", INT, lambda i: devices[i].kernels),
+        Field("memcpys", INT, lambda i: devices[i].memcpys),
+        Field("memsets", INT, lambda i: devices[i].memsets),
+        Field("window_start_us", US, lambda i: window(i, 0)),
+        Field("window_end_us", US, lambda i: window(i, 1)),
+        Field("busy_us", US, lambda i: devices[i].busy_ns),
+        Field("idle_us", US, lambda i: devices[i].idle_ns),
+        *(Field(f"{cause}_us", US, by_cause(k)) for k, cause in enumerate(CAUSES)),
+    ]
+    return Table("devices", fields, len(devices), np.arange(len(devices)))
+
+
+def idle_by_cpu_table(trace: Any, table: Any) -> Table:
+    """GPU idle totalled by the CPU operator running at each gap's midpoint (all gaps; the gap
+    list's first line), most idle first; a last row, without a name, for the gaps with no CPU
+    slice there."""
+    named = len(table.idle)
+    extra = 1 if table.unattributed_gaps else 0
+
+    def named_row(i: int, value: Callable[[int], Any]) -> Any:
+        return value(i) if i < named else None
+
+    fields = [
+        Field("name", TEXT, lambda i: named_row(i, lambda r: trace.strings[int(table.name[r])])),
+        Field("cat", TEXT, lambda i: named_row(i, lambda r: trace.strings[int(table.cat[r])])),
+        Field("gaps", INT, lambda i: table.gaps[i] if i < named else table.unattributed_gaps),
+        Field("idle_us", US, lambda i: table.idle[i] if i < named else table.unattributed_idle),
+        Field("longest_us", US, lambda i: named_row(i, lambda r: table.longest[r])),
+    ]
+    return Table("idle-by-cpu", fields, named + extra, np.arange(named + extra))
+
+
+def memory_peaks_table(groups: Sequence[Any]) -> Table:
+    """The summary's memory peaks: per memory device the peak allocated and reserved bytes."""
+    fields = [
+        Field("device_type", INT, lambda i: groups[i].device_type),
+        Field("device_id", INT, lambda i: groups[i].device_id),
+        Field("peak_allocated_bytes", INT, lambda i: groups[i].peak_allocated),
+        Field("peak_reserved_bytes", INT, lambda i: groups[i].peak_reserved),
+    ]
+    return Table("memory-peaks", fields, len(groups), np.arange(len(groups)))
+
+
+def single_trace_tables(session: Any) -> list[Table]:
+    """Every table `summary --csv` writes for one trace, computed by the session: operators,
+    kernels, GPU idle gaps (all, longest first), findings, steps; when the trace has them, the
+    devices' utilisation, the idle by CPU operator, the memory peaks, the memory view's two
+    tables (its main device), the sync view's two, the compile view's two."""
+    from kinetoscope.analysis.rules import cause_members
+
+    trace = session.trace
+    operators = session.operators
+    kernels = session.kernels
+    gaps = session.idle.gaps
+    made = [
+        operators_table(trace, operators, memory=operator_memory(session, session.cpu_groups)),
+        kernels_table(
+            trace, kernels, kernel_launcher_groups(session, kernels), session.cpu_groups.name
+        ),
+        gaps_table(trace, gaps, gaps.longest()),
+        findings_table(cause_members(session.causes)),  # cause by cause, as `t` shows them
+        steps_table(trace, session.steps, bool(session.idle.devices)),
+    ]
+    if session.idle.devices:
+        made.append(devices_table(session.idle))
+    if len(gaps):
+        made.append(idle_by_cpu_table(trace, session.idle_by_cpu))
+    if session.memory:
+        made.append(memory_peaks_table(session.memory))
+    memory = session.memory_ops
+    device = memory.primary
+    if device is not None and len(device):  # the main device's, as the memory view opens
+        made.append(memory_operators_table(trace, memory.groups, device))
+        if device.allocations.addresses_known:
+            made.append(never_freed_table(trace, device))
+    calls = session.sync
+    if len(calls):
+        from kinetoscope.analysis.sync import group_sites
+
+        made += [sync_calls_table(trace, calls), sync_sites_table(group_sites(trace, calls))]
+    compiled = session.compiled
+    if compiled.eager_islands:
+        made.append(islands_table(trace, compiled))
+    if compiled.steps:
+        made.append(compile_steps_table(trace, compiled))
+    return made
+
+
+# -- a diff of two traces --------------------------------------------------------------------
+
+
+def diff_table(groups: Sequence[Any], what: str) -> Table:
+    """The diff viewer's table of `what` ("kernels" or "operators"): a row per GroupDiff (a
+    normalised (category, name)) in the diff's order, largest |Δ| first."""
+    statuses = {"added": "added", "removed": "removed", "common": "common"}
+    delta = np.array([g.new_total - g.base_total for g in groups], np.int64)
+    fields = [
+        Field("name", TEXT, lambda r: groups[r].name),
+        Field("status", TEXT, lambda r: statuses.get(groups[r].status, "")),
+        Field("base_count", INT, lambda r: groups[r].base_count),
+        Field("base_total_us", US, lambda r: groups[r].base_total),
+        Field("new_count", INT, lambda r: groups[r].new_count),
+        Field("new_total_us", US, lambda r: groups[r].new_total),
+        Field("delta_us", US, lambda r: delta[r]),
+        Field("delta_pct", FLOAT, lambda r: groups[r].delta_pct),
+        Field("more_calls_us", US, lambda r: groups[r].more_calls),
+        Field("slower_calls_us", US, lambda r: groups[r].slower_calls),
+        Field("base_mean_us", US, lambda r: mean_ns(groups[r].base_total, groups[r].base_count)),
+        Field("new_mean_us", US, lambda r: mean_ns(groups[r].new_total, groups[r].new_count)),
+        Field("cat", TEXT, lambda r: groups[r].cat),
+    ]
+    order = largest_first(np.abs(delta).astype(np.float64))
+    return Table(f"diff-{what}", fields, len(groups), order)
+
+
+def diff_tables(diff: Any) -> list[Table]:
+    """`diff BASE NEW --csv DIR`: the diff viewer's two tables."""
+    return [diff_table(diff.kernels, "kernels"), diff_table(diff.operators, "operators")]
+
+
+def diff_source(base: str, new: str) -> str:
+    """What names a diff's files: `<base>-vs-<new>`."""
+    return f"{trace_stem(base)}-vs-{trace_stem(new)}"
+
+
+# -- summary --csv ------------------------------------------------------------------------------
+
+
+def emit_written(
+    tables_made: Sequence[Table], directory: str, source: str, raw: bool = False
+) -> int:
+    """Write `tables_made` into `directory` (write_tables; `raw`: cells as recorded) and print
+    one line per file; 1 with a one-line message when the files cannot be written (one exists,
+    no space...)."""
+    import sys
+
+    from kinetoscope.present.report_summary import emit
+    from kinetoscope.present.safe_text import clean
+
+    try:
+        written = write_tables(tables_made, directory, source, raw)
+    except FileExistsError as exc:
+        where = clean(str(exc.filename))
+        if not os.path.isdir(directory):  # DIR itself is a file
+            print(
+                f"kinetoscope: {where}: a file, not a folder: give a folder to --csv",
+                file=sys.stderr,
+            )
+            return 1
+        print(
+            f"kinetoscope: {where} already exists: remove it or give another folder to --csv",
+            file=sys.stderr,
+        )
+        return 1
+    except OSError as exc:
+        where = clean(str(exc.filename or directory))
+        print(f"kinetoscope: cannot write {where}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    emit("".join(f"{clean(path)}\t{count} rows\n" for path, count in written))
+    return 0
+
+
+# -- a job (several ranks) --------------------------------------------------------------------
+
+
+def _job_rows(job: Any) -> list[tuple[int, Any]]:
+    """(rank, entry or None when missing) of every rank of the job, in rank order: the rows of
+    the ranks overview's per-rank table."""
+    rows = [(e.rank, e) for e in job.ranks] + [(r, None) for r in job.missing]
+    return sorted(rows, key=lambda r: r[0])
+
+
+def rank_status(entry: Any) -> str:
+    if entry is None:
+        return "missing"
+    if not entry.loaded:
+        return "not loaded"
+    ended = getattr(entry, "exit", None)  # capture's exit record
+    if ended is not None and not ended.clean:
+        return "failed" if ended.failed else "stopped"
+    return "ok" if entry.digest.complete else "incomplete"
+
+
+def _exact_mean(values: Any) -> Fraction | None:
+    if values is None or not len(values):
+        return None
+    return Fraction(int(np.sum(np.asarray(values, np.int64))), len(values))
+
+
+def ranks_table(job: Any) -> Table:
+    """The ranks overview's per-rank table: per rank its means per step (step time, compute,
+    exposed communication, idle), the total time it waited in collectives, its clock offset."""
+    rows = _job_rows(job)
+    straggler = job.straggler["rank"] if job.straggler else None
+
+    def loaded(i: int) -> Any:
+        entry = rows[i][1]
+        return entry if entry is not None and entry.loaded else None
+
+    def mean(i: int, key: str) -> Fraction | None:
+        entry = loaded(i)
+        if entry is None:
+            return None
+        digest = entry.digest
+        if key in ("compute", "comm", "idle"):
+            # The GPU columns, the means of rank-steps' (empty for a CPU-only rank: its CPU time
+            # is rank-steps' cpu_busy_us, its collectives' collective_us).
+            return _exact_mean(digest.steps.get(key)) if digest.has_gpu else None
+        return _exact_mean(digest.steps.get(key))
+
+    def entry_value(i: int, get: Callable[[Any], Any]) -> Any:
+        entry = loaded(i)
+        return None if entry is None else get(entry)
+
+    fields = [
+        Field("rank", INT, lambda i: rows[i][0]),
+        Field("status", TEXT, lambda i: rank_status(rows[i][1])),
+        Field("straggler", INT, lambda i: int(rows[i][0] == straggler)),
+        Field("steps", INT, lambda i: entry_value(i, lambda e: len(e.digest.step_names))),
+        Field("mean_step_us", US, lambda i: mean(i, "dur")),
+        Field("mean_compute_us", US, lambda i: mean(i, "compute")),
+        Field("mean_exposed_comm_us", US, lambda i: mean(i, "comm")),
+        Field("mean_idle_us", US, lambda i: mean(i, "idle")),
+        Field("waited_us", US, lambda i: entry_value(i, lambda e: e.wait_ns)),
+        Field("clock_offset_us", US, lambda i: entry_value(i, lambda e: e.offset_ns)),
+        Field("clock_spread_us", US, lambda i: entry_value(i, lambda e: e.spread_ns)),
+        Field("rank_from", TEXT, lambda i: rows[i][1].rank_rule if rows[i][1] else None),
+        Field("file", TEXT, lambda i: rows[i][1].path if rows[i][1] else None),
+    ]
+    ranks = np.array([r for r, _ in rows], np.int64)
+    return Table("ranks", fields, len(rows), smallest_first(ranks))
+
+
+def rank_steps_table(job: Any) -> Table:
+    """Every step of every loaded rank (rank order, then the rank's step order): its start (the
+    rank's own clock), duration, compute, exposed communication, idle and collective wait."""
+    cells: list[tuple[Any, int]] = [
+        (entry, k)
+        for _, entry in _job_rows(job)
+        if entry is not None and entry.loaded
+        for k in range(len(entry.digest.step_names))
+    ]
+
+    def step(key: str, gpu_only: bool = False) -> Callable[[int], Any]:
+        def value(i: int) -> Any:
+            entry, k = cells[i]
+            digest = entry.digest
+            column = digest.steps.get(key)
+            if column is None or len(column) <= k or (gpu_only and not digest.has_gpu):
+                return None
+            return column[k]
+
+        return value
+
+    def wait(i: int) -> int:
+        entry, k = cells[i]
+        return int(entry.step_wait_ns[k]) if len(entry.step_wait_ns) > k else 0
+
+    fields = [
+        Field("rank", INT, lambda i: cells[i][0].rank),
+        Field("step", TEXT, lambda i: cells[i][0].digest.step_names[cells[i][1]]),
+        Field("start_us", US, lambda i: cells[i][0].digest.step_start[cells[i][1]]),
+        Field("dur_us", US, step("dur")),
+        Field("compute_us", US, step("compute", gpu_only=True)),
+        Field("exposed_comm_us", US, step("comm", gpu_only=True)),
+        Field("idle_us", US, step("idle", gpu_only=True)),
+        Field("dataloader_us", US, step("dataloader")),
+        Field("cpu_busy_us", US, step("cpu_busy")),
+        Field("collective_us", US, step("collective")),
+        Field("waited_us", US, wait),
+    ]
+    return Table("rank-steps", fields, len(cells), np.arange(len(cells)))
+
+
+def collectives_table(job: Any) -> Table:
+    """The matched collectives (`c` on the ranks overview), largest start skew first."""
+    m = job.matched
+    ranks = m.ranks
+
+    def rate(values: np.ndarray) -> Callable[[int], float | None]:
+        return lambda i: float(values[i]) / 1e9 if math.isfinite(float(values[i])) else None
+
+    fields = [
+        Field("number", INT, lambda i: i + 1),
+        Field("kind", TEXT, lambda i: m.kind[i]),
+        Field("index", INT, lambda i: m.index[i]),
+        Field("group", TEXT, lambda i: m.group[i]),
+        Field("step", TEXT, lambda i: m.step[i]),
+        Field("name", TEXT, lambda i: m.name[i]),
+        Field("ranks", INT, lambda i: int(m.present[i].sum())),
+        Field("latency_us", US, lambda i: job.latency[i]),
+        Field("start_skew_us", US, lambda i: job.start_skew[i]),
+        Field("end_skew_us", US, lambda i: job.end_skew[i]),
+        Field("last_rank", INT, lambda i: ranks[int(job.last[i])]),
+        Field("bytes", INT, lambda i: m.bytes[i] if m.bytes[i] >= 0 else None),
+        Field("algbw_GBps", FLOAT, rate(job.algbw)),
+        Field("busbw_GBps", FLOAT, rate(job.busbw)),
+    ]
+    return Table("collectives", fields, len(m), largest_first(np.asarray(job.start_skew)))
+
+
+def job_tables(job: Any) -> list[Table]:
+    """Every table `summary DIR --csv OUT` writes for a job."""
+    return [ranks_table(job), rank_steps_table(job), collectives_table(job)]

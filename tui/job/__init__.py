@@ -1,0 +1,1 @@
+"""The job viewer: ranks, collectives, the job timeline."""

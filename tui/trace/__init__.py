@@ -1,0 +1,1 @@
+"""The single-trace viewer: its loader, view data, app and screens."""

@@ -1,0 +1,1 @@
+"""Widgets shared by every viewer: the timeline, the table, rendering, search."""
