@@ -18,10 +18,10 @@ import time
 
 from kinetoscope.parser import load
 from kinetoscope.tui.trace.app import KinetoscopeApp
-from kinetoscope.tui.trace.loader import TraceLoad
+from kinetoscope.tui.data.loader import TraceLoad
 from kinetoscope.tui.trace.screens import TraceScreen
 from kinetoscope.tui.widgets.timeline import Timeline
-from kinetoscope.tui.trace.viewdata import build_view_data
+from kinetoscope.tui.data.viewdata import build_view_data
 
 
 def percentile(values: list[float], fraction: float) -> float:

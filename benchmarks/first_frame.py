@@ -31,7 +31,7 @@ async def first_frame(path: str, width: int, height: int, write_caches: bool = F
     """As `kinetoscope TRACE` does it: the load starts before Textual is imported; the frame
     counts as drawn when the timeline has rendered the last line of its first fitted frame."""
     started = time.time() - process_age()
-    from kinetoscope.tui.trace.loader import TraceLoad
+    from kinetoscope.tui.data.loader import TraceLoad
 
     loader = TraceLoad(path, staged=True)
     from kinetoscope.tui.trace.app import KinetoscopeApp

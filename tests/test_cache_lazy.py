@@ -188,7 +188,7 @@ def test_the_reopen_reads_o1_bytes_of_the_arrays(tmp_path, monkeypatch):
 
 
 def test_the_view_cache_is_checked_with_the_model(trace_path, fresh, entry):
-    from kinetoscope.tui.trace import viewdata
+    from kinetoscope.tui.data import viewdata
 
     data = viewdata.build_view_data(cache.load(str(trace_path)))
     assert viewdata.save_view_cache(data)
@@ -209,7 +209,7 @@ def _reports(loader: Any) -> list[Any]:
 
 
 def test_the_viewer_reloads_from_the_json_when_the_check_fails(trace_path, fresh, entry):
-    from kinetoscope.tui.trace.loader import Ready, Reloading, TraceLoad
+    from kinetoscope.tui.data.loader import Ready, Reloading, TraceLoad
 
     _flip_last_byte(entry / "dur.npy")
     _rerecord(entry, "dur")
@@ -235,7 +235,7 @@ def test_the_viewer_reloads_from_the_json_when_the_check_fails(trace_path, fresh
 
 
 def test_the_viewer_keeps_a_good_cached_view(trace_path, fresh, entry):
-    from kinetoscope.tui.trace.loader import Ready, Reloading, TraceLoad
+    from kinetoscope.tui.data.loader import Ready, Reloading, TraceLoad
 
     loader = TraceLoad(str(trace_path), staged=True)
     loader.wait(LIMIT_S)
@@ -270,7 +270,7 @@ async def test_the_app_drops_the_rejected_view(trace_path, fresh, entry):
 
 
 def _cached_view(trace_path: Path) -> Any:
-    from kinetoscope.tui.trace import viewdata
+    from kinetoscope.tui.data import viewdata
 
     full = viewdata.build_view_data(cache.load(str(trace_path)))
     assert viewdata.save_view_cache(full)
@@ -282,7 +282,7 @@ def test_a_reopened_view_shows_its_top_levels_without_sorting_or_nesting(
 ):
     """The first frame of a cached view: each lane's top level from the cache, no sort and no
     nesting (those cost more with every event); the rest rebuilt from the cache after it."""
-    from kinetoscope.tui.trace import viewdata
+    from kinetoscope.tui.data import viewdata
     from test_view_staged import assert_same_levels
 
     full = _cached_view(trace_path)
@@ -322,7 +322,7 @@ def test_the_view_cache_is_small(trace_path, entry):
 
 @pytest.mark.parametrize("value", [-5, 10**6])
 def test_a_cached_view_with_rows_out_of_range_is_computed_instead(trace_path, entry, value):
-    from kinetoscope.tui.trace import viewdata
+    from kinetoscope.tui.data import viewdata
     from test_view_staged import assert_same_levels
 
     full = _cached_view(trace_path)

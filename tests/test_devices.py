@@ -150,7 +150,7 @@ def test_summary_text_says_which_gpu(write_trace, capsys):
 
 
 def test_viewer_lane_labels_name_the_remapped_gpu():
-    from kinetoscope.tui.trace.viewdata import build_view_data
+    from kinetoscope.tui.data.viewdata import build_view_data
 
     data = build_view_data(loads(json.dumps(remapped_trace([0], 2)).encode()))
     labels = [g.label for g in data.groups if g.is_gpu]

@@ -7,8 +7,8 @@ import threading
 import time
 
 from conftest import SAMPLES
-from kinetoscope.tui.trace import loader as loader_module
-from kinetoscope.tui.trace.loader import (
+from kinetoscope.tui.data import loader as loader_module
+from kinetoscope.tui.data.loader import (
     BackgroundFailure,
     Cancelled,
     Complete,
@@ -180,7 +180,7 @@ def test_cancel_while_reading_is_a_report(monkeypatch):
 
 
 def test_a_failure_after_the_first_frame_is_a_background_failure(monkeypatch):
-    from kinetoscope.tui.trace.viewdata import ViewData
+    from kinetoscope.tui.data.viewdata import ViewData
 
     def broken(self):
         raise ValueError("boom")
@@ -211,7 +211,7 @@ def test_a_sink_that_raises_does_not_stop_the_load():
 
 def test_a_finished_load_reports_what_it_was_given():
     from kinetoscope.parser import load as load_trace
-    from kinetoscope.tui.trace.viewdata import build_view_data
+    from kinetoscope.tui.data.viewdata import build_view_data
 
     data = build_view_data(load_trace(sample()))
     done = TraceLoad.finished(data)
@@ -231,7 +231,7 @@ def test_the_loader_imports_no_textual():
     import sys
 
     code = (
-        "import sys; from kinetoscope.tui.trace.loader import TraceLoad; "
+        "import sys; from kinetoscope.tui.data.loader import TraceLoad; "
         f"load = TraceLoad({sample()!r}, staged=True); load.wait(60); "
         "load.first_frame_shown(); load.join(60); "
         "print(load.stage.name, sorted(m for m in sys.modules if m.startswith('textual')))"

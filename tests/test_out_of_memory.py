@@ -149,7 +149,7 @@ async def test_viewer_says_out_of_memory_on_screen(monkeypatch):
 
 
 async def test_viewer_layout_out_of_memory_is_the_error_screen(monkeypatch):
-    from kinetoscope.tui.trace import viewdata
+    from kinetoscope.tui.data import viewdata
     from kinetoscope.tui.trace.app import KinetoscopeApp
 
     def layout_runs_out(*args, **kwargs):

@@ -242,7 +242,7 @@ def test_summary_ignores_a_broken_cache(trace_path, fresh, entry, capsys):
 
 
 def test_the_viewer_ignores_a_broken_cache_and_rebuilds_it(trace_path, fresh, entry, monkeypatch):
-    from kinetoscope.tui.trace.loader import TraceLoad
+    from kinetoscope.tui.data.loader import TraceLoad
 
     monkeypatch.setattr(cache, "MIN_CACHED_BYTES", 0)  # the small trace is cached as a big one
     _manifest(entry).write_bytes(b"[]")
@@ -394,7 +394,7 @@ def test_an_entry_that_is_not_a_folder_is_ignored_and_replaced(trace_path, fresh
 
 
 def test_a_fifo_view_cache_does_not_hang(trace_path, fresh, entry):
-    from kinetoscope.tui.trace import viewdata
+    from kinetoscope.tui.data import viewdata
 
     data = viewdata.build_view_data(cache.load(str(trace_path)))
     assert viewdata.save_view_cache(data)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from kinetoscope.tui.trace import loader as loader_module
+from kinetoscope.tui.data import loader as loader_module
 from kinetoscope.tui.trace.app import KinetoscopeApp
 from kinetoscope.tui.trace.screens import ErrorScreen, HelpScreen, LoadingScreen, TraceScreen
 from kinetoscope.tui.widgets.timeline import Timeline
@@ -314,7 +314,7 @@ async def test_an_unexpected_error_while_preparing_the_view_is_shown(sample_path
     def broken(trace, **options):
         raise ValueError("boom")
 
-    from kinetoscope.tui.trace import viewdata
+    from kinetoscope.tui.data import viewdata
 
     monkeypatch.setattr(viewdata, "build_view_data", broken)
     app = KinetoscopeApp(str(sample_path))

@@ -329,7 +329,7 @@ def test_running_out_of_memory_is_one_line_not_a_traceback(tmp_path):
 @pytest.mark.parametrize("where", ["load", "view"])
 def test_the_viewer_says_out_of_memory_in_one_line(where, write_trace, monkeypatch):
     pytest.importorskip("textual")
-    from kinetoscope.tui.trace import loader, viewdata
+    from kinetoscope.tui.data import loader, viewdata
 
     def no_memory(*args, **kwargs):
         raise MemoryError

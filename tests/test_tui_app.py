@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from kinetoscope.tui.trace import loader as loader_module
+from kinetoscope.tui.data import loader as loader_module
 from kinetoscope.tui.trace.app import KinetoscopeApp
 from kinetoscope.tui.trace.screens import (
     ErrorScreen,
@@ -421,7 +421,7 @@ async def test_the_loading_screen_shows_progress_then_the_trace(trace_path, monk
 
 
 async def test_a_failure_after_the_first_frame_is_said_and_the_app_stays(trace_path, monkeypatch):
-    from kinetoscope.tui.trace.viewdata import ViewData
+    from kinetoscope.tui.data.viewdata import ViewData
 
     def broken(self):
         if threading.current_thread() is not threading.main_thread():
@@ -465,7 +465,7 @@ async def test_the_first_frame_starts_the_loaders_later_work(trace_path, monkeyp
 async def test_the_timeline_says_its_first_frame_in_a_message(trace_path):
     # The timeline posts a message; it does not call into whatever app it is in.
     from kinetoscope.parser import load
-    from kinetoscope.tui.trace.viewdata import build_view_data
+    from kinetoscope.tui.data.viewdata import build_view_data
     from textual.app import App, ComposeResult
 
     data = build_view_data(load(trace_path))
@@ -512,8 +512,8 @@ def test_the_command_opens_the_viewer_staged(trace_path, monkeypatch):
 def test_the_gap_lists_idle_by_cpu_line_is_the_sessions(trace_path, monkeypatch):
     from kinetoscope.analysis import session as session_module
     from kinetoscope.parser import load
+    from kinetoscope.tui.data.viewdata import build_view_data
     from kinetoscope.tui.trace.screens import idle_by_cpu_text
-    from kinetoscope.tui.trace.viewdata import build_view_data
 
     calls = []
     real = session_module.compute_idle_by_cpu
@@ -532,8 +532,8 @@ def test_the_gap_lists_idle_by_cpu_line_is_the_sessions(trace_path, monkeypatch)
 def test_the_gap_list_says_when_idle_by_cpu_failed(trace_path, monkeypatch):
     from kinetoscope.analysis import session as session_module
     from kinetoscope.parser import load
+    from kinetoscope.tui.data.viewdata import build_view_data
     from kinetoscope.tui.trace.screens import idle_by_cpu_text
-    from kinetoscope.tui.trace.viewdata import build_view_data
 
     def broken(*args):
         raise ValueError("no idea")

@@ -172,7 +172,7 @@ async def test_compile_view_says_what_graph_replay_makes_partial() -> None:
 
 def test_compiled_band_cells_and_merged_spans() -> None:
     import numpy as np
-    from kinetoscope.tui.trace.viewdata import merge_spans
+    from kinetoscope.tui.data.viewdata import merge_spans
     from kinetoscope.tui.widgets.render import band_cells
 
     # Overlapping and touching spans merge; a nested one disappears into its outer one.

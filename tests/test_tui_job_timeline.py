@@ -380,8 +380,8 @@ async def test_ranks_drawn_at_once_keep_the_window_asked_for(synthetic_job, monk
     window the first is about to show."""
     from kinetoscope.analysis.session import TraceSession
     from kinetoscope.parser import load
+    from kinetoscope.tui.data.viewdata import build_view_data
     from kinetoscope.tui.job.job_timeline import CollapsedRank, collapsed_rows
-    from kinetoscope.tui.trace.viewdata import build_view_data
 
     monkeypatch.setattr(JobTimelineScreen, "wanted", lambda self, rank: None)
     job = synthetic_job
@@ -449,8 +449,8 @@ async def test_the_collapsed_rows_come_from_the_digest_when_it_names_the_same_ev
     from kinetoscope.analysis import collectives
     from kinetoscope.analysis.session import TraceSession
     from kinetoscope.parser import load
+    from kinetoscope.tui.data.viewdata import build_view_data
     from kinetoscope.tui.job.job_timeline import collapsed_rows
-    from kinetoscope.tui.trace.viewdata import build_view_data
 
     entry = synthetic_job.entry(1)
     data = build_view_data(TraceSession(load(entry.path)), staged=True)

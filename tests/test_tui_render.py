@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from kinetoscope.analysis.units import fmt_duration, fmt_tick, tick_step
 from kinetoscope.parser import loads
-from kinetoscope.tui.trace.viewdata import Level, build_view_data
+from kinetoscope.tui.data.viewdata import Level, build_view_data
 from kinetoscope.tui.widgets.render import (
     SHADE_EMPTY,
     SHADE_FULL,

@@ -11,9 +11,9 @@ import pytest
 from conftest import SAMPLES, corpus_files
 from hypothesis import given, settings
 from kinetoscope.parser import cache, load, loads, save_cache
+from kinetoscope.tui.data.viewdata import ViewData, build_view_data, save_view_cache
 from kinetoscope.tui.trace.app import KinetoscopeApp
 from kinetoscope.tui.trace.screens import TraceScreen
-from kinetoscope.tui.trace.viewdata import ViewData, build_view_data, save_view_cache
 from kinetoscope.tui.widgets.timeline import Timeline
 from test_analysis_property import EVENTS
 

@@ -54,7 +54,7 @@ def run_view(path: str, open_findings: bool = False) -> int:
         return 1
     # Start reading before Textual is even imported: the decoding runs while the UI starts.
     from kinetoscope.parser import cache
-    from kinetoscope.tui.trace.loader import TraceLoad
+    from kinetoscope.tui.data.loader import TraceLoad
 
     cache.warn_if_untrusted(path)  # said before the UI takes the terminal
     # Staged: each lane's top level is drawn first, the rest follows (sooner on big traces).
@@ -169,7 +169,7 @@ def run_diff_view(
         return options
     # Both reads start before Textual is imported, each in its own thread.
     from kinetoscope.parser import cache
-    from kinetoscope.tui.trace.loader import TraceLoad
+    from kinetoscope.tui.data.loader import TraceLoad
 
     for path in (base, new):
         cache.warn_if_untrusted(path)  # said before the UI takes the terminal

@@ -433,7 +433,7 @@ def _numbers(value: Any) -> Iterator[float]:
 
 def check_view(trace: Trace) -> None:
     """Build what the timeline draws and draw every level at a few zoom levels."""
-    from kinetoscope.tui.trace.viewdata import build_view_data
+    from kinetoscope.tui.data.viewdata import build_view_data
     from kinetoscope.tui.widgets.render import cells_to_segments, compute_cells
 
     data = build_view_data(trace)

@@ -13,9 +13,8 @@ import os
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kinetoscope.tui.appbase import ViewerApp
-from kinetoscope.tui.palette import diff_help_sections
-from kinetoscope.tui.trace.failures import ReportsWorkerFailures, failure_message
-from kinetoscope.tui.trace.loader import (
+from kinetoscope.tui.data.failures import ReportsWorkerFailures, failure_message
+from kinetoscope.tui.data.loader import (
     BackgroundFailure,
     Complete,
     Failed,
@@ -24,9 +23,10 @@ from kinetoscope.tui.trace.loader import (
     Report,
     TraceLoad,
 )
-from kinetoscope.tui.trace.loader import Cancelled as LoadCancelledReport
+from kinetoscope.tui.data.loader import Cancelled as LoadCancelledReport
+from kinetoscope.tui.data.viewdata import ViewData
+from kinetoscope.tui.palette import diff_help_sections
 from kinetoscope.tui.trace.screens import ErrorScreen, TraceScreen
-from kinetoscope.tui.trace.viewdata import ViewData
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType

@@ -29,8 +29,8 @@ from kinetoscope.analysis.diff import (
 from kinetoscope.analysis.diff import REMOVED as REMOVED_OP
 from kinetoscope.analysis.session import TraceSession
 from kinetoscope.analysis.units import fmt_bytes, fmt_duration, fmt_table_time, plural
+from kinetoscope.tui.data.viewdata import ViewData
 from kinetoscope.tui.diff.diff_timeline import REMOVED_ROLE, DiffPairScreen, Half
-from kinetoscope.tui.trace.viewdata import ViewData
 from kinetoscope.tui.widgets.columns import count_column, time_column
 from kinetoscope.tui.widgets.table import Column, TableModel, TableScreen
 from kinetoscope.tui.widgets.theme import Palette, palette_of

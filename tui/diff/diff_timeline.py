@@ -17,9 +17,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 from kinetoscope.analysis.units import fmt_duration, plural
+from kinetoscope.tui.data.viewdata import Level, ViewData
 from kinetoscope.tui.job.job_timeline import LinkedTimeline
 from kinetoscope.tui.trace.screens import TraceScreen
-from kinetoscope.tui.trace.viewdata import Level, ViewData
 from kinetoscope.tui.widgets.render import CellRow
 from kinetoscope.tui.widgets.search import highlight_segments
 from kinetoscope.tui.widgets.theme import Palette, palette_of

@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from kinetoscope.tui.appbase import ViewerApp
+from kinetoscope.tui.data.loader import BackgroundFailure, Complete, Failed, Ready, TraceLoad
+from kinetoscope.tui.data.loader import Cancelled as LoadCancelledReport
+from kinetoscope.tui.data.loader import Progress as LoadProgress
+from kinetoscope.tui.data.viewdata import ViewData
 from kinetoscope.tui.job.job_loader import JobDone, JobFailed, JobLoad, JobReport, RankDone
 from kinetoscope.tui.palette import job_help_sections
 from kinetoscope.tui.trace.drilldown import Jump
-from kinetoscope.tui.trace.loader import BackgroundFailure, Complete, Failed, Ready, TraceLoad
-from kinetoscope.tui.trace.loader import Cancelled as LoadCancelledReport
-from kinetoscope.tui.trace.loader import Progress as LoadProgress
 from kinetoscope.tui.trace.screens import ErrorScreen, LoadingScreen, TraceScreen
-from kinetoscope.tui.trace.viewdata import ViewData
 from kinetoscope.tui.widgets.theme import palette_of
 from kinetoscope.tui.widgets.timeline import Timeline
 from rich.text import Text

@@ -8,7 +8,7 @@ sink the UI subscribes (`subscribe`), replaying what a late subscriber missed, i
 `JobFailed` (one line); `cancel()` (the viewer closing) abandons the digests not arrived
 without waiting for them. A rank whose file is damaged or missing does not fail the job: its
 digest says why, and the views show it. No rank's full model is loaded here: the viewer
-loads one (tui/trace/loader.py:TraceLoad) when the user opens that rank.
+loads one (tui/data/loader.py:TraceLoad) when the user opens that rank.
 
 This module does not import Textual.
 """

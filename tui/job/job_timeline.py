@@ -30,9 +30,7 @@ from kinetoscope.analysis.job import JobAnalysis, RankEntry
 from kinetoscope.analysis.units import fmt_duration
 from kinetoscope.parser.model import KIND_OTHER, KIND_RUNTIME, Lane
 from kinetoscope.parser.ranks import ranges_text
-from kinetoscope.tui.job.job_app import RankTraceScreen as JobRankScreen
-from kinetoscope.tui.trace.screens import TraceScreen
-from kinetoscope.tui.trace.viewdata import (
+from kinetoscope.tui.data.viewdata import (
     GPU_KINDS,
     SLOT_COMM,
     DisplayRow,
@@ -41,6 +39,8 @@ from kinetoscope.tui.trace.viewdata import (
     Level,
     ViewData,
 )
+from kinetoscope.tui.job.job_app import RankTraceScreen as JobRankScreen
+from kinetoscope.tui.trace.screens import TraceScreen
 from kinetoscope.tui.widgets.render import PLAIN
 from kinetoscope.tui.widgets.theme import palette_of
 from kinetoscope.tui.widgets.timeline import MIN_NS_PER_CELL, Timeline
@@ -687,7 +687,7 @@ class JobTimelineScreen(Screen):
         """In a worker thread: read the rank, lay it out and collapse it."""
         from kinetoscope.analysis.session import TraceSession
         from kinetoscope.parser import TraceError, load, save_cache
-        from kinetoscope.tui.trace.viewdata import build_view_data
+        from kinetoscope.tui.data.viewdata import build_view_data
 
         with self._slots:
             try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kinetoscope.tui.appbase import ViewerApp
-from kinetoscope.tui.trace.loader import (
+from kinetoscope.tui.data.loader import (
     BackgroundFailure,
     Cancelled,
     Complete,
@@ -14,8 +14,8 @@ from kinetoscope.tui.trace.loader import (
     Report,
     TraceLoad,
 )
+from kinetoscope.tui.data.viewdata import ViewData
 from kinetoscope.tui.trace.screens import ErrorScreen, LoadingScreen, TraceScreen
-from kinetoscope.tui.trace.viewdata import ViewData
 from kinetoscope.tui.widgets.timeline import Timeline
 from textual.message import Message
 

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from kinetoscope.analysis.units import fmt_duration, plural
+from kinetoscope.tui.data.failures import failure_message
 from kinetoscope.tui.trace.drilldown import Jump
-from kinetoscope.tui.trace.failures import failure_message
 from kinetoscope.tui.widgets.columns import time_column
 from kinetoscope.tui.widgets.table import Column, DataView, FilterBox, TableModel, TableScreen
 from kinetoscope.tui.widgets.theme import palette_of

@@ -11,8 +11,8 @@ from typing import Any
 from kinetoscope.analysis.units import fmt_duration
 from kinetoscope.parser import file_changed, read_event
 from kinetoscope.parser.model import KIND_NOT_CPU, KIND_RUNTIME
-from kinetoscope.tui.trace.failures import ReportsWorkerFailures
-from kinetoscope.tui.trace.viewdata import GPU_KINDS, ViewData
+from kinetoscope.tui.data.failures import ReportsWorkerFailures
+from kinetoscope.tui.data.viewdata import GPU_KINDS, ViewData
 from kinetoscope.tui.widgets.theme import current_palette
 from rich.cells import cell_len
 from rich.style import Style

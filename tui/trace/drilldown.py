@@ -19,7 +19,7 @@ from kinetoscope.tui.widgets.columns import (
 from textual.binding import Binding, BindingType
 
 if TYPE_CHECKING:
-    from kinetoscope.tui.trace.viewdata import ViewData
+    from kinetoscope.tui.data.viewdata import ViewData
     from kinetoscope.tui.widgets.search import SearchState
     from kinetoscope.tui.widgets.timeline import Timeline
 

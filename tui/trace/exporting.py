@@ -17,7 +17,7 @@ import os
 from functools import partial
 from typing import Any
 
-from kinetoscope.tui.trace.failures import failure_message
+from kinetoscope.tui.data.failures import failure_message
 from textual.binding import Binding
 
 from kinetoscope.present.safe_text import clean

@@ -27,8 +27,8 @@ from kinetoscope.analysis.memory_ops import (
 from kinetoscope.analysis.session import AnalysisFailed, TraceSession
 from kinetoscope.analysis.units import fmt_bytes, fmt_duration, fmt_tick, tick_step
 from kinetoscope.parser.model import NO_VALUE
-from kinetoscope.tui.trace.failures import ReportsWorkerFailures
-from kinetoscope.tui.trace.viewdata import ViewData
+from kinetoscope.tui.data.failures import ReportsWorkerFailures
+from kinetoscope.tui.data.viewdata import ViewData
 from kinetoscope.tui.widgets.render import PLAIN
 from kinetoscope.tui.widgets.table import SAVE_CSV_BINDING, Column, SavesCsv
 from kinetoscope.tui.widgets.theme import palette_of

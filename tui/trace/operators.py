@@ -20,8 +20,8 @@ from kinetoscope.analysis.operators import OperatorTable, compute_operators
 from kinetoscope.analysis.ranges import operators_in_range
 from kinetoscope.analysis.session import AnalysisFailed
 from kinetoscope.analysis.units import fmt_duration, plural
+from kinetoscope.tui.data.failures import failure_message
 from kinetoscope.tui.trace.drilldown import Jump
-from kinetoscope.tui.trace.failures import failure_message
 from kinetoscope.tui.trace.memory_view import operator_memory_columns
 from kinetoscope.tui.widgets.columns import (
     category_column,

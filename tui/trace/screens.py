@@ -10,11 +10,11 @@ from typing import ClassVar
 import numpy as np
 from kinetoscope.analysis.units import fmt_duration, plural
 from kinetoscope.parser import file_changed
+from kinetoscope.tui.data.loader import Progress as LoadProgress
+from kinetoscope.tui.data.loader import Stage
+from kinetoscope.tui.data.viewdata import ViewData
 from kinetoscope.tui.trace.details import DetailsPane, cpu_stack_for_gap, stack_tail
 from kinetoscope.tui.trace.drilldown import DRILLDOWN_BINDINGS, DrilldownActions
-from kinetoscope.tui.trace.loader import Progress as LoadProgress
-from kinetoscope.tui.trace.loader import Stage
-from kinetoscope.tui.trace.viewdata import ViewData
 from kinetoscope.tui.widgets.table import SAVE_CSV_BINDING, SavesCsv
 from kinetoscope.tui.widgets.theme import palette_of
 from kinetoscope.tui.widgets.timefmt import time_cell

@@ -16,10 +16,10 @@ from kinetoscope.analysis.sync import (
     short_frame,
 )
 from kinetoscope.analysis.units import fmt_duration, plural
+from kinetoscope.tui.data.failures import ReportsWorkerFailures
+from kinetoscope.tui.data.viewdata import ViewData
 from kinetoscope.tui.trace.details import stack_tail
-from kinetoscope.tui.trace.failures import ReportsWorkerFailures
 from kinetoscope.tui.trace.memory_view import TimelineTarget, apply_target
-from kinetoscope.tui.trace.viewdata import ViewData
 from kinetoscope.tui.widgets.table import SAVE_CSV_BINDING, SavesCsv
 from kinetoscope.tui.widgets.theme import current_palette
 from kinetoscope.tui.widgets.timefmt import time_cell

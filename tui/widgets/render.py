@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from kinetoscope.tui.trace.viewdata import Level
+from kinetoscope.tui.data.viewdata import Level
 from kinetoscope.tui.widgets.theme import DEFAULT, Palette
 from rich.segment import Segment
 from rich.style import Style

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
-from kinetoscope.tui.trace.viewdata import Level, ViewData
+from kinetoscope.tui.data.viewdata import Level, ViewData
 from kinetoscope.tui.widgets.render import CellRow
 from kinetoscope.tui.widgets.table import name_matcher
 from kinetoscope.tui.widgets.theme import DEFAULT, Palette

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 from kinetoscope.analysis.names import SCAN_LIMIT
 from kinetoscope.analysis.units import plural
-from kinetoscope.tui.trace.failures import ReportsWorkerFailures, failure_message
+from kinetoscope.tui.data.failures import ReportsWorkerFailures, failure_message
 from kinetoscope.tui.widgets.render import PLAIN
 from kinetoscope.tui.widgets.theme import palette_of
 from rich.segment import Segment

@@ -9,7 +9,7 @@ from typing import ClassVar
 
 import numpy as np
 from kinetoscope.analysis.units import fmt_duration, fmt_tick, tick_step
-from kinetoscope.tui.trace.viewdata import SLOT_KERNEL, DisplayRow, Level, ViewData
+from kinetoscope.tui.data.viewdata import SLOT_KERNEL, DisplayRow, Level, ViewData
 from kinetoscope.tui.widgets.render import (
     PLAIN,
     CellRow,

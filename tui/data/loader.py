@@ -34,7 +34,7 @@ from kinetoscope.parser import TraceError, load, prepare_workers, save_cache
 
 if TYPE_CHECKING:
     from kinetoscope.analysis.session import TraceSession
-    from kinetoscope.tui.trace.viewdata import ViewData
+    from kinetoscope.tui.data.viewdata import ViewData
 
 FIRST_FRAME_WAIT_S = 1.0  # the work after the first view waits this long for the first frame
 PROGRESS_PER_S = 10  # progress reports a sink gets per second, at most
