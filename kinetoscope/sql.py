@@ -48,13 +48,23 @@ def _one_line(text: str) -> str:
 class Database:
     """An in-memory, locked-down DuckDB over a trace's (or a job's) tables."""
 
-    def __init__(self, tables: dict[str, Any], args: Any, args_params: int) -> None:
+    def __init__(
+        self,
+        tables: dict[str, Any],
+        args: Any,
+        args_params: int,
+        views: dict[str, Any] | None = None,
+    ) -> None:
         from kinetoscope.frames import require
 
         duckdb = require("duckdb", "sql", "SQL over a trace")
         require("pyarrow", "sql", "SQL over a trace")
         self._duckdb = duckdb
         self._tables = tables  # name -> callable giving a Table
+        # name -> callable(connection) giving a DuckDB relation: the same rows and columns as
+        # the Table, read in place (see `slice_view`); used for queries, not for --parquet
+        self._views = views or {}
+        self._kept: list[Any] = []  # what the views read: kept alive with the database
         self._registered: set[str] = set()
         self.con = duckdb.connect(":memory:", config=dict(LOCKED_CONFIG))
         types = [duckdb.sqltype("BIGINT")] * args_params
@@ -68,7 +78,8 @@ class Database:
         def args(ids: Any) -> Any:
             return _args_json([trace] * len(ids), ids.to_pylist())
 
-        return cls(trace.tables(), args, 1)
+        views = {"slice": lambda con: slice_view(con, trace)}
+        return cls(trace.tables(), args, 1, views)
 
     @classmethod
     def of_job(cls, job: Any) -> Database:
@@ -99,8 +110,14 @@ class Database:
     def register(self, name: str) -> None:
         if name in self._registered or name not in self._tables:
             return
-        table: Table = self._tables[name]()
-        self.con.register(name, table.to_arrow())
+        view = self._views.get(name)
+        if view is not None:
+            relation, kept = view(self.con)
+            relation.create_view(name)
+            self._kept.append(kept)
+        else:
+            table: Table = self._tables[name]()
+            self.con.register(name, table.to_arrow())
         self._registered.add(name)
 
     def _names_in(self, query: str) -> set[str]:
@@ -163,6 +180,91 @@ class Database:
 
     def all_tables(self) -> dict[str, Table]:
         return {name: make() for name, make in self._tables.items() if name != "track"}
+
+
+def slice_view(con: Any, trace: Any) -> tuple[Any, Any]:
+    """The `slice` table as DuckDB reads it: the model's own columns over every row, read in
+    place (no gathered copy), filtered to the complete events and converted as the API's
+    `slices()` table converts them (NULLIF for its nulls, CAST to its BIGINTs), row by row as
+    a query reads them. `depth` and `parent` come from the nesting: its arrays when it is made,
+    else a function that makes it only when a query reads one of them. Returns the relation
+    and what it reads (to keep alive)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from kinetoscope.api import KIND_NAMES, NO_VALUE
+    from kinetoscope.frames import arrow_strings
+    from kinetoscope.parser.model import PH_COMPLETE
+
+    m = trace.model
+    session = trace.session
+    n = len(m)
+    strings = arrow_strings(m.strings)
+
+    def codes(ids: np.ndarray, dictionary: Any) -> Any:
+        null = ids < 0
+        indices = pa.array(ids, mask=null) if null.any() else pa.array(ids)
+        return pa.DictionaryArray.from_arrays(indices, dictionary)
+
+    columns: dict[str, Any] = {
+        "ph": pa.array(m.ph),
+        # the row, 4 bytes where that holds it: CAST to BIGINT as the API's id
+        "row_index": pa.array(np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)),
+        "ts": pa.array(m.start),
+        "dur": pa.array(m.dur),
+        "name": codes(m.name, strings),
+        "category": codes(m.cat, strings),
+        "track": pa.array(m.lane),
+        "kind": codes(session.classes.kind, arrow_strings(KIND_NAMES)),
+        "correlation": pa.array(m.corr),
+        "external_id": pa.array(m.ext_id),
+        "device": pa.array(m.device),
+        "stream": pa.array(m.stream),
+    }
+    if session.nesting_ready:
+        nesting = session.nesting
+        columns["depth"] = pa.array(nesting.depth)
+        columns["parent"] = pa.array(nesting.parent)
+        depth = "CAST(NULLIF(depth, -1) AS BIGINT)"
+        parent = "CAST(NULLIF(parent, -1) AS BIGINT)"
+    else:
+        depth = row_function(con, "kinetoscope_slice_depth", n, lambda: session.nesting.depth)
+        parent = row_function(con, "kinetoscope_slice_parent", n, lambda: session.nesting.parent)
+    table = pa.Table.from_arrays(list(columns.values()), names=list(columns))
+    relation = (
+        con.from_arrow(table)
+        .filter(f"ph = {PH_COMPLETE}")
+        .project("CAST(row_index AS BIGINT) AS id, * EXCLUDE (ph, row_index)")
+        .project(
+            f"id, ts, dur, name, category, CAST(track AS BIGINT) AS track, {depth} AS depth, "
+            f"{parent} AS parent, kind, NULLIF(correlation, {NO_VALUE}) AS correlation, "
+            f"NULLIF(external_id, {NO_VALUE}) AS external_id, NULLIF(device, -1) AS device, "
+            f"NULLIF(stream, {NO_VALUE}) AS stream"
+        )
+    )
+    return relation, table
+
+
+def row_function(con: Any, name: str, rows: int, make: Any) -> str:
+    """A SQL function `name(id)` giving `make()[id]` as a BIGINT, null where that is -1 or `id`
+    is not a row (0 <= id < rows): a column of a view computed only when a query reads it.
+    `make` runs on the first call (the database's threads may call it at once: it must be
+    safe to, as the session's results are). Returns the function's SQL text for `id`."""
+    import duckdb
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def call(ids: Any) -> Any:
+        values = make()
+        x = pc.fill_null(ids, -1).to_numpy()
+        inside = (x >= 0) & (x < rows)
+        got = values[np.where(inside, x, 0)]
+        return pa.array(got.astype(np.int64), mask=~inside | (got < 0))
+
+    bigint = duckdb.sqltype("BIGINT")
+    con.create_function(name, call, [bigint], bigint, type="arrow", null_handling="special")
+    return f"{name}(id)"
 
 
 def _args_json(traces: list[Any], ids: list[int | None]) -> Any:
