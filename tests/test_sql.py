@@ -353,32 +353,54 @@ def test_the_slice_table_reads_the_model_in_place() -> None:
     ]
 
 
+@pytest.mark.parametrize("table, method", [("slice", "slices"), ("kernel", "kernel_events")])
 @pytest.mark.parametrize("nesting_first", [False, True])
-def test_the_slice_table_is_the_apis(nesting_first: bool) -> None:
-    """The rows, values, nulls and column types of `slice` are the API's `slices()` table's,
+def test_the_tables_read_in_place_are_the_apis(table: str, method: str, nesting_first) -> None:
+    """The rows, values, nulls and column types of `slice` and `kernel` are the API's tables',
     whether the nesting was made before the table (its arrays) or after (on demand)."""
     trace = kinetoscope.open(SAMPLE, use_cache=False)
     if nesting_first:
         _ = trace.session.nesting
-    want = list(trace.slices().rows())
+    want = list(getattr(trace, method)().rows())
     with Database.of_trace(trace) as db:
-        got = sql_rows(db, "SELECT * FROM slice")
-        types = db.con.sql("DESCRIBE slice").fetchall()
-    assert got == want and len(want) == int((trace.model.ph == ord("X")).sum())
-    assert any(r["parent"] is None and r["depth"] == 0 for r in got)
-    assert any(r["depth"] is None and r["device"] is not None for r in got)  # GPU activity
+        got = sql_rows(db, f"SELECT * FROM {table}")
+        types = db.con.sql(f"DESCRIBE {table}").fetchall()
+    assert got == want and len(want) > 50
     with Database(trace.tables(), lambda ids: ids, 1) as db:  # the API's Table, as Arrow
-        db.register("slice")
-        assert db.con.sql("DESCRIBE slice").fetchall() == types
+        db.register(table)
+        assert db.con.sql(f"DESCRIBE {table}").fetchall() == types
+    if table == "slice":
+        assert len(got) == int((trace.model.ph == ord("X")).sum()) < len(trace.model)
+        assert any(r["parent"] is None and r["depth"] == 0 for r in got)
+        assert any(r["depth"] is None and r["device"] is not None for r in got)  # GPU activity
+    else:
+        assert all(r["launch"] is not None for r in got) and any(r["operator"] for r in got)
+
+
+def test_the_kernel_table_needs_no_nesting_for_its_sums() -> None:
+    trace = kinetoscope.open(SAMPLE, use_cache=False)
+    with Database.of_trace(trace) as db:
+        got = sql_rows(
+            db, "SELECT name, count(*) AS n, sum(dur) AS total FROM kernel GROUP BY name"
+        )
+        assert not trace.session.nesting_ready
+        sql_rows(db, "SELECT count(operator) FROM kernel")
+        assert trace.session.nesting_ready
+    want = {(r["name"], r["count"], r["total_dur"]) for r in trace.kernels().rows()}
+    assert {(r["name"], r["n"], r["total"]) for r in got} == want
 
 
 def test_the_on_demand_columns_refuse_rows_that_are_not_there() -> None:
     trace = kinetoscope.open(SAMPLE, use_cache=False)
     with Database.of_trace(trace) as db:
         db.register("slice")
+        db.register("kernel")
         got = sql_rows(
             db,
             "SELECT kinetoscope_slice_depth(-1) a, kinetoscope_slice_parent(1099511627776) b, "
-            "kinetoscope_slice_depth(NULL) c, kinetoscope_slice_depth(-9223372036854775808) d",
+            "kinetoscope_slice_depth(NULL) c, kinetoscope_slice_depth(-9223372036854775808) d, "
+            "kinetoscope_kernel_launch(-1) e, kinetoscope_kernel_operator(1099511627776) f, "
+            "kinetoscope_kernel_launch(0) g",  # row 0: not a GPU activity
         )
-    assert got == [{"a": None, "b": None, "c": None, "d": None}]
+    assert got == [dict.fromkeys("abcdefg")]
+    assert trace.model.ph[0] != ord("X") or trace.session.classes.kind[0] in (0, 4, 5)
