@@ -11,9 +11,12 @@ model cache that times, one after another:
 - `kernels_df`: `t.kernels().to_pandas()` (the kernel analysis and the DataFrame);
 - `sql_ready`: the `slice` table handed to DuckDB (the nesting, the Arrow table, registration);
 - `group_by`: `SELECT name, count(*), sum(dur) FROM slice GROUP BY name` on it;
-- `kernel_sum`: `SELECT name, sum(dur) FROM kernel GROUP BY name` (the kernel table made too).
+- `kernel_sum`: `SELECT name, sum(dur) FROM kernel GROUP BY name` (the kernel table made too);
 
-The table gives the median of each and the peak resident memory of the process tree (the
+and, in a third process, `slices_df`: `kinetoscope.open(path)` then `t.slices().to_pandas()`
+(the nesting and the raw table as a DataFrame: every column gathered, as pandas needs).
+
+The table gives the median of each and the peak resident memory of each process tree (the
 API's process, workers included). Needs the sql and pandas extras.
 """
 
@@ -71,8 +74,18 @@ t0 = time.perf_counter()
 db.query("SELECT name, sum(dur) FROM kernel GROUP BY name")
 times["kernel_sum"] = time.perf_counter() - t0
 times["groups"] = len(rows)
-times["slices"] = len(t.slices())
+times["slices"] = db.query("SELECT count(*) AS n FROM slice").value(0, "n")
 print(json.dumps(times))
+"""
+
+
+SLICES_DF = """
+import json, sys, time
+import kinetoscope
+t = kinetoscope.open(sys.argv[1], use_cache=False)
+t0 = time.perf_counter()
+df = t.slices().to_pandas()
+print(json.dumps({"slices_df": time.perf_counter() - t0, "rows": len(df)}))
 """
 
 
@@ -92,7 +105,7 @@ def main() -> int:
         path, _ = ensure_trace(SOURCE, args.target_mb, gzipped=False)
     size = path.stat().st_size / 1e6
     samples: dict[str, list[float]] = {}
-    peaks: dict[str, list[int]] = {"load": [], "api": []}
+    peaks: dict[str, list[int]] = {"load": [], "api": [], "slices_df": []}
     facts: dict = {}
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory() as cache:
@@ -107,6 +120,9 @@ def main() -> int:
             samples.setdefault("api_process", []).append(wall)
             peaks["api"].append(peak)
             facts.update(groups=out["groups"], slices=out["slices"])
+            out, _, peak = run(SLICES_DF, path, env)
+            samples.setdefault("slices_df", []).append(out["slices_df"])
+            peaks["slices_df"].append(peak)
     print(
         f"{path.name}: {size:,.0f} MB, {facts['events']:,} events, {facts['slices']:,} slices, "
         f"{facts['groups']:,} names; median of {args.runs} runs"
@@ -114,9 +130,12 @@ def main() -> int:
     print(f"{'step':<14}{'seconds':>9}")
     for key, values in samples.items():
         print(f"{key:<14}{statistics.median(values):>9.2f}")
+    load = statistics.median(peaks["load"])
+    api = statistics.median(peaks["api"])
+    frame = statistics.median(peaks["slices_df"])
     print(
-        f"peak RSS: load alone {statistics.median(peaks['load'])} MiB, "
-        f"open + kernels() + SQL {statistics.median(peaks['api'])} MiB"
+        f"peak RSS: load alone {load} MiB, open + kernels() + SQL {api} MiB ({api / load:.2f}x), "
+        f"open + slices().to_pandas() {frame} MiB ({frame / load:.2f}x)"
     )
     return 0
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from kinetoscope.frames import Codes, MissingExtra, Table, concat, masked
+from kinetoscope.frames import Codes, Gathered, MissingExtra, Table, concat, masked
 
 __all__ = [
     "Diff",
@@ -153,11 +153,20 @@ class Trace:
     def path(self) -> str:
         return self.model.source.path
 
-    def _names(self, ids: np.ndarray) -> Codes:
+    def _strings_unique(self) -> bool:
         if self._unique is None:
             strings = self.model.strings
             self._unique = len(set(strings)) == len(strings)
-        return Codes(np.asarray(ids, np.int32), self.model.strings, self._unique)
+        return self._unique
+
+    def _names(self, ids: np.ndarray) -> Codes:
+        return Codes(np.asarray(ids, np.int32), self.model.strings, self._strings_unique())
+
+    def _gathered_names(self, ids: np.ndarray, rows: np.ndarray) -> Gathered:
+        """`_names(ids[rows])`, gathered when read."""
+        return Gathered(
+            ids, rows, np.int32, strings=self.model.strings, unique=self._strings_unique()
+        )
 
     def _once(self, name: str, make: Any) -> Table:
         with self._lock:
@@ -193,28 +202,30 @@ class Trace:
         `external_id`, `device`, `stream`."""
 
         def make() -> Table:
+            # One row per slice: the table keeps the rows, each column is gathered when read.
             m = self.model
-            rows = np.flatnonzero(m.ph == ord("X"))
-            nesting = self.session.nesting
-            kind = self.session.classes.kind[rows]
-            parent = nesting.parent[rows].astype(np.int64)
-            depth = nesting.depth[rows].astype(np.int64)
+            rows = np.flatnonzero(m.ph == ord("X")).astype(np.int64, copy=False)
+            session = self.session
+
+            def nested(field: str) -> Any:
+                return lambda: getattr(session.nesting, field)
+
             return Table(
                 "slice",
                 {
-                    "id": rows.astype(np.int64),
-                    "ts": m.start[rows],
-                    "dur": m.dur[rows],
-                    "name": self._names(m.name[rows]),
-                    "category": self._names(m.cat[rows]),
-                    "track": m.lane[rows].astype(np.int64),
-                    "depth": masked(depth, -1),
-                    "parent": masked(parent, -1),
-                    "kind": Codes(kind.astype(np.int32), KIND_NAMES),
-                    "correlation": masked(m.corr[rows], NO_VALUE),
-                    "external_id": masked(m.ext_id[rows], NO_VALUE),
-                    "device": masked(m.device[rows], -1),
-                    "stream": masked(m.stream[rows], NO_VALUE),
+                    "id": rows,
+                    "ts": Gathered(m.start, rows),
+                    "dur": Gathered(m.dur, rows),
+                    "name": self._gathered_names(m.name, rows),
+                    "category": self._gathered_names(m.cat, rows),
+                    "track": Gathered(m.lane, rows, np.int64),
+                    "depth": Gathered(nested("depth"), rows, np.int64, null_value=-1),
+                    "parent": Gathered(nested("parent"), rows, np.int64, null_value=-1),
+                    "kind": Gathered(session.classes.kind, rows, np.int32, strings=KIND_NAMES),
+                    "correlation": Gathered(m.corr, rows, null_value=NO_VALUE),
+                    "external_id": Gathered(m.ext_id, rows, null_value=NO_VALUE),
+                    "device": Gathered(m.device, rows, null_value=-1),
+                    "stream": Gathered(m.stream, rows, null_value=NO_VALUE),
                 },
             )
 
@@ -350,14 +361,14 @@ class Trace:
                 "kernel",
                 {
                     "id": rows,
-                    "ts": m.start[rows],
-                    "dur": m.dur[rows],
-                    "name": self._names(m.name[rows]),
-                    "category": self._names(m.cat[rows]),
-                    "device": m.device[rows],
-                    "stream": masked(m.stream[rows], NO_VALUE),
-                    "track": m.lane[rows].astype(np.int64),
-                    "correlation": masked(m.corr[rows], NO_VALUE),
+                    "ts": Gathered(m.start, rows),
+                    "dur": Gathered(m.dur, rows),
+                    "name": self._gathered_names(m.name, rows),
+                    "category": self._gathered_names(m.cat, rows),
+                    "device": Gathered(m.device, rows),
+                    "stream": Gathered(m.stream, rows, null_value=NO_VALUE),
+                    "track": Gathered(m.lane, rows, np.int64),
+                    "correlation": Gathered(m.corr, rows, null_value=NO_VALUE),
                     "launch": masked(links.gpu_runtime, -1),
                     "operator": masked(self.session.kernels.launcher_row.astype(np.int64), -1),
                 },
@@ -379,14 +390,14 @@ class Trace:
                 "operator",
                 {
                     "id": rows,
-                    "ts": m.start[rows],
-                    "dur": m.dur[rows],
+                    "ts": Gathered(m.start, rows),
+                    "dur": Gathered(m.dur, rows),
                     "self_dur": n.self_time,
-                    "name": self._names(m.name[rows]),
-                    "category": self._names(m.cat[rows]),
-                    "track": m.lane[rows].astype(np.int64),
-                    "depth": n.depth[rows].astype(np.int64),
-                    "parent": masked(n.parent[rows].astype(np.int64), -1),
+                    "name": self._gathered_names(m.name, rows),
+                    "category": self._gathered_names(m.cat, rows),
+                    "track": Gathered(m.lane, rows, np.int64),
+                    "depth": Gathered(n.depth, rows, np.int64),
+                    "parent": Gathered(n.parent, rows, np.int64, null_value=-1),
                     "outermost": n.outermost,
                 },
             )

@@ -1,13 +1,15 @@
 """`Table`: the Python API's result, columns of equal length that become a pandas DataFrame or an
 Arrow table on request (docs/api.md). Integer columns stay the numpy arrays the analysis made
 (exact int64 ns; Arrow gets them without a copy), names stay ids into the trace's string table
-(a categorical / dictionary column). pandas and pyarrow are optional extras, imported only by
+(a categorical / dictionary column). A column of a table with one row per event is `Gathered`:
+the model's column and the rows, gathered when it is read (a DataFrame gets it gathered, not a
+copy of a copy the table keeps). pandas and pyarrow are optional extras, imported only by
 `to_pandas` / `to_arrow`."""
 
 from __future__ import annotations
 
 import html
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,7 +70,45 @@ class Masked:
         return None if self.null[i] else int(self.values[i])
 
 
-Column = np.ndarray | Codes | Masked | list
+@dataclass(frozen=True, eq=False)
+class Gathered:
+    """A column made when it is read: `source[rows]` (`source` an array, or a callable giving
+    it, when it comes from a later stage of the analysis), cast to `dtype`, as a `Codes` over
+    `strings` or with `null_value` marked as null (`masked`). The table keeps only the rows,
+    which its columns share. `make()` always returns new arrays, no one else's."""
+
+    source: np.ndarray | Callable[[], np.ndarray]
+    rows: np.ndarray
+    dtype: Any = None
+    null_value: int | None = None
+    strings: Sequence[str] | None = None
+    unique: bool = True
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def _gather(self, rows: np.ndarray) -> Codes | Masked | np.ndarray:
+        source = self.source() if callable(self.source) else self.source
+        values = np.asarray(source[rows])
+        if self.dtype is not None:
+            values = values.astype(self.dtype, copy=False)
+        if self.strings is not None:
+            return Codes(values, self.strings, self.unique)
+        if self.null_value is not None:
+            return masked(values, self.null_value)
+        return values
+
+    def make(self) -> Codes | Masked | np.ndarray:
+        return self._gather(self.rows)
+
+    def value(self, i: int) -> Any:
+        one = self._gather(self.rows[[i]])
+        if isinstance(one, Codes | Masked):
+            return one.value(0)
+        return one[0].item()
+
+
+Column = np.ndarray | Codes | Masked | Gathered | list
 
 
 def masked(values: np.ndarray, null_value: int) -> Masked | np.ndarray:
@@ -119,10 +159,20 @@ class Table:
     def __len__(self) -> int:
         return self._rows
 
+    def _resolved(self, name: str, keep: bool = True) -> np.ndarray | Codes | Masked | list:
+        """The column `name` made (a `Gathered` one gathered now, and kept when `keep`)."""
+        col = self._columns[name]
+        if isinstance(col, Gathered):
+            made = col.make()
+            if keep:
+                self._columns[name] = made
+            return made
+        return col
+
     def column(self, name: str) -> np.ndarray | list:
         """One column: a numpy array for numbers (a float array with NaN for a nullable integer
         column that holds nulls), a list for text and other values."""
-        col = self._columns[name]
+        col = self._resolved(name)
         if isinstance(col, Codes):
             return col.decoded()
         if isinstance(col, Masked):
@@ -131,7 +181,7 @@ class Table:
 
     def value(self, row: int, name: str) -> Any:
         col = self._columns[name]
-        if isinstance(col, Codes | Masked):
+        if isinstance(col, Codes | Masked | Gathered):
             return col.value(row)
         value = col[row]
         return value.item() if isinstance(value, np.generic) else value
@@ -149,7 +199,8 @@ class Table:
         columns are dictionary-encoded over the trace's string table. Needs the `arrow` extra."""
         pa = require("pyarrow", "arrow", "Table.to_arrow()")
         arrays = []
-        for col in self._columns.values():
+        for name in self.columns:
+            col = self._resolved(name)  # kept: the Arrow table shares it with column()
             if isinstance(col, Codes):
                 dictionary = self._arrow_dictionaries.get(id(col.strings))
                 if dictionary is None:
@@ -172,19 +223,27 @@ class Table:
         extra."""
         pd = require("pandas", "pandas", "Table.to_pandas()")
         data: dict[str, Any] = {}
-        for name, col in self._columns.items():
+        for name in self.columns:
+            # The DataFrame owns its arrays (pandas writes into them): a column gathered now is
+            # handed over as it is, one the table holds is copied.
+            fresh = isinstance(self._columns[name], Gathered)
+            col = self._resolved(name, keep=False)
             if isinstance(col, Codes):
                 if col.unique:
                     data[name] = _categorical(pd, col)
                 else:
                     data[name] = _text_series(pd, col.decoded())
             elif isinstance(col, Masked):
-                data[name] = pd.arrays.IntegerArray(col.values, col.null.copy())
+                values = col.values if fresh else col.values.copy()
+                data[name] = pd.arrays.IntegerArray(values, col.null if fresh else col.null.copy())
             elif isinstance(col, np.ndarray):
-                data[name] = col
+                data[name] = col if fresh else col.copy()
             else:
                 data[name] = pd.Series(col, dtype=object) if _nested(col) else _text_series(pd, col)
-        return pd.DataFrame(data, columns=self.columns) if data else pd.DataFrame()
+            del col
+        if not data:
+            return pd.DataFrame()
+        return pd.DataFrame(data, columns=self.columns, copy=False)
 
     # -- showing ----------------------------------------------------------------------------
 
@@ -273,7 +332,7 @@ def concat(name: str, parts: list[tuple[int, Table]], key: str = "rank") -> Tabl
         key: np.concatenate([np.full(len(t), n, np.int64) for n, t in parts])
     }
     for col in names:
-        pieces = [t._columns[col] for _, t in parts]
+        pieces = [t._resolved(col, keep=False) for _, t in parts]
         if all(isinstance(p, np.ndarray) and p.dtype.kind in "iufb" for p in pieces):
             columns[col] = np.concatenate(pieces)
         elif all(isinstance(p, np.ndarray | Masked) for p in pieces):

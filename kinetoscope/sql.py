@@ -48,13 +48,23 @@ def _one_line(text: str) -> str:
 class Database:
     """An in-memory, locked-down DuckDB over a trace's (or a job's) tables."""
 
-    def __init__(self, tables: dict[str, Any], args: Any, args_params: int) -> None:
+    def __init__(
+        self,
+        tables: dict[str, Any],
+        args: Any,
+        args_params: int,
+        views: dict[str, Any] | None = None,
+    ) -> None:
         from kinetoscope.frames import require
 
         duckdb = require("duckdb", "sql", "SQL over a trace")
         require("pyarrow", "sql", "SQL over a trace")
         self._duckdb = duckdb
         self._tables = tables  # name -> callable giving a Table
+        # name -> callable(connection) giving a DuckDB relation: the same rows and columns as
+        # the Table, read in place (see `TraceViews`); used for queries, not for --parquet
+        self._views = views or {}
+        self._kept: list[Any] = []  # what the views read: kept alive with the database
         self._registered: set[str] = set()
         self.con = duckdb.connect(":memory:", config=dict(LOCKED_CONFIG))
         types = [duckdb.sqltype("BIGINT")] * args_params
@@ -68,7 +78,7 @@ class Database:
         def args(ids: Any) -> Any:
             return _args_json([trace] * len(ids), ids.to_pylist())
 
-        return cls(trace.tables(), args, 1)
+        return cls(trace.tables(), args, 1, TraceViews(trace).views())
 
     @classmethod
     def of_job(cls, job: Any) -> Database:
@@ -99,8 +109,14 @@ class Database:
     def register(self, name: str) -> None:
         if name in self._registered or name not in self._tables:
             return
-        table: Table = self._tables[name]()
-        self.con.register(name, table.to_arrow())
+        view = self._views.get(name)
+        if view is not None:
+            relation, kept = view(self.con)
+            relation.create_view(name)
+            self._kept.append(kept)
+        else:
+            table: Table = self._tables[name]()
+            self.con.register(name, table.to_arrow())
         self._registered.add(name)
 
     def _names_in(self, query: str) -> set[str]:
@@ -163,6 +179,149 @@ class Database:
 
     def all_tables(self) -> dict[str, Table]:
         return {name: make() for name, make in self._tables.items() if name != "track"}
+
+
+class TraceViews:
+    """The big tables of one trace as DuckDB reads them, `slice` and `kernel`: views over the
+    model's own columns (every row, read in place: no gathered copy), filtered to the table's
+    rows and converted as the API's tables convert them (NULLIF for their nulls, CAST to their
+    BIGINTs) as a query reads them. A column from a later stage of the analysis (a slice's
+    `depth` and `parent`: the nesting; a kernel's `launch` and `operator`) is a function of the
+    row, made on its first call, so a query that does not read it never computes it. The rows,
+    values, nulls and types are the API's tables' (`tests/test_sql.py`)."""
+
+    def __init__(self, trace: Any) -> None:
+        self.trace = trace
+        self._base: Any = None
+
+    def views(self) -> dict[str, Any]:
+        return {"slice": self.slice, "kernel": self.kernel}
+
+    def base(self) -> Any:
+        """Every row's columns as one Arrow table over the model's arrays (4 bytes a row made:
+        the row number)."""
+        if self._base is not None:
+            return self._base
+        import numpy as np
+        import pyarrow as pa
+
+        from kinetoscope.api import KIND_NAMES
+        from kinetoscope.frames import arrow_strings
+
+        m = self.trace.model
+        n = len(m)
+        strings = arrow_strings(m.strings)
+
+        def codes(ids: np.ndarray, dictionary: Any) -> Any:
+            null = ids < 0
+            indices = pa.array(ids, mask=null) if null.any() else pa.array(ids)
+            return pa.DictionaryArray.from_arrays(indices, dictionary)
+
+        columns: dict[str, Any] = {
+            "ph": pa.array(m.ph),
+            # the row, 4 bytes where that holds it: CAST to BIGINT as the API's id
+            "row_index": pa.array(np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)),
+            "ts": pa.array(m.start),
+            "dur": pa.array(m.dur),
+            "name": codes(m.name, strings),
+            "category": codes(m.cat, strings),
+            "track": pa.array(m.lane),
+            "kind": codes(self.trace.session.classes.kind, arrow_strings(KIND_NAMES)),
+            "correlation": pa.array(m.corr),
+            "external_id": pa.array(m.ext_id),
+            "device": pa.array(m.device),
+            "stream": pa.array(m.stream),
+        }
+        self._base = pa.Table.from_arrays(list(columns.values()), names=list(columns))
+        return self._base
+
+    def _rows(self, con: Any, table: Any, where: str) -> Any:
+        return (
+            con.from_arrow(table)
+            .filter(where)
+            .project("CAST(row_index AS BIGINT) AS id, * EXCLUDE (ph, row_index)")
+        )
+
+    def slice(self, con: Any) -> tuple[Any, Any]:
+        """The API's `slices()`: the complete events."""
+        import pyarrow as pa
+
+        from kinetoscope.api import NO_VALUE
+        from kinetoscope.parser.model import PH_COMPLETE
+
+        session = self.trace.session
+        table = self.base()
+        if session.nesting_ready:  # its arrays (int32 per row), read in place
+            nesting = session.nesting
+            table = table.append_column("depth", pa.array(nesting.depth))
+            table = table.append_column("parent", pa.array(nesting.parent))
+            depth = "CAST(NULLIF(depth, -1) AS BIGINT)"
+            parent = "CAST(NULLIF(parent, -1) AS BIGINT)"
+        else:
+            depth = row_function(con, "kinetoscope_slice_depth", lambda: session.nesting.depth)
+            parent = row_function(con, "kinetoscope_slice_parent", lambda: session.nesting.parent)
+        relation = self._rows(con, table, f"ph = {PH_COMPLETE}").project(
+            f"id, ts, dur, name, category, CAST(track AS BIGINT) AS track, {depth} AS depth, "
+            f"{parent} AS parent, kind, NULLIF(correlation, {NO_VALUE}) AS correlation, "
+            f"NULLIF(external_id, {NO_VALUE}) AS external_id, NULLIF(device, -1) AS device, "
+            f"NULLIF(stream, {NO_VALUE}) AS stream"
+        )
+        return relation, table
+
+    def kernel(self, con: Any) -> tuple[Any, Any]:
+        """The API's `kernel_events()`: the GPU activities (the links' `gpu_rows`: kernels,
+        memcpys, memsets, in file order); `launch` needs the links, `operator` the kernels'
+        launchers (and so the nesting)."""
+        from kinetoscope.api import NO_VALUE
+
+        session = self.trace.session
+        launch = row_function(
+            con,
+            "kinetoscope_kernel_launch",
+            lambda: (session.links.gpu_rows, session.links.gpu_runtime),
+        )
+        operator = row_function(
+            con,
+            "kinetoscope_kernel_operator",
+            lambda: (session.links.gpu_rows, session.kernels.launcher_row),
+        )
+        table = self.base()
+        relation = self._rows(con, table, "kind IN ('kernel', 'memcpy', 'memset')").project(
+            f"id, ts, dur, name, category, device, NULLIF(stream, {NO_VALUE}) AS stream, "
+            f"CAST(track AS BIGINT) AS track, NULLIF(correlation, {NO_VALUE}) AS correlation, "
+            f"{launch} AS launch, {operator} AS operator"
+        )
+        return relation, table
+
+
+def row_function(con: Any, name: str, make: Any) -> str:
+    """A SQL function `name(id)`, a column of a view computed only when a query reads it:
+    `make()` gives the values by row, or `(keys, values)` with the rows ascending in `keys`; the
+    function gives the value of row `id` as a BIGINT, null where that is -1 or `id` is not a row
+    there (any BIGINT or null may be asked). `make` runs on the first call, maybe on several of
+    the database's threads at once (the session's results are safe so). Returns the SQL text
+    for the column (the function of `id`)."""
+    import duckdb
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def call(ids: Any) -> Any:
+        made = make()
+        keys, values = made if isinstance(made, tuple) else (None, made)
+        x = pc.fill_null(ids, -1).to_numpy()
+        if keys is None:
+            inside = (x >= 0) & (x < len(values))
+            at = np.where(inside, x, 0)
+        else:
+            at = np.minimum(np.searchsorted(keys, x), max(len(keys) - 1, 0))
+            inside = keys[at] == x if len(keys) else np.zeros(len(x), bool)
+        got = values[at] if len(values) else np.full(len(x), -1, np.int64)
+        return pa.array(got.astype(np.int64), mask=~inside | (got < 0))
+
+    bigint = duckdb.sqltype("BIGINT")
+    con.create_function(name, call, [bigint], bigint, type="arrow", null_handling="special")
+    return f"{name}(id)"
 
 
 def _args_json(traces: list[Any], ids: list[int | None]) -> Any:

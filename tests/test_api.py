@@ -434,3 +434,62 @@ def test_kernels_need_no_nesting():
             table.total[table.count > 0].tolist()
         )
     assert first.column("total_dur").tolist() == again.column("total_dur").tolist()
+
+
+# -- the per-event tables' memory (issue 29) -------------------------------------------------
+
+
+def _traced(action) -> tuple[object, int, int]:
+    """`action()`, with the bytes numpy and Python held after it and at their peak during it,
+    over what was held before (tracemalloc sees numpy's arrays)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        result = action()
+        held, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return result, held, peak
+
+
+def test_the_slice_table_holds_its_rows_and_a_dataframe_one_copy() -> None:
+    """`slices()` keeps the rows (8 bytes a slice), not 13 gathered columns (some 100), and its
+    DataFrame gets each column gathered once, not a copy of the table's copy: its peak is about
+    the DataFrame's own size (some 95 bytes a slice; the table and a copy made 200)."""
+    path = CORPUS / CORPUS_TRACES[0]
+    trace = kinetoscope.open(path if path.exists() else SAMPLE, use_cache=False)
+    session = trace.session
+    _ = session.classes, session.nesting.depth, session.nesting.parent  # the analysis's own
+    trace.kernels().to_pandas()  # pandas' imports and caches
+    n = int((trace.model.ph == ord("X")).sum())
+    fixed = 1 << 16  # the objects themselves: what a small trace's bytes per slice hide
+    slices, held, peak = _traced(trace.slices)
+    assert held < 12 * n + fixed and peak < 12 * n + fixed
+    frame, held, peak = _traced(slices.to_pandas)
+    assert peak < 130 * n + fixed
+    assert len(frame) == n and frame["ts"].dtype == np.int64
+
+
+def test_a_dataframe_owns_its_columns() -> None:
+    """A DataFrame handed a gathered column writes into it; the table, its Arrow table and its
+    next DataFrame stay as they were, whichever was made first."""
+    trace = kinetoscope.open(SAMPLE, use_cache=False)
+    for first in ("pandas", "column", "arrow"):
+        table = trace.operator_events() if first == "column" else trace.slices()
+        if first == "column":
+            before = table.column("ts").copy()
+        elif first == "arrow":
+            arrow = table.to_arrow()
+        frame = table.to_pandas()
+        want = frame.copy()
+        frame.loc[:, "ts"] = -5
+        frame.loc[:, "parent"] = 7
+        frame.loc[:, "id"] = 0
+        again = table.to_pandas()
+        pd.testing.assert_frame_equal(again, want)
+        if first == "column":
+            assert (table.column("ts") == before).all()
+        if first == "arrow":
+            assert arrow.column("ts").to_pylist() == want["ts"].tolist()
+            assert arrow.column("id").to_pylist() == want["id"].tolist()

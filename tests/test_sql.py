@@ -308,3 +308,99 @@ def test_the_command_reads_a_jobs_folder(tmp_path: Path, capsys) -> None:
     assert {"slice", "kernel", "rank_summary", "matched_collective"} <= names
     code, _, err = run(capsys, "sql", str(SAMPLE), "SELECT 1", "--cycle", "2")
     assert code == 1 and "--cycle" in err
+
+
+# -- the slice table read in place (issue 29: SQL's memory) ----------------------------------
+
+
+def _allocated_by(action) -> int:
+    """Bytes numpy (tracemalloc sees its arrays) and Arrow's pool allocated at their peak while
+    `action` ran, over what was held before."""
+    import tracemalloc
+
+    arrow_before = pa.total_allocated_bytes()
+    tracemalloc.start()
+    try:
+        action()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak + max(0, pa.total_allocated_bytes() - arrow_before)
+
+
+def test_the_slice_table_reads_the_model_in_place() -> None:
+    """Handing `slice` to DuckDB and grouping it gathers no column: numpy and Arrow allocate
+    under 6 bytes per row of the model (the row number, 4; the API's table allocates some 90
+    per row), and the nesting, which only `depth` and `parent` need, is made when a query
+    reads one of them."""
+    trace = kinetoscope.open(RESNET if RESNET.exists() else SAMPLE, use_cache=False)
+    rows = len(trace.model)
+    query = "SELECT name, count(*), sum(dur) FROM slice GROUP BY name"
+    with Database.of_trace(trace) as db:  # the imports and the session's row kinds, once
+        db.query(query)
+    with Database.of_trace(trace) as db:
+        assert _allocated_by(lambda: db.query(query)) < 6 * rows + (1 << 16)
+        assert not trace.session.nesting_ready
+        got = sql_rows(db, "SELECT count(depth) AS n, sum(parent) AS p FROM slice")
+        assert trace.session.nesting_ready
+    slices = trace.slices()
+    depth, parent = slices.column("depth"), slices.column("parent")
+    assert got == [
+        {
+            "n": sum(d is not None for d in depth),
+            "p": sum(p for p in parent if p is not None),
+        }
+    ]
+
+
+@pytest.mark.parametrize("table, method", [("slice", "slices"), ("kernel", "kernel_events")])
+@pytest.mark.parametrize("nesting_first", [False, True])
+def test_the_tables_read_in_place_are_the_apis(table: str, method: str, nesting_first) -> None:
+    """The rows, values, nulls and column types of `slice` and `kernel` are the API's tables',
+    whether the nesting was made before the table (its arrays) or after (on demand)."""
+    trace = kinetoscope.open(SAMPLE, use_cache=False)
+    if nesting_first:
+        _ = trace.session.nesting
+    want = list(getattr(trace, method)().rows())
+    with Database.of_trace(trace) as db:
+        got = sql_rows(db, f"SELECT * FROM {table}")
+        types = db.con.sql(f"DESCRIBE {table}").fetchall()
+    assert got == want and len(want) > 50
+    with Database(trace.tables(), lambda ids: ids, 1) as db:  # the API's Table, as Arrow
+        db.register(table)
+        assert db.con.sql(f"DESCRIBE {table}").fetchall() == types
+    if table == "slice":
+        assert len(got) == int((trace.model.ph == ord("X")).sum()) < len(trace.model)
+        assert any(r["parent"] is None and r["depth"] == 0 for r in got)
+        assert any(r["depth"] is None and r["device"] is not None for r in got)  # GPU activity
+    else:
+        assert all(r["launch"] is not None for r in got) and any(r["operator"] for r in got)
+
+
+def test_the_kernel_table_needs_no_nesting_for_its_sums() -> None:
+    trace = kinetoscope.open(SAMPLE, use_cache=False)
+    with Database.of_trace(trace) as db:
+        got = sql_rows(
+            db, "SELECT name, count(*) AS n, sum(dur) AS total FROM kernel GROUP BY name"
+        )
+        assert not trace.session.nesting_ready
+        sql_rows(db, "SELECT count(operator) FROM kernel")
+        assert trace.session.nesting_ready
+    want = {(r["name"], r["count"], r["total_dur"]) for r in trace.kernels().rows()}
+    assert {(r["name"], r["n"], r["total"]) for r in got} == want
+
+
+def test_the_on_demand_columns_refuse_rows_that_are_not_there() -> None:
+    trace = kinetoscope.open(SAMPLE, use_cache=False)
+    with Database.of_trace(trace) as db:
+        db.register("slice")
+        db.register("kernel")
+        got = sql_rows(
+            db,
+            "SELECT kinetoscope_slice_depth(-1) a, kinetoscope_slice_parent(1099511627776) b, "
+            "kinetoscope_slice_depth(NULL) c, kinetoscope_slice_depth(-9223372036854775808) d, "
+            "kinetoscope_kernel_launch(-1) e, kinetoscope_kernel_operator(1099511627776) f, "
+            "kinetoscope_kernel_launch(0) g",  # row 0: not a GPU activity
+        )
+    assert got == [dict.fromkeys("abcdefg")]
+    assert trace.model.ph[0] != ord("X") or trace.session.classes.kind[0] in (0, 4, 5)
