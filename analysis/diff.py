@@ -32,7 +32,8 @@ API (stable; the viewer builds on it):
   into `base_rows`/`new_rows` (`row_ops()`: the same with trace rows); `capped` says the work
   cap was hit and the middle was paired by position instead.
 - `normalise_name(name, templates=False)`, `parse_steps(spec)`, and `prepare(session)` (what a
-  diff asks of one trace, for a thread to compute while the other trace loads).
+  diff asks of one trace, for a thread to compute while the other trace loads;
+  `prepare_concurrently` on two threads).
 
 Times are int64 ns throughout; the JSON document (report_diff.diff_document) has µs.
 """
@@ -1149,7 +1150,15 @@ def _device_names(session: TraceSession) -> list[str]:
 # -- the diff -------------------------------------------------------------------------------
 
 
-PREPARED = ("steps", "idle", "sync", "nesting", "gpu_groups")  # what a diff asks of a session
+# What a diff asks of a session, and nothing more (tests/test_diff.py checks that a diff computes
+# no other result): the nesting before the steps, whose per-thread unions then need no sort.
+PREPARED = ("nesting", "steps", "idle", "sync", "gpu_groups")
+# The same as two plans for `TraceSession.compute_concurrently`: the nesting's chain on one
+# thread, what needs no nesting on another.
+PREPARE_PLANS = (
+    ("classes", "cpu_groups", "nesting", "steps", "sync"),
+    ("links", "idle", "gpu_groups"),
+)
 
 
 def prepare(session: TraceSession, names: tuple[str, ...] = PREPARED) -> None:
@@ -1160,6 +1169,11 @@ def prepare(session: TraceSession, names: tuple[str, ...] = PREPARED) -> None:
             getattr(session, name)
         except Exception:  # remembered: `diff_sessions` raises AnalysisFailed where it is needed
             pass
+
+
+def prepare_concurrently(session: TraceSession) -> None:
+    """`prepare`, on two threads where there are CPUs for them (PREPARE_PLANS)."""
+    session.compute_concurrently(*PREPARE_PLANS)
 
 
 def diff_sessions(

@@ -461,40 +461,38 @@ def load_sessions(base_path: str, new_path: str, overlap: bool = True) -> tuple[
     """Both traces as sessions (BASE, NEW), on few cores as fast as they come:
 
     - one load at a time, each decoded by the parser's own worker processes (one per CPU): the
-      decoding already keeps every core busy, so two loads side by side only take turns;
+      decoding already keeps every core busy, so two loads side by side only take turns (and
+      hold both loads' working memory at once: measured in BENCHMARKS.md);
     - a gzip'd trace first: its load keeps the cores busiest (one more thread inflates), while a
       plain file's load leaves some CPU time idle, which the first trace's analysis, run in a
       thread meanwhile, takes (`overlap`);
-    - then the second trace's analysis on two threads: the nesting (sorts that release the
-      interpreter lock) beside the rest.
+    - then the second trace's analysis on two threads: the nesting's chain (the steps and sync
+      after it) beside what needs no nesting (`PREPARE_PLANS`).
     docs/diff.md and BENCHMARKS.md give the measurements."""
     import threading
 
     from kinetoscope.analysis import TraceSession
-    from kinetoscope.analysis.diff import PREPARED, prepare
-    from kinetoscope.parser import load
+    from kinetoscope.analysis.diff import prepare, prepare_concurrently
+    from kinetoscope.parser import load, threads_affordable
 
     swap = _gzipped(new_path) and not _gzipped(base_path)
     first_path, second_path = (new_path, base_path) if swap else (base_path, new_path)
     first = TraceSession(load(first_path, write_cache=False))
-    worker = threading.Thread(target=prepare, args=(first,), name="diff-first", daemon=True)
-    if overlap:
-        worker.start()
+    worker = None
+    if overlap and threads_affordable():
+        worker = threading.Thread(target=prepare, args=(first,), name="diff-first", daemon=True)
+        try:
+            worker.start()
+        except RuntimeError:  # no thread to be had (an address-space limit): analysed later
+            worker = None
     try:
         # `release` after the last load: the analysis needs the memory more than idle workers.
         second = TraceSession(load(second_path, write_cache=False, release=True))
     finally:
-        if overlap:
+        if worker is not None:
             worker.join()
     if overlap:
-        nesting = threading.Thread(
-            target=prepare, args=(second, ("nesting",)), name="diff-nesting", daemon=True
-        )
-        nesting.start()
-        try:
-            prepare(second, tuple(name for name in PREPARED if name not in ("nesting", "sync")))
-        finally:
-            nesting.join()
+        prepare_concurrently(second)
     return (second, first) if swap else (first, second)
 
 
