@@ -387,34 +387,7 @@ def _operator_memory(
     # to its end. Only outermost instances are needed (inner ones of a group lie inside them).
     # They are taken a block at a time: a 1 GB trace has millions of them, and whole-trace
     # temporaries for each would set the peak memory of the summary.
-    peak_live = np.full(n_groups, NO_VALUE, dtype=np.int64)
-    peak_start = np.full(n_groups, np.iinfo(np.int64).max, dtype=np.int64)
-    peak_row = np.full(n_groups, -1, dtype=np.int64)
-    for block in range(0, len(outer_all), PEAK_BLOCK):
-        outer = outer_all[block : block + PEAK_BLOCK]
-        rows = nesting.order[outer]
-        start = trace.start[rows]
-        end = start + trace.dur[rows]
-        lo = np.maximum(np.searchsorted(ts, start, side="left") - 1, 0)
-        hi = np.searchsorted(ts, end, side="left")
-        seen = range_max(allocated, lo, np.maximum(hi, lo))
-        seen[(hi == 0) | (len(ts) == 0)] = NO_VALUE
-        known = np.flatnonzero(seen != NO_VALUE)
-        if not len(known):
-            continue
-        g = group_of_pos[outer[known]]
-        # Per group the highest value, first instance in time among equals.
-        order = np.lexsort((start[known], -seen[known], g))
-        firsts = order[np.concatenate(([True], g[order][1:] != g[order][:-1]))]
-        groups_here = g[firsts]
-        value, when = seen[known][firsts], start[known][firsts]
-        better = (value > peak_live[groups_here]) | (
-            (value == peak_live[groups_here]) & (when < peak_start[groups_here])
-        )
-        winners = groups_here[better]
-        peak_live[winners] = value[better]
-        peak_start[winners] = when[better]
-        peak_row[winners] = rows[known][firsts][better]
+    peak_live, peak_row = _peaks(trace, nesting, group_of_pos, outer_all, ts, allocated, n_groups)
 
     lifetimes = _lifetimes(group_of_pos, owner_pos, nbytes, allocations, n_groups, fits)
 
@@ -436,6 +409,68 @@ def _operator_memory(
         unfreed_bytes=per_group(nbytes, unfreed_mask),
         **lifetimes,
     )
+
+
+def _peaks(
+    trace: Trace,
+    nesting: Nesting,
+    group_of_pos: np.ndarray,
+    outer_all: np.ndarray,
+    ts: np.ndarray,
+    allocated: np.ndarray,
+    n_groups: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per group: the largest level while one of its outermost instances ran (the level
+    entering its start, and every event up to its end), and the instance (row) that saw it
+    first in time (then first in position among equals); NO_VALUE and -1 where none did.
+
+    Column-wise and without sorting the instances: most contain no event, and their level is
+    the one entering them (one gather); only those that hold events take a range maximum. Per
+    group the best is found by `ufunc.at` reductions (highest level, then earliest start among
+    those, then first position), each a pass over the instances, not a sort of them."""
+    peak_live = np.full(n_groups, NO_VALUE, dtype=np.int64)
+    peak_start = np.full(n_groups, np.iinfo(np.int64).max, dtype=np.int64)
+    peak_row = np.full(n_groups, -1, dtype=np.int64)
+    if not len(ts):
+        return peak_live, peak_row
+    for block in range(0, len(outer_all), PEAK_BLOCK):
+        outer = outer_all[block : block + PEAK_BLOCK]
+        rows = nesting.order[outer]
+        start = trace.start[rows]
+        lo = np.maximum(np.searchsorted(ts, start, side="left") - 1, 0)
+        hi = np.searchsorted(ts, start + trace.dur[rows], side="left")
+        known = np.flatnonzero(hi > lo)
+        lo, hi = lo[known], hi[known]
+        seen = allocated[lo]
+        wide = np.flatnonzero(hi - lo > 1)
+        seen[wide] = range_max(allocated, lo[wide], hi[wide])
+        kept = np.flatnonzero(seen != NO_VALUE)
+        if len(kept) < len(known):
+            known, seen = known[kept], seen[kept]
+        if not len(known):
+            continue
+        start = start[known]
+        g = group_of_pos[outer[known]]
+        # Per group the highest value, then the earliest start among those, then the first.
+        best = np.full(n_groups, NO_VALUE, dtype=np.int64)
+        np.maximum.at(best, g, seen)
+        top = np.flatnonzero(seen == best[g])
+        earliest = np.full(n_groups, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(earliest, g[top], start[top])
+        top = top[start[top] == earliest[g[top]]]
+        first = np.full(n_groups, len(known), dtype=np.int64)
+        np.minimum.at(first, g[top], top)
+        groups_here = np.flatnonzero(first < len(known))
+        firsts = first[groups_here]
+        value, when = seen[firsts], start[firsts]
+        better = (value > peak_live[groups_here]) | (
+            (value == peak_live[groups_here]) & (when < peak_start[groups_here])
+        )
+        winners = groups_here[better]
+        peak_live[winners] = value[better]
+        peak_start[winners] = when[better]
+        peak_row[winners] = rows[known[firsts[better]]]
+    return peak_live, peak_row
 
 
 def _lifetimes(
