@@ -356,8 +356,9 @@ def _operator_memory(
         """Per group, for each (values, mask): the sum over the events inside the subtrees of
         its outermost instances. Subtrees are contiguous position ranges, and outermost
         instances of one group never nest, so this counts each event once per group. The
-        events are sorted by position once; each instance's range of them is found by
-        bisection, a block of instances at a time (no position-sized temporaries)."""
+        events are sorted by position once; each instance's first event is found by counting,
+        and the end of its range by bisection for just the instances that hold events, a
+        block of instances at a time (no position-sized temporaries)."""
         events = np.flatnonzero(owner_pos >= 0)
         events = events[np.argsort(owner_pos[events], kind="stable")]
         at = owner_pos[events]
@@ -367,12 +368,18 @@ def _operator_memory(
         outs = [np.zeros(n_groups, dtype=np.int64) for _ in wanted]
         for block in range(0, len(outer_all), PEAK_BLOCK):
             outer = outer_all[block : block + PEAK_BLOCK]
-            lo = np.searchsorted(at, outer, side="left")
-            hi = np.searchsorted(at, nesting.subtree_stop[outer], side="left")
-            some = np.flatnonzero(hi > lo)
+            # The instances' positions ascend: the events before each are counted by placing
+            # the (fewer) events among the instances, not by a search per instance.
+            placed = np.searchsorted(outer, at, side="right")
+            lo = np.cumsum(np.bincount(placed, minlength=len(outer) + 1)[: len(outer)])
+            some = np.flatnonzero(lo < len(at))
+            stop = nesting.subtree_stop[outer[some]]
+            inside = at[lo[some]] < stop
+            some, stop = some[inside], stop[inside]
             if not len(some):
                 continue
-            lo, hi, group = lo[some], hi[some], group_of_pos[outer[some]]
+            lo, group = lo[some], group_of_pos[outer[some]]
+            hi = np.searchsorted(at, stop, side="left")
             for k, prefix in enumerate(sums):
                 outs[k] = add_at(outs[k], group, prefix[hi] - prefix[lo], fits)
         return outs
@@ -433,12 +440,17 @@ def _peaks(
     peak_row = np.full(n_groups, -1, dtype=np.int64)
     if not len(ts):
         return peak_live, peak_row
+    after = np.append(ts, np.iinfo(np.int64).max)  # the event at or after a start, if any
     for block in range(0, len(outer_all), PEAK_BLOCK):
         outer = outer_all[block : block + PEAK_BLOCK]
         rows = nesting.order[outer]
         start = trace.start[rows]
-        lo = np.maximum(np.searchsorted(ts, start, side="left") - 1, 0)
-        hi = np.searchsorted(ts, start + trace.dur[rows], side="left")
+        end = start + trace.dur[rows]
+        hi = np.searchsorted(ts, start, side="left")  # the first event at or after the start
+        lo = np.maximum(hi - 1, 0)
+        # Only instances with an event inside reach past it: their end is searched for alone.
+        inside = np.flatnonzero(after[hi] < end)
+        hi[inside] = np.searchsorted(ts, end[inside], side="left")
         known = np.flatnonzero(hi > lo)
         lo, hi = lo[known], hi[known]
         seen = allocated[lo]
