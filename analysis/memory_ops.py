@@ -328,10 +328,21 @@ def match_allocations(
 PEAK_BLOCK = 1 << 18
 
 
+def _outermost(nesting: Nesting, groups: Groups) -> tuple[np.ndarray, np.ndarray]:
+    """The group of every position, and the positions of the outermost instances (those with
+    no ancestor of their own group): the same for every device, found once."""
+    group_of_pos = groups.index[nesting.order]  # int32
+    outer_all = np.flatnonzero(nesting.outermost)
+    if len(nesting.order) < (1 << 31):  # positions: half the memory in 32 bits
+        outer_all = outer_all.astype(np.int32)
+    return group_of_pos, outer_all
+
+
 def _operator_memory(
     trace: Trace,
     nesting: Nesting,
     groups: Groups,
+    outermost: tuple[np.ndarray, np.ndarray],
     owner_pos: np.ndarray,
     nbytes: np.ndarray,
     ts: np.ndarray,
@@ -339,10 +350,7 @@ def _operator_memory(
     allocations: Allocations,
 ) -> OperatorMemory:
     n_groups = len(groups)
-    group_of_pos = groups.index[nesting.order]  # int32
-    outer_all = np.flatnonzero(nesting.outermost)
-    if len(nesting.order) < (1 << 31):  # positions: half the memory in 32 bits
-        outer_all = outer_all.astype(np.int32)
+    group_of_pos, outer_all = outermost
 
     # Byte counts near 2**63 are valid: their sums are then taken in Python integers.
     fits = sums_fit(nbytes)
@@ -441,39 +449,40 @@ def _peaks(
     if not len(ts):
         return peak_live, peak_row
     after = np.append(ts, np.iinfo(np.int64).max)  # the event at or after a start, if any
+    # The level entering a start: that of the event before it; NO_VALUE (unknown) before any.
+    entering = np.concatenate(([NO_VALUE], allocated))
     for block in range(0, len(outer_all), PEAK_BLOCK):
         outer = outer_all[block : block + PEAK_BLOCK]
         rows = nesting.order[outer]
         start = trace.start[rows]
         end = start + trace.dur[rows]
-        hi = np.searchsorted(ts, start, side="left")  # the first event at or after the start
-        lo = np.maximum(hi - 1, 0)
+        first = np.searchsorted(ts, start, side="left")  # the first event at or after the start
+        seen = entering[first]
         # Only instances with an event inside reach past it: their end is searched for alone.
-        inside = np.flatnonzero(after[hi] < end)
-        hi[inside] = np.searchsorted(ts, end[inside], side="left")
-        known = np.flatnonzero(hi > lo)
-        lo, hi = lo[known], hi[known]
-        seen = allocated[lo]
-        wide = np.flatnonzero(hi - lo > 1)
-        seen[wide] = range_max(allocated, lo[wide], hi[wide])
-        kept = np.flatnonzero(seen != NO_VALUE)
-        if len(kept) < len(known):
-            known, seen = known[kept], seen[kept]
-        if not len(known):
-            continue
-        start = start[known]
-        g = group_of_pos[outer[known]]
+        inside = np.flatnonzero(after[first] < end)
+        if len(inside):
+            lo = np.maximum(first[inside] - 1, 0)
+            seen[inside] = range_max(allocated, lo, np.searchsorted(ts, end[inside], side="left"))
+        backwards = np.flatnonzero(end < start)  # none in a parsed trace (counted as 0 there)
+        if len(backwards):  # no range from the event before the start to before the end
+            before_end = np.searchsorted(ts, end[backwards], side="left")
+            seen[backwards[before_end < first[backwards]]] = NO_VALUE
+        del first, end
+        g = group_of_pos[outer]
         # Per group the highest value, then the earliest start among those, then the first.
         best = np.full(n_groups, NO_VALUE, dtype=np.int64)
         np.maximum.at(best, g, seen)
         top = np.flatnonzero(seen == best[g])
+        top = top[seen[top] != NO_VALUE]
+        if not len(top):
+            continue
         earliest = np.full(n_groups, np.iinfo(np.int64).max, dtype=np.int64)
         np.minimum.at(earliest, g[top], start[top])
         top = top[start[top] == earliest[g[top]]]
-        first = np.full(n_groups, len(known), dtype=np.int64)
-        np.minimum.at(first, g[top], top)
-        groups_here = np.flatnonzero(first < len(known))
-        firsts = first[groups_here]
+        chosen = np.full(n_groups, len(outer), dtype=np.int64)
+        np.minimum.at(chosen, g[top], top)
+        groups_here = np.flatnonzero(chosen < len(outer))
+        firsts = chosen[groups_here]
         value, when = seen[firsts], start[firsts]
         better = (value > peak_live[groups_here]) | (
             (value == peak_live[groups_here]) & (when < peak_start[groups_here])
@@ -481,7 +490,7 @@ def _peaks(
         winners = groups_here[better]
         peak_live[winners] = value[better]
         peak_start[winners] = when[better]
-        peak_row[winners] = rows[known[firsts[better]]]
+        peak_row[winners] = rows[firsts[better]]
     return peak_live, peak_row
 
 
@@ -605,7 +614,9 @@ def compute_memory_ops(
     `groups` must be the CPU groups `nesting` was built with; `step_rows` the step slices."""
     memory: MemoryEvents = trace.memory
     devices: list[DeviceMemory] = []
-    for group in compute_memory(memory):
+    groups_memory = compute_memory(memory)
+    outermost = _outermost(nesting, groups) if groups_memory else (np.zeros(0), np.zeros(0))
+    for group in groups_memory:
         idx = group.indices[memory.ts[group.indices] != NO_VALUE]
         idx = idx[np.lexsort((memory.ordinal[idx], memory.ts[idx]))]
         ts = memory.ts[idx]
@@ -645,7 +656,15 @@ def compute_memory_ops(
                 peak_reserved=peak_reserved,
                 peak_step=step_holding(trace, step_rows, int(ts[peak])) if peak >= 0 else -1,
                 ops=_operator_memory(
-                    trace, nesting, groups, owner_pos, nbytes, ts, allocated, allocations
+                    trace,
+                    nesting,
+                    groups,
+                    outermost,
+                    owner_pos,
+                    nbytes,
+                    ts,
+                    allocated,
+                    allocations,
                 ),
                 allocations=allocations,
             )
