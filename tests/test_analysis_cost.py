@@ -211,3 +211,85 @@ def test_memory_groups_by_one_sort_match_their_definition():
                 assert group.peak_allocated_index == next(i for v, i in allocated if v == peak)
             else:
                 assert group.peak_allocated is None and group.peak_allocated_index == -1
+
+
+def _memory_steps(copies: int) -> bytes:
+    """`copies` training steps on two threads, each a nest four deep (the same operators every
+    step, inner ones repeated) with allocations, frees and a leak in it and between steps on
+    CUDA 0 and the CPU."""
+    events, total, cpu_total = [], 0, 0
+
+    def op(name, ts, dur, tid=1, cat="cpu_op"):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
+
+    def mem(ts, nbytes, total, addr, device_type=1, tid=1):
+        args = {"Bytes": nbytes, "Addr": addr, "Total Allocated": total}
+        args |= {"Device Type": device_type, "Device Id": 0 if device_type else -1}
+        return {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1,
+                "tid": tid, "ts": ts, "args": args}  # fmt: skip
+
+    for k in range(copies):
+        t = k * STEP_US
+        events.append(op(f"ProfilerStep#{k}", t, STEP_US - 10, cat="user_annotation"))
+        for j in range(3):
+            base = t + 10 + j * 600
+            events += [op("aten::linear", base, 500), op("aten::matmul", base + 10, 300)]
+            events += [op("aten::empty", base + 20 + 50 * i, 20) for i in range(4)]
+            for i in range(4):
+                addr = 0x10_0000 * (k + 1) + 0x100 * (4 * j + i)
+                total += 256
+                events.append(mem(base + 25 + 50 * i, 256, total, addr))
+            for i in range(3):  # one of the four is kept: a leak per nest
+                total -= 256
+                addr = 0x10_0000 * (k + 1) + 0x100 * (4 * j + i)
+                events.append(mem(base + 400 + i, -256, total, addr))
+            events.append(op("aten::add", base + 5, 100, tid=2))
+            cpu_total += 64
+            events.append(mem(base + 50, 64, cpu_total, 0x9000 + k * 8 + j, 0, tid=2))
+        events.append(mem(t + STEP_US - 5, 16, total + 16, 0x7000_0000 + k))  # between ops
+        total += 16
+    return json.dumps({"schemaVersion": 1, "traceEvents": events}).encode()
+
+
+def _stage_calls(data: bytes, stage) -> tuple[int, int]:
+    """Python calls made by one stage (its inputs computed before, the step slices among them:
+    finding those tests each distinct name, and every step has its own), and the trace's rows."""
+    from kinetoscope.analysis.steps import step_rows
+
+    trace = loads(data)
+    session = TraceSession(trace)
+    for name in ("classes", "cpu_groups", "nesting", "links", "idle"):
+        getattr(session, name)
+    steps = step_rows(trace, session.classes.cpu)
+    with CallCount(python_only=True) as count:
+        stage(trace, session, steps)
+    return count.calls, len(trace)
+
+
+def test_memory_per_operator_python_calls_do_not_grow_with_the_events():
+    """compute_memory_ops over 40x the steps (40x the slices, instances and [memory] events):
+    the same Python calls."""
+    from kinetoscope.analysis.memory_ops import compute_memory_ops
+
+    def stage(trace, session, steps):
+        ops = compute_memory_ops(trace, session.nesting, session.cpu_groups, steps)
+        assert len(ops.devices) == 2 and all(len(d.ops.peak_live) for d in ops.devices)
+
+    few, rows_few = _stage_calls(_memory_steps(5), stage)
+    many, rows_many = _stage_calls(_memory_steps(200), stage)
+    assert rows_many > 30 * rows_few
+    assert many == few, (few, many)
+
+
+def test_nesting_python_calls_do_not_grow_with_the_slices():
+    """compute_nesting over 40x the steps: the same Python calls (the nearest-greater search
+    and the subtrees' pointer doubling take rounds in the depth, not in the slices)."""
+    from kinetoscope.analysis.nesting import compute_nesting
+
+    def stage(trace, session, _steps):
+        compute_nesting(trace, session.classes.cpu, session.cpu_groups.index)
+
+    few, rows_few = _stage_calls(_memory_steps(5), stage)
+    many, rows_many = _stage_calls(_memory_steps(200), stage)
+    assert rows_many > 30 * rows_few
+    assert many == few, (few, many)
