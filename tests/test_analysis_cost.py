@@ -293,3 +293,71 @@ def test_nesting_python_calls_do_not_grow_with_the_slices():
     many, rows_many = _stage_calls(_memory_steps(200), stage)
     assert rows_many > 30 * rows_few
     assert many == few, (few, many)
+
+
+def _compiled_step(copies: int) -> bytes:
+    """One step holding a compiled region that launches `copies` x 3 Inductor kernels (three
+    names, each with its CPU launch slice, and a CPU `cpp_fused_*` kernel) and, outside the
+    region, `copies` x 2 eager operators (two names) that launch a kernel each."""
+
+    def op(name, ts, dur, cat="cpu_op", **args):
+        event = {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+        return event | ({"args": args} if args else {})
+
+    def kernel(name, ts, corr):
+        args = {"device": 0, "stream": 7, "correlation": corr}
+        return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts,
+                "dur": 3, "args": args}  # fmt: skip
+
+    span = 100 * copies
+    events = [
+        op("ProfilerStep#1", 0, 3 * span, cat="user_annotation"),
+        op("Torch-Compiled Region: 0/0", 1, span - 2),
+    ]
+    corr = 0
+    for k in range(copies):
+        for j, name in enumerate(("triton_poi_fused_add_0", "triton_red_fused_sum_1")):
+            t = 100 * k + 5 + 30 * j
+            corr += 1
+            events += [op(name, t, 20), op("cudaLaunchKernel", t + 2, 5, cat="cuda_runtime",
+                                           correlation=corr)]  # fmt: skip
+            events.append(kernel(name, 3 * span + t, corr))
+        events.append(op("cpp_fused_mul_2", 100 * k + 70, 10))
+        for j, name in enumerate(("aten::add_", "aten::mul")):
+            t = span + 100 * k + 10 + 40 * j
+            corr += 1
+            events += [op(name, t, 30), op("cudaLaunchKernel", t + 5, 5, cat="cuda_runtime",
+                                           correlation=corr)]  # fmt: skip
+            events.append(kernel("vectorized_elementwise", 3 * span + t, corr))
+    return json.dumps({"schemaVersion": 1, "traceEvents": events}).encode()
+
+
+def test_compile_python_calls_do_not_grow_with_the_kernels():
+    """compute_compile over 40x the Inductor kernels and eager operators (one region, the same
+    names): the same Python calls; Inductor kinds and eager islands are found per name."""
+    from kinetoscope.analysis.compile import compute_compile
+
+    def stage(trace, session, _steps):
+        session.steps  # noqa: B018 (an input, asked before counting)
+        with CallCount(python_only=True) as count:
+            compiled = compute_compile(session)
+        return count.calls, compiled
+
+    counts = []
+    for copies in (5, 200):
+        trace = loads(_compiled_step(copies))
+        session = TraceSession(trace)
+        for name in ("classes", "cpu_groups", "nesting", "links", "idle", "steps", "operators"):
+            getattr(session, name)
+        calls, compiled = stage(trace, session, None)
+        assert {k.name: k.count for k in compiled.inductor} == {
+            "triton_poi_fused_add_0": copies,
+            "triton_red_fused_sum_1": copies,
+            "cpp_fused_mul_2": copies,
+        }
+        assert {e.name: e.count for e in compiled.eager_islands} == {
+            "aten::add_": copies,
+            "aten::mul": copies,
+        }
+        counts.append(calls)
+    assert counts[0] == counts[1], counts
