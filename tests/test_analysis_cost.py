@@ -361,3 +361,59 @@ def test_compile_python_calls_do_not_grow_with_the_kernels():
         }
         counts.append(calls)
     assert counts[0] == counts[1], counts
+
+
+def _sites_per_call(trace, calls):
+    """group_sites as the definition reads: one bucket per (call name, cause, site) in words,
+    filled call by call."""
+    from kinetoscope.analysis.sync import cause_label
+
+    buckets: dict = {}
+    for i in range(len(calls)):
+        key = (trace.name_of(int(calls.rows[i])), cause_label(trace, calls, i))
+        buckets.setdefault(key + (calls.sites[int(calls.site[i])],), []).append(i)
+    out = []
+    for (call, cause, site), members in buckets.items():
+        durations = calls.dur[members]
+        worst = members[int(np.argmax(durations))]
+        out.append((call, cause, site, members, int(durations.sum()), int(durations.max()),
+                    int(calls.idle_after[members].sum()), int(calls.idle[members].sum()), worst))  # fmt: skip
+    out.sort(key=lambda s: (-s[4], -len(s[3]), s[3][0]))
+    return out
+
+
+def test_sync_sites_grouped_per_key_match_the_per_call_grouping_and_do_not_grow():
+    """group_sites over 40x the calls: the same sites as bucketing call by call, and the same
+    Python calls (its work is per distinct key)."""
+    from kinetoscope.analysis.sync import group_sites
+
+    counts = []
+    for copies, same_stack in ((5, True), (200, True), (30, False)):
+        trace, session = _ready(repeated(copies, same_stack))
+        calls = session.sync
+        with CallCount(python_only=True) as count:
+            sites = group_sites(trace, calls)
+        got = [(s.call, s.cause, s.site, s.calls.tolist(), s.total, s.max, s.idle_after, s.idle,
+                s.worst) for s in sites]  # fmt: skip
+        assert got == _sites_per_call(trace, calls)
+        counts.append((count.calls, len(calls.rows)))
+    (few, n_few), (many, n_many), _ = counts
+    assert n_many > 30 * n_few and many == few, counts
+
+
+def test_latest_window_holding_each_time_against_brute_force():
+    """Steps nested and overlapping and back to back, times on their edges: the last window
+    (by start) holding each time, as the per-window loop finds it."""
+    from kinetoscope.analysis.sync import latest_holding
+
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        n = int(rng.integers(0, 12))
+        starts = np.sort(rng.integers(0, 50, n)).astype(np.int64)
+        ends = starts + rng.integers(0, 30, n)
+        times = rng.integers(-5, 90, 40).astype(np.int64)
+        times[: min(n, 20)] = np.concatenate((starts, ends))[: min(n, 20)]
+        want = np.full(len(times), -1)
+        for s in range(n):
+            want[(times >= starts[s]) & (times < ends[s])] = s
+        assert latest_holding(starts, ends, times).tolist() == want.tolist()
