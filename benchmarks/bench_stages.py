@@ -4,12 +4,16 @@
 
 Every run is a fresh Python process: it loads the trace as the summary does (parsed, no model
 cache: a memory-mapped model would add its page faults to the first stage that reads each
-column), imports the analysis modules (outside the timing), then asks a `TraceSession` for each result in dependency order on this one thread, timing each
-with `time.process_time()` (CPU time, which a busy machine distorts far less than wall time),
-and last builds the summary document from the computed results. The table gives each stage's
-median over the runs; `--scale-mb` adds a column scaled linearly to a trace of that size (the
-stages grow linearly with the events). The stages are those of `build_summary`; run it against
-another checkout of the code by putting that checkout first on PYTHONPATH.
+column), imports the analysis modules (outside the timing), then asks a `TraceSession` for
+each result in dependency order on this one thread, timing each with `time.process_time()`
+(CPU time, which a busy machine distorts far less than wall time), and last builds the
+summary document from the computed results ("total" is the sum: the analysis on one thread).
+Then, on a fresh session of the same trace, the whole summary as `summary` runs it (its stages
+on two threads where two CPUs may be used): its CPU time, all threads together, and its wall
+time, which a busy machine inflates. The table gives each row's median over the runs;
+`--scale-mb` adds a column scaled linearly to a trace of that size (the stages grow linearly
+with the events). Run it against another checkout of the code by putting that checkout first
+on PYTHONPATH (from outside this checkout).
 """
 
 from __future__ import annotations
@@ -63,6 +67,12 @@ for name in json.loads(sys.argv[2]):
 began = time.process_time()
 summary_json(build_summary(session))
 times["document"] = time.process_time() - began
+# The whole summary again on a fresh session, as `summary` runs it: its stages on two threads
+# where the process may use two CPUs. Wall and CPU time (of all threads) of the analysis.
+wall, cpu = time.perf_counter(), time.process_time()
+summary_json(build_summary(TraceSession(trace)))
+times["summary wall"] = time.perf_counter() - wall
+times["summary CPU"] = time.process_time() - cpu
 print(json.dumps(times))
 """
 
@@ -87,8 +97,9 @@ def main() -> int:
         return 2
     runs = [one_run(args.trace) for _ in range(max(1, args.runs))]
     names = [*STAGES, "document"]
-    medians = {name: statistics.median(run[name] for run in runs) for name in names}
-    total = sum(medians.values())
+    extra = ["summary CPU", "summary wall"]
+    medians = {name: statistics.median(run[name] for run in runs) for name in names + extra}
+    total = sum(medians[name] for name in names)
     scale = None
     if args.scale_mb:
         scale = args.scale_mb * 1e6 / args.trace.stat().st_size
@@ -96,10 +107,10 @@ def main() -> int:
     if scale:
         headers.append(f"scaled to {args.scale_mb:g} MB")
     rows = []
-    for name in [*names, "total"]:
+    for name in [*names, "total", *extra]:
         value = total if name == "total" else medians[name]
         each = (
-            ", ".join(f"{sum(run.values()):.3f}" for run in runs)
+            ", ".join(f"{sum(run[n] for n in names):.3f}" for run in runs)
             if name == "total"
             else ", ".join(f"{run[name]:.3f}" for run in runs)
         )

@@ -417,3 +417,38 @@ def test_latest_window_holding_each_time_against_brute_force():
         for s in range(n):
             want[(times >= starts[s]) & (times < ends[s])] = s
         assert latest_holding(starts, ends, times).tolist() == want.tolist()
+
+
+def test_the_findings_run_beside_memory_per_operator(monkeypatch):
+    """The findings need no memory per operator: with two CPUs the second thread computes
+    them while the first is still in memory per operator (which here waits until they are
+    made; in the serial order it would wait in vain), and the document is the serial one."""
+    import threading
+
+    import kinetoscope.analysis.memory_ops as memory_ops_module
+    import kinetoscope.analysis.rules as rules_module
+    import kinetoscope.analysis.session as session_module
+    from kinetoscope.analysis.summary import build_summary
+
+    data = _memory_steps(3)
+    monkeypatch.setattr(session_module, "_cpus", lambda: 1)
+    serial = build_summary(loads(data))
+
+    monkeypatch.setattr(session_module, "_cpus", lambda: 2)
+    made = threading.Event()
+    seen_during: list[bool] = []
+    original_rules, original_ops = rules_module.run_rules, memory_ops_module.compute_memory_ops
+
+    def rules(*args):
+        found = original_rules(*args)
+        made.set()
+        return found
+
+    def memory_ops(*args):
+        seen_during.append(made.wait(timeout=30))
+        return original_ops(*args)
+
+    monkeypatch.setattr(rules_module, "run_rules", rules)
+    monkeypatch.setattr(memory_ops_module, "compute_memory_ops", memory_ops)
+    assert build_summary(loads(data)) == serial
+    assert seen_during == [True]
