@@ -549,16 +549,26 @@ def compute_compile(session: TraceSession) -> CompileAnalysis:
     kinds = list(INDUCTOR_KINDS)
     ind_cpu = np.flatnonzero(classes.cpu & inductor_names[names])
     ind_rows = np.concatenate([kernel_rows[inductor_names[names[kernel_rows]]], ind_cpu])
-    kind_of_name = {
-        name_id: kinds.index((inductor_kind(trace.strings[name_id]) or ("unk", ()))[0])
-        for name_id in np.unique(names[ind_rows]).tolist()
-    }
+    # Per distinct name, then looked up per row: Python works per name, not per kernel.
+    name_ids, inverse = np.unique(names[ind_rows], return_inverse=True)
+    inverse = inverse.reshape(-1)
+    kind_of_name = np.array(
+        [
+            kinds.index((inductor_kind(trace.strings[name_id]) or ("unk", ()))[0])
+            for name_id in name_ids.tolist()
+        ],
+        dtype=np.int64,
+    )
+    launch_name = np.array(
+        [trace.strings[name_id].startswith("triton_") for name_id in name_ids.tolist()],
+        dtype=bool,
+    )
     launch_event = np.zeros(len(ind_rows), dtype=bool)  # CPU slices named triton_*: launches
-    launch_event[len(ind_rows) - len(ind_cpu) :] = [
-        trace.strings[n].startswith("triton_") for n in names[ind_cpu].tolist()
+    launch_event[len(ind_rows) - len(ind_cpu) :] = launch_name[
+        inverse[len(ind_rows) - len(ind_cpu) :]
     ]
     ind_rows = ind_rows[~launch_event]
-    ind_kind = np.array([kind_of_name[n] for n in names[ind_rows].tolist()], dtype=np.int64)
+    ind_kind = kind_of_name[inverse[~launch_event]]
     ind_slot = slot_of(ind_rows)
     step_kinds = np.zeros((n_steps, len(kinds)), dtype=np.int64)
     placed = ind_slot >= 0
@@ -648,8 +658,10 @@ def _frames_of(regions: list[Region]) -> dict[int, int]:
 
 
 def _longest(trace: Trace, rows: np.ndarray, limit: int) -> tuple[int, ...]:
-    ranked = sorted(rows.tolist(), key=lambda r: (-int(trace.dur[r]), r))
-    return tuple(ranked[:limit])
+    """The `limit` longest of `rows`, longest first (ties: lower row first), in one sort."""
+    rows = np.asarray(rows, dtype=np.int64)
+    ranked = rows[np.lexsort((rows, -trace.dur[rows].astype(np.int64)))[:limit]]
+    return tuple(ranked.tolist())
 
 
 def _covered(nesting: Any, positions: np.ndarray) -> np.ndarray:
@@ -690,16 +702,18 @@ def _eager_islands(
     launched = gpu_launched_per_position(nesting, session.links, trace)
     prefix = np.concatenate(([0], np.cumsum(launched)))
     gpu = prefix[nesting.subtree_stop[island_pos].astype(np.int64)] - prefix[island_pos]
-    by_name: dict[int, list[int]] = {}
-    for i, name in enumerate(trace.name[rows].tolist()):
-        by_name.setdefault(name, []).append(i)
+    # Grouped by name with one sort (names in order of first appearance, each one's islands
+    # in order): Python works per name, not per island.
+    names, first, inverse = np.unique(trace.name[rows], return_index=True, return_inverse=True)
+    by_name = np.argsort(inverse.reshape(-1), kind="stable")
+    bounds = np.searchsorted(inverse.reshape(-1)[by_name], np.arange(len(names) + 1))
     islands = []
-    for name, members in by_name.items():
-        idx = np.asarray(members)
+    for k in np.argsort(first, kind="stable").tolist():
+        idx = by_name[bounds[k] : bounds[k + 1]]
         islands.append(
             EagerIsland(
-                name=trace.strings[name],
-                count=len(members),
+                name=trace.strings[int(names[k])],
+                count=len(idx),
                 cpu_ns=int(trace.dur[rows[idx]].sum()),
                 gpu_ns=int(gpu[idx].sum()),
                 rows=_longest(trace, rows[idx], 5),
@@ -861,12 +875,11 @@ def _inductor(
     slices (CPU slices named triton_* are the GPU kernels' launch events, not counted)."""
     gpu_rows = kernel_rows[inductor_names[trace.name[kernel_rows]]]
     cpu_rows = np.flatnonzero(classes.cpu & inductor_names[trace.name])
-    cpp = np.fromiter(
-        (not trace.strings[n].startswith("triton_") for n in trace.name[cpu_rows].tolist()),
-        dtype=bool,
-        count=len(cpu_rows),
+    name_ids, inverse = np.unique(trace.name[cpu_rows], return_inverse=True)
+    cpp = np.array(
+        [not trace.strings[n].startswith("triton_") for n in name_ids.tolist()], dtype=bool
     )
-    cpu_rows = cpu_rows[cpp]
+    cpu_rows = cpu_rows[cpp[inverse.reshape(-1)]]
     out = []
     for rows, gpu in ((gpu_rows, True), (cpu_rows, False)):
         names, inverse = np.unique(trace.name[rows], return_inverse=True)

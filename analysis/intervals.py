@@ -211,6 +211,33 @@ def _jump_forward(
         active = active[jumped < stop[active]]
 
 
+def subtree_stops(parent: np.ndarray) -> np.ndarray:
+    """One past the last position of each subtree of a forest in preorder, given each
+    position's parent (-1 for roots): `next_greater(values, segment ends)` for the parents
+    `previous_at_least(values, segment starts)` gives (a subtree of i is the positions up to
+    the first later one with a greater value), found from the parents alone.
+
+    The last position of i's subtree is that of its last child's subtree (itself when it has
+    none): each position points at its last child, then the pointers are doubled (each takes
+    its target's target) until they stop moving, rounds in the logarithm of the longest chain
+    of last children, each over just the positions still moving."""
+    n = len(parent)
+    index_type = parent.dtype if parent.dtype in (np.int32, np.int64) else np.int64
+    last = np.arange(n, dtype=index_type)
+    children = np.flatnonzero(parent >= 0).astype(index_type, copy=False)
+    np.maximum.at(last, parent[children], children)  # the last child: the largest position
+    del children
+    moving = np.flatnonzero(last != np.arange(n, dtype=index_type))
+    while len(moving):
+        target = last[moving]
+        further = last[target]
+        still = further != target
+        last[moving] = further
+        moving = moving[still]
+    last += 1
+    return last
+
+
 def stable_order(keys: np.ndarray, bound: int) -> np.ndarray:
     """Stable argsort of non-negative integer keys below `bound`.
 

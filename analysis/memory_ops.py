@@ -328,10 +328,21 @@ def match_allocations(
 PEAK_BLOCK = 1 << 18
 
 
+def _outermost(nesting: Nesting, groups: Groups) -> tuple[np.ndarray, np.ndarray]:
+    """The group of every position, and the positions of the outermost instances (those with
+    no ancestor of their own group): the same for every device, found once."""
+    group_of_pos = groups.index[nesting.order]  # int32
+    outer_all = np.flatnonzero(nesting.outermost)
+    if len(nesting.order) < (1 << 31):  # positions: half the memory in 32 bits
+        outer_all = outer_all.astype(np.int32)
+    return group_of_pos, outer_all
+
+
 def _operator_memory(
     trace: Trace,
     nesting: Nesting,
     groups: Groups,
+    outermost: tuple[np.ndarray, np.ndarray],
     owner_pos: np.ndarray,
     nbytes: np.ndarray,
     ts: np.ndarray,
@@ -339,10 +350,7 @@ def _operator_memory(
     allocations: Allocations,
 ) -> OperatorMemory:
     n_groups = len(groups)
-    group_of_pos = groups.index[nesting.order]  # int32
-    outer_all = np.flatnonzero(nesting.outermost)
-    if len(nesting.order) < (1 << 31):  # positions: half the memory in 32 bits
-        outer_all = outer_all.astype(np.int32)
+    group_of_pos, outer_all = outermost
 
     # Byte counts near 2**63 are valid: their sums are then taken in Python integers.
     fits = sums_fit(nbytes)
@@ -356,8 +364,9 @@ def _operator_memory(
         """Per group, for each (values, mask): the sum over the events inside the subtrees of
         its outermost instances. Subtrees are contiguous position ranges, and outermost
         instances of one group never nest, so this counts each event once per group. The
-        events are sorted by position once; each instance's range of them is found by
-        bisection, a block of instances at a time (no position-sized temporaries)."""
+        events are sorted by position once; each instance's first event is found by counting,
+        and the end of its range by bisection for just the instances that hold events, a
+        block of instances at a time (no position-sized temporaries)."""
         events = np.flatnonzero(owner_pos >= 0)
         events = events[np.argsort(owner_pos[events], kind="stable")]
         at = owner_pos[events]
@@ -367,12 +376,18 @@ def _operator_memory(
         outs = [np.zeros(n_groups, dtype=np.int64) for _ in wanted]
         for block in range(0, len(outer_all), PEAK_BLOCK):
             outer = outer_all[block : block + PEAK_BLOCK]
-            lo = np.searchsorted(at, outer, side="left")
-            hi = np.searchsorted(at, nesting.subtree_stop[outer], side="left")
-            some = np.flatnonzero(hi > lo)
+            # The instances' positions ascend: the events before each are counted by placing
+            # the (fewer) events among the instances, not by a search per instance.
+            placed = np.searchsorted(outer, at, side="right")
+            lo = np.cumsum(np.bincount(placed, minlength=len(outer) + 1)[: len(outer)])
+            some = np.flatnonzero(lo < len(at))
+            stop = nesting.subtree_stop[outer[some]]
+            inside = at[lo[some]] < stop
+            some, stop = some[inside], stop[inside]
             if not len(some):
                 continue
-            lo, hi, group = lo[some], hi[some], group_of_pos[outer[some]]
+            lo, group = lo[some], group_of_pos[outer[some]]
+            hi = np.searchsorted(at, stop, side="left")
             for k, prefix in enumerate(sums):
                 outs[k] = add_at(outs[k], group, prefix[hi] - prefix[lo], fits)
         return outs
@@ -387,34 +402,7 @@ def _operator_memory(
     # to its end. Only outermost instances are needed (inner ones of a group lie inside them).
     # They are taken a block at a time: a 1 GB trace has millions of them, and whole-trace
     # temporaries for each would set the peak memory of the summary.
-    peak_live = np.full(n_groups, NO_VALUE, dtype=np.int64)
-    peak_start = np.full(n_groups, np.iinfo(np.int64).max, dtype=np.int64)
-    peak_row = np.full(n_groups, -1, dtype=np.int64)
-    for block in range(0, len(outer_all), PEAK_BLOCK):
-        outer = outer_all[block : block + PEAK_BLOCK]
-        rows = nesting.order[outer]
-        start = trace.start[rows]
-        end = start + trace.dur[rows]
-        lo = np.maximum(np.searchsorted(ts, start, side="left") - 1, 0)
-        hi = np.searchsorted(ts, end, side="left")
-        seen = range_max(allocated, lo, np.maximum(hi, lo))
-        seen[(hi == 0) | (len(ts) == 0)] = NO_VALUE
-        known = np.flatnonzero(seen != NO_VALUE)
-        if not len(known):
-            continue
-        g = group_of_pos[outer[known]]
-        # Per group the highest value, first instance in time among equals.
-        order = np.lexsort((start[known], -seen[known], g))
-        firsts = order[np.concatenate(([True], g[order][1:] != g[order][:-1]))]
-        groups_here = g[firsts]
-        value, when = seen[known][firsts], start[known][firsts]
-        better = (value > peak_live[groups_here]) | (
-            (value == peak_live[groups_here]) & (when < peak_start[groups_here])
-        )
-        winners = groups_here[better]
-        peak_live[winners] = value[better]
-        peak_start[winners] = when[better]
-        peak_row[winners] = rows[known][firsts][better]
+    peak_live, peak_row = _peaks(trace, nesting, group_of_pos, outer_all, ts, allocated, n_groups)
 
     lifetimes = _lifetimes(group_of_pos, owner_pos, nbytes, allocations, n_groups, fits)
 
@@ -436,6 +424,74 @@ def _operator_memory(
         unfreed_bytes=per_group(nbytes, unfreed_mask),
         **lifetimes,
     )
+
+
+def _peaks(
+    trace: Trace,
+    nesting: Nesting,
+    group_of_pos: np.ndarray,
+    outer_all: np.ndarray,
+    ts: np.ndarray,
+    allocated: np.ndarray,
+    n_groups: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per group: the largest level while one of its outermost instances ran (the level
+    entering its start, and every event up to its end), and the instance (row) that saw it
+    first in time (then first in position among equals); NO_VALUE and -1 where none did.
+
+    Column-wise and without sorting the instances: most contain no event, and their level is
+    the one entering them (one gather); only those that hold events take a range maximum. Per
+    group the best is found by `ufunc.at` reductions (highest level, then earliest start among
+    those, then first position), each a pass over the instances, not a sort of them."""
+    peak_live = np.full(n_groups, NO_VALUE, dtype=np.int64)
+    peak_start = np.full(n_groups, np.iinfo(np.int64).max, dtype=np.int64)
+    peak_row = np.full(n_groups, -1, dtype=np.int64)
+    if not len(ts):
+        return peak_live, peak_row
+    after = np.append(ts, np.iinfo(np.int64).max)  # the event at or after a start, if any
+    # The level entering a start: that of the event before it; NO_VALUE (unknown) before any.
+    entering = np.concatenate(([NO_VALUE], allocated))
+    for block in range(0, len(outer_all), PEAK_BLOCK):
+        outer = outer_all[block : block + PEAK_BLOCK]
+        rows = nesting.order[outer]
+        start = trace.start[rows]
+        end = start + trace.dur[rows]
+        first = np.searchsorted(ts, start, side="left")  # the first event at or after the start
+        seen = entering[first]
+        # Only instances with an event inside reach past it: their end is searched for alone.
+        inside = np.flatnonzero(after[first] < end)
+        if len(inside):
+            lo = np.maximum(first[inside] - 1, 0)
+            seen[inside] = range_max(allocated, lo, np.searchsorted(ts, end[inside], side="left"))
+        backwards = np.flatnonzero(end < start)  # none in a parsed trace (counted as 0 there)
+        if len(backwards):  # no range from the event before the start to before the end
+            before_end = np.searchsorted(ts, end[backwards], side="left")
+            seen[backwards[before_end < first[backwards]]] = NO_VALUE
+        del first, end
+        g = group_of_pos[outer]
+        # Per group the highest value, then the earliest start among those, then the first.
+        best = np.full(n_groups, NO_VALUE, dtype=np.int64)
+        np.maximum.at(best, g, seen)
+        top = np.flatnonzero(seen == best[g])
+        top = top[seen[top] != NO_VALUE]
+        if not len(top):
+            continue
+        earliest = np.full(n_groups, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(earliest, g[top], start[top])
+        top = top[start[top] == earliest[g[top]]]
+        chosen = np.full(n_groups, len(outer), dtype=np.int64)
+        np.minimum.at(chosen, g[top], top)
+        groups_here = np.flatnonzero(chosen < len(outer))
+        firsts = chosen[groups_here]
+        value, when = seen[firsts], start[firsts]
+        better = (value > peak_live[groups_here]) | (
+            (value == peak_live[groups_here]) & (when < peak_start[groups_here])
+        )
+        winners = groups_here[better]
+        peak_live[winners] = value[better]
+        peak_start[winners] = when[better]
+        peak_row[winners] = rows[firsts[better]]
+    return peak_live, peak_row
 
 
 def _lifetimes(
@@ -558,7 +614,9 @@ def compute_memory_ops(
     `groups` must be the CPU groups `nesting` was built with; `step_rows` the step slices."""
     memory: MemoryEvents = trace.memory
     devices: list[DeviceMemory] = []
-    for group in compute_memory(memory):
+    groups_memory = compute_memory(memory)
+    outermost = _outermost(nesting, groups) if groups_memory else (np.zeros(0), np.zeros(0))
+    for group in groups_memory:
         idx = group.indices[memory.ts[group.indices] != NO_VALUE]
         idx = idx[np.lexsort((memory.ordinal[idx], memory.ts[idx]))]
         ts = memory.ts[idx]
@@ -598,7 +656,15 @@ def compute_memory_ops(
                 peak_reserved=peak_reserved,
                 peak_step=step_holding(trace, step_rows, int(ts[peak])) if peak >= 0 else -1,
                 ops=_operator_memory(
-                    trace, nesting, groups, owner_pos, nbytes, ts, allocated, allocations
+                    trace,
+                    nesting,
+                    groups,
+                    outermost,
+                    owner_pos,
+                    nbytes,
+                    ts,
+                    allocated,
+                    allocations,
                 ),
                 allocations=allocations,
             )

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from kinetoscope.parser.model import Trace
 
-from .intervals import nesting_depth, next_greater, previous_at_least, slice_order, stable_order
+from .intervals import nesting_depth, previous_at_least, slice_order, stable_order, subtree_stops
 
 # Steps of `Nesting.slices_at`'s walk before it filters the rest in one numpy pass.
 SLICES_AT_WALK = 4096
@@ -158,15 +158,14 @@ def compute_nesting(trace: Trace, cpu: np.ndarray, group: np.ndarray) -> Nesting
     counts = np.diff(lane_start)
     first = np.repeat(lane_start[:-1], counts)
     parent_pos = previous_at_least(end, first)
-    del first
-    stop = np.repeat(lane_start[1:], counts)
-    subtree_stop = next_greater(end, stop)
-    del stop, end
+    del first, end
     # Positions fit 32 bits (fewer than 2**31 slices): half the memory of the per-row arrays,
     # narrowed before the work below, where the nesting sets the summary's peak of memory.
     index_type = np.int32 if n < (1 << 31) - 1 else np.int64
     parent_pos = parent_pos.astype(index_type)
-    subtree_stop = subtree_stop.astype(index_type)
+    # The subtree of a slice ends at the first later one of its lane with a greater end (the
+    # module docstring): found from the parents, a few passes over the positions.
+    subtree_stop = subtree_stops(parent_pos)
 
     dur = trace.dur[order]
     has_parent = parent_pos >= 0

@@ -451,11 +451,13 @@ def pageable_memcpy(a: TraceSession) -> list[Finding]:
     calls = a.sync
     mine = np.isin(calls.rows, calls_rows)
     idle = int(calls.idle[mine].sum())
-    names = sorted({trace.name_of(int(r)) for r in calls_rows})
+    # Per distinct name, not per copy or call (a 1 GB trace has them by the hundred thousand).
+    names = sorted({trace.strings[n] for n in np.unique(trace.name[calls_rows]).tolist()})
     directions: dict[str, int] = {}
-    for row in copy_rows.tolist():
-        label = trace.name_of(row)
-        directions[label] = directions.get(label, 0) + 1
+    name_ids, counts = np.unique(trace.name[copy_rows], return_counts=True)
+    for name_id, count in zip(name_ids.tolist(), counts.tolist()):
+        label = trace.strings[name_id]
+        directions[label] = directions.get(label, 0) + count
     kinds = ", ".join(f"{count} {label}" for label, count in sorted(directions.items()))
     severity = WARNING if host.total >= PAGEABLE_WARNING_NS else INFO
     issued = f" issued by {', '.join(names[:3])}" if names else ""

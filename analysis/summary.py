@@ -236,12 +236,14 @@ def build_summary(of: Trace | TraceSession) -> dict[str, Any]:
     trace = analysis.trace
     # The stages that need no nesting run beside it; then memory per operator (the longest
     # stage) beside all the others the document needs (each result is made once, whoever
-    # asks first); the findings, which read them all, after.
+    # asks first). The findings read every result but memory per operator, so they end both
+    # plans: whichever thread is free first computes them, and what they ask for that the
+    # other thread has not reached yet it computes on the way.
     analysis.compute_concurrently(
-        ("classes", "cpu_groups", "nesting", "memory_ops"),
+        ("classes", "cpu_groups", "nesting", "memory_ops", "findings", "causes"),
         (
             "links", "idle", "memory", "sync", "steps", "idle_by_cpu", "operators", "kernels",
-            "compiled", "kernel_efficiency",
+            "compiled", "kernel_efficiency", "findings", "causes",
         ),
     )  # fmt: skip
     return {

@@ -28,7 +28,7 @@ from kinetoscope.parser.model import KIND_MEMCPY, Trace
 
 from .classify import RowClasses
 from .idle import Gaps
-from .intervals import Union
+from .intervals import Union, previous_at_least
 from .links import Links
 from .nesting import Nesting
 from .steps import STEP_NAME, names_matching, step_rows
@@ -422,11 +422,7 @@ def compute_sync(
     steps = step_rows(trace, classes.cpu)
     step_start = trace.start[steps]
     step_end = step_start + trace.dur[steps]
-    # The latest-starting step holding the call's start (nested steps are rare).
-    step = np.full(len(rows), -1, dtype=np.int64)
-    for s in range(len(steps)):
-        inside = (start >= step_start[s]) & (start < step_end[s])
-        step[inside] = s
+    step = latest_holding(step_start, step_end, start)
     blocked_union = Union.of(start, end)
     step_blocked = (
         blocked_union.covered(step_start, step_end) if len(steps) else np.zeros(0, np.int64)
@@ -460,6 +456,26 @@ def compute_sync(
     )
 
 
+def latest_holding(starts: np.ndarray, ends: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """Per time, the last of the windows (sorted by start) with start <= t < end, or -1.
+
+    The last window starting by t holds it unless it has ended; then only an earlier one that
+    ends later can (nested steps, rare): each unresolved time climbs to the nearest earlier
+    window ending no earlier, all of them together, one numpy pass per climb."""
+    times = np.asarray(times, dtype=np.int64)
+    found = np.searchsorted(starts, times, side="right") - 1
+    if not len(starts):
+        return found.astype(np.int64)
+    longer = previous_at_least(np.asarray(ends, dtype=np.int64), np.zeros(len(ends), np.int64))
+    climbing = np.flatnonzero(found >= 0)
+    while len(climbing):
+        ended = ends[found[climbing]] <= times[climbing]
+        climbing = climbing[ended]
+        found[climbing] = longer[found[climbing]]
+        climbing = climbing[found[climbing] >= 0]
+    return found.astype(np.int64)
+
+
 def cause_label(trace: Trace, calls: SyncCalls, i: int) -> str:
     """The cause of call i in words: an operator name, `print(tensor)`, or ``""`` (explicit)."""
     if calls.printing[i]:
@@ -471,18 +487,33 @@ def cause_label(trace: Trace, calls: SyncCalls, i: int) -> str:
 def group_sites(trace: Trace, calls: SyncCalls) -> list[SyncSite]:
     """Blocking calls grouped by (call name, cause, site); most time blocked first
     (ties: more calls, then the earlier first call)."""
-    buckets: dict[tuple[str, str, tuple[str, ...]], list[int]] = {}
-    for i in range(len(calls)):
-        key = (
-            trace.name_of(int(calls.rows[i])),
-            cause_label(trace, calls, i),
-            calls.sites[int(calls.site[i])],
+    if not len(calls):
+        return []
+    # Keyed per distinct (call name, cause, site) as ids, then by their words (two ids of the
+    # same words are one site): Python works per distinct key, not per call.
+    cause = np.asarray(calls.cause, dtype=np.int64)
+    cause_id = np.where(cause >= 0, trace.name[np.maximum(cause, 0)].astype(np.int64), -1)
+    cause_id[np.asarray(calls.printing, dtype=bool)] = -2
+    ids = np.stack(
+        (trace.name[calls.rows].astype(np.int64), cause_id, np.asarray(calls.site, np.int64)),
+        axis=1,
+    )
+    distinct, inverse = np.unique(ids, axis=0, return_inverse=True)
+    buckets: dict[tuple[str, str, tuple[str, ...]], int] = {}
+    bucket_of = np.empty(len(distinct), dtype=np.int64)
+    for k, (name_id, cause_of, site_of) in enumerate(distinct.tolist()):
+        label = (
+            "print(tensor)" if cause_of == -2 else trace.strings[cause_of] if cause_of >= 0 else ""
         )
-        buckets.setdefault(key, []).append(i)
+        key = (trace.strings[name_id], label, calls.sites[site_of])
+        bucket_of[k] = buckets.setdefault(key, len(buckets))
+    bucket = bucket_of[inverse.reshape(-1)]
+    by_bucket = np.argsort(bucket, kind="stable")  # each bucket's calls in order
+    bounds = np.searchsorted(bucket[by_bucket], np.arange(len(buckets) + 1))
     dur = calls.dur
     out = []
-    for (call, cause, site), members in buckets.items():
-        positions = np.asarray(members, dtype=np.int64)
+    for (call, cause, site), b in buckets.items():
+        positions = by_bucket[bounds[b] : bounds[b + 1]].astype(np.int64)
         durations = dur[positions]
         out.append(
             SyncSite(

@@ -211,3 +211,244 @@ def test_memory_groups_by_one_sort_match_their_definition():
                 assert group.peak_allocated_index == next(i for v, i in allocated if v == peak)
             else:
                 assert group.peak_allocated is None and group.peak_allocated_index == -1
+
+
+def _memory_steps(copies: int) -> bytes:
+    """`copies` training steps on two threads, each a nest four deep (the same operators every
+    step, inner ones repeated) with allocations, frees and a leak in it and between steps on
+    CUDA 0 and the CPU."""
+    events, total, cpu_total = [], 0, 0
+
+    def op(name, ts, dur, tid=1, cat="cpu_op"):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
+
+    def mem(ts, nbytes, total, addr, device_type=1, tid=1):
+        args = {"Bytes": nbytes, "Addr": addr, "Total Allocated": total}
+        args |= {"Device Type": device_type, "Device Id": 0 if device_type else -1}
+        return {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1,
+                "tid": tid, "ts": ts, "args": args}  # fmt: skip
+
+    for k in range(copies):
+        t = k * STEP_US
+        events.append(op(f"ProfilerStep#{k}", t, STEP_US - 10, cat="user_annotation"))
+        for j in range(3):
+            base = t + 10 + j * 600
+            events += [op("aten::linear", base, 500), op("aten::matmul", base + 10, 300)]
+            events += [op("aten::empty", base + 20 + 50 * i, 20) for i in range(4)]
+            for i in range(4):
+                addr = 0x10_0000 * (k + 1) + 0x100 * (4 * j + i)
+                total += 256
+                events.append(mem(base + 25 + 50 * i, 256, total, addr))
+            for i in range(3):  # one of the four is kept: a leak per nest
+                total -= 256
+                addr = 0x10_0000 * (k + 1) + 0x100 * (4 * j + i)
+                events.append(mem(base + 400 + i, -256, total, addr))
+            events.append(op("aten::add", base + 5, 100, tid=2))
+            cpu_total += 64
+            events.append(mem(base + 50, 64, cpu_total, 0x9000 + k * 8 + j, 0, tid=2))
+        events.append(mem(t + STEP_US - 5, 16, total + 16, 0x7000_0000 + k))  # between ops
+        total += 16
+    return json.dumps({"schemaVersion": 1, "traceEvents": events}).encode()
+
+
+def _stage_calls(data: bytes, stage) -> tuple[int, int]:
+    """Python calls made by one stage (its inputs computed before, the step slices among them:
+    finding those tests each distinct name, and every step has its own), and the trace's rows."""
+    from kinetoscope.analysis.steps import step_rows
+
+    trace = loads(data)
+    session = TraceSession(trace)
+    for name in ("classes", "cpu_groups", "nesting", "links", "idle"):
+        getattr(session, name)
+    steps = step_rows(trace, session.classes.cpu)
+    with CallCount(python_only=True) as count:
+        stage(trace, session, steps)
+    return count.calls, len(trace)
+
+
+def test_memory_per_operator_python_calls_do_not_grow_with_the_events():
+    """compute_memory_ops over 40x the steps (40x the slices, instances and [memory] events):
+    the same Python calls."""
+    from kinetoscope.analysis.memory_ops import compute_memory_ops
+
+    def stage(trace, session, steps):
+        ops = compute_memory_ops(trace, session.nesting, session.cpu_groups, steps)
+        assert len(ops.devices) == 2 and all(len(d.ops.peak_live) for d in ops.devices)
+
+    few, rows_few = _stage_calls(_memory_steps(5), stage)
+    many, rows_many = _stage_calls(_memory_steps(200), stage)
+    assert rows_many > 30 * rows_few
+    assert many == few, (few, many)
+
+
+def test_nesting_python_calls_do_not_grow_with_the_slices():
+    """compute_nesting over 40x the steps: the same Python calls (the nearest-greater search
+    and the subtrees' pointer doubling take rounds in the depth, not in the slices)."""
+    from kinetoscope.analysis.nesting import compute_nesting
+
+    def stage(trace, session, _steps):
+        compute_nesting(trace, session.classes.cpu, session.cpu_groups.index)
+
+    few, rows_few = _stage_calls(_memory_steps(5), stage)
+    many, rows_many = _stage_calls(_memory_steps(200), stage)
+    assert rows_many > 30 * rows_few
+    assert many == few, (few, many)
+
+
+def _compiled_step(copies: int) -> bytes:
+    """One step holding a compiled region that launches `copies` x 3 Inductor kernels (three
+    names, each with its CPU launch slice, and a CPU `cpp_fused_*` kernel) and, outside the
+    region, `copies` x 2 eager operators (two names) that launch a kernel each."""
+
+    def op(name, ts, dur, cat="cpu_op", **args):
+        event = {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+        return event | ({"args": args} if args else {})
+
+    def kernel(name, ts, corr):
+        args = {"device": 0, "stream": 7, "correlation": corr}
+        return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts,
+                "dur": 3, "args": args}  # fmt: skip
+
+    span = 100 * copies
+    events = [
+        op("ProfilerStep#1", 0, 3 * span, cat="user_annotation"),
+        op("Torch-Compiled Region: 0/0", 1, span - 2),
+    ]
+    corr = 0
+    for k in range(copies):
+        for j, name in enumerate(("triton_poi_fused_add_0", "triton_red_fused_sum_1")):
+            t = 100 * k + 5 + 30 * j
+            corr += 1
+            events += [op(name, t, 20), op("cudaLaunchKernel", t + 2, 5, cat="cuda_runtime",
+                                           correlation=corr)]  # fmt: skip
+            events.append(kernel(name, 3 * span + t, corr))
+        events.append(op("cpp_fused_mul_2", 100 * k + 70, 10))
+        for j, name in enumerate(("aten::add_", "aten::mul")):
+            t = span + 100 * k + 10 + 40 * j
+            corr += 1
+            events += [op(name, t, 30), op("cudaLaunchKernel", t + 5, 5, cat="cuda_runtime",
+                                           correlation=corr)]  # fmt: skip
+            events.append(kernel("vectorized_elementwise", 3 * span + t, corr))
+    return json.dumps({"schemaVersion": 1, "traceEvents": events}).encode()
+
+
+def test_compile_python_calls_do_not_grow_with_the_kernels():
+    """compute_compile over 40x the Inductor kernels and eager operators (one region, the same
+    names): the same Python calls; Inductor kinds and eager islands are found per name."""
+    from kinetoscope.analysis.compile import compute_compile
+
+    def stage(trace, session, _steps):
+        session.steps  # noqa: B018 (an input, asked before counting)
+        with CallCount(python_only=True) as count:
+            compiled = compute_compile(session)
+        return count.calls, compiled
+
+    counts = []
+    for copies in (5, 200):
+        trace = loads(_compiled_step(copies))
+        session = TraceSession(trace)
+        for name in ("classes", "cpu_groups", "nesting", "links", "idle", "steps", "operators"):
+            getattr(session, name)
+        calls, compiled = stage(trace, session, None)
+        assert {k.name: k.count for k in compiled.inductor} == {
+            "triton_poi_fused_add_0": copies,
+            "triton_red_fused_sum_1": copies,
+            "cpp_fused_mul_2": copies,
+        }
+        assert {e.name: e.count for e in compiled.eager_islands} == {
+            "aten::add_": copies,
+            "aten::mul": copies,
+        }
+        counts.append(calls)
+    assert counts[0] == counts[1], counts
+
+
+def _sites_per_call(trace, calls):
+    """group_sites as the definition reads: one bucket per (call name, cause, site) in words,
+    filled call by call."""
+    from kinetoscope.analysis.sync import cause_label
+
+    buckets: dict = {}
+    for i in range(len(calls)):
+        key = (trace.name_of(int(calls.rows[i])), cause_label(trace, calls, i))
+        buckets.setdefault(key + (calls.sites[int(calls.site[i])],), []).append(i)
+    out = []
+    for (call, cause, site), members in buckets.items():
+        durations = calls.dur[members]
+        worst = members[int(np.argmax(durations))]
+        out.append((call, cause, site, members, int(durations.sum()), int(durations.max()),
+                    int(calls.idle_after[members].sum()), int(calls.idle[members].sum()), worst))  # fmt: skip
+    out.sort(key=lambda s: (-s[4], -len(s[3]), s[3][0]))
+    return out
+
+
+def test_sync_sites_grouped_per_key_match_the_per_call_grouping_and_do_not_grow():
+    """group_sites over 40x the calls: the same sites as bucketing call by call, and the same
+    Python calls (its work is per distinct key)."""
+    from kinetoscope.analysis.sync import group_sites
+
+    counts = []
+    for copies, same_stack in ((5, True), (200, True), (30, False)):
+        trace, session = _ready(repeated(copies, same_stack))
+        calls = session.sync
+        with CallCount(python_only=True) as count:
+            sites = group_sites(trace, calls)
+        got = [(s.call, s.cause, s.site, s.calls.tolist(), s.total, s.max, s.idle_after, s.idle,
+                s.worst) for s in sites]  # fmt: skip
+        assert got == _sites_per_call(trace, calls)
+        counts.append((count.calls, len(calls.rows)))
+    (few, n_few), (many, n_many), _ = counts
+    assert n_many > 30 * n_few and many == few, counts
+
+
+def test_latest_window_holding_each_time_against_brute_force():
+    """Steps nested and overlapping and back to back, times on their edges: the last window
+    (by start) holding each time, as the per-window loop finds it."""
+    from kinetoscope.analysis.sync import latest_holding
+
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        n = int(rng.integers(0, 12))
+        starts = np.sort(rng.integers(0, 50, n)).astype(np.int64)
+        ends = starts + rng.integers(0, 30, n)
+        times = rng.integers(-5, 90, 40).astype(np.int64)
+        times[: min(n, 20)] = np.concatenate((starts, ends))[: min(n, 20)]
+        want = np.full(len(times), -1)
+        for s in range(n):
+            want[(times >= starts[s]) & (times < ends[s])] = s
+        assert latest_holding(starts, ends, times).tolist() == want.tolist()
+
+
+def test_the_findings_run_beside_memory_per_operator(monkeypatch):
+    """The findings need no memory per operator: with two CPUs the second thread computes
+    them while the first is still in memory per operator (which here waits until they are
+    made; in the serial order it would wait in vain), and the document is the serial one."""
+    import threading
+
+    import kinetoscope.analysis.memory_ops as memory_ops_module
+    import kinetoscope.analysis.rules as rules_module
+    import kinetoscope.analysis.session as session_module
+    from kinetoscope.analysis.summary import build_summary
+
+    data = _memory_steps(3)
+    monkeypatch.setattr(session_module, "_cpus", lambda: 1)
+    serial = build_summary(loads(data))
+
+    monkeypatch.setattr(session_module, "_cpus", lambda: 2)
+    made = threading.Event()
+    seen_during: list[bool] = []
+    original_rules, original_ops = rules_module.run_rules, memory_ops_module.compute_memory_ops
+
+    def rules(*args):
+        found = original_rules(*args)
+        made.set()
+        return found
+
+    def memory_ops(*args):
+        seen_during.append(made.wait(timeout=30))
+        return original_ops(*args)
+
+    monkeypatch.setattr(rules_module, "run_rules", rules)
+    monkeypatch.setattr(memory_ops_module, "compute_memory_ops", memory_ops)
+    assert build_summary(loads(data)) == serial
+    assert seen_during == [True]

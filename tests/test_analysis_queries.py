@@ -12,6 +12,7 @@ from kinetoscope.analysis.intervals import (
     nesting_depth,
     next_greater,
     previous_at_least,
+    subtree_stops,
 )
 from kinetoscope.analysis.kernels import top_launcher
 from kinetoscope.parser import loads
@@ -203,6 +204,9 @@ def test_nearest_greater_searches(items):
     for block in (1, 2, 3, 7):
         assert previous_at_least(values, first, block=block).tolist() == prev.tolist()
         assert next_greater(values, stop, block=block).tolist() == nxt.tolist()
+    # The nesting finds the subtrees from the parents alone: the same stops, in either width.
+    assert subtree_stops(prev).tolist() == nxt.tolist()
+    assert subtree_stops(prev.astype(np.int32)).tolist() == nxt.tolist()
     depth = nesting_depth(nxt)
     for i in range(len(items)):
         count, k = 0, prev[i]
@@ -234,3 +238,16 @@ def test_union_lengths_and_clipping(intervals, windows):
         hi = np.array([w[1] for w in windows])
         expected = [len([t for t in covered if a <= t < b]) for a, b in windows]
         assert union.covered(lo, hi).tolist() == expected
+
+
+def test_subtree_stops_of_deep_chains():
+    """Chains of last children far longer than one pointer-doubling round reaches: a nest 300
+    deep, siblings at every level, in two segments."""
+    values = np.concatenate(
+        (np.repeat(np.arange(300, 0, -1), 2), np.arange(50, 0, -1), [7, 7, 7])
+    ).astype(np.int64)
+    segment = np.repeat([0, 1], [600, 53])
+    first = np.searchsorted(segment, segment, "left").astype(np.int64)
+    stop = np.searchsorted(segment, segment, "right").astype(np.int64)
+    prev = previous_at_least(values, first)
+    assert subtree_stops(prev).tolist() == next_greater(values, stop).tolist()

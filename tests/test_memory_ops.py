@@ -398,3 +398,76 @@ def test_text_report_shows_peak_owner_and_top_allocators(known):
     # allocs, allocated, freed own, by others, at once, never freed, peak live, mostly freed by
     assert cells[1:] == ["1", "1.95 KiB", "0 B", "0 B", "1.95 KiB", "1.95 KiB", "2.25 KiB", "–"]
     assert "self net" not in text and "total net" not in text
+
+
+def _operator_memory_by_brute_force(trace, analysis, dev):
+    """Per group, looping over every instance and event as the definitions read: the largest
+    level while an instance ran (entering its start, and every event up to its end; the first
+    in time, then in position, among equals) and the inclusive sums (each event once per group
+    among its owner and the owner's ancestors)."""
+    nesting, groups = analysis.nesting, analysis.cpu_groups
+    ts, allocated = dev.ts.tolist(), dev.allocated.tolist()
+    peak: dict[int, tuple[int, int, int]] = {}  # group: (value, start, row)
+    for pos in range(len(nesting.order)):
+        row = int(nesting.order[pos])
+        start, end = int(trace.start[row]), int(trace.start[row] + trace.dur[row])
+        lo = max(sum(t < start for t in ts) - 1, 0)
+        hi = sum(t < end for t in ts)
+        if hi <= lo:
+            continue
+        value, g = max(allocated[lo:hi]), int(groups.index[row])
+        best = peak.get(g)
+        if best is None or value > best[0] or (value == best[0] and start < best[1]):
+            peak[g] = (value, start, row)
+    incl = {}
+    for k, owner in enumerate(dev.owner.tolist()):
+        if owner < 0:
+            continue
+        nbytes = int(dev.bytes[k])
+        for g in {int(groups.index[r]) for r in [*nesting.ancestors(owner), owner]}:
+            counts = incl.setdefault(g, [0, 0, 0])
+            counts[0] += nbytes > 0
+            counts[1] += nbytes if nbytes > 0 else 0
+            counts[2] += nbytes
+    return peak, incl
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("block", [3, 1 << 18])
+def test_operator_memory_against_brute_force(seed, block, monkeypatch):
+    """Random nests on two threads with allocations and frees in and between them (zero-length
+    slices, events at the slices' very starts and ends), worked a few instances at a time or
+    all at once: the peaks and inclusive sums per group are the brute force's."""
+    import kinetoscope.analysis.memory_ops as memory_ops
+
+    monkeypatch.setattr(memory_ops, "PEAK_BLOCK", block)
+    rng = random.Random(seed)
+    events = []
+    for _ in range(50):
+        start = rng.randrange(0, 400) * 5
+        dur = rng.choice([0, 5, 10, 50, 200, 900])
+        events.append(x(f"op{rng.randrange(6)}", start, dur, tid=rng.choice([1, 2])))
+    live, total = [], 0
+    for _ in range(80):
+        t = rng.randrange(-20, 2200)
+        if live and rng.random() < 0.4:
+            addr, size = live.pop(rng.randrange(len(live)))
+            total -= size
+            events.append(mem(t, -size, total, addr, tid=rng.choice([1, 2])))
+        else:
+            size = rng.choice([16, 64, 512, 4096])
+            addr = 0x1000 + len(events)
+            live.append((addr, size))
+            total += size
+            events.append(mem(t, size, total, addr, tid=rng.choice([1, 2])))
+    trace = load_dict({"traceEvents": events})
+    analysis = TraceSession(trace)
+    dev = analysis.memory_ops.devices[0]
+    peak, incl = _operator_memory_by_brute_force(trace, analysis, dev)
+    table = dev.ops
+    for g in range(len(analysis.cpu_groups)):
+        value, _start, row = peak.get(g, (NO_VALUE, 0, -1))
+        assert (int(table.peak_live[g]), int(table.peak_row[g])) == (value, row), g
+        want = incl.get(g, [0, 0, 0])
+        got = [int(table.incl_allocations[g]), int(table.incl_allocated[g])]
+        assert got + [int(table.incl_net[g])] == want, g
