@@ -51,7 +51,7 @@ async def ranks_frame(folder: str, width: int, height: int, earlier: str | None)
     and its model cache written (a session to reopen after)."""
     started = time.time() - process_age()
     # As run_job_view: the job's files found and the workers started before Textual.
-    from kinetoscope.tui.job.job_loader import JobLoad
+    from kinetoscope.tui.data.job_loader import JobLoad
 
     load = JobLoad([folder], start=False)
     if load.error is not None:
