@@ -91,6 +91,8 @@ def test_background_loads_run_a_few_at_a_time_in_the_order_asked(job_paths, star
     until(lambda: len(sink.of(Ready)) == 4, "four ranks ready")
     assert [load.path for load in started] == [job_paths[r] for r in (3, 0, 4, 1)]
     assert views.held == {0, 1, 3, 4}
+    until(lambda: not views.busy, "the loads' cache writes done")
+    assert not views.loading(3)
     assert all(views.view(rank) is not None for rank in (3, 0, 4, 1))
     assert not any(views.view(rank).complete for rank in (3, 0, 4, 1))
     assert not sink.of(Complete)

@@ -88,6 +88,12 @@ class RankViews:
             return [r for r in self._used if self._has_view(r)]
 
     @property
+    def busy(self) -> bool:
+        """A load is still at work (reading, or writing its cache after the view), or waits."""
+        with self._lock:
+            return bool(self._queue) or any(load.running for load in self._loads.values())
+
+    @property
     def held(self) -> set[int]:
         with self._lock:
             return set(self._held)
