@@ -94,6 +94,7 @@ def test_background_loads_run_a_few_at_a_time_in_the_order_asked(job_paths, star
     until(lambda: not views.busy, "the loads' cache writes done")
     assert not views.loading(3)
     assert all(views.view(rank) is not None for rank in (3, 0, 4, 1))
+    # Their loads are done and nested nothing: the deeper levels wait until a rank is opened.
     assert not any(views.view(rank).complete for rank in (3, 0, 4, 1))
     assert not sink.of(Complete)
 
