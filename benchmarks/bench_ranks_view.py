@@ -51,7 +51,7 @@ async def ranks_frame(folder: str, width: int, height: int, earlier: str | None)
     and its model cache written (a session to reopen after)."""
     started = time.time() - process_age()
     # As run_job_view: the job's files found and the workers started before Textual.
-    from kinetoscope.tui.job.job_loader import JobLoad
+    from kinetoscope.tui.data.job_loader import JobLoad
 
     load = JobLoad([folder], start=False)
     if load.error is not None:
@@ -87,8 +87,8 @@ async def ranks_frame(folder: str, width: int, height: int, earlier: str | None)
 
 
 async def timeline_shown(pilot, ranks: int) -> None:  # type: ignore[no-untyped-def]
-    """`t`, then wait until every rank is drawn and the rank-loading threads are done (each
-    writes its rank's model cache after drawing it)."""
+    """`t`, then wait until every rank is drawn and the rank loads are done (each writes its
+    rank's model cache after the rank's view is made)."""
     from kinetoscope.tui.job.job_timeline import JobTimelineScreen
 
     app = pilot.app
@@ -100,7 +100,8 @@ async def timeline_shown(pilot, ranks: int) -> None:  # type: ignore[no-untyped-
         if not isinstance(screen, JobTimelineScreen):
             continue
         loading = [w for w in app.workers if w.group == "ranks" and w.is_running]
-        if len(screen.views) + len(screen.errors) >= ranks and not loading:
+        drawn = len(screen.views) + len(screen.errors) >= ranks
+        if drawn and not loading and not screen.rank_views.busy:
             return
     raise SystemExit("bench_ranks_view: the job's timeline did not finish loading")
 

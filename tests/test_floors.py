@@ -54,7 +54,6 @@ KNOWN: set[tuple[str, str]] = {
     ("kinetoscope.present.report_diff", "kinetoscope.commands.cli"),
     ("kinetoscope.present.report_summary", "kinetoscope.commands.cli"),
     ("kinetoscope.sql", "kinetoscope.commands.cli"),
-    ("kinetoscope.tui.diff.diff_timeline", "kinetoscope.tui.job.job_timeline"),
     ("kinetoscope.tui.palette", "kinetoscope.tui.diff.diff_table"),
     ("kinetoscope.tui.palette", "kinetoscope.tui.diff.diff_timeline"),
     ("kinetoscope.tui.palette", "kinetoscope.tui.job.job_app"),

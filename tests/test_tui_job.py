@@ -291,7 +291,7 @@ async def test_dlrm_8_ranks_straggler_and_collectives():
 
 
 async def test_the_loading_screen_shows_each_rank_as_its_digest_arrives(gloo_job):
-    from kinetoscope.tui.job.job_loader import JobLoad
+    from kinetoscope.tui.data.job_loader import JobLoad
 
     load = JobLoad([str(gloo_job)], workers=1, start=False)
     app = JobApp([str(gloo_job)], load=load)
@@ -423,7 +423,7 @@ class _StuckExecutor:
 
 
 async def test_quitting_while_ranks_are_digested_cancels_the_digests(gloo_job):
-    from kinetoscope.tui.job.job_loader import JobLoad
+    from kinetoscope.tui.data.job_loader import JobLoad
 
     executor = _StuckExecutor()
     load = JobLoad([str(gloo_job)], executor=executor)
@@ -449,7 +449,7 @@ def test_quitting_the_job_viewer_stops_its_digesting_processes_at_once(gloo_job)
     code = (
         "import asyncio, os, sys, time\n"
         "from kinetoscope.tui.job.job_app import JobApp\n"
-        "from kinetoscope.tui.job.job_loader import JobLoad\n"
+        "from kinetoscope.tui.data.job_loader import JobLoad\n"
         "load = JobLoad([sys.argv[1]], workers=2, start=False)\n"
         "writers = []\n"
         "for path in load.paths:\n"

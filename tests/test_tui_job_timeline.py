@@ -17,10 +17,10 @@ from kinetoscope.tui.job.job_timeline import (
     JobTimelineScreen,
     RankPairScreen,
     RankTimeline,
-    RankTraceScreen,
     collective_window,
     open_job_timeline,
 )
+from kinetoscope.tui.job.timeline_rank import TimelineRankScreen as RankTraceScreen
 from kinetoscope.tui.widgets.theme import variables_for
 from test_job import DLRM, OFFSET, write_job
 from textual.app import App
@@ -380,8 +380,8 @@ async def test_ranks_drawn_at_once_keep_the_window_asked_for(synthetic_job, monk
     window the first is about to show."""
     from kinetoscope.analysis.session import TraceSession
     from kinetoscope.parser import load
+    from kinetoscope.tui.data.collapsed_rank import CollapsedRank, collapsed_rows
     from kinetoscope.tui.data.viewdata import build_view_data
-    from kinetoscope.tui.job.job_timeline import CollapsedRank, collapsed_rows
 
     monkeypatch.setattr(JobTimelineScreen, "wanted", lambda self, rank: None)
     job = synthetic_job
@@ -410,10 +410,10 @@ async def test_a_big_job_loads_the_ranks_on_screen_and_keeps_a_bounded_number(
 ):
     import json
 
-    from kinetoscope.tui.job import job_timeline
+    from kinetoscope.tui.data import rank_views
     from test_job import gloo_rank
 
-    monkeypatch.setattr(job_timeline, "RESIDENT_RANKS", 6)
+    monkeypatch.setattr(rank_views, "RESIDENT_RANKS", 6)
     for rank in range(24):
         (tmp_path / f"rank{rank}.json").write_text(json.dumps(gloo_rank(rank, 20, world=24)))
     job = job_in(tmp_path)
@@ -449,8 +449,8 @@ async def test_the_collapsed_rows_come_from_the_digest_when_it_names_the_same_ev
     from kinetoscope.analysis import collectives
     from kinetoscope.analysis.session import TraceSession
     from kinetoscope.parser import load
+    from kinetoscope.tui.data.collapsed_rank import collapsed_rows
     from kinetoscope.tui.data.viewdata import build_view_data
-    from kinetoscope.tui.job.job_timeline import collapsed_rows
 
     entry = synthetic_job.entry(1)
     data = build_view_data(TraceSession(load(entry.path)), staged=True)

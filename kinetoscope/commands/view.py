@@ -74,7 +74,7 @@ def run_job_view(inputs: list[str], cycle: int | None = None, title: str | None 
     """The job viewer on a folder of rank files or several files; 0 on a normal quit, 1 (with
     a one-line message on stderr) when there is no job to show or no terminal."""
     from kinetoscope.present.safe_text import clean
-    from kinetoscope.tui.job.job_loader import JobLoad
+    from kinetoscope.tui.data.job_loader import JobLoad
 
     # The job's files found first: a folder that holds no job gets summary's line.
     load = JobLoad(inputs, cycle=cycle, start=False)

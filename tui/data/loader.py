@@ -10,8 +10,11 @@ Stages, in order: READING, LAYOUT, TOP_LEVELS (the view can be shown), COMPLETE 
 placed); or FAILED or CANCELLED in place of the view. Staged (`staged=True`, as the command
 runs), TOP_LEVELS holds only each lane's top level: enough for the first frame, where every lane
 is collapsed, and sooner on big traces. The thread then waits for the UI's
-`first_frame_shown()` (or `FIRST_FRAME_WAIT_S`), nests every slice and reports COMPLETE. Not
-staged, or from a cached view, COMPLETE follows TOP_LEVELS at once. Last, after the first frame
+`first_frame_shown()` (or `FIRST_FRAME_WAIT_S`), nests every slice and reports COMPLETE
+(unless `nest=False`: the job's timeline draws the top levels only, and has a rank nested when
+it is opened). Not staged, or from a cached view, COMPLETE follows TOP_LEVELS at once. The
+reporting (one sink, a late one replayed, progress rate limited) is reporter.py's, which
+`JobLoad` shares. Last, after the first frame
 either way, the model and view caches are written for the next open. A failure after
 TOP_LEVELS (the nesting, a cache write) is a `BackgroundFailure` report: the view stays.
 
@@ -31,6 +34,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kinetoscope.parser import TraceError, load, prepare_workers, save_cache
+
+from .reporter import Reporter
 
 if TYPE_CHECKING:
     from kinetoscope.analysis.session import TraceSession
@@ -114,18 +119,25 @@ class _Cancel(Exception):
     """Raised from the progress callback to stop a load the user cancelled."""
 
 
-class TraceLoad:
+class TraceLoad(Reporter[Report]):
     """One trace being loaded (see the module docstring). `stage`, `progress`, `data`,
     `session` and `error` may be read from any thread; `cancel()` stops the load at its next
     progress report."""
 
-    def __init__(self, path: str, *, staged: bool) -> None:
+    def __init__(
+        self, path: str, *, staged: bool, nest: bool = True, workers: int | None = None
+    ) -> None:
         """Start loading `path`. `staged`: show the lanes' top levels first (see the module
-        docstring); tests that step through the UI key by key use False."""
+        docstring); tests that step through the UI key by key use False. `nest` False: a
+        staged view's deeper levels are left to the caller (the job's timeline draws the top
+        levels only; no COMPLETE follows then). `workers`: the decoding processes (None: as
+        the file's size pays for; 1: this process alone)."""
         self._setup(path, staged)
+        self.nest = nest
+        self.workers = workers
         self._thread = threading.Thread(target=self._run, name="kinetoscope-load", daemon=True)
         # Before a UI takes over the standard streams, which decoding workers need to start.
-        prepare_workers(path)
+        prepare_workers(path, workers)
         self._thread.start()
 
     @classmethod
@@ -134,6 +146,7 @@ class TraceLoad:
         deeper levels are placed in the thread if they are not yet; no cache is written."""
         load = cls.__new__(cls)
         load._setup(data.trace.source.path, staged=not data.complete)
+        load.nest, load.workers = True, None
         load.progress = (data.trace.source.bytes, data.trace.source.bytes, data.trace.n_events)
         load._thread = threading.Thread(
             target=load._after_first_frame, args=(data, False), name="kinetoscope-load", daemon=True
@@ -153,10 +166,7 @@ class TraceLoad:
         self.background_error: str | None = None  # why work after the view failed, if it did
         self._cancelled = threading.Event()
         self._first_frame = threading.Event()
-        self._changed = threading.Condition(threading.RLock())  # guards what follows
-        self._sink: Sink | None = None
-        self._reported: list[Report] = []  # every report but progress, in order (for replay)
-        self._last_progress = -float("inf")  # monotonic time progress was last reported
+        self._init_reports()  # every report but progress is kept for a late subscriber
 
     @property
     def session(self) -> TraceSession | None:
@@ -164,21 +174,6 @@ class TraceLoad:
         return self.data.session if self.data is not None else None
 
     # -- what the UI calls --------------------------------------------------------------------
-
-    def subscribe(self, sink: Sink) -> None:
-        """Send every report to `sink` from now on (a later subscriber replaces it), first
-        replaying what it missed: the latest progress while still loading, then each stage
-        reached, in order."""
-        with self._changed:
-            self._sink = sink
-            if self.stage in (Stage.READING, Stage.LAYOUT):
-                self._deliver(sink, self._progress_report())
-            for report in self._reported:
-                self._deliver(sink, report)
-
-    def unsubscribe(self) -> None:
-        with self._changed:
-            self._sink = None
 
     def first_frame_shown(self) -> None:
         """The UI drew its first frame of the view: the work after it may start."""
@@ -195,8 +190,8 @@ class TraceLoad:
     def wait(self, timeout: float | None = None) -> Stage:
         """Wait until the view is ready or the load ended without one; the stage then (or
         now, after `timeout` seconds)."""
-        with self._changed:
-            self._changed.wait_for(lambda: self.stage in _ENDS, timeout)
+        with self._lock:
+            self._lock.wait_for(lambda: self.stage in _ENDS, timeout)
             return self.stage
 
     def join(self, timeout: float | None = None) -> None:
@@ -220,31 +215,25 @@ class TraceLoad:
         done, total, events = self.progress
         return Progress(self.stage, done, total, events, self.rate)
 
-    @staticmethod
-    def _deliver(sink: Sink, report: Report) -> None:
-        try:
-            sink(report)
-        except Exception:  # the UI went away: the load's state can still be read
-            pass
+    def _replay(self) -> list[Report]:
+        """A late subscriber's first reports: the latest progress while still loading, then
+        each stage reached, in order."""
+        latest = [self._progress_report()] if self.stage in (Stage.READING, Stage.LAYOUT) else []
+        return latest + self._reported
 
     def _report(self, report: Report, stage: Stage | None = None) -> None:
         """Record `report` (and the stage it reaches) and send it to the sink."""
-        with self._changed:
+        with self._lock:
             if stage is not None:
                 self.stage = stage
-                self._changed.notify_all()
-            if not isinstance(report, Progress):
-                self._reported.append(report)
-            if self._sink is not None:
-                self._deliver(self._sink, report)
+                self._lock.notify_all()
+            self._send(report, keep=not isinstance(report, Progress))
 
     def _progress(self, done: int, total: int, events: int) -> None:
         if self._cancelled.is_set():
             raise _Cancel
         self.progress = (done, total, events)
-        now = time.monotonic()
-        if now - self._last_progress >= 1 / PROGRESS_PER_S:
-            self._last_progress = now
+        if self._progress_due(PROGRESS_PER_S):
             self._report(self._progress_report())
 
     def _ready(self, data: ViewData) -> None:
@@ -281,11 +270,11 @@ class TraceLoad:
                 use_cache=use_cache,
                 write_cache=False,
                 verify_cache=False,
-                workers=None if use_cache else 1,
+                workers=self.workers if use_cache else 1,
             )
             if self._cancelled.is_set():
                 raise _Cancel
-            with self._changed:  # the progress report says LAYOUT
+            with self._lock:  # the progress report says LAYOUT
                 self.stage = Stage.LAYOUT
                 self._report(self._progress_report())
             data = viewdata.build_view_data(TraceSession(trace), staged=self.staged)
@@ -329,7 +318,7 @@ class TraceLoad:
 
         if not data.trace.cache_unchecked or cache.check(data.trace):
             return True
-        with self._changed:
+        with self._lock:
             self.data = None
             self._report(
                 Reloading(
@@ -347,7 +336,7 @@ class TraceLoad:
         self._first_frame.wait(FIRST_FRAME_WAIT_S)
         if not self._cache_checked(data):
             return
-        if not data.complete:
+        if not data.complete and self.nest:
             try:
                 data.complete_levels()
             except Exception as error:  # the first frame stays; say what is missing

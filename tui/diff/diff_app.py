@@ -20,18 +20,17 @@ from kinetoscope.tui.data.loader import (
     Failed,
     Progress,
     Ready,
-    Report,
     TraceLoad,
 )
 from kinetoscope.tui.data.loader import Cancelled as LoadCancelledReport
 from kinetoscope.tui.data.viewdata import ViewData
 from kinetoscope.tui.palette import diff_help_sections
+from kinetoscope.tui.trace.load_report import LoadReported, reports_to
 from kinetoscope.tui.trace.screens import ErrorScreen, TraceScreen
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
-from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import ProgressBar, Static
 
@@ -91,13 +90,6 @@ class DiffLoadingScreen(ReportsWorkerFailures, Screen):
         self.app.fail(message)  # type: ignore[attr-defined]
 
 
-class LoadReport(Message):
-    def __init__(self, side: int, report: Report) -> None:
-        super().__init__()
-        self.side = side
-        self.report = report
-
-
 class DiffApp(ViewerApp):
     """`DiffApp(base, new)` compares two trace files (see the module docstring);
     `exit_message` holds the reason it failed. `options`: the diff's (analysis/diff.py's
@@ -146,10 +138,12 @@ class DiffApp(ViewerApp):
         self._loading = DiffLoadingScreen(self.paths)
         self.push_screen(self._loading)
         for side, load in enumerate(self.loads):
-            load.subscribe(lambda report, side=side: self.post_message(LoadReport(side, report)))
+            load.subscribe(reports_to(self, load, side))
 
-    def on_load_report(self, message: LoadReport) -> None:
-        report, side = message.report, message.side
+    def on_load_reported(self, message: LoadReported) -> None:
+        report, side = message.report, message.key
+        if side not in (0, 1) or message.source is not self.loads[side]:
+            return
         loading = self._loading
         if isinstance(report, Progress):
             if loading is not None and loading.is_mounted:

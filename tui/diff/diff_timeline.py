@@ -3,11 +3,12 @@ whose 0 is the paired step's start in each, zoomed and panned together; a diff t
 instances highlighted in both, the kernels the alignment found added (in the new trace) or
 removed (from the base) marked.
 
-Each half is a `LinkedTimeline` (job_timeline.py: timelines sharing one window) over its own
-trace's `ViewData`; its `delta` is its step's start from its trace's origin, so that the shared
-window, in "time since the step started", means the same moment of the step in both. Every
-single-trace timeline key works in the focused half; Tab switches halves; O opens the focused
-half alone in the single-trace screen (every view: operators, kernels, search ...).
+Each half is a `LinkedTimeline` (tui/widgets/linked_timeline.py: timelines sharing one
+window) over its own trace's `ViewData`; its `delta` is its step's start from its trace's
+origin, so that the shared window, in "time since the step started", means the same moment of
+the step in both. Every single-trace timeline key works in the focused half; Tab switches
+halves; O opens the focused half alone in the single-trace screen (every view: operators,
+kernels, search ...).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from typing import Any, ClassVar
 import numpy as np
 from kinetoscope.analysis.units import fmt_duration, plural
 from kinetoscope.tui.data.viewdata import Level, ViewData
-from kinetoscope.tui.job.job_timeline import LinkedTimeline
 from kinetoscope.tui.trace.screens import TraceScreen
+from kinetoscope.tui.widgets.linked_timeline import LinkedTimeline
 from kinetoscope.tui.widgets.render import CellRow
 from kinetoscope.tui.widgets.search import highlight_segments
 from kinetoscope.tui.widgets.theme import Palette, palette_of
@@ -208,14 +209,14 @@ class DiffPairScreen(Screen):
     def on_mount(self) -> None:
         timelines = self.timelines()
         for timeline in timelines:
-            timeline._needs_fit = False  # the pair's window comes from _show_first
+            timeline.cancel_fit()  # the pair's window comes from _show_first
         timelines[0].focus()
         self.call_after_refresh(self._show_first)
 
     def _show_first(self) -> None:
         timelines = self.timelines()
         for timeline in timelines:
-            timeline._needs_fit = False
+            timeline.cancel_fit()
             timeline.live = True
         timelines[0].action_fit_all()  # the step, shared with the other half
         if not len(self.instances[0]) and len(self.instances[1]):
@@ -342,7 +343,7 @@ class HalfTraceScreen(TraceScreen):
 
     def show_window(self, start: float, per_cell: float, cursor: float) -> None:
         timeline = self.timeline
-        timeline._needs_fit = False
+        timeline.cancel_fit()
         timeline.ns_per_cell = max(per_cell, MIN_NS_PER_CELL)
         timeline.view_start = start
         timeline.cursor_time = int(cursor)

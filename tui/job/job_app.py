@@ -1,12 +1,14 @@
 """The job viewer: `kinetoscope DIR` or `kinetoscope view r0.json r1.json ...` (a distributed
 job's rank files).
 
-`JobApp(inputs)` finds the job's files, digests every rank in worker processes (job_loader.py)
-while a loading screen shows each rank's progress, then shows the ranks overview
-(job_ranks.py). A rank's full model is loaded only when the user opens that rank: the app
-then loads it (loader.py:TraceLoad) and shows the single-trace viewer's screen for it
-(`RankTraceScreen`, the `TraceScreen` with q and Esc going back to the overview), zoomed to
-the step or collective asked for. The single-trace app (app.py) is not involved.
+`JobApp(inputs)` finds the job's files, digests every rank in worker processes
+(tui/data/job_loader.py) while a loading screen shows each rank's progress, then shows the
+ranks overview (job_ranks.py). A rank's full model is loaded only when the user opens that
+rank: the app asks the job's `RankViews` (tui/data/rank_views.py, which the job's timeline
+asks too: a rank either loaded opens without a second load) and shows the single-trace
+viewer's screen for it (`RankTraceScreen`, the `TraceScreen` with q and Esc going back to the
+overview), zoomed to the step or collective asked for. Every loader's report comes as one
+message (tui/trace/load_report.py). The single-trace app (app.py) is not involved.
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from kinetoscope.tui.appbase import ViewerApp
-from kinetoscope.tui.data.loader import BackgroundFailure, Complete, Failed, Ready, TraceLoad
+from kinetoscope.tui.data.job_loader import JobDone, JobFailed, JobLoad, JobReport, RankDone
+from kinetoscope.tui.data.loader import BackgroundFailure, Complete, Failed, Ready
 from kinetoscope.tui.data.loader import Cancelled as LoadCancelledReport
 from kinetoscope.tui.data.loader import Progress as LoadProgress
+from kinetoscope.tui.data.rank_views import RankViews
 from kinetoscope.tui.data.viewdata import ViewData
-from kinetoscope.tui.job.job_loader import JobDone, JobFailed, JobLoad, JobReport, RankDone
 from kinetoscope.tui.palette import job_help_sections
 from kinetoscope.tui.trace.drilldown import Jump
+from kinetoscope.tui.trace.load_report import LoadReported, reports_to
 from kinetoscope.tui.trace.screens import ErrorScreen, LoadingScreen, TraceScreen
 from kinetoscope.tui.widgets.theme import palette_of
 from kinetoscope.tui.widgets.timeline import Timeline
@@ -30,13 +34,10 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
-from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import ProgressBar, Static
 
 from kinetoscope.present.safe_text import clean
-
-RANK_VIEWS_KEPT = 2  # ranks' views kept after they are closed, for a quick reopen
 
 
 class JobLoadingScreen(Screen):
@@ -134,28 +135,11 @@ class RankTraceScreen(TraceScreen):
         self.action_back()
 
 
-# -- messages from the loaders' threads ----------------------------------------------------------
-
-
-class JobReportMessage(Message):
-    def __init__(self, report: JobReport) -> None:
-        super().__init__()
-        self.report = report
-
-
-class RankLoadMessage(Message):
-    def __init__(self, load: TraceLoad, report: Any) -> None:
-        super().__init__()
-        self.load = load
-        self.report = report
-
-
 @dataclass
 class _Opening:
     """A rank being loaded for its own view, and where to put its timeline then."""
 
     rank: int
-    load: TraceLoad
     jump: Jump | None
     screen: RankLoadingScreen
 
@@ -193,7 +177,9 @@ class JobApp(ViewerApp):
         self._loading: JobLoadingScreen | None = None
         self._opening: _Opening | None = None
         self._pending = _Pending(step=None, window=None)
-        self._views: dict[int, ViewData] = {}  # ranks' views, most recently opened last
+        # The ranks' views (once the job is merged): loaded, kept and forgotten there, for
+        # this app and the job's timeline both (tui/data/rank_views.py).
+        self.ranks: RankViews | None = None
 
     # -- theme, help --------------------------------------------------------------------------
 
@@ -217,7 +203,7 @@ class JobApp(ViewerApp):
             return
         self._loading = JobLoadingScreen(self.load)
         self.push_screen(self._loading)
-        self.load.subscribe(lambda report: self.post_message(JobReportMessage(report)))
+        self.load.subscribe(reports_to(self, self.load))
 
     def _fail(self, message: str) -> None:
         self.exit_message = message
@@ -226,8 +212,15 @@ class JobApp(ViewerApp):
         else:
             self.push_screen(ErrorScreen(message))
 
-    def on_job_report_message(self, message: JobReportMessage) -> None:
-        report = message.report
+    def on_load_reported(self, message: LoadReported) -> None:
+        """The job's load reports (its ranks digested, then the job), and a rank's opened alone
+        (load_report.py)."""
+        if message.source is self.load:
+            self._job_report(message.report)
+        elif message.source is self.ranks and isinstance(message.key, int):
+            self._rank_report(message.key, message.report)
+
+    def _job_report(self, report: JobReport) -> None:
         if isinstance(report, RankDone):
             if self._loading is not None and self._loading.is_mounted:
                 self._loading.rank_done()
@@ -235,6 +228,7 @@ class JobApp(ViewerApp):
             from kinetoscope.tui.job.job_ranks import RanksScreen
 
             self.job = report.job
+            self.ranks = RankViews({e.rank: e.path for e in report.job.ranks if e.loaded})
             title = self.title_text or (
                 self.inputs[0] if len(self.inputs) == 1 else f"{len(self.inputs)} files"
             )
@@ -295,19 +289,18 @@ class JobApp(ViewerApp):
         elif row >= 0:
             jump = Jump(row=row)
         pending = _Pending(step=step, window=window)
-        data = self._views.get(rank)
+        assert self.ranks is not None
+        data = self.ranks.view(rank)
         if data is not None:
             self._show_rank(rank, data, jump, pending)
             return
         if self._opening is not None:
-            self._opening.load.unsubscribe()
-            self._opening.load.cancel()
-        load = TraceLoad(entry.path, staged=self.staged)
+            self.ranks.cancel(self._opening.rank, self)
         screen = RankLoadingScreen(entry.path)
-        self._opening = _Opening(rank, load, jump, screen)
+        self._opening = _Opening(rank, jump, screen)
         self._pending = pending
         self.push_screen(screen)
-        load.subscribe(lambda report: self.post_message(RankLoadMessage(load, report)))
+        self.ranks.open(rank, self, reports_to(self, self.ranks, rank), staged=self.staged)
 
     def open_collective(self, rank: int, window: tuple[int, int], row: int, index: int) -> None:
         """Collective `index` (of the job's matched ones) on the job's timeline, across every
@@ -341,21 +334,22 @@ class JobApp(ViewerApp):
             aligned=self.job.aligned,
             name=name or f"{len(self.inputs)} files",
             select=select,
+            views=self.ranks,
         )
 
-    def on_rank_load_message(self, message: RankLoadMessage) -> None:
+    def _rank_report(self, rank: int, report: Any) -> None:
+        """A report of a rank this app asked for (opened, or nested): the one being opened
+        shows its progress, then its view; any rank's view redraws once complete."""
         opening = self._opening
-        report = message.report
-        if opening is None or message.load is not opening.load:
+        if opening is None or rank != opening.rank:
             if isinstance(report, Complete):
                 self._levels_complete(report.data)
+            elif isinstance(report, BackgroundFailure):
+                self.notify(report.message, severity="error", markup=False, timeout=10)
             return
         if isinstance(report, LoadProgress):
             opening.screen.post_message(LoadingScreen.Progress(report))
         elif isinstance(report, Ready):
-            self._views[opening.rank] = report.data
-            while len(self._views) > RANK_VIEWS_KEPT:
-                del self._views[next(iter(self._views))]
             if self.screen is opening.screen:
                 self.pop_screen()
             self._show_rank(opening.rank, report.data, opening.jump, self._pending)
@@ -386,22 +380,21 @@ class JobApp(ViewerApp):
 
     def on_loading_screen_cancel_requested(self, message: LoadingScreen.CancelRequested) -> None:
         opening = self._opening
-        if opening is not None:
-            opening.load.cancel()
+        if opening is not None and self.ranks is not None:
+            self.ranks.cancel(opening.rank, self)
 
     def _show_rank(self, rank: int, data: ViewData, jump: Jump | None, pending: _Pending) -> None:
         if jump is not None and jump.row < 0 and pending.step is not None and pending.window:
             row = _step_row(data, pending.step, pending.window[0])
             jump = Jump(row=row, start=jump.start, end=jump.end)
-        # Reopened: most recently used last.
-        self._views.pop(rank, None)
-        self._views[rank] = data
         self.push_screen(RankTraceScreen(data, rank, jump))
+        if not data.complete and self.ranks is not None:  # loaded by the job's timeline
+            self.ranks.nest(rank, data, self, reports_to(self, self.ranks, rank))
 
     def on_timeline_first_frame(self, message: Timeline.FirstFrame) -> None:
         opening = self._opening
-        if opening is not None:
-            opening.load.first_frame_shown()
+        if opening is not None and self.ranks is not None:
+            self.ranks.first_frame_shown(opening.rank)
 
     def close_rank(self, screen: RankTraceScreen) -> None:
         """Back from a rank's own view to the screen below it (the overview)."""
@@ -412,9 +405,8 @@ class JobApp(ViewerApp):
 
     def on_unmount(self) -> None:
         self.load.cancel()  # quitting does not wait for the ranks still being digested
-        if self._opening is not None:
-            self._opening.load.unsubscribe()
-            self._opening.load.cancel()
+        if self.ranks is not None:
+            self.ranks.close()
 
 
 @dataclass(frozen=True)

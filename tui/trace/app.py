@@ -11,58 +11,12 @@ from kinetoscope.tui.data.loader import (
     Progress,
     Ready,
     Reloading,
-    Report,
     TraceLoad,
 )
 from kinetoscope.tui.data.viewdata import ViewData
+from kinetoscope.tui.trace.load_report import LoadReported, reports_to
 from kinetoscope.tui.trace.screens import ErrorScreen, LoadingScreen, TraceScreen
 from kinetoscope.tui.widgets.timeline import Timeline
-from textual.message import Message
-
-
-class TraceReady(Message):
-    """The loader's view can be shown (its deeper levels may follow: `ViewComplete`)."""
-
-    def __init__(self, data: ViewData) -> None:
-        super().__init__()
-        self.data = data
-
-
-class ViewComplete(Message):
-    """Every slice of `data` is placed now."""
-
-    def __init__(self, data: ViewData) -> None:
-        super().__init__()
-        self.data = data
-
-
-class LoadFailed(Message):
-    """The trace cannot be shown; `reason` is one line."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__()
-        self.reason = reason
-
-
-class LoadCancelled(Message):
-    """The load stopped, as the user asked."""
-
-
-class BackgroundFailed(Message):
-    """Work after the view was shown failed (`reason`, one line); the view stays."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__()
-        self.reason = reason
-
-
-class CacheRejected(Message):
-    """The cached model failed its check after it was shown: drop its view and show the
-    loading screen while the trace is read again (`reason`, one line)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__()
-        self.reason = reason
 
 
 class KinetoscopeApp(ViewerApp):
@@ -103,30 +57,38 @@ class KinetoscopeApp(ViewerApp):
         self.follow_theme()
         self._loading = LoadingScreen(self.path)
         self.push_screen(self._loading)
-        self.loader.subscribe(self._from_loader)
+        self.loader.subscribe(reports_to(self, self.loader))
 
-    def _from_loader(self, report: Report) -> None:
-        """The loader's sink (called from its thread, or from this one replaying): each report
-        becomes a message; progress goes to the loading screen, the rest to the app."""
+    def on_load_reported(self, message: LoadReported) -> None:
+        """The loader's reports (load_report.py): progress goes to the loading screen; the
+        view is shown once ready, redrawn once complete; a failure is said."""
+        report = message.report
+        if message.source is not self.loader:
+            return
         if isinstance(report, Progress):
             if self._loading is not None:
                 self._loading.post_message(LoadingScreen.Progress(report))
         elif isinstance(report, Ready):
-            self.post_message(TraceReady(report.data))
+            self._show(report.data)
         elif isinstance(report, Complete):
-            self.post_message(ViewComplete(report.data))
+            # Every slice is placed now (the first frame may have shown the top levels only).
+            for screen in self.screen_stack:
+                if isinstance(screen, TraceScreen) and screen.data is report.data:
+                    screen.levels_complete()
         elif isinstance(report, Failed):
-            self.post_message(LoadFailed(report.message))
+            self.exit_message = report.message
+            self.switch_screen(ErrorScreen(report.message))
         elif isinstance(report, Cancelled):
-            self.post_message(LoadCancelled())
+            self.exit_message = "loading cancelled"
+            self.exit(return_code=1)
         elif isinstance(report, BackgroundFailure):
-            self.post_message(BackgroundFailed(report.message))
+            self.notify(report.message, severity="error", markup=False, timeout=15)
         elif isinstance(report, Reloading):
-            self.post_message(CacheRejected(report.message))
+            self._reloading(report.message)
 
-    def on_trace_ready(self, message: TraceReady) -> None:
-        self.data = message.data
-        screen = TraceScreen(message.data)
+    def _show(self, data: ViewData) -> None:
+        self.data = data
+        screen = TraceScreen(data)
         self.switch_screen(screen)
         if self.gap_threshold_ns is not None:
             self.call_after_refresh(self._apply_threshold)
@@ -134,26 +96,10 @@ class KinetoscopeApp(ViewerApp):
             self.open_findings = False  # once: a reload after a rejected cache stays put
             self.call_after_refresh(screen.action_findings)
 
-    def on_view_complete(self, message: ViewComplete) -> None:
-        """Every slice is placed now (the first frame may have shown the top levels only)."""
-        for screen in self.screen_stack:
-            if isinstance(screen, TraceScreen) and screen.data is message.data:
-                screen.levels_complete()
-
-    def on_load_failed(self, message: LoadFailed) -> None:
-        self.exit_message = message.reason
-        self.switch_screen(ErrorScreen(message.reason))
-
-    def on_load_cancelled(self, message: LoadCancelled) -> None:
-        self.exit_message = "loading cancelled"
-        self.exit(return_code=1)
-
-    def on_background_failed(self, message: BackgroundFailed) -> None:
-        self.notify(message.reason, severity="error", markup=False, timeout=15)
-
-    def on_cache_rejected(self, message: CacheRejected) -> None:
-        """No screen keeps the rejected view: back to the loading screen until the new one."""
-        self.notify(message.reason, severity="warning", markup=False, timeout=15)
+    def _reloading(self, reason: str) -> None:
+        """The cached model failed its check after it was shown: no screen keeps the rejected
+        view; back to the loading screen until the new one."""
+        self.notify(reason, severity="warning", markup=False, timeout=15)
         self.data = None
         while len(self.screen_stack) > 2:
             self.pop_screen()

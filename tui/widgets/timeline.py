@@ -192,6 +192,11 @@ class Timeline(ScrollView, can_focus=True):
         )
         return True
 
+    def cancel_fit(self) -> None:
+        """The caller sets the window itself: the data set last is not fitted whole when it is
+        first drawn (nor when the widget is resized before then)."""
+        self._needs_fit = False
+
     def _initial_fit(self) -> None:
         if self._needs_fit and self.scrollable_content_region.width > self.label_width + 2:
             self._needs_fit = False

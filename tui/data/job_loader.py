@@ -3,7 +3,7 @@ processes (`map_ranks`, as `summary DIR` does), then the ranks merged (`analyze_
 
 `JobLoad(inputs, ...)` finds the job's files at once (a folder, or several files; a `JobError`
 becomes `error`) and starts a thread that digests the ranks and merges them. It reports to one
-sink the UI subscribes (`subscribe`), replaying what a late subscriber missed, in order:
+sink the UI subscribes (`subscribe`, reporter.py), replaying what a late subscriber missed, in order:
 `RankDone` per rank as its digest arrives, then `JobDone` (the merged `JobAnalysis`) or
 `JobFailed` (one line); `cancel()` (the viewer closing) abandons the digests not arrived
 without waiting for them. A rank whose file is damaged or missing does not fail the job: its
@@ -19,6 +19,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from .reporter import Reporter
 
 if TYPE_CHECKING:
     from kinetoscope.analysis.job import JobAnalysis, RankDigest
@@ -51,7 +53,7 @@ JobReport = RankDone | JobDone | JobFailed
 JobSink = Callable[[JobReport], None]
 
 
-class JobLoad:
+class JobLoad(Reporter[JobReport]):
     """One job being loaded (see the module docstring). `files`, `digests`, `job` and `error`
     may be read from any thread."""
 
@@ -75,9 +77,7 @@ class JobLoad:
         self.digests: list[RankDigest | None] = []
         self.job: JobAnalysis | None = None
         self.error: str | None = None
-        self._lock = threading.RLock()
-        self._sink: JobSink | None = None
-        self._reported: list[JobReport] = []
+        self._init_reports()
         self._thread: threading.Thread | None = None
         self._cancel = threading.Event()
         self._local_pool = False  # digested by worker processes of this program's own
@@ -132,17 +132,6 @@ class JobLoad:
 
     # -- what the UI calls ----------------------------------------------------------------------
 
-    def subscribe(self, sink: JobSink) -> None:
-        """Send every report to `sink` from now on, first replaying what it missed."""
-        with self._lock:
-            self._sink = sink
-            for report in self._reported:
-                self._deliver(sink, report)
-
-    def unsubscribe(self) -> None:
-        with self._lock:
-            self._sink = None
-
     def join(self, timeout: float | None = None) -> None:
         if self._thread is not None and self._thread.is_alive():
             self._thread.join(timeout)
@@ -189,18 +178,8 @@ class JobLoad:
 
     # -- reporting ------------------------------------------------------------------------------
 
-    @staticmethod
-    def _deliver(sink: JobSink, report: JobReport) -> None:
-        try:
-            sink(report)
-        except Exception:  # the UI went away: the load's state can still be read
-            pass
-
     def _report(self, report: JobReport) -> None:
-        with self._lock:
-            self._reported.append(report)
-            if self._sink is not None:
-                self._deliver(self._sink, report)
+        self._send(report)
 
     def _fail(self, message: str) -> None:
         self.error = message
