@@ -74,6 +74,16 @@ def note_warnings(notes: dict[str, int]) -> list[str]:
     return [NOTES[key].format(count) for key, count in notes.items() if count]
 
 
+# What each metadata event's value is kept as (the run's `metadata`, see convert._metadata).
+META_KEYS = {
+    "process_name": "name",
+    "thread_name": "name",
+    "process_sort_index": "sort",
+    "thread_sort_index": "sort",
+    "process_labels": "labels",
+}
+
+
 def lane_key(value: Any) -> Any:
     """pid/tid as a dict key that keeps int 1 and str "1" apart."""
     return (type(value) is str, value)
@@ -176,8 +186,12 @@ class TraceBuilder:
             self.mem_parts["lane"].append(lanes)
             for key in ("ts", *MEMORY_FIELDS):
                 self.mem_parts[key].append(np.asarray(mem[key], dtype=np.int64))
-        for name, pid, tid, args in run.metadata:
-            self._metadata(name, pid, tid, args)
+        for name, pid, tid, value in run.metadata:
+            if name.startswith("thread"):
+                key = (lane_key(pid), lane_key(tid))
+                self.thread_meta.setdefault(key, {})[META_KEYS[name]] = value
+            else:
+                self.process_meta.setdefault(lane_key(pid), {})[META_KEYS[name]] = value
         self.n_events += run.n_events
         for key, count in run.by_phase.items():
             self.by_phase[key] = self.by_phase.get(key, 0) + count
@@ -230,22 +244,6 @@ class TraceBuilder:
                 if capacity == need:
                     raise
         release_heap()
-
-    def _metadata(self, name: Any, pid: Any, tid: Any, args: Any) -> None:
-        if args is None:
-            return
-        pkey, tkey = lane_key(pid), (lane_key(pid), lane_key(tid))
-        value = args.name
-        if name == "process_name" and type(value) is str:
-            self.process_meta.setdefault(pkey, {})["name"] = value
-        elif name == "thread_name" and type(value) is str:
-            self.thread_meta.setdefault(tkey, {})["name"] = value
-        elif name == "process_sort_index" and type(args.sort_index) is int:
-            self.process_meta.setdefault(pkey, {})["sort"] = args.sort_index
-        elif name == "thread_sort_index" and type(args.sort_index) is int:
-            self.thread_meta.setdefault(tkey, {})["sort"] = args.sort_index
-        elif name == "process_labels" and type(args.labels) is str:
-            self.process_meta.setdefault(pkey, {})["labels"] = args.labels
 
     def finish(self, source: Source, header: dict[str, Any]) -> Trace:
         def joined(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
