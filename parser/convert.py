@@ -151,10 +151,6 @@ def to_ns(value: Any) -> int | None:
     return ns if INT64_MIN < ns <= INT64_MAX else None
 
 
-def _int64_or_none(value: Any) -> int:
-    return value if type(value) is int and INT64_MIN < value <= INT64_MAX else NO_VALUE
-
-
 def convert_run(events: list[Event], out_of_range: int = 0) -> RunColumns:
     """Convert the decoded events of one run (every element, in file order).
 
@@ -173,7 +169,12 @@ def convert_run(events: list[Event], out_of_range: int = 0) -> RunColumns:
     intern = string_ids.__getitem__
 
     def intern_all(values: list) -> np.ndarray:
-        # One lookup per value: a string not seen before is numbered by the lookup itself.
+        # The strings not seen before are numbered in order of first appearance, all at once,
+        # then each value is one lookup: no Python call per value, nor per new string.
+        new = [value for value in dict.fromkeys(values) if value not in string_ids]
+        if new:
+            string_ids.update(zip(new, range(len(strings), len(strings) + len(new))))
+            strings.extend(new)
         return np.fromiter(map(intern, values), dtype=np.int32, count=len(values))
 
     # Categories of every event, then names of the rows: the string table's order is part of
@@ -301,9 +302,9 @@ def convert_run(events: list[Event], out_of_range: int = 0) -> RunColumns:
         ids = [sub[j].id for j in flow_idx]
         flow_id[flow_rows] = _int_only(ids)
         if str in set(map(type, ids)):
-            for k, fid in enumerate(ids):
-                if type(fid) is str:
-                    flow_id[flow_idx[k]] = STRING_FLOW_BASE + intern(fid)
+            is_str = np.array([type(fid) is str for fid in ids], dtype=bool)
+            named = intern_all([fid for fid in ids if type(fid) is str])
+            flow_id[flow_rows[is_str]] = STRING_FLOW_BASE + named.astype(np.int64)
         bps = [sub[j].bp for j in flow_idx]
         if set(map(type, bps)) != {type(None)}:
             try:  # a few distinct binding points ("e"): each coded once
@@ -492,7 +493,11 @@ def _int_only(values: list) -> np.ndarray:
             pass
         else:
             return out
-    return np.array([_int64_or_none(v) for v in values], dtype=np.int64)
+    # (type() is no Python call: no call per value here either.)
+    return np.array(
+        [v if type(v) is int and INT64_MIN < v <= INT64_MAX else NO_VALUE for v in values],
+        dtype=np.int64,
+    )
 
 
 def _memory_field(values: list) -> np.ndarray:
