@@ -10,9 +10,6 @@ import numpy as np
 from .convert import MEMORY_FIELDS, STRING_FLOW_BASE, RunColumns, convert_run
 from .events import Event, clean_header
 from .model import (
-    KIND_KERNEL,
-    KIND_MEMCPY,
-    KIND_MEMSET,
     ROW_COLUMNS,
     ROW_DTYPES,
     ChunkIndex,
@@ -22,7 +19,6 @@ from .model import (
     Trace,
 )
 
-GPU_KINDS = (KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET)
 # The columns that hold a run's local ids, remapped as a run is merged; the others are copied.
 REMAPPED = frozenset({"name", "cat", "lane", "shape", "flow_id", "ordinal"})
 
@@ -115,6 +111,7 @@ class TraceBuilder:
         self.mem_parts: dict[str, list[np.ndarray]] = {
             c: [] for c in ("ordinal", "lane", "ts", *MEMORY_FIELDS)
         }
+        self.gpu_lanes: set[int] = set()  # lanes holding a GPU activity
         self.process_meta: dict[Any, dict[str, Any]] = {}
         self.thread_meta: dict[tuple, dict[str, Any]] = {}
         self.n_events = 0
@@ -186,6 +183,8 @@ class TraceBuilder:
             self.mem_parts["lane"].append(lanes)
             for key in ("ts", *MEMORY_FIELDS):
                 self.mem_parts[key].append(np.asarray(mem[key], dtype=np.int64))
+        if run.gpu_lanes:
+            self.gpu_lanes.update(lane_map[run.gpu_lanes].tolist())
         for name, pid, tid, value in run.metadata:
             if name.startswith("thread"):
                 key = (lane_key(pid), lane_key(tid))
@@ -260,13 +259,8 @@ class TraceBuilder:
             # A view of the first n rows: the unused tail was never written, so never resident.
             columns[c] = array[:n]
         self.columns = {}
-        from .model import category_kind
-
-        kinds = np.array([category_kind(s) for s in self.strings], dtype=np.int8)
-        is_gpu_row = (columns["ph"] == ord("X")) & np.isin(kinds[columns["cat"]], GPU_KINDS)
-        gpu_lanes = set(np.unique(columns["lane"][is_gpu_row]).tolist())
         for lane in self.lanes:
-            lane.is_gpu = lane.id in gpu_lanes
+            lane.is_gpu = lane.id in self.gpu_lanes  # as each run found them
             pmeta = self.process_meta.get(lane_key(lane.pid), {})
             tmeta = self.thread_meta.get((lane_key(lane.pid), lane_key(lane.tid)), {})
             lane.process_name = pmeta.get("name")

@@ -54,6 +54,9 @@ class RunColumns(RowColumns):
     # What the metadata events set, the last value per process (thread) and name: (name, pid,
     # tid, value), in the order of each name's first appearance (`_metadata`).
     metadata: list[tuple[str, Any, Any, Any]] = field(default_factory=list)
+    # The run's lanes (local indices) that hold a GPU activity (an X event of a kernel, memcpy
+    # or memset category), for the Lane's is_gpu.
+    gpu_lanes: list[int] = field(default_factory=list)
     # Counts of values made missing or cut, for the load's warnings: "far_times" (a ts beyond
     # ±TIME_LIMIT), "long_durations" (an end beyond it), "odd_shapes", "out_of_range" (numbers
     # beyond float range, such as 1e400, read as missing).
@@ -280,7 +283,9 @@ def convert_run(events: list[Event], out_of_range: int = 0) -> RunColumns:
     row_x = ph_codes == ord("X")
     device = np.full(m, -1, dtype=np.int64)
     gpu_rows = np.flatnonzero(row_x & np.isin(kinds[row_cat], GPU_KINDS))
+    gpu_lanes: list[int] = []
     if len(gpu_rows):
+        gpu_lanes = np.unique(lanes[gpu_rows]).tolist()
         gpu_idx = gpu_rows.tolist()
         values = _int_only([args_list[j].device for j in gpu_idx])
         device[gpu_rows] = values
@@ -346,6 +351,7 @@ def convert_run(events: list[Event], out_of_range: int = 0) -> RunColumns:
         negative_durations=negative,
         memory=memory,
         metadata=metadata,
+        gpu_lanes=gpu_lanes,
         notes={
             key: count
             for key, count in (
