@@ -172,8 +172,13 @@ def convert_run(events: list[Event], out_of_range: int = 0) -> RunColumns:
     intern = string_ids.__getitem__
 
     def intern_all(values: list) -> np.ndarray:
-        # The strings not seen before are numbered in order of first appearance, all at once,
-        # then each value is one lookup: no Python call per value, nor per new string.
+        # One lookup per value: a string not seen before is numbered by the lookup itself (a
+        # call per distinct string, the fastest way for names and categories, which repeat).
+        return np.fromiter(map(intern, values), dtype=np.int32, count=len(values))
+
+    def intern_new_first(values: list) -> np.ndarray:
+        # For values that rarely repeat (string flow ids): the new ones numbered all at once,
+        # in order of first appearance, so that there is no call per value.
         new = [value for value in dict.fromkeys(values) if value not in string_ids]
         if new:
             string_ids.update(zip(new, range(len(strings), len(strings) + len(new))))
@@ -308,7 +313,7 @@ def convert_run(events: list[Event], out_of_range: int = 0) -> RunColumns:
         flow_id[flow_rows] = _int_only(ids)
         if str in set(map(type, ids)):
             is_str = np.array([type(fid) is str for fid in ids], dtype=bool)
-            named = intern_all([fid for fid in ids if type(fid) is str])
+            named = intern_new_first([fid for fid in ids if type(fid) is str])
             flow_id[flow_rows[is_str]] = STRING_FLOW_BASE + named.astype(np.int64)
         bps = [sub[j].bp for j in flow_idx]
         if set(map(type, bps)) != {type(None)}:
