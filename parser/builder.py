@@ -10,9 +10,6 @@ import numpy as np
 from .convert import MEMORY_FIELDS, STRING_FLOW_BASE, RunColumns, convert_run
 from .events import Event, clean_header
 from .model import (
-    KIND_KERNEL,
-    KIND_MEMCPY,
-    KIND_MEMSET,
     ROW_COLUMNS,
     ROW_DTYPES,
     ChunkIndex,
@@ -22,7 +19,6 @@ from .model import (
     Trace,
 )
 
-GPU_KINDS = (KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET)
 # The columns that hold a run's local ids, remapped as a run is merged; the others are copied.
 REMAPPED = frozenset({"name", "cat", "lane", "shape", "flow_id", "ordinal"})
 
@@ -74,6 +70,16 @@ def note_warnings(notes: dict[str, int]) -> list[str]:
     return [NOTES[key].format(count) for key, count in notes.items() if count]
 
 
+# What each metadata event's value is kept as (the run's `metadata`, see convert._metadata).
+META_KEYS = {
+    "process_name": "name",
+    "thread_name": "name",
+    "process_sort_index": "sort",
+    "thread_sort_index": "sort",
+    "process_labels": "labels",
+}
+
+
 def lane_key(value: Any) -> Any:
     """pid/tid as a dict key that keeps int 1 and str "1" apart."""
     return (type(value) is str, value)
@@ -105,6 +111,7 @@ class TraceBuilder:
         self.mem_parts: dict[str, list[np.ndarray]] = {
             c: [] for c in ("ordinal", "lane", "ts", *MEMORY_FIELDS)
         }
+        self.gpu_lanes: set[int] = set()  # lanes holding a GPU activity
         self.process_meta: dict[Any, dict[str, Any]] = {}
         self.thread_meta: dict[tuple, dict[str, Any]] = {}
         self.n_events = 0
@@ -176,8 +183,14 @@ class TraceBuilder:
             self.mem_parts["lane"].append(lanes)
             for key in ("ts", *MEMORY_FIELDS):
                 self.mem_parts[key].append(np.asarray(mem[key], dtype=np.int64))
-        for name, pid, tid, args in run.metadata:
-            self._metadata(name, pid, tid, args)
+        if run.gpu_lanes:
+            self.gpu_lanes.update(lane_map[run.gpu_lanes].tolist())
+        for name, pid, tid, value in run.metadata:
+            if name.startswith("thread"):
+                key = (lane_key(pid), lane_key(tid))
+                self.thread_meta.setdefault(key, {})[META_KEYS[name]] = value
+            else:
+                self.process_meta.setdefault(lane_key(pid), {})[META_KEYS[name]] = value
         self.n_events += run.n_events
         for key, count in run.by_phase.items():
             self.by_phase[key] = self.by_phase.get(key, 0) + count
@@ -231,22 +244,6 @@ class TraceBuilder:
                     raise
         release_heap()
 
-    def _metadata(self, name: Any, pid: Any, tid: Any, args: Any) -> None:
-        if args is None:
-            return
-        pkey, tkey = lane_key(pid), (lane_key(pid), lane_key(tid))
-        value = args.name
-        if name == "process_name" and type(value) is str:
-            self.process_meta.setdefault(pkey, {})["name"] = value
-        elif name == "thread_name" and type(value) is str:
-            self.thread_meta.setdefault(tkey, {})["name"] = value
-        elif name == "process_sort_index" and type(args.sort_index) is int:
-            self.process_meta.setdefault(pkey, {})["sort"] = args.sort_index
-        elif name == "thread_sort_index" and type(args.sort_index) is int:
-            self.thread_meta.setdefault(tkey, {})["sort"] = args.sort_index
-        elif name == "process_labels" and type(args.labels) is str:
-            self.process_meta.setdefault(pkey, {})["labels"] = args.labels
-
     def finish(self, source: Source, header: dict[str, Any]) -> Trace:
         def joined(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
             if not parts:
@@ -262,13 +259,8 @@ class TraceBuilder:
             # A view of the first n rows: the unused tail was never written, so never resident.
             columns[c] = array[:n]
         self.columns = {}
-        from .model import category_kind
-
-        kinds = np.array([category_kind(s) for s in self.strings], dtype=np.int8)
-        is_gpu_row = (columns["ph"] == ord("X")) & np.isin(kinds[columns["cat"]], GPU_KINDS)
-        gpu_lanes = set(np.unique(columns["lane"][is_gpu_row]).tolist())
         for lane in self.lanes:
-            lane.is_gpu = lane.id in gpu_lanes
+            lane.is_gpu = lane.id in self.gpu_lanes  # as each run found them
             pmeta = self.process_meta.get(lane_key(lane.pid), {})
             tmeta = self.thread_meta.get((lane_key(lane.pid), lane_key(lane.tid)), {})
             lane.process_name = pmeta.get("name")

@@ -11,7 +11,6 @@ import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import chain
 from operator import attrgetter
 from typing import Any, cast
 
@@ -33,7 +32,6 @@ MAX_US = 9.2e15
 TIME_LIMIT = 1 << 62
 MEMORY_FIELDS = ("addr", "bytes", "total_allocated", "total_reserved", "device_type", "device_id")
 GPU_KINDS = (KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET)
-_MEMORY_ARGS = attrgetter(*MEMORY_FIELDS)
 _EMPTY_I64 = np.zeros(0, np.int64)
 
 
@@ -53,7 +51,12 @@ class RunColumns(RowColumns):
     negative_durations: int
     # int64 columns (ordinal in the run, lane a local lane index, ts, MEMORY_FIELDS)
     memory: dict[str, np.ndarray] = field(default_factory=dict)
-    metadata: list[tuple[str | None, Any, Any, Any]] = field(default_factory=list)
+    # What the metadata events set, the last value per process (thread) and name: (name, pid,
+    # tid, value), in the order of each name's first appearance (`_metadata`).
+    metadata: list[tuple[str, Any, Any, Any]] = field(default_factory=list)
+    # The run's lanes (local indices) that hold a GPU activity (an X event of a kernel, memcpy
+    # or memset category), for the Lane's is_gpu.
+    gpu_lanes: list[int] = field(default_factory=list)
     # Counts of values made missing or cut, for the load's warnings: "far_times" (a ts beyond
     # ±TIME_LIMIT), "long_durations" (an end beyond it), "odd_shapes", "out_of_range" (numbers
     # beyond float range, such as 1e400, read as missing).
@@ -64,14 +67,18 @@ def _ns_column(values: list, n: int) -> tuple[np.ndarray, np.ndarray]:
     """µs values (int, float or None) -> (ns int64, valid mask), exactly as the spec converts.
 
     Integers are multiplied exactly; floats are rounded half to even after the float product.
+    Missing values are 0 (and not valid).
     """
+    fast = _ns_small(values, n)
+    if fast is not None:
+        return fast
     try:
         arr = np.array(values)
     except (OverflowError, ValueError):
         return _ns_slow(values, n)
     valid = None
     if arr.dtype == object:
-        valid = np.fromiter((v is not None for v in values), dtype=bool, count=n)
+        valid = np.array([v is not None for v in values], dtype=bool)
         values = [v if v is not None else 0 for v in values]
         try:
             arr = np.array(values)
@@ -90,11 +97,33 @@ def _ns_column(values: list, n: int) -> tuple[np.ndarray, np.ndarray]:
         out = np.rint(arr * 1000).astype(np.int64)
         if top >= EXACT_FLOAT_US:
             # Integers this large lose exactness through float64: take them exactly.
-            is_int = np.fromiter((type(v) is int for v in values), dtype=bool, count=n)
+            is_int = np.array([type(v) is int for v in values], dtype=bool)
             if is_int.any():
                 out[is_int] = np.array([v for v in values if type(v) is int], dtype=np.int64) * 1000
         return out, valid
     return _ns_slow(values, n, valid)
+
+
+def _ns_small(values: list, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """`_ns_column` in one conversion when every value is below EXACT_FLOAT_US µs (nearly
+    always): there an integer's float product is exact, so ints and floats take one path, and
+    None (the only value that becomes NaN: times are finite numbers) is missing. None when
+    some value is larger: `_ns_column`'s general path decides."""
+    if not n:
+        return None
+    try:
+        arr = np.array(values, dtype=np.float64)
+    except (OverflowError, ValueError, TypeError):
+        return None
+    valid = ~np.isnan(arr)
+    top = np.fmax.reduce(np.abs(arr))  # NaN only when every value is missing
+    if top != top:
+        return np.zeros(n, dtype=np.int64), valid
+    if not top < EXACT_FLOAT_US:
+        return None
+    if not valid.all():
+        arr[~valid] = 0.0
+    return np.rint(arr * 1000).astype(np.int64), valid
 
 
 def _ns_slow(
@@ -125,10 +154,6 @@ def to_ns(value: Any) -> int | None:
     return ns if INT64_MIN < ns <= INT64_MAX else None
 
 
-def _int64_or_none(value: Any) -> int:
-    return value if type(value) is int and INT64_MIN < value <= INT64_MAX else NO_VALUE
-
-
 def convert_run(events: list[Event], out_of_range: int = 0) -> RunColumns:
     """Convert the decoded events of one run (every element, in file order).
 
@@ -139,9 +164,7 @@ def convert_run(events: list[Event], out_of_range: int = 0) -> RunColumns:
     """
     n = len(events)
     phs = [e.ph for e in events]
-    code_of = _PhaseCodes()  # in order of first appearance
-    codes = np.fromiter(map(code_of.__getitem__, phs), dtype=np.uint8, count=n)
-    by_phase = _phase_counts(phs, code_of, codes)
+    codes, by_phase = _phases(phs, n)
 
     strings: list[str] = [""]
     string_ids = _Numbering(strings)
@@ -149,7 +172,17 @@ def convert_run(events: list[Event], out_of_range: int = 0) -> RunColumns:
     intern = string_ids.__getitem__
 
     def intern_all(values: list) -> np.ndarray:
-        # One lookup per value: a string not seen before is numbered by the lookup itself.
+        # One lookup per value: a string not seen before is numbered by the lookup itself (a
+        # call per distinct string, the fastest way for names and categories, which repeat).
+        return np.fromiter(map(intern, values), dtype=np.int32, count=len(values))
+
+    def intern_new_first(values: list) -> np.ndarray:
+        # For values that rarely repeat (string flow ids): the new ones numbered all at once,
+        # in order of first appearance, so that there is no call per value.
+        new = [value for value in dict.fromkeys(values) if value not in string_ids]
+        if new:
+            string_ids.update(zip(new, range(len(strings), len(strings) + len(new))))
+            strings.extend(new)
         return np.fromiter(map(intern, values), dtype=np.int32, count=len(values))
 
     # Categories of every event, then names of the rows: the string table's order is part of
@@ -170,11 +203,9 @@ def convert_run(events: list[Event], out_of_range: int = 0) -> RunColumns:
         valid &= ~far
     is_meta = codes == ord("M")
     rows = valid & ~is_meta
-    metadata: list[tuple[str | None, Any, Any, Any]] = []
+    metadata: list[tuple[str, Any, Any, Any]] = []
     if is_meta.any():
-        for i in np.flatnonzero(is_meta).tolist():
-            e = events[i]
-            metadata.append((e.name, e.pid, e.tid, e.args))
+        metadata = _metadata([events[i] for i in np.flatnonzero(is_meta).tolist()])
 
     index = np.flatnonzero(rows)
     m = len(index)
@@ -216,22 +247,19 @@ def convert_run(events: list[Event], out_of_range: int = 0) -> RunColumns:
         mem_args = [events[i].args for i in mem_rows]
         if None in mem_args:
             mem_args = [a if a is not None else EMPTY_ARGS for a in mem_args]
-        fields = list(map(_MEMORY_ARGS, mem_args))
-        flat = list(chain.from_iterable(fields))
-        table = None
-        if set(map(type, flat)) == {int}:
-            try:  # every field an integer (nearly always): one conversion for all of them
-                table = np.array(flat, dtype=np.int64).reshape(len(fields), len(MEMORY_FIELDS))
-            except OverflowError:
-                table = None
-        for k, key in enumerate(MEMORY_FIELDS):
-            if table is not None:
-                memory[key] = np.ascontiguousarray(table[:, k])
-            else:
-                memory[key] = _whole_int_only([row[k] for row in fields])
+        columns = (
+            [a.addr for a in mem_args],
+            [a.bytes for a in mem_args],
+            [a.total_allocated for a in mem_args],
+            [a.total_reserved for a in mem_args],
+            [a.device_type for a in mem_args],
+            [a.device_id for a in mem_args],
+        )
+        for key, values in zip(MEMORY_FIELDS, columns):
+            memory[key] = _memory_field(values)
 
     start = starts[index]
-    durs, dur_valid = _ns_column([e.dur or 0 for e in sub], m)
+    durs, dur_valid = _ns_column([e.dur for e in sub], m)
     negative = int(np.count_nonzero(durs < 0))
     dur = np.where(dur_valid & (durs > 0), durs, 0)
     beyond = dur > TIME_LIMIT - start
@@ -260,12 +288,19 @@ def convert_run(events: list[Event], out_of_range: int = 0) -> RunColumns:
     row_x = ph_codes == ord("X")
     device = np.full(m, -1, dtype=np.int64)
     gpu_rows = np.flatnonzero(row_x & np.isin(kinds[row_cat], GPU_KINDS))
+    gpu_lanes: list[int] = []
     if len(gpu_rows):
+        gpu_lanes = np.unique(lanes[gpu_rows]).tolist()
         gpu_idx = gpu_rows.tolist()
         values = _int_only([args_list[j].device for j in gpu_idx])
         device[gpu_rows] = values
-        for k in np.flatnonzero(values == NO_VALUE).tolist():
-            device[gpu_idx[k]] = _device(sub[gpu_idx[k]])
+        missing = np.flatnonzero(values == NO_VALUE)
+        if len(missing):  # no device in args: the pid says it (each distinct pid read once)
+            pids = [sub[gpu_idx[k]].pid for k in missing.tolist()]
+            of_pid = {pid: _pid_device(pid) for pid in dict.fromkeys(pids)}
+            device[gpu_rows[missing]] = np.fromiter(
+                map(of_pid.__getitem__, pids), dtype=np.int64, count=len(pids)
+            )
 
     flow_id = np.full(m, NO_VALUE, dtype=np.int64)
     flow_bp = np.zeros(m, dtype=np.uint8)
@@ -277,9 +312,9 @@ def convert_run(events: list[Event], out_of_range: int = 0) -> RunColumns:
         ids = [sub[j].id for j in flow_idx]
         flow_id[flow_rows] = _int_only(ids)
         if str in set(map(type, ids)):
-            for k, fid in enumerate(ids):
-                if type(fid) is str:
-                    flow_id[flow_idx[k]] = STRING_FLOW_BASE + intern(fid)
+            is_str = np.array([type(fid) is str for fid in ids], dtype=bool)
+            named = intern_new_first([fid for fid in ids if type(fid) is str])
+            flow_id[flow_rows[is_str]] = STRING_FLOW_BASE + named.astype(np.int64)
         bps = [sub[j].bp for j in flow_idx]
         if set(map(type, bps)) != {type(None)}:
             try:  # a few distinct binding points ("e"): each coded once
@@ -321,6 +356,7 @@ def convert_run(events: list[Event], out_of_range: int = 0) -> RunColumns:
         negative_durations=negative,
         memory=memory,
         metadata=metadata,
+        gpu_lanes=gpu_lanes,
         notes={
             key: count
             for key, count in (
@@ -348,6 +384,29 @@ def _phase_code(ph: str | None) -> int:
     return ord(ph) if type(ph) is str and len(ph) == 1 and ph < "\x80" else 0
 
 
+def _phases(phs: list, n: int) -> tuple[np.ndarray, dict[str, int]]:
+    """Each event's phase byte, and the events per phase in order of first appearance.
+
+    When every phase is one ASCII character other than NUL (nearly always), the phases joined
+    are the bytes themselves: no lookup per event."""
+    if n and "" not in phs:
+        try:
+            joined = "".join(phs)
+        except TypeError:  # a missing phase (None)
+            joined = ""
+        # No phase empty and n characters in all: each phase is one character.
+        if len(joined) == n and joined.isascii():
+            codes = np.frombuffer(joined.encode("ascii"), dtype=np.uint8).copy()
+            seen, first = np.unique(codes, return_index=True)
+            if seen[0]:  # NUL is no phase byte: the general path counts it by its text
+                counts = np.bincount(codes, minlength=256)
+                ordered = seen[np.argsort(first)].tolist()
+                return codes, {chr(code): int(counts[code]) for code in ordered}
+    code_of = _PhaseCodes()  # in order of first appearance
+    codes = np.fromiter(map(code_of.__getitem__, phs), dtype=np.uint8, count=n)
+    return codes, _phase_counts(phs, code_of, codes)
+
+
 def _phase_counts(phs: list, code_of: dict, codes: np.ndarray) -> dict[str, int]:
     """Events per phase, in order of first appearance; a missing phase counts as "?"."""
     counts = np.bincount(codes, minlength=256)
@@ -370,31 +429,33 @@ def _phase_counts(phs: list, code_of: dict, codes: np.ndarray) -> dict[str, int]
 def _lanes(events: list[Event]) -> tuple[list[tuple[Any, Any]], np.ndarray]:
     """(pid, tid) keys in order of first appearance, and each event's index into them.
 
-    pids and tids are numbered apart (few of each, so cheap to hash), and the pair becomes
-    one integer; only when the pairs' space is large are tuples hashed instead.
-    """
+    pids and tids are numbered apart (few of each, so cheap to hash), the pair becomes one
+    integer, and the pairs are numbered by a sort, not by a lookup per event."""
     n = len(events)
     pids = [e.pid for e in events]
     tids = [e.tid for e in events]
     pid_list: list[Any] = []
     tid_list: list[Any] = []
-    pid_ids, tid_ids = _Numbering(pid_list), _Numbering(tid_list)
-    tid_of = _numbered(tids, tid_ids)
-    pid_of = _numbered(pids, pid_ids)
-    space = len(pid_ids) * len(tid_ids)
-    if space > 4 * n + 64:
-        keys = list(zip(pids, tids))
-        ids = {key: i for i, key in enumerate(dict.fromkeys(keys))}
-        return list(ids), np.fromiter(map(ids.__getitem__, keys), dtype=np.int32, count=n)
+    tid_of = _numbered(tids, _Numbering(tid_list))
+    pid_of = _numbered(pids, _Numbering(pid_list))
+    width = len(tid_list)
     pair = tid_of
-    if len(pid_ids) > 1:
-        pair += pid_of * len(tid_ids)
-    order = list(dict.fromkeys(pair.tolist()))
-    lookup = np.empty(space, dtype=np.int32)
-    lookup[order] = np.arange(len(order), dtype=np.int32)
-    width = len(tid_ids)
-    keys = [(pid_list[p // width], tid_list[p % width]) for p in order]
-    return keys, lookup[pair]
+    if len(pid_list) > 1:
+        pair += pid_of * width
+    order, lanes = _first_seen(pair)
+    keys = [(pid_list[p // width], tid_list[p % width]) for p in order.tolist()]
+    return keys, lanes.astype(np.int32) if n else np.zeros(0, dtype=np.int32)
+
+
+def _first_seen(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values in order of first appearance, and each value's index into them."""
+    if not len(values):
+        return values[:0], values[:0]
+    distinct, first, inverse = np.unique(values, return_index=True, return_inverse=True)
+    by_first = np.argsort(first)
+    rank = np.empty(len(distinct), dtype=np.int64)
+    rank[by_first] = np.arange(len(distinct), dtype=np.int64)
+    return distinct[by_first], rank[inverse.reshape(-1)]
 
 
 def _numbered(values: list, numbering: _Numbering) -> np.ndarray:
@@ -443,7 +504,22 @@ def _int_only(values: list) -> np.ndarray:
             pass
         else:
             return out
-    return np.array([_int64_or_none(v) for v in values], dtype=np.int64)
+    # (type() is no Python call: no call per value here either.)
+    return np.array(
+        [v if type(v) is int and INT64_MIN < v <= INT64_MAX else NO_VALUE for v in values],
+        dtype=np.int64,
+    )
+
+
+def _memory_field(values: list) -> np.ndarray:
+    """One memory field of a run's memory events: one conversion when every value is an
+    integer (nearly always), else by `_whole_int_only`'s rules."""
+    if set(map(type, values)) == {int}:
+        try:
+            return np.array(values, dtype=np.int64)
+        except OverflowError:
+            pass
+    return _whole_int_only(values)
 
 
 def _whole_int_only(values: list) -> np.ndarray:
@@ -545,13 +621,9 @@ def _plain_values(value: Any) -> bool:
     return value is not None
 
 
-def _device(e: Event) -> int:
-    args = e.args
-    if args is not None:
-        value = args.device
-        if type(value) is int and INT64_MIN < value <= INT64_MAX:
-            return value
-    pid = e.pid
+def _pid_device(pid: Any) -> int:
+    """The device a GPU event without a device in its args is on: its pid when that is an
+    integer (or a string of digits) within int64, else -1."""
     if type(pid) is int and INT64_MIN < pid <= INT64_MAX:
         return pid
     if type(pid) is str and pid and pid.isascii() and pid.isdigit():
@@ -559,3 +631,41 @@ def _device(e: Event) -> int:
         if value <= INT64_MAX:
             return value
     return -1
+
+
+# Metadata event name -> (the args field it sets, the type that field must have, per thread).
+_META_FIELDS: dict[str, tuple[str, type, bool]] = {
+    "process_name": ("name", str, False),
+    "thread_name": ("name", str, True),
+    "process_sort_index": ("sort_index", int, False),
+    "thread_sort_index": ("sort_index", int, True),
+    "process_labels": ("labels", str, False),
+}
+
+
+def _metadata(meta: list[Event]) -> list[tuple[str, Any, Any, Any]]:
+    """What a run's metadata events set: for each name the model reads, the value of the last
+    event that sets one of its type, per process (per thread for thread_*): (name, pid, tid,
+    value), tid None for a process. A trace may repeat them by the hundred thousand (an MTIA
+    trace: 310,000 of them for 10 threads): reduced here, field by field, so the loading process
+    applies a handful per run."""
+    names = [e.name for e in meta]
+    found: list[tuple[str, Any, Any, Any]] = []
+    for name in dict.fromkeys(names):
+        spec = _META_FIELDS.get(name) if type(name) is str else None
+        if spec is None:
+            continue
+        attr, kind, per_thread = spec
+        chosen = [e for e, other in zip(meta, names) if other == name]
+        args = [EMPTY_ARGS if e.args is None else e.args for e in chosen]
+        values = list(map(attrgetter(attr), args))
+        ok = [type(value) is kind for value in values]
+        if per_thread:
+            keys: list[Any] = [(e.pid, e.tid) for e, good in zip(chosen, ok) if good]
+        else:
+            keys = [(e.pid, None) for e, good in zip(chosen, ok) if good]
+        # The last value per key wins, as when each event was applied in turn. (A pid's dict key
+        # is its lane key: an int never equals a str.)
+        last = dict(zip(keys, [value for value, good in zip(values, ok) if good]))
+        found.extend((name, pid, tid, value) for (pid, tid), value in last.items())
+    return found

@@ -271,3 +271,202 @@ def test_a_worker_returns_its_columns_in_shared_memory(tmp_path):
         finally:
             blocks.close()
     state.close()
+
+
+def _kernel_event(i: int, pid: Any = 0) -> dict[str, Any]:
+    # Kernels of old traces (and of some tools) say no "device" in their args: the pid does.
+    return {
+        "ph": "X",
+        "cat": "Kernel",
+        "name": f"k{i % 7}",
+        "pid": pid,
+        "tid": 7 + i % 2,
+        "ts": 10.0 + i,
+        "dur": 0.5,
+        "args": {"correlation": i, "stream": 7},
+    }
+
+
+def test_gpu_events_without_a_device_convert_without_a_call_per_event():
+    """The device of a GPU event without one in its args is read from its pid once per
+    distinct pid (it was a call per event)."""
+    few = _python_calls(_decoded([_kernel_event(i, pid=i % 3) for i in range(20)]))
+    many = _python_calls(_decoded([_kernel_event(i, pid=i % 3) for i in range(2000)]))
+    assert many - few < 50, (few, many)
+
+
+def test_gpu_events_without_a_device_take_their_pids():
+    pids = [3, "5", "x", None, -4, 1 << 70, "0012", "99999999999999999999"]
+    events = [_kernel_event(i, pid=pid) for i, pid in enumerate(pids)]
+    events.append({**_kernel_event(9, pid=2), "args": {"device": 6}})
+    run = convert_run(_decoded(events))
+    assert run.device.tolist() == [3, 5, -1, -1, -4, -1, 12, -1, 6]
+
+
+def _metadata_events(count: int, tids: int = 3) -> list[dict[str, Any]]:
+    events = []
+    for i in range(count):
+        tid = i % tids
+        events.append(
+            {
+                "ph": "M",
+                "name": "process_name",
+                "pid": 9,
+                "tid": tid,
+                "args": {"name": f"process {i}"},
+            }
+        )
+        events.append(
+            {
+                "ph": "M",
+                "name": "thread_name",
+                "pid": 9,
+                "tid": tid,
+                "args": {"name": f"thread {tid}.{i}"},
+            }
+        )
+        events.append(
+            {
+                "ph": "M",
+                "name": "thread_sort_index",
+                "pid": 9,
+                "tid": tid,
+                "args": {"sort_index": i},
+            }
+        )
+    events.extend(
+        {"ph": "X", "name": "a", "pid": 9, "tid": t, "ts": 1, "dur": 1} for t in range(tids)
+    )
+    return events
+
+
+def test_metadata_events_load_without_a_call_per_event():
+    """A trace may repeat its metadata events by the hundred thousand (an MTIA trace: 310,000
+    for 10 threads): converted and merged, they cost no call per event."""
+    from kinetoscope.parser.builder import TraceBuilder
+
+    def calls(count: int) -> int:
+        events = _decoded(_metadata_events(count))
+        builder = TraceBuilder()
+        with CallCount(python_only=True) as count_calls:
+            builder.add_run(convert_run(events), 0, 1)
+        return count_calls.calls
+
+    few, many = calls(10), calls(3000)
+    assert many - few < 50, (few, many)
+
+
+def test_metadata_keeps_the_last_value_each_event_sets():
+    """Per process (any tid) and per thread, the last value of the right type wins, across
+    runs too; values of another type (a number for a name, a bool or float for a sort index)
+    or no args set nothing; pid 1 and pid "1" are different processes."""
+    from kinetoscope.parser.builder import TraceBuilder
+
+    def meta(name: str, pid: Any, tid: Any, args: Any = None) -> dict[str, Any]:
+        event: dict[str, Any] = {"ph": "M", "name": name, "pid": pid, "tid": tid}
+        if args is not None:
+            event["args"] = args
+        return event
+
+    first = [
+        meta("process_name", 1, 0, {"name": "one"}),
+        meta("process_name", 1, 5, {"name": "one later"}),  # another tid, the same process
+        meta("process_name", 1, 0, {"name": 7}),  # not a name: sets nothing
+        meta("process_name", "1", 0, {"name": "text one"}),
+        meta("thread_sort_index", 1, 2, {"sort_index": 4}),
+        meta("thread_sort_index", 1, 2, {"sort_index": True}),  # a bool: nothing
+        meta("thread_sort_index", 1, 2, {"sort_index": 2.0}),  # a float: nothing
+        meta("thread_name", 1, 2, {"name": "worker"}),
+        meta("thread_name", 1, 3, {"name": "other"}),
+        meta("process_labels", 1, 0, {"labels": "GPU 0"}),
+        meta("process_sort_index", 1, 0),  # no args: nothing
+        meta("process_sort_index", 1, 0, {"sort_index": 11}),
+        meta("something_else", 1, 2, {"name": "ignored"}),
+    ]
+    second = [
+        meta("thread_name", 1, 2, {"name": "worker, renamed"}),
+        meta("process_sort_index", 1, 0, {"sort_index": None}),
+        {"ph": "X", "name": "a", "pid": 1, "tid": 2, "ts": 1, "dur": 1},
+        {"ph": "X", "name": "a", "pid": "1", "tid": 3, "ts": 1, "dur": 1},
+    ]
+    builder = TraceBuilder()
+    for run in (first, second):
+        builder.add_run(convert_run(_decoded(run)), 0, 1)
+    from kinetoscope.parser.model import Source
+
+    trace = builder.finish(Source(path="x", bytes=1, compressed=False), {})
+    lanes = {(lane.pid, lane.tid): lane for lane in trace.lanes}
+    lane = lanes[(1, 2)]
+    assert (lane.process_name, lane.process_labels, lane.process_sort) == ("one later", "GPU 0", 11)
+    assert (lane.thread_name, lane.thread_sort) == ("worker, renamed", 4)
+    other = lanes[("1", 3)]
+    assert (other.process_name, other.thread_name, other.process_sort) == ("text one", None, None)
+
+
+def _mixed_run(n: int) -> list[dict[str, Any]]:
+    """A run with a bit of everything: Python functions, operators with shapes, kernels without
+    a device, string flow ids, memory events, metadata, an event without a time, instants."""
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "name": "process_name", "pid": 7, "tid": 0, "args": {"name": "python"}}
+    ]
+    for i in range(n):
+        kind = i % 6
+        if kind == 0:
+            events.append(_python_event(i))
+        elif kind == 1:
+            events.append(_kernel_event(i, pid=i % 2))
+        elif kind == 2:
+            events.append(_memory_event(i))
+        elif kind == 3:
+            events.append(
+                {
+                    "ph": "sf"[i % 2],
+                    "id": f"k{i // 2}",
+                    "bp": "e",
+                    "cat": "ac2g",
+                    "pid": 7,
+                    "tid": 7,
+                    "ts": 5.0 + i,
+                }
+            )
+        elif kind == 4:
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "name": f"aten::op{i % 9}",
+                    "pid": 7,
+                    "tid": 8,
+                    "ts": 3 + i,
+                    "dur": 2,
+                    "args": {"External id": i, "Input Dims": [[i % 3, 4]]},
+                }
+            )
+        else:
+            events.append(
+                {
+                    "ph": "i",
+                    "cat": "cpu_instant_event",
+                    "name": "mark",
+                    "pid": 7,
+                    "tid": 9,
+                    **({"ts": 4.5 + i} if i % 12 else {}),
+                }
+            )
+    return events
+
+
+def test_a_mixed_run_decodes_and_converts_without_a_call_per_event():
+    """A worker's whole task (decode, convert, columns of one value made values) on a run
+    that takes every path of the conversion."""
+    from kinetoscope.parser.parallel import decode_array
+
+    def calls(n: int) -> int:
+        text = json.dumps(_mixed_run(n)).encode()
+        with CallCount(python_only=True) as count:
+            run = decode_array(text)
+        assert run is not None and run.n_events == n + 1
+        return count.calls
+
+    few, many = calls(120), calls(6000)
+    assert many - few < 80, (few, many)
