@@ -304,7 +304,7 @@ async def test_dlrm_eight_ranks_on_one_axis():
 async def test_from_the_overview_to_the_straggler_beside_the_fastest_in_a_few_keys(tmp_path):
     from kinetoscope.tui.job.job_app import JobApp
     from kinetoscope.tui.job.job_ranks import RanksScreen, slowest_step, step_window
-    from kinetoscope.tui.trace.screens import HelpScreen
+    from kinetoscope.tui.palette import HelpScreen
 
     write_job(tmp_path)
     app = JobApp([str(tmp_path)], workers=1)

@@ -502,6 +502,19 @@ class JobTimelineScreen(Screen):
         Binding("q", "back", "Back", tooltip="Back to the screen the timeline was opened from"),
         Binding("escape", "back", "Back", show=False),
     ]
+    HELP_TITLE = "Job timeline (t)"  # the key help's section (tui/palette.py)
+
+    @classmethod
+    def help_bindings(cls) -> list[BindingType]:
+        """The single-trace timeline's keys, on every rank at once, and this screen's."""
+        return [
+            *(
+                b
+                for b in Timeline.BINDINGS
+                if isinstance(b, Binding) and b.key not in ("enter", "P")
+            ),
+            *JobTimelineScreen.BINDINGS,
+        ]
 
     def __init__(
         self,
@@ -1104,6 +1117,11 @@ class RankPairScreen(Screen):
         Binding("q", "back", "Back to the job", show=False),
         Binding("tab", "switch", "Other rank", show=False),
     ]
+    HELP_TITLE = "Two ranks side by side (x)"  # the key help's section (tui/palette.py)
+
+    @classmethod
+    def help_bindings(cls) -> list[BindingType]:
+        return [*RankPairScreen.BINDINGS, *Timeline.BINDINGS]
 
     def __init__(self, owner: JobTimelineScreen, ranks: list[tuple[int, CollapsedRank]]) -> None:
         super().__init__()
