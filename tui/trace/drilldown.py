@@ -18,9 +18,6 @@ from typing import TYPE_CHECKING, Any
 from kinetoscope.tui.data.places import Jump, MarkedRange, range_label
 from kinetoscope.tui.palette import HelpSection, help_sections
 from kinetoscope.tui.trace.exporting import EXPORT_BINDING, export_stem, start_export
-from kinetoscope.tui.widgets.columns import (
-    fmt_cell_time as fmt_cell_time,  # the tables' duration format, re-exported
-)
 from textual.binding import Binding, BindingType
 
 if TYPE_CHECKING:
