@@ -377,15 +377,80 @@ def _per_window(slot: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
 
 
 def compute_compile(session: TraceSession) -> CompileAnalysis:
+    """The compile lens of the trace (the module docstring lists what it holds), made of the
+    parts below in order: where compiled code and compile work are, the kernels that count,
+    the compiled share, frames and recompiles, guards and compile events, eager islands,
+    launches and graph replay, Inductor kernels, and the same numbers per step."""
+    marks = _compiled_marks(session)
+    kernels = _counted_kernels(session, marks)
+    on_gpu = bool(session.classes.gpu.any())
+    op_cats = _cat_mask(session.trace, OPERATOR_CATEGORIES)
+    op_pos = _operator_positions(session, marks, op_cats)
+    total_ns, compiled_ns = _compiled_share(session, marks, kernels, op_pos, on_gpu)
+    guard_rows, guard_self = _guards(session)
+    compiling_union, compiling = _compile_work(session.trace, marks.compiling_rows)
+    eager_rows, eager_islands = _islands(session, marks, guard_rows)
+    launches = _launches(session, marks, kernels, op_cats)
+    inductor = _inductor(
+        session.trace, session.classes, kernels.inductor_names, kernels.rows, on_gpu
+    )
+    steps, breaks = _per_step(
+        session,
+        marks,
+        kernels,
+        launches,
+        _StepInputs(op_pos, on_gpu, eager_rows, guard_rows, guard_self, compiling_union),
+    )
+    return CompileAnalysis(
+        regions=tuple(marks.regions),
+        on_gpu=on_gpu,
+        total_ns=total_ns,
+        compiled_ns=compiled_ns,
+        frames=_frame_compiles(marks.regions),
+        eager_islands=eager_islands,
+        compiling=compiling,
+        guard_calls=len(guard_rows),
+        guard_ns=int(guard_self.sum()),
+        launch=launches.economy,
+        inductor=inductor,
+        kernels=len(kernels.rows),
+        short_kernels=int((kernels.dur < SHORT_KERNEL_NS).sum()),
+        graphs=launches.graphs,
+        replay=launches.replay,
+        steps=steps,
+        likely_graph_breaks=breaks,
+        in_compiled=marks.in_compiled,
+    )
+
+
+@dataclass(frozen=True)
+class _Marks:
+    """Where compiled code and compile work are. `regions` (by start) are the compiled-region
+    CPU slices `region_rows`, at nesting positions `region_pos`; `inside_pos` (per nesting
+    position) and `in_compiled` (per row): a region or below one. The compile events
+    `compiling_rows` at `compiling_pos`, and what lies at or below them: `in_compiling_pos`
+    (per position) and `in_compiling` (per row)."""
+
+    regions: list[Region]
+    region_rows: np.ndarray
+    region_pos: np.ndarray
+    inside_pos: np.ndarray
+    in_compiled: np.ndarray
+    compiling_rows: np.ndarray
+    compiling_pos: np.ndarray
+    in_compiling_pos: np.ndarray
+    in_compiling: np.ndarray
+
+
+def _compiled_marks(session: TraceSession) -> _Marks:
+    """The compiled regions and what lies inside them; the compile events inside the window
+    and everything below them (autotuning runs kernels there): compile work, neither compiled
+    nor eager code."""
     trace = session.trace
     classes = session.classes
     nesting = session.nesting
-    links = session.links
-    n_rows = len(trace)
-    order = nesting.order
     names = trace.name
-
-    # -- regions and what lies inside them ---------------------------------------------------
+    n_rows = len(trace)
     region_names = names_matching(trace, lambda s: region_kind(s) is not None)
     region_rows = np.flatnonzero(classes.cpu & region_names[names])
     region_rows = region_rows[np.argsort(trace.start[region_rows], kind="stable")]
@@ -407,51 +472,88 @@ def compute_compile(session: TraceSession) -> CompileAnalysis:
     region_pos = nesting.position[region_rows].astype(np.int64)
     inside_pos = _covered(nesting, region_pos)
     in_compiled = np.zeros(n_rows, dtype=bool)
-    in_compiled[order[inside_pos]] = True
-    # Compilation inside the window: its events and everything below them (autotuning runs
-    # kernels there) are compile work, neither compiled nor eager code.
+    in_compiled[nesting.order[inside_pos]] = True
     compiling_names = names_matching(trace, COMPILING_NAME.fullmatch)
     compiling_rows = np.flatnonzero(classes.cpu & compiling_names[names])
     compiling_pos = nesting.position[compiling_rows].astype(np.int64)
     in_compiling_pos = _covered(nesting, compiling_pos)
     in_compiling = np.zeros(n_rows, dtype=bool)
-    in_compiling[order[in_compiling_pos]] = True
+    in_compiling[nesting.order[in_compiling_pos]] = True
+    return _Marks(
+        regions,
+        region_rows,
+        region_pos,
+        inside_pos,
+        in_compiled,
+        compiling_rows,
+        compiling_pos,
+        in_compiling_pos,
+        in_compiling,
+    )
 
-    # -- kernels: compiled, Inductor, short --------------------------------------------------
+
+@dataclass(frozen=True)
+class _Kernels:
+    """The kernels that count (those launched by compile work left out): their `rows`, the
+    runtime call that launched each (`runtime`, where `linked`), `dur`, whether each is
+    `compiled` (an Inductor name or launched from compiled code); `inductor_names`: per
+    string id, an Inductor kernel name."""
+
+    rows: np.ndarray
+    runtime: np.ndarray
+    linked: np.ndarray
+    dur: np.ndarray
+    compiled: np.ndarray
+    inductor_names: np.ndarray
+
+
+def _counted_kernels(session: TraceSession, marks: _Marks) -> _Kernels:
+    trace = session.trace
+    names = trace.name
     inductor_names = names_matching(trace, lambda s: inductor_kind(s) is not None)
-    kernel_rows = np.flatnonzero(classes.kernel)
-    k_runtime = _runtime_of(links, kernel_rows)
+    kernel_rows = np.flatnonzero(session.classes.kernel)
+    k_runtime = _runtime_of(session.links, kernel_rows)
     linked = k_runtime >= 0
     # Kernels launched by compile work (autotuning) are left out of everything below.
     k_work = np.ones(len(kernel_rows), dtype=bool)
-    k_work[linked] = ~in_compiling[k_runtime[linked]]
+    k_work[linked] = ~marks.in_compiling[k_runtime[linked]]
     kernel_rows, k_runtime, linked = kernel_rows[k_work], k_runtime[k_work], linked[k_work]
-    k_dur = trace.dur[kernel_rows]
     k_compiled = inductor_names[names[kernel_rows]].copy()
-    k_compiled[linked] |= in_compiled[k_runtime[linked]]
-    on_gpu = bool(classes.gpu.any())
+    k_compiled[linked] |= marks.in_compiled[k_runtime[linked]]
+    return _Kernels(
+        kernel_rows, k_runtime, linked, trace.dur[kernel_rows], k_compiled, inductor_names
+    )
 
-    op_cats = _cat_mask(trace, OPERATOR_CATEGORIES)
-    step_rows_ = session.steps.rows
-    is_step = np.zeros(n_rows, dtype=bool)
-    is_step[step_rows_] = True
-    op_pos = np.flatnonzero(op_cats[trace.cat[order]] & ~is_step[order] & ~in_compiling_pos)
+
+def _operator_positions(session: TraceSession, marks: _Marks, op_cats: np.ndarray) -> np.ndarray:
+    """The nesting positions of the operators that count on a CPU-only trace: operator
+    categories, no ProfilerStep, no compile work."""
+    trace = session.trace
+    order = session.nesting.order
+    is_step = np.zeros(len(trace), dtype=bool)
+    is_step[session.steps.rows] = True
+    return np.flatnonzero(op_cats[trace.cat[order]] & ~is_step[order] & ~marks.in_compiling_pos)
+
+
+def _compiled_share(
+    session: TraceSession, marks: _Marks, kernels: _Kernels, op_pos: np.ndarray, on_gpu: bool
+) -> tuple[int, int]:
+    """(total, compiled) ns: kernel time, or without GPU work the operators' self time."""
     if on_gpu:
-        total_ns = int(k_dur.sum())
-        compiled_ns = int(k_dur[k_compiled].sum())
-    else:
-        self_time = nesting.self_time[op_pos]
-        total_ns = int(self_time.sum())
-        compiled_ns = int(self_time[inside_pos[op_pos]].sum())
+        return int(kernels.dur.sum()), int(kernels.dur[kernels.compiled].sum())
+    self_time = session.nesting.self_time[op_pos]
+    return int(self_time.sum()), int(self_time[marks.inside_pos[op_pos]].sum())
 
-    # -- frames and recompiles ---------------------------------------------------------------
+
+def _frame_compiles(regions: list[Region]) -> tuple[FrameCompiles, ...]:
+    """Frames and their recompiles: the compile ids each frame's regions name."""
     by_frame: dict[int, dict[int, list[int]]] = {}
     for region in regions:
         if region.frame is not None and region.compile_id is not None:
             by_frame.setdefault(region.frame, {}).setdefault(region.compile_id, []).append(
                 region.row
             )
-    frames = tuple(
+    return tuple(
         FrameCompiles(
             frame=f,
             compile_ids=tuple(sorted(ids)),
@@ -461,94 +563,218 @@ def compute_compile(session: TraceSession) -> CompileAnalysis:
         for f, ids in sorted(by_frame.items())
     )
 
-    # -- guard overhead, compilation in the window ------------------------------------------
+
+def _guards(session: TraceSession) -> tuple[np.ndarray, np.ndarray]:
+    """The guard (cache lookup) CPU slices and their self time."""
+    trace = session.trace
+    nesting = session.nesting
     guard_id = trace.string_id(GUARD_NAME)
     guard_rows = (
-        np.flatnonzero(classes.cpu & (names == guard_id))
+        np.flatnonzero(session.classes.cpu & (trace.name == guard_id))
         if guard_id >= 0
         else np.zeros(0, np.int64)
     )
-    guard_self = nesting.self_time[nesting.position[guard_rows]].astype(np.int64)
-    compiling_union = Union.of(
+    return guard_rows, nesting.self_time[nesting.position[guard_rows]].astype(np.int64)
+
+
+def _compile_work(trace: Trace, compiling_rows: np.ndarray) -> tuple[Union, Compiling]:
+    """Compilation in the window: the union of the compile events' spans, and the totals."""
+    union = Union.of(
         trace.start[compiling_rows], trace.start[compiling_rows] + trace.dur[compiling_rows]
     )
-    compiling = Compiling(
-        count=len(compiling_rows),
-        ns=compiling_union.total,
-        rows=_longest(trace, compiling_rows, 5),
+    return union, Compiling(
+        count=len(compiling_rows), ns=union.total, rows=_longest(trace, compiling_rows, 5)
     )
 
-    # -- eager islands -----------------------------------------------------------------------
-    eager_islands: tuple[EagerIsland, ...] = ()
-    eager_rows = np.zeros(0, np.int64)
-    if regions:
-        markers = np.concatenate(
-            (region_pos, compiling_pos, nesting.position[guard_rows].astype(np.int64))
-        )
-        eager_rows, eager_islands = _eager_islands(
-            session, in_compiled | in_compiling, np.unique(markers)
-        )
 
-    # -- launches and graph replay ------------------------------------------------------------
+def _islands(
+    session: TraceSession, marks: _Marks, guard_rows: np.ndarray
+) -> tuple[np.ndarray, tuple[EagerIsland, ...]]:
+    """The eager islands' rows and the islands by name; none without compiled regions."""
+    if not marks.regions:
+        return np.zeros(0, np.int64), ()
+    markers = np.concatenate(
+        (
+            marks.region_pos,
+            marks.compiling_pos,
+            session.nesting.position[guard_rows].astype(np.int64),
+        )
+    )
+    return _eager_islands(session, marks.in_compiled | marks.in_compiling, np.unique(markers))
+
+
+@dataclass(frozen=True)
+class _Launches:
+    """The launch calls (`rows`: each kernel's launcher and every graph launch), the graph
+    launch calls (`graph_rows`), which counted kernels a graph launched (`is_graph_kernel`),
+    and what they add up to."""
+
+    rows: np.ndarray
+    graph_rows: np.ndarray
+    is_graph_kernel: np.ndarray
+    economy: LaunchEconomy
+    graphs: tuple[GraphLaunch, ...]
+    replay: Replay | None
+
+
+def _launches(
+    session: TraceSession, marks: _Marks, kernels: _Kernels, op_cats: np.ndarray
+) -> _Launches:
+    """Launches and graph replay."""
+    trace = session.trace
     graph_names = names_matching(trace, GRAPH_LAUNCH.match)
-    graph_rows = np.flatnonzero(classes.runtime & graph_names[names])
-    kernel_launchers = np.unique(k_runtime[linked])
+    graph_rows = np.flatnonzero(session.classes.runtime & graph_names[trace.name])
+    kernel_launchers = np.unique(kernels.runtime[kernels.linked])
     launch_rows = np.union1d(kernel_launchers, graph_rows).astype(np.int64)
-    is_graph_kernel = np.isin(k_runtime, graph_rows) & linked
-    launch = LaunchEconomy(
+    is_graph_kernel = np.isin(kernels.runtime, graph_rows) & kernels.linked
+    economy = LaunchEconomy(
         launch_calls=len(launch_rows),
         graph_launches=len(graph_rows),
-        kernels=len(kernel_rows),
+        kernels=len(kernels.rows),
         graph_kernels=int(is_graph_kernel.sum()),
         cpu_ns=int(trace.dur[launch_rows].sum()),
     )
-    is_region = np.zeros(n_rows, dtype=bool)
-    is_region[region_rows] = True
+    is_region = np.zeros(len(trace), dtype=bool)
+    is_region[marks.region_rows] = True
     graphs = tuple(
         _graph_launch(session, int(row), is_region, op_cats) for row in graph_rows.tolist()
     )
-    replay = _replay(session, graphs, in_compiled, int(k_dur.sum()))
+    replay = _replay(session, graphs, marks.in_compiled, int(kernels.dur.sum()))
+    return _Launches(launch_rows, graph_rows, is_graph_kernel, economy, graphs, replay)
 
-    # -- Inductor kernels --------------------------------------------------------------------
-    inductor = _inductor(trace, classes, inductor_names, kernel_rows, on_gpu)
 
-    # -- per step ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _StepInputs:
+    """What the per-step numbers need besides the marks, the kernels and the launches."""
+
+    op_pos: np.ndarray
+    on_gpu: bool
+    eager_rows: np.ndarray
+    guard_rows: np.ndarray
+    guard_self: np.ndarray
+    compiling_union: Union
+
+
+def _per_step(
+    session: TraceSession,
+    marks: _Marks,
+    kernels: _Kernels,
+    launches: _Launches,
+    inputs: _StepInputs,
+) -> tuple[tuple[StepCompile, ...], tuple[GraphBreak, ...]]:
+    """The whole trace's numbers per ProfilerStep, and the likely graph breaks: the steps (or,
+    without steps, the whole trace) whose compiled regions come from more than one frame."""
     steps = session.steps
     n_steps = len(steps)
     s_start, s_end = steps.start, steps.end
+    numbers = _step_numbers(session, marks, kernels, launches, inputs)
+    kinds, step_kinds = _inductor_kinds_per_step(session, kernels)
+    r_slot = _in_window(session.trace.start[marks.region_rows], s_start, s_end)
+    step_list = []
+    breaks = []
+    for i in range(n_steps):
+        mine = [marks.regions[j] for j in np.flatnonzero(r_slot == i).tolist()]
+        step_frames = _frames_of(mine)
+        step_list.append(
+            StepCompile(
+                row=int(steps.rows[i]),
+                start=int(s_start[i]),
+                end=int(s_end[i]),
+                regions=sum(1 for r in mine if r.kind == REGION_DYNAMO),
+                frames=tuple(step_frames),
+                inductor_by_kind=tuple(
+                    (kinds[k], int(step_kinds[i, k])) for k in np.flatnonzero(step_kinds[i])
+                ),
+                **{name: int(values[i]) for name, values in numbers.items()},
+            )
+        )
+        if len(step_frames) > 1:
+            breaks.append(
+                GraphBreak(
+                    int(steps.rows[i]),
+                    int(s_start[i]),
+                    int(s_end[i]),
+                    tuple(step_frames),
+                    tuple(step_frames.values()),
+                )
+            )
+    if not n_steps:
+        whole = _frames_of(marks.regions)
+        if len(whole) > 1:
+            start = min(r.start for r in marks.regions)
+            end = max(r.end for r in marks.regions)
+            breaks.append(GraphBreak(-1, start, end, tuple(whole), tuple(whole.values())))
+    return tuple(step_list), tuple(breaks)
+
+
+def _step_numbers(
+    session: TraceSession,
+    marks: _Marks,
+    kernels: _Kernels,
+    launches: _Launches,
+    inputs: _StepInputs,
+) -> dict[str, np.ndarray]:
+    """StepCompile's counts and times, one array each (a value per step), by field name."""
+    trace = session.trace
+    nesting = session.nesting
+    steps = session.steps
+    n_steps = len(steps)
 
     def slot_of(rows: np.ndarray) -> np.ndarray:
-        return _in_window(trace.start[rows], s_start, s_end)
+        return _in_window(trace.start[rows], steps.start, steps.end)
 
-    k_slot = slot_of(kernel_rows)
-    if on_gpu:
-        step_total = _per_window(k_slot, k_dur, n_steps)
-        step_compiled = _per_window(k_slot, np.where(k_compiled, k_dur, 0), n_steps)
+    def per_step(slot: np.ndarray, values: np.ndarray) -> np.ndarray:
+        return _per_window(slot, values, n_steps)
+
+    def ones(n: int) -> np.ndarray:
+        return np.ones(n, np.int64)
+
+    k_slot = slot_of(kernels.rows)
+    k_dur = kernels.dur
+    if inputs.on_gpu:
+        total = per_step(k_slot, k_dur)
+        compiled = per_step(k_slot, np.where(kernels.compiled, k_dur, 0))
     else:
-        op_rows = order[op_pos]
-        o_slot = slot_of(op_rows)
+        op_pos = inputs.op_pos
+        o_slot = slot_of(nesting.order[op_pos])
         self_time = nesting.self_time[op_pos]
-        step_total = _per_window(o_slot, self_time, n_steps)
-        step_compiled = _per_window(o_slot, np.where(inside_pos[op_pos], self_time, 0), n_steps)
-    e_slot = slot_of(eager_rows)
-    step_eager = _per_window(e_slot, trace.dur[eager_rows], n_steps)
-    g_slot = slot_of(guard_rows)
-    step_guard = _per_window(g_slot, guard_self, n_steps)
-    step_guard_calls = _per_window(g_slot, np.ones(len(guard_rows), np.int64), n_steps)
-    step_compiling = compiling_union.covered(s_start, s_end) if n_steps else np.zeros(0, np.int64)
-    l_slot = slot_of(launch_rows)
-    step_launch = _per_window(l_slot, np.ones(len(launch_rows), np.int64), n_steps)
-    step_launch_ns = _per_window(l_slot, trace.dur[launch_rows], n_steps)
-    gr_slot = slot_of(graph_rows)
-    step_graph = _per_window(gr_slot, np.ones(len(graph_rows), np.int64), n_steps)
-    step_graph_kernels = _per_window(k_slot, is_graph_kernel.astype(np.int64), n_steps)
-    step_kernels = _per_window(k_slot, np.ones(len(kernel_rows), np.int64), n_steps)
-    # The fusion mix per step: kernels under SHORT_KERNEL_NS, and Inductor kernels by kind
-    # (GPU kernels named triton_*, CPU cpp_fused_* slices; as `_inductor` counts them).
-    step_short = _per_window(k_slot, (k_dur < SHORT_KERNEL_NS).astype(np.int64), n_steps)
+        total = per_step(o_slot, self_time)
+        compiled = per_step(o_slot, np.where(marks.inside_pos[op_pos], self_time, 0))
+    g_slot = slot_of(inputs.guard_rows)
+    l_slot = slot_of(launches.rows)
+    return {
+        "total_ns": total,
+        "compiled_ns": compiled,
+        "eager_ns": per_step(slot_of(inputs.eager_rows), trace.dur[inputs.eager_rows]),
+        "guard_calls": per_step(g_slot, ones(len(inputs.guard_rows))),
+        "guard_ns": per_step(g_slot, inputs.guard_self),
+        "compiling_ns": (
+            inputs.compiling_union.covered(steps.start, steps.end)
+            if n_steps
+            else np.zeros(0, np.int64)
+        ),
+        "launch_calls": per_step(l_slot, ones(len(launches.rows))),
+        "graph_launches": per_step(slot_of(launches.graph_rows), ones(len(launches.graph_rows))),
+        "graph_kernels": per_step(k_slot, launches.is_graph_kernel.astype(np.int64)),
+        "kernels": per_step(k_slot, ones(len(kernels.rows))),
+        "launch_cpu_ns": per_step(l_slot, trace.dur[launches.rows]),
+        # The fusion mix per step: kernels under SHORT_KERNEL_NS (and Inductor kernels by
+        # kind: _inductor_kinds_per_step).
+        "short_kernels": per_step(k_slot, (k_dur < SHORT_KERNEL_NS).astype(np.int64)),
+    }
+
+
+def _inductor_kinds_per_step(
+    session: TraceSession, kernels: _Kernels
+) -> tuple[list[str], np.ndarray]:
+    """The fusion mix per step: Inductor kernels by kind (GPU kernels named triton_*, CPU
+    cpp_fused_* slices; as `_inductor` counts them), a count per (step, kind)."""
+    trace = session.trace
+    names = trace.name
+    inductor_names = kernels.inductor_names
     kinds = list(INDUCTOR_KINDS)
-    ind_cpu = np.flatnonzero(classes.cpu & inductor_names[names])
-    ind_rows = np.concatenate([kernel_rows[inductor_names[names[kernel_rows]]], ind_cpu])
+    ind_cpu = np.flatnonzero(session.classes.cpu & inductor_names[names])
+    ind_rows = np.concatenate([kernels.rows[inductor_names[names[kernels.rows]]], ind_cpu])
     # Per distinct name, then looked up per row: Python works per name, not per kernel.
     name_ids, inverse = np.unique(names[ind_rows], return_inverse=True)
     inverse = inverse.reshape(-1)
@@ -569,78 +795,12 @@ def compute_compile(session: TraceSession) -> CompileAnalysis:
     ]
     ind_rows = ind_rows[~launch_event]
     ind_kind = kind_of_name[inverse[~launch_event]]
-    ind_slot = slot_of(ind_rows)
-    step_kinds = np.zeros((n_steps, len(kinds)), dtype=np.int64)
+    steps = session.steps
+    ind_slot = _in_window(trace.start[ind_rows], steps.start, steps.end)
+    step_kinds = np.zeros((len(steps), len(kinds)), dtype=np.int64)
     placed = ind_slot >= 0
     np.add.at(step_kinds, (ind_slot[placed], ind_kind[placed]), 1)
-    r_slot = slot_of(region_rows)
-    step_list = []
-    breaks = []
-    for i in range(n_steps):
-        mine = [regions[j] for j in np.flatnonzero(r_slot == i).tolist()]
-        step_frames = _frames_of(mine)
-        step_list.append(
-            StepCompile(
-                row=int(steps.rows[i]),
-                start=int(s_start[i]),
-                end=int(s_end[i]),
-                total_ns=int(step_total[i]),
-                compiled_ns=int(step_compiled[i]),
-                eager_ns=int(step_eager[i]),
-                regions=sum(1 for r in mine if r.kind == REGION_DYNAMO),
-                frames=tuple(step_frames),
-                guard_calls=int(step_guard_calls[i]),
-                guard_ns=int(step_guard[i]),
-                compiling_ns=int(step_compiling[i]),
-                launch_calls=int(step_launch[i]),
-                graph_launches=int(step_graph[i]),
-                graph_kernels=int(step_graph_kernels[i]),
-                kernels=int(step_kernels[i]),
-                launch_cpu_ns=int(step_launch_ns[i]),
-                short_kernels=int(step_short[i]),
-                inductor_by_kind=tuple(
-                    (kinds[k], int(step_kinds[i, k])) for k in np.flatnonzero(step_kinds[i])
-                ),
-            )
-        )
-        if len(step_frames) > 1:
-            breaks.append(
-                GraphBreak(
-                    int(steps.rows[i]),
-                    int(s_start[i]),
-                    int(s_end[i]),
-                    tuple(step_frames),
-                    tuple(step_frames.values()),
-                )
-            )
-    if not n_steps:
-        whole = _frames_of(regions)
-        if len(whole) > 1:
-            start = min(r.start for r in regions)
-            end = max(r.end for r in regions)
-            breaks.append(GraphBreak(-1, start, end, tuple(whole), tuple(whole.values())))
-
-    kernel_short = int((k_dur < SHORT_KERNEL_NS).sum())
-    return CompileAnalysis(
-        regions=tuple(regions),
-        on_gpu=on_gpu,
-        total_ns=total_ns,
-        compiled_ns=compiled_ns,
-        frames=frames,
-        eager_islands=eager_islands,
-        compiling=compiling,
-        guard_calls=len(guard_rows),
-        guard_ns=int(guard_self.sum()),
-        launch=launch,
-        inductor=inductor,
-        kernels=len(kernel_rows),
-        short_kernels=kernel_short,
-        graphs=graphs,
-        replay=replay,
-        steps=tuple(step_list),
-        likely_graph_breaks=tuple(breaks),
-        in_compiled=in_compiled,
-    )
+    return kinds, step_kinds
 
 
 def _runtime_of(links: Any, rows: np.ndarray) -> np.ndarray:

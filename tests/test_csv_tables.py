@@ -671,8 +671,8 @@ async def test_a_save_that_fails_is_a_notification_and_the_table_stays(tmp_path,
 async def test_kernels_of_a_marked_range_saved_as_shown(tmp_path, monkeypatch):
     """A range (m … m): the rows with something in it, with the range's numbers."""
     from kinetoscope.analysis.ranges import kernels_in_range
+    from kinetoscope.tui.data.places import MarkedRange
     from kinetoscope.tui.trace.app import KinetoscopeApp
-    from kinetoscope.tui.trace.drilldown import MarkedRange
     from kinetoscope.tui.trace.kernels import KernelsScreen
     from kinetoscope.tui.trace.screens import TraceScreen
 
@@ -702,7 +702,9 @@ async def test_kernels_of_a_marked_range_saved_as_shown(tmp_path, monkeypatch):
 
 def test_every_table_screen_has_the_key_and_the_help_lists_it():
     """W on every screen that shows a table (one binding, the same key), and in `?`."""
-    from kinetoscope.tui.palette import diff_help_sections, job_help_sections, viewer_help_sections
+    from kinetoscope.tui.diff.diff_app import diff_help_sections
+    from kinetoscope.tui.job.job_app import job_help_sections
+    from kinetoscope.tui.trace.drilldown import viewer_help_sections
     from kinetoscope.tui.trace.screens import GapListScreen
     from kinetoscope.tui.widgets.table import SavesCsv, TableScreen
 

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 from kinetoscope.tui.data import loader as loader_module
+from kinetoscope.tui.palette import HelpScreen
 from kinetoscope.tui.trace.app import KinetoscopeApp
-from kinetoscope.tui.trace.screens import ErrorScreen, HelpScreen, LoadingScreen, TraceScreen
+from kinetoscope.tui.trace.screens import ErrorScreen, LoadingScreen, TraceScreen
 from kinetoscope.tui.widgets.timeline import Timeline
 from rich.cells import cell_len
 from rich.console import Console

@@ -165,7 +165,7 @@ async def test_operator_table_key_pairs(path: Path):
         # A marked range (the middle half of the trace), so that M has something to switch.
         start = data.origin + data.span // 4
         trace_screen.marked = None
-        from kinetoscope.tui.trace.drilldown import MarkedRange
+        from kinetoscope.tui.data.places import MarkedRange
 
         trace_screen.marked = MarkedRange(start, start + data.span // 2)
         trace_screen.action_operators()
@@ -233,7 +233,7 @@ async def test_kernel_table_key_pairs(path: Path):
     async with app.run_test(size=SIZE) as pilot:
         trace_screen = await settle(pilot, TraceScreen)
         data = trace_screen.data
-        from kinetoscope.tui.trace.drilldown import MarkedRange
+        from kinetoscope.tui.data.places import MarkedRange
 
         start = data.origin + data.span // 4
         trace_screen.marked = MarkedRange(start, start + data.span // 2)

@@ -8,11 +8,11 @@ import time
 
 import pytest
 from kinetoscope.tui.data import loader as loader_module
+from kinetoscope.tui.palette import HelpScreen
 from kinetoscope.tui.trace.app import KinetoscopeApp
 from kinetoscope.tui.trace.screens import (
     ErrorScreen,
     GapListScreen,
-    HelpScreen,
     LoadingScreen,
     TraceScreen,
 )

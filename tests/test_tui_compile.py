@@ -11,9 +11,10 @@ import pytest
 from conftest import CORPUS
 from kinetoscope.analysis import TraceSession
 from kinetoscope.parser import load
+from kinetoscope.tui.palette import HelpScreen
 from kinetoscope.tui.trace.app import KinetoscopeApp
 from kinetoscope.tui.trace.compile_view import CompileScreen
-from kinetoscope.tui.trace.screens import HelpScreen, TraceScreen
+from kinetoscope.tui.trace.screens import TraceScreen
 from test_tui_drilldown import column_index, press, settle, shown_rows
 
 SIZE = (120, 40)

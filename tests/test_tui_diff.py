@@ -15,7 +15,7 @@ from conftest import CORPUS as CORPUS_ROOT
 from kinetoscope.tui.diff.diff_app import DiffApp
 from kinetoscope.tui.diff.diff_table import DiffScreen
 from kinetoscope.tui.diff.diff_timeline import DiffPairScreen, HalfTraceScreen
-from kinetoscope.tui.trace.screens import HelpScreen
+from kinetoscope.tui.palette import HelpScreen
 from kinetoscope.tui.widgets.theme import palette_of
 
 SIZE = (120, 40)

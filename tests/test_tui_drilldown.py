@@ -9,13 +9,14 @@ import pytest
 from kinetoscope.analysis import TraceSession
 from kinetoscope.analysis.drilldown import instances_of, kernels_launched
 from kinetoscope.analysis.ranges import operators_in_range
+from kinetoscope.tui.palette import HelpScreen
 from kinetoscope.tui.trace.app import KinetoscopeApp
-from kinetoscope.tui.trace.drilldown import fmt_cell_time
 from kinetoscope.tui.trace.findings import FindingsScreen
 from kinetoscope.tui.trace.kernels import KernelDetailScreen, KernelsScreen
 from kinetoscope.tui.trace.operators import OperatorDetailScreen, OperatorsScreen
 from kinetoscope.tui.trace.overview import OverviewScreen
-from kinetoscope.tui.trace.screens import HelpScreen, TraceScreen
+from kinetoscope.tui.trace.screens import TraceScreen
+from kinetoscope.tui.widgets.columns import fmt_cell_time
 from kinetoscope.tui.widgets.search import SearchScreen
 from kinetoscope.tui.widgets.table import DataView, TableModel, name_matcher, sort_rows
 from kinetoscope.tui.widgets.timeline import Timeline

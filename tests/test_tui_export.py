@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 from kinetoscope.parser import load
 from kinetoscope.parser.model import PH_COMPLETE
+from kinetoscope.tui.palette import HelpScreen
 from kinetoscope.tui.trace.app import KinetoscopeApp
 from kinetoscope.tui.trace.exporting import reserve
-from kinetoscope.tui.trace.screens import GapListScreen, HelpScreen, TraceScreen
+from kinetoscope.tui.trace.screens import GapListScreen, TraceScreen
 from pilot_helpers import settle
 
 from kinetoscope.export.crop import gap_window

@@ -165,7 +165,7 @@ async def test_a_range_table_that_fails_says_so_for_the_range_too(monkeypatch):
     async with app.run_test(size=SIZE) as pilot:
         trace_screen = await settle(pilot, TraceScreen)
         data = trace_screen.data
-        from kinetoscope.tui.trace.drilldown import MarkedRange
+        from kinetoscope.tui.data.places import MarkedRange
 
         trace_screen.marked = MarkedRange(data.origin, data.origin + data.span // 2)
         await pilot.press("k")

@@ -2,7 +2,8 @@
 
 import re
 
-from kinetoscope.tui.trace.screens import HELP_KEY_WIDTH, help_renderable
+import pytest
+from kinetoscope.tui.palette import HELP_KEY_WIDTH, help_renderable
 from rich.console import Console
 
 ROWS = [
@@ -70,3 +71,42 @@ async def test_a_table_says_which_columns_its_width_hides():
             else:
                 assert "GPU self" in left_out and hidden in title
                 assert f"{len(left_out)} columns hidden" in title
+
+
+def test_every_screen_of_the_help_declares_its_own_section():
+    """`?` lists what the screens declare: each section's title is its screen's own HELP_TITLE
+    (one inherited would list a screen's keys under another's name), once per app."""
+    from kinetoscope.tui.diff.diff_app import diff_help_sections
+    from kinetoscope.tui.job.job_app import job_help_sections
+    from kinetoscope.tui.trace.drilldown import viewer_help_sections
+
+    for sections in (viewer_help_sections(), job_help_sections(), diff_help_sections()):
+        titles = [title for title, _, _ in sections]
+        assert len(set(titles)) == len(titles)
+        for title, kind, _ in sections:
+            assert vars(kind)["HELP_TITLE"] == title
+
+
+def test_a_screen_without_a_help_title_of_its_own_is_refused():
+    from kinetoscope.tui.palette import help_section
+    from kinetoscope.tui.trace.operators import OperatorsScreen
+
+    class Unlisted(OperatorsScreen):
+        pass
+
+    with pytest.raises(TypeError, match="Unlisted declares no HELP_TITLE of its own"):
+        help_section(Unlisted)
+    title, kind, bindings = help_section(OperatorsScreen)
+    assert (title, kind, bindings) == ("Operators (o)", OperatorsScreen, OperatorsScreen.BINDINGS)
+
+
+def test_every_screen_the_trace_screen_opens_has_a_key_and_an_action():
+    """NAVIGATION is the one map of what the trace screen opens: each of its actions is bound
+    to a key there and has the action method that opens it."""
+    from kinetoscope.tui.trace.drilldown import NAVIGATION
+    from kinetoscope.tui.trace.screens import TraceScreen
+
+    bound = {binding.action for binding in TraceScreen.BINDINGS}
+    assert set(NAVIGATION) <= bound
+    for action in NAVIGATION:
+        assert callable(getattr(TraceScreen, f"action_{action}"))

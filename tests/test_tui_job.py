@@ -15,7 +15,8 @@ from conftest import CORPUS
 from kinetoscope.tui.job.job_app import JobApp, JobLoadingScreen, RankTraceScreen
 from kinetoscope.tui.job.job_collectives import CollectivesScreen, arrival_levels
 from kinetoscope.tui.job.job_ranks import RankMatrix, RanksScreen, slowest_step, step_window
-from kinetoscope.tui.trace.screens import ErrorScreen, HelpScreen
+from kinetoscope.tui.palette import HelpScreen
+from kinetoscope.tui.trace.screens import ErrorScreen
 from kinetoscope.tui.widgets.timeline import Timeline
 from test_job import gloo_rank, write_job
 

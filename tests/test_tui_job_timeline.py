@@ -15,11 +15,11 @@ from kinetoscope.analysis.job import analyze_job, map_ranks
 from kinetoscope.parser.ranks import discover
 from kinetoscope.tui.job.job_timeline import (
     JobTimelineScreen,
-    RankPairScreen,
     RankTimeline,
     collective_window,
     open_job_timeline,
 )
+from kinetoscope.tui.job.rank_pair import RankPairScreen
 from kinetoscope.tui.job.timeline_rank import TimelineRankScreen as RankTraceScreen
 from kinetoscope.tui.widgets.theme import variables_for
 from test_job import DLRM, OFFSET, write_job
@@ -304,7 +304,7 @@ async def test_dlrm_eight_ranks_on_one_axis():
 async def test_from_the_overview_to_the_straggler_beside_the_fastest_in_a_few_keys(tmp_path):
     from kinetoscope.tui.job.job_app import JobApp
     from kinetoscope.tui.job.job_ranks import RanksScreen, slowest_step, step_window
-    from kinetoscope.tui.trace.screens import HelpScreen
+    from kinetoscope.tui.palette import HelpScreen
 
     write_job(tmp_path)
     app = JobApp([str(tmp_path)], workers=1)

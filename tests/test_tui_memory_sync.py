@@ -11,9 +11,10 @@ from kinetoscope.analysis.memory_ops import HOW_TO_RECORD
 from kinetoscope.analysis.units import fmt_bytes
 from kinetoscope.parser import loads
 from kinetoscope.tui.data.viewdata import SLOT_RUNTIME, SLOT_SYNC, build_view_data
+from kinetoscope.tui.palette import HelpScreen
 from kinetoscope.tui.trace.app import KinetoscopeApp
 from kinetoscope.tui.trace.memory_view import MemoryChart, MemoryScreen
-from kinetoscope.tui.trace.screens import HelpScreen, TraceScreen
+from kinetoscope.tui.trace.screens import TraceScreen
 from kinetoscope.tui.trace.sync_view import SyncScreen
 from kinetoscope.tui.widgets.timeline import Timeline
 from pilot_helpers import settle

@@ -5,9 +5,10 @@ counts agree with their nouns."""
 from __future__ import annotations
 
 import pytest
+from kinetoscope.tui.palette import HelpScreen
 from kinetoscope.tui.trace.app import KinetoscopeApp
 from kinetoscope.tui.trace.memory_view import MemoryChart, MemoryScreen
-from kinetoscope.tui.trace.screens import HelpScreen, TraceScreen
+from kinetoscope.tui.trace.screens import TraceScreen
 from kinetoscope.tui.trace.sync_view import SyncScreen
 from kinetoscope.tui.widgets.timeline import Timeline
 from pilot_helpers import settle

@@ -9,8 +9,9 @@ import json
 import pytest
 from kinetoscope.analysis import TraceSession
 from kinetoscope.parser import loads
+from kinetoscope.tui.palette import HelpScreen
 from kinetoscope.tui.trace.app import KinetoscopeApp
-from kinetoscope.tui.trace.screens import GapListScreen, HelpScreen, TraceScreen
+from kinetoscope.tui.trace.screens import GapListScreen, TraceScreen
 from test_tui_app import loaded, wait_for_screen
 from test_tui_sample import sample_trace
 

@@ -12,11 +12,12 @@ import pytest
 from kinetoscope.analysis.units import fmt_tick, tick_step
 from kinetoscope.tui.data import loader as loader_module
 from kinetoscope.tui.data.viewdata import ViewData
+from kinetoscope.tui.palette import HelpScreen
 from kinetoscope.tui.trace.app import KinetoscopeApp
 from kinetoscope.tui.trace.details import MAX_LIST, DetailsPane, cpu_stack_for_gap
 from kinetoscope.tui.trace.memory_view import MemoryChart, MemoryScreen
 from kinetoscope.tui.trace.operators import OperatorsScreen
-from kinetoscope.tui.trace.screens import GapListScreen, HelpScreen, LoadingScreen, TraceScreen
+from kinetoscope.tui.trace.screens import GapListScreen, LoadingScreen, TraceScreen
 from kinetoscope.tui.trace.sync_view import SyncScreen
 from kinetoscope.tui.widgets.theme import palette_of
 from kinetoscope.tui.widgets.timeline import Timeline

@@ -4,18 +4,17 @@ colours in the current theme, redrawing on a theme change, and the `?` key help.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from kinetoscope.tui.palette import ScreenActions, key_help_for
-from kinetoscope.tui.trace.screens import HelpScreen
+from kinetoscope.tui.palette import HelpScreen, HelpSection, ScreenActions, key_help_for
 from kinetoscope.tui.widgets.theme import variables_for
 from textual.app import App
 from textual.binding import Binding, BindingType
 
 
 class ViewerApp(App[int]):
-    """Base of the apps. Subclasses call `follow_theme()` when mounted and may name extra key
-    help sections (`help_sections`)."""
+    """Base of the apps. Subclasses call `follow_theme()` when mounted and name the key help's
+    sections of their screens (`help_sections`)."""
 
     CSS_PATH = str(
         Path(__file__).with_name("kinetoscope.tcss")
@@ -43,9 +42,9 @@ class ViewerApp(App[int]):
                 if callable(recolour):
                     recolour()
 
-    def help_sections(self) -> list[tuple[str, type, list[Any]]]:
-        """(title, screen class, bindings) of this app's own screens, listed before the
-        single-trace viewer's."""
+    def help_sections(self) -> list[HelpSection]:
+        """(title, screen class, bindings) of every screen of this app, in the order `?` lists
+        them: each screen declares its own (palette.help_section)."""
         return []
 
     def action_help(self) -> None:
@@ -57,4 +56,4 @@ class ViewerApp(App[int]):
         """(keys, description) of every screen, a heading row each: the screen `?` was pressed
         on first (its keys may mean something else elsewhere, as `[` and `]` do), then this
         app's other screens, then the keys of the app."""
-        return key_help_for(self, self.screen, extra=self.help_sections())
+        return key_help_for(self, self.screen, self.help_sections())

@@ -1,40 +1,46 @@
-"""The command palette's provider (`ScreenActions`: every described key of the screen in front)
-and the key help (`?`): the keys of every screen of the viewer, the one in front first.
+"""The key help (`?`) and the command palette's provider (`ScreenActions`: every described key
+of the screen in front), for every viewer app.
 
-A new screen is listed in the help by adding its section to `viewer_help_sections`.
+Every screen declares its own section of the help: `HELP_TITLE`, the section's heading, and
+`help_bindings()`, its rows, when they are not simply its BINDINGS. An app names its screens
+in the order `?` lists them (`ViewerApp.help_sections`); this module knows none of them, so a
+new screen is listed by declaring its title and naming it in its app's list.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, ClassVar
 
+from rich.cells import cell_len
+from rich.console import Group, RenderableType
+from rich.table import Table as RichTable
+from rich.text import Text
+from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+HelpSection = tuple[str, type, list[BindingType]]  # (title, screen class, bindings)
 
 
-def drilldown_help_sections() -> list[tuple[str, list[BindingType]]]:
-    """(screen title, bindings) of every drill-down screen, for the help screen."""
-    from kinetoscope.tui.trace.compile_view import CompileScreen
-    from kinetoscope.tui.trace.findings import FindingsScreen
-    from kinetoscope.tui.trace.kernels import KernelDetailScreen, KernelsScreen
-    from kinetoscope.tui.trace.operators import OperatorDetailScreen, OperatorsScreen
-    from kinetoscope.tui.trace.overview import OverviewScreen
-    from kinetoscope.tui.widgets.search import SearchScreen
-    from kinetoscope.tui.widgets.table import DataView, TableScreen
+def help_section(screen: type) -> HelpSection:
+    """The section `screen` declares: its own HELP_TITLE (one inherited from another screen
+    would list that screen's keys under its name, so it must be the class's own) and its
+    `help_bindings()` or, when it gives none of its own, its BINDINGS."""
+    title = vars(screen).get("HELP_TITLE")
+    if not isinstance(title, str):
+        raise TypeError(f"{screen.__name__} declares no HELP_TITLE of its own")
+    if "help_bindings" in vars(screen):
+        return title, screen, list(screen.help_bindings())
+    return title, screen, list(screen.BINDINGS)
 
-    table = list(DataView.BINDINGS) + list(TableScreen.BINDINGS)
-    return [
-        ("Any table", table),
-        ("Operators (o)", list(OperatorsScreen.BINDINGS)),
-        ("Operator details", list(OperatorDetailScreen.BINDINGS)),
-        ("Kernels (k)", list(KernelsScreen.BINDINGS)),
-        ("Kernel details", list(KernelDetailScreen.BINDINGS)),
-        ("Findings (t)", list(FindingsScreen.BINDINGS)),
-        ("Overview (v)", list(OverviewScreen.BINDINGS)),
-        ("Compile (c)", list(CompileScreen.BINDINGS)),
-        ("Search (/)", list(SearchScreen.BINDINGS)),
-    ]
+
+def help_sections(screens: Iterable[type]) -> list[HelpSection]:
+    """The sections of `screens`, in their order."""
+    return [help_section(screen) for screen in screens]
 
 
 def binding_rows(app: Any, bindings: Iterable[BindingType]) -> list[tuple[str, str]]:
@@ -53,154 +59,10 @@ def binding_rows(app: Any, bindings: Iterable[BindingType]) -> list[tuple[str, s
     return [(" ".join(keys), text) for keys, text in groups.values()]
 
 
-def viewer_help_sections() -> list[tuple[str, type, list[BindingType]]]:
-    """(title, screen class, bindings) of every screen of the viewer: the timeline, the
-    drill-down tables, the memory view and the sync view."""
-    from kinetoscope.tui.trace.compile_view import CompileScreen
-    from kinetoscope.tui.trace.findings import FindingsScreen
-    from kinetoscope.tui.trace.kernels import KernelDetailScreen, KernelsScreen
-    from kinetoscope.tui.trace.memory_view import MemoryChart, MemoryScreen
-    from kinetoscope.tui.trace.operators import (
-        CategoryPicker,
-        OperatorDetailScreen,
-        OperatorsScreen,
-    )
-    from kinetoscope.tui.trace.overview import OverviewScreen
-    from kinetoscope.tui.trace.screens import GapListScreen, TraceScreen
-    from kinetoscope.tui.trace.sync_view import SyncScreen
-    from kinetoscope.tui.widgets.search import SearchScreen
-    from kinetoscope.tui.widgets.table import TableScreen
-    from kinetoscope.tui.widgets.timeline import Timeline
-
-    rows_keys: list[BindingType] = [
-        Binding("up,down,pageup,pagedown", "table_move", "Move in the table below"),
-        Binding("tab", "focus_next", "Between the curve and the table"),
-    ]
-    memory = [
-        *MemoryChart.BINDINGS,
-        *MemoryScreen.BINDINGS,
-        *rows_keys,
-        Binding("enter", "table_choose", "(in the table) Go to that operator on the timeline"),
-    ]
-    sync = [
-        *SyncScreen.BINDINGS,
-        Binding("up,down,pageup,pagedown,home,end", "table_move", "Move in the table"),
-        Binding(
-            "enter", "table_choose", "Show the call on the timeline, and the GPU idle after it"
-        ),
-    ]
-    categories = [
-        *CategoryPicker.BINDINGS,
-        Binding("up,down,home,end", "table_move", "Move in the list"),
-        Binding("enter", "table_choose", "Show the highlighted category"),
-    ]
-    details_keys: list[BindingType] = [  # Textual's own focus keys, on every screen
-        Binding("tab", "focus_next", "Focus the details pane, to scroll it (↑ ↓ PgUp PgDn)"),
-        Binding("shift+tab", "focus_previous", "Back to the timeline"),
-    ]
-    gaps = [
-        *GapListScreen.BINDINGS,
-        Binding("up,down,pageup,pagedown,home,end", "table_move", "Move in the list"),
-        Binding("enter", "table_choose", "Jump to the gap on the timeline"),
-    ]
-    by_title = {title: bindings for title, bindings in drilldown_help_sections()}
-    classes = {
-        "Operators (o)": OperatorsScreen,
-        "Operator details": OperatorDetailScreen,
-        "Kernels (k)": KernelsScreen,
-        "Kernel details": KernelDetailScreen,
-        "Findings (t)": FindingsScreen,
-        "Overview (v)": OverviewScreen,
-        "Compile (c)": CompileScreen,
-        "Search (/)": SearchScreen,
-        "Any table": TableScreen,
-    }
-    return [
-        ("Timeline", TraceScreen, [*Timeline.BINDINGS, *TraceScreen.BINDINGS, *details_keys]),
-        *((title, classes[title], bindings) for title, bindings in by_title.items()),
-        ("Idle gaps (i)", GapListScreen, gaps),
-        ("Operator categories (C in o)", CategoryPicker, categories),
-        ("Memory (p)", MemoryScreen, memory),
-        ("Sync (b)", SyncScreen, sync),
-    ]
-
-
-def job_help_sections() -> list[tuple[str, type, list[BindingType]]]:
-    """(title, screen class, bindings) of the job viewer's own screens (a folder or several
-    rank files), listed before the single-trace viewer's (a rank opened on its own)."""
-    from kinetoscope.tui.job.job_app import RankTraceScreen
-    from kinetoscope.tui.job.job_collectives import CollectivesScreen
-    from kinetoscope.tui.job.job_ranks import RanksScreen
-    from kinetoscope.tui.job.job_timeline import JobTimelineScreen, RankPairScreen
-    from kinetoscope.tui.trace.screens import TraceScreen
-    from kinetoscope.tui.widgets.table import DataView, TableScreen
-    from kinetoscope.tui.widgets.timeline import Timeline
-
-    ranks: list[BindingType] = [
-        Binding("up,down,left,right", "matrix_move", "Move over ranks and steps"),
-        *(b for b in RanksScreen.BINDINGS if isinstance(b, Binding) and b.key != "tab"),
-        Binding("tab", "focus_next", "Between the matrix and the per-rank table (< > sort it)"),
-    ]
-    table = list(DataView.BINDINGS) + list(TableScreen.BINDINGS)
-    collectives: list[BindingType] = [
-        Binding("enter", "choose", "Show it on the timeline of the rank that waited longest"),
-        *table,  # Enter's line above is the table's (the same action)
-    ]
-    rank: list[BindingType] = [*RankTraceScreen.BINDINGS, *Timeline.BINDINGS, *TraceScreen.BINDINGS]
-    # The job's timeline: the single-trace timeline's keys, on every rank at once.
-    job_timeline: list[BindingType] = [
-        *(b for b in Timeline.BINDINGS if isinstance(b, Binding) and b.key not in ("enter", "P")),
-        *JobTimelineScreen.BINDINGS,
-    ]
-    pair: list[BindingType] = [*RankPairScreen.BINDINGS, *Timeline.BINDINGS]
-    return [
-        ("Ranks overview", RanksScreen, ranks),
-        ("Collectives (c)", CollectivesScreen, collectives),
-        ("Job timeline (t)", JobTimelineScreen, job_timeline),
-        ("Two ranks side by side (x)", RankPairScreen, pair),
-        ("A rank's timeline (Enter, s)", RankTraceScreen, rank),
-    ]
-
-
-def diff_help_sections() -> list[tuple[str, type, list[BindingType]]]:
-    """(title, screen class, bindings) of the diff viewer's own screens (`kinetoscope diff`),
-    listed before the single-trace viewer's (a trace opened alone)."""
-    from kinetoscope.tui.diff.diff_table import DiffScreen
-    from kinetoscope.tui.diff.diff_timeline import DiffPairScreen, HalfTraceScreen
-    from kinetoscope.tui.trace.screens import TraceScreen
-    from kinetoscope.tui.widgets.table import DataView, TableScreen
-    from kinetoscope.tui.widgets.timeline import Timeline
-
-    table: list[BindingType] = [
-        Binding("enter", "choose", "Both timelines at the paired step, the row's instances lit"),
-        *DataView.BINDINGS,  # Enter's line above is the table's (the same action)
-        *(b for b in TableScreen.BINDINGS if isinstance(b, Binding) and b.key != "escape"),
-        *DiffScreen.BINDINGS,
-    ]
-    pair: list[BindingType] = [
-        *DiffPairScreen.BINDINGS,
-        Binding("0", "fit_all", "The paired step, whole (the longer of the two)"),
-        *Timeline.BINDINGS,  # 0's line above is the timeline's (the same action)
-    ]
-    alone: list[BindingType] = [
-        *HalfTraceScreen.BINDINGS,
-        *Timeline.BINDINGS,
-        *TraceScreen.BINDINGS,
-    ]
-    return [
-        ("Diff table", DiffScreen, table),
-        ("Both timelines (Enter)", DiffPairScreen, pair),
-        ("A trace alone (O)", HalfTraceScreen, alone),
-    ]
-
-
-def key_help_for(
-    app: Any, front: Any, extra: list[tuple[str, type, list[BindingType]]] | None = None
-) -> list[tuple[str, str]]:
+def key_help_for(app: Any, front: Any, sections: list[HelpSection]) -> list[tuple[str, str]]:
     """Help rows, a heading row per screen: the keys of the screen `?` was pressed on first
-    (marked "this screen"), then the app's own, then every other screen's. `extra`: sections
-    listed before the viewer's (the job viewer's screens)."""
-    sections = [*(extra or []), *viewer_help_sections()]
+    (marked "this screen"), then the app's own, then every other screen's. `sections`: every
+    screen of the app, in the order listed (ViewerApp.help_sections)."""
     # The most specific section for the screen in front (a table screen also has "Any table").
     mine = [i for i, (_, kind, _) in enumerate(sections) if type(front) is kind]
     if not mine:
@@ -222,6 +84,79 @@ def key_help_for(
         rows.append((f"── {title}", ""))
         rows.extend(binding_rows(app, bindings))
     return rows
+
+
+HELP_KEY_WIDTH = 16  # cells for the keys; a longer one ("ctrl+wheel, wheel on ruler") wraps
+
+
+def help_renderable(rows: list[tuple[str, str]]) -> Group:
+    """The key help as sections: a heading row (description "") on a line of its own, then its
+    keys in a column as wide as the longest key (at most HELP_KEY_WIDTH cells) and descriptions
+    that wrap at word boundaries to the width there is, never cut."""
+    keys = [key for key, description in rows if description]
+    width = min(HELP_KEY_WIDTH, max((cell_len(key) for key in keys), default=1))
+    parts: list[RenderableType] = []
+    table: RichTable | None = None
+
+    def new_table() -> RichTable:
+        grid = RichTable.grid(padding=(0, 2), expand=True)
+        grid.add_column(width=width, overflow="fold")
+        grid.add_column(ratio=1, overflow="fold")
+        return grid
+
+    for key, description in rows:
+        if not description:  # a section heading
+            if table is not None and table.row_count:
+                parts.append(table)
+            if parts:
+                parts.append(Text(""))
+            parts.append(Text(key, style="bold"))
+            table = None
+            continue
+        if table is None:
+            table = new_table()
+        table.add_row(Text(key, style="bold"), Text(description))
+    if table is not None and table.row_count:
+        parts.append(table)
+    return Group(*parts)
+
+
+class HelpScreen(ModalScreen[None]):
+    """Every key of the screen below, with what it does."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "close", "Close"),
+        Binding("question_mark", "close", "Close", show=False),
+        Binding("q", "close", "Close", show=False),
+    ]
+
+    EXTRA = (
+        ("ctrl+wheel, wheel on ruler", "zoom around the mouse"),
+        ("click", "move the cursor, select the event under it"),
+        ("click on a lane name", "expand/collapse the lane"),
+        ("ctrl+p", "command palette"),
+    )
+
+    def __init__(self, bindings: list[tuple[str, str]]) -> None:
+        super().__init__()
+        self.bindings = bindings
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="help-box"):
+            yield Static(
+                Text("Keys · Esc closes · ↑↓ PgUp PgDn scroll", style="bold"), id="help-title"
+            )
+            with VerticalScroll(id="help-table"):
+                yield Static(
+                    help_renderable([*self.bindings, ("── Mouse and palette", ""), *self.EXTRA]),
+                    id="help-text",
+                )
+
+    def on_mount(self) -> None:
+        self.query_one("#help-table", VerticalScroll).focus()
+
+    def action_close(self) -> None:
+        self.dismiss(None)
 
 
 class ScreenActions(Provider):

@@ -24,7 +24,8 @@ from kinetoscope.tui.data.loader import (
 )
 from kinetoscope.tui.data.loader import Cancelled as LoadCancelledReport
 from kinetoscope.tui.data.viewdata import ViewData
-from kinetoscope.tui.palette import diff_help_sections
+from kinetoscope.tui.palette import HelpSection, help_sections
+from kinetoscope.tui.trace.drilldown import viewer_help_sections
 from kinetoscope.tui.trace.load_report import LoadReported, reports_to
 from kinetoscope.tui.trace.screens import ErrorScreen, TraceScreen
 from rich.text import Text
@@ -40,6 +41,15 @@ if TYPE_CHECKING:
     from kinetoscope.analysis.diff import DiffOptions
 
 SIDES = ("base", "new")
+
+
+def diff_help_sections() -> list[HelpSection]:
+    """(title, screen class, bindings) of the diff viewer's own screens (`kinetoscope diff`),
+    listed before the single-trace viewer's (a trace opened alone)."""
+    from kinetoscope.tui.diff.diff_table import DiffScreen
+    from kinetoscope.tui.diff.diff_timeline import DiffPairScreen, HalfTraceScreen
+
+    return help_sections([DiffScreen, DiffPairScreen, HalfTraceScreen])
 
 
 class DiffLoadingScreen(ReportsWorkerFailures, Screen):
@@ -118,9 +128,9 @@ class DiffApp(ViewerApp):
 
     # -- theme, help --------------------------------------------------------------------------
 
-    def help_sections(self) -> list[tuple[str, type, list[Any]]]:
+    def help_sections(self) -> list[HelpSection]:
         """The diff's screens, before the single-trace viewer's (a trace opened alone)."""
-        return diff_help_sections()
+        return [*diff_help_sections(), *viewer_help_sections()]
 
     def action_quit_error(self) -> None:
         self.exit(return_code=1)

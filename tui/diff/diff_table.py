@@ -32,7 +32,7 @@ from kinetoscope.analysis.units import fmt_bytes, fmt_duration, fmt_table_time, 
 from kinetoscope.tui.data.viewdata import ViewData
 from kinetoscope.tui.diff.diff_timeline import REMOVED_ROLE, DiffPairScreen, Half
 from kinetoscope.tui.widgets.columns import count_column, time_column
-from kinetoscope.tui.widgets.table import Column, TableModel, TableScreen
+from kinetoscope.tui.widgets.table import Column, DataView, TableModel, TableScreen
 from kinetoscope.tui.widgets.theme import Palette, palette_of
 from rich.text import Text
 from textual.app import ComposeResult
@@ -335,6 +335,19 @@ class DiffScreen(TableScreen):
         Binding("S", "next_pair", "Step pair", tooltip="The step pair the timelines open at"),
         Binding("question_mark", "app.help", "Keys"),
     ]
+    HELP_TITLE = "Diff table"  # the key help's section (tui/palette.py)
+
+    @classmethod
+    def help_bindings(cls) -> list[BindingType]:
+        return [
+            Binding(
+                "enter", "choose", "Both timelines at the paired step, the row's instances lit"
+            ),
+            *DataView.BINDINGS,  # Enter's line above is the table's (the same action)
+            *(b for b in TableScreen.BINDINGS if isinstance(b, Binding) and b.key != "escape"),
+            *DiffScreen.BINDINGS,
+        ]
+
     DEFAULT_CSS = """
     #diff-verdict { height: auto; max-height: 4; padding: 0 1; }  /* the reasons whole */
     #diff-metrics {

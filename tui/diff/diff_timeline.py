@@ -24,7 +24,7 @@ from kinetoscope.tui.widgets.linked_timeline import LinkedTimeline
 from kinetoscope.tui.widgets.render import CellRow
 from kinetoscope.tui.widgets.search import highlight_segments
 from kinetoscope.tui.widgets.theme import Palette, palette_of
-from kinetoscope.tui.widgets.timeline import MIN_NS_PER_CELL
+from kinetoscope.tui.widgets.timeline import MIN_NS_PER_CELL, Timeline
 from rich.segment import Segment
 from rich.text import Text
 from textual.app import ComposeResult
@@ -135,6 +135,15 @@ class DiffPairScreen(Screen):
         Binding("N", "step_instance(-1)", "Previous instance", show=False),
         Binding("O", "open_alone", "Open alone", tooltip="The focused trace alone, every view"),
     ]
+    HELP_TITLE = "Both timelines (Enter)"  # the key help's section (tui/palette.py)
+
+    @classmethod
+    def help_bindings(cls) -> list[BindingType]:
+        return [
+            *DiffPairScreen.BINDINGS,
+            Binding("0", "fit_all", "The paired step, whole (the longer of the two)"),
+            *Timeline.BINDINGS,  # 0's line above is the timeline's (the same action)
+        ]
 
     def __init__(
         self,
@@ -336,6 +345,11 @@ class HalfTraceScreen(TraceScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "back", "Back to the two traces"),
     ]
+    HELP_TITLE = "A trace alone (O)"  # the key help's section (tui/palette.py)
+
+    @classmethod
+    def help_bindings(cls) -> list[BindingType]:
+        return [*HalfTraceScreen.BINDINGS, *Timeline.BINDINGS, *TraceScreen.BINDINGS]
 
     def __init__(self, data: ViewData, side: str) -> None:
         super().__init__(data)

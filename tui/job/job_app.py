@@ -22,10 +22,11 @@ from kinetoscope.tui.data.job_loader import JobDone, JobFailed, JobLoad, JobRepo
 from kinetoscope.tui.data.loader import BackgroundFailure, Complete, Failed, Ready
 from kinetoscope.tui.data.loader import Cancelled as LoadCancelledReport
 from kinetoscope.tui.data.loader import Progress as LoadProgress
+from kinetoscope.tui.data.places import Jump
 from kinetoscope.tui.data.rank_views import RankViews
 from kinetoscope.tui.data.viewdata import ViewData
-from kinetoscope.tui.palette import job_help_sections
-from kinetoscope.tui.trace.drilldown import Jump
+from kinetoscope.tui.palette import HelpSection, help_sections
+from kinetoscope.tui.trace.drilldown import viewer_help_sections
 from kinetoscope.tui.trace.load_report import LoadReported, reports_to
 from kinetoscope.tui.trace.screens import ErrorScreen, LoadingScreen, TraceScreen
 from kinetoscope.tui.widgets.theme import palette_of
@@ -89,6 +90,19 @@ class JobLoadingScreen(Screen):
         self.query_one("#job-loading-list", Static).update(self.ranks_text())
 
 
+def job_help_sections() -> list[HelpSection]:
+    """(title, screen class, bindings) of the job viewer's own screens (a folder or several
+    rank files), listed before the single-trace viewer's (a rank opened on its own)."""
+    from kinetoscope.tui.job.job_collectives import CollectivesScreen
+    from kinetoscope.tui.job.job_ranks import RanksScreen
+    from kinetoscope.tui.job.job_timeline import JobTimelineScreen
+    from kinetoscope.tui.job.rank_pair import RankPairScreen
+
+    return help_sections(
+        [RanksScreen, CollectivesScreen, JobTimelineScreen, RankPairScreen, RankTraceScreen]
+    )
+
+
 class RankLoadingScreen(LoadingScreen):
     """Loading one rank's full trace; Esc goes back to the overview."""
 
@@ -108,6 +122,11 @@ class RankTraceScreen(TraceScreen):
             tooltip="Clear the selection, else go back to the ranks overview",
         ),
     ]
+    HELP_TITLE = "A rank's timeline (Enter, s)"  # the key help's section (tui/palette.py)
+
+    @classmethod
+    def help_bindings(cls) -> list[BindingType]:
+        return [*RankTraceScreen.BINDINGS, *Timeline.BINDINGS, *TraceScreen.BINDINGS]
 
     def __init__(self, data: ViewData, rank: int, jump: Jump | None) -> None:
         super().__init__(data)
@@ -183,9 +202,9 @@ class JobApp(ViewerApp):
 
     # -- theme, help --------------------------------------------------------------------------
 
-    def help_sections(self) -> list[tuple[str, type, list[Any]]]:
+    def help_sections(self) -> list[HelpSection]:
         """The job's screens, before the single-trace viewer's (a rank opened on its own)."""
-        return job_help_sections()
+        return [*job_help_sections(), *viewer_help_sections()]
 
     def action_quit_error(self) -> None:
         self.exit(return_code=1)

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 from kinetoscope.analysis.units import fmt_bytes, fmt_duration, fmt_table_time, plural
 from kinetoscope.tui.job.job_ranks import short_step
-from kinetoscope.tui.widgets.table import Column, TableModel, TableScreen
+from kinetoscope.tui.widgets.table import Column, DataView, TableModel, TableScreen
 from kinetoscope.tui.widgets.theme import current_palette, palette_of
 from rich.text import Text
-from textual.binding import BindingType
+from textual.binding import Binding, BindingType
 
 from kinetoscope.present.safe_text import clean
 from kinetoscope.present.tables import Table, collectives_table
@@ -151,6 +151,15 @@ class CollectivesScreen(TableScreen):
     FILTER_HINT = "type to filter by kind, kernel name, group or step · re:… for a regex"
     FAILURE_SUBJECT = "the collectives"
     BINDINGS: ClassVar[list[BindingType]] = []
+    HELP_TITLE = "Collectives (c)"  # the key help's section (tui/palette.py)
+
+    @classmethod
+    def help_bindings(cls) -> list[BindingType]:
+        return [
+            Binding("enter", "choose", "Show it on the timeline of the rank that waited longest"),
+            *DataView.BINDINGS,  # Enter's line above is the table's (the same action)
+            *TableScreen.BINDINGS,
+        ]
 
     def __init__(self, job: JobAnalysis) -> None:
         super().__init__()

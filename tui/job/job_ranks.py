@@ -672,6 +672,15 @@ class RanksScreen(SavesCsv, Screen):
         ),
         Binding("question_mark", "app.help", "Keys"),
     ]
+    HELP_TITLE = "Ranks overview"  # the key help's section (tui/palette.py)
+
+    @classmethod
+    def help_bindings(cls) -> list[BindingType]:
+        return [
+            Binding("up,down,left,right", "matrix_move", "Move over ranks and steps"),
+            *(b for b in RanksScreen.BINDINGS if isinstance(b, Binding) and b.key != "tab"),
+            Binding("tab", "focus_next", "Between the matrix and the per-rank table (< > sort it)"),
+        ]
 
     def __init__(self, job: JobAnalysis, title: str = "") -> None:
         super().__init__()

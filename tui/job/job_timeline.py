@@ -28,7 +28,6 @@ from kinetoscope.analysis.job import JobAnalysis, RankEntry
 from kinetoscope.analysis.units import fmt_duration
 from kinetoscope.parser.ranks import ranges_text
 from kinetoscope.tui.data.rank_views import RankViews
-from kinetoscope.tui.job.rank_pair import RankPairScreen  # noqa: F401 (named here by the key help)
 from kinetoscope.tui.job.rank_timeline import RankTimeline
 from kinetoscope.tui.job.timeline_loading import RankLoading
 from kinetoscope.tui.job.timeline_marks import JobRangeMarks
@@ -110,6 +109,19 @@ class JobTimelineScreen(RankLoading, RankOpening, JobRangeMarks, Screen):
         Binding("q", "back", "Back", tooltip="Back to the screen the timeline was opened from"),
         Binding("escape", "back", "Back", show=False),
     ]
+    HELP_TITLE = "Job timeline (t)"  # the key help's section (tui/palette.py)
+
+    @classmethod
+    def help_bindings(cls) -> list[BindingType]:
+        """The single-trace timeline's keys, on every rank at once, and this screen's."""
+        return [
+            *(
+                b
+                for b in Timeline.BINDINGS
+                if isinstance(b, Binding) and b.key not in ("enter", "P")
+            ),
+            *JobTimelineScreen.BINDINGS,
+        ]
 
     def __init__(
         self,

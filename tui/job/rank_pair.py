@@ -9,6 +9,7 @@ from kinetoscope.analysis.units import fmt_duration
 from kinetoscope.tui.data.collapsed_rank import CollapsedRank
 from kinetoscope.tui.data.viewdata import ViewData
 from kinetoscope.tui.widgets.linked_timeline import LinkedTimeline
+from kinetoscope.tui.widgets.timeline import Timeline
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -43,6 +44,11 @@ class RankPairScreen(Screen):
         Binding("q", "back", "Back to the job", show=False),
         Binding("tab", "switch", "Other rank", show=False),
     ]
+    HELP_TITLE = "Two ranks side by side (x)"  # the key help's section (tui/palette.py)
+
+    @classmethod
+    def help_bindings(cls) -> list[BindingType]:
+        return [*RankPairScreen.BINDINGS, *Timeline.BINDINGS]
 
     def __init__(self, owner: JobTimelineScreen, ranks: list[tuple[int, CollapsedRank]]) -> None:
         super().__init__()

@@ -14,6 +14,8 @@ from kinetoscope.tui.data.loader import (
     TraceLoad,
 )
 from kinetoscope.tui.data.viewdata import ViewData
+from kinetoscope.tui.palette import HelpSection
+from kinetoscope.tui.trace.drilldown import viewer_help_sections
 from kinetoscope.tui.trace.load_report import LoadReported, reports_to
 from kinetoscope.tui.trace.screens import ErrorScreen, LoadingScreen, TraceScreen
 from kinetoscope.tui.widgets.timeline import Timeline
@@ -51,6 +53,9 @@ class KinetoscopeApp(ViewerApp):
         self.data: ViewData | None = None
         self.first_frame_time: float | None = None  # wall clock, when the first frame was drawn
         self._loading: LoadingScreen | None = None
+
+    def help_sections(self) -> list[HelpSection]:
+        return viewer_help_sections()
 
     def on_mount(self) -> None:
         # The theme is textual-dark unless TEXTUAL_THEME names another; ctrl+p changes it.

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 from kinetoscope.analysis.units import fmt_duration, plural
 from kinetoscope.tui.data.failures import failure_message
-from kinetoscope.tui.trace.drilldown import Jump
+from kinetoscope.tui.data.places import Jump
 from kinetoscope.tui.widgets.columns import time_column
 from kinetoscope.tui.widgets.table import Column, DataView, FilterBox, TableModel, TableScreen
 from kinetoscope.tui.widgets.theme import palette_of
@@ -53,6 +53,7 @@ class CompileScreen(TableScreen):
             tooltip="Switch between the eager islands and the per-step table",
         ),
     ]
+    HELP_TITLE = "Compile (c)"  # the key help's section (tui/palette.py)
     TITLE_TEXT = "Compile"
     FILTER_HINT = "type to filter by operator or step name · re:… for a regular expression"
     FAILURE_SUBJECT = "compile analysis"

@@ -1,8 +1,12 @@
-"""What the drill-down screens share, and the keys that open them from the trace screen.
+"""The one home of "open a screen" in the single-trace viewer, and what the screens opened from
+the timeline share.
 
-`DrilldownActions` is mixed into the trace screen: it owns the marked range and the search
-state, opens the operator, kernel, findings and overview screens, and puts rows chosen there
-back on the timeline (selected and fitted).
+`NAVIGATION` maps each action of the trace screen that opens a screen to that screen: how it is
+made (with what arguments), whether it is kept, and what the trace screen does with its answer.
+`DrilldownActions` is mixed into the trace screen: it opens those screens (`open_screen`), owns
+the marked range and the search state, and puts rows chosen in them back on the timeline
+(selected and fitted). `viewer_help_sections` lists the viewer's screens in the order `?`
+shows their keys.
 """
 
 from __future__ import annotations
@@ -11,51 +15,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kinetoscope.analysis.units import fmt_duration
+from kinetoscope.tui.data.places import Jump, MarkedRange, range_label
+from kinetoscope.tui.palette import HelpSection, help_sections
 from kinetoscope.tui.trace.exporting import EXPORT_BINDING, export_stem, start_export
-from kinetoscope.tui.widgets.columns import (
-    fmt_cell_time as fmt_cell_time,  # the tables' duration format, re-exported
-)
 from textual.binding import Binding, BindingType
 
 if TYPE_CHECKING:
     from kinetoscope.tui.data.viewdata import ViewData
     from kinetoscope.tui.widgets.search import SearchState
     from kinetoscope.tui.widgets.timeline import Timeline
-
-
-@dataclass(frozen=True)
-class Jump:
-    """Where to put the timeline: select `row` (-1: none); show [start, end) (absolute ns)
-    when given, else fit the selected row."""
-
-    row: int = -1
-    start: int | None = None
-    end: int | None = None
-
-
-@dataclass
-class MarkedRange:
-    """A time range marked on the timeline, absolute ns; `end` is None while only the start is."""
-
-    start: int
-    end: int | None = None
-
-    @property
-    def complete(self) -> bool:
-        return self.end is not None
-
-    def bounds(self) -> tuple[int, int]:
-        assert self.end is not None
-        return (min(self.start, self.end), max(self.start, self.end))
-
-
-def range_label(data: ViewData, bounds: tuple[int, int]) -> str:
-    start, end = bounds
-    return (
-        f"+{fmt_duration(start - data.origin)} … +{fmt_duration(end - data.origin)} "
-        f"({fmt_duration(end - start)})"
-    )
+    from textual.screen import Screen
 
 
 # Hidden from the trace screen's footer (kept as the timeline's own keys); `?` and the
@@ -102,15 +71,165 @@ DRILLDOWN_BINDINGS: list[BindingType] = [
 ]
 
 
+@dataclass(frozen=True)
+class Route:
+    """What an action of the trace screen opens. `screen(host)` makes the screen for the trace
+    screen `host` (its module is imported then: the viewer starts without the drill-down
+    modules). `kept`: made once per trace screen and shown again as it was left (its sort,
+    filter and cursor), else made anew each time. `answer(host)`, when given, makes the
+    callback that gets what the screen answers when it closes."""
+
+    screen: Callable[[DrilldownActions], Screen]
+    kept: bool = False
+    answer: Callable[[DrilldownActions], Callable[[Any], None]] | None = None
+
+
+def _operators(host: DrilldownActions) -> Screen:
+    from kinetoscope.tui.trace.operators import OperatorsScreen
+
+    return OperatorsScreen(host)
+
+
+def _kernels(host: DrilldownActions) -> Screen:
+    from kinetoscope.tui.trace.kernels import KernelsScreen
+
+    return KernelsScreen(host)
+
+
+def _findings(host: DrilldownActions) -> Screen:
+    from kinetoscope.tui.trace.findings import FindingsScreen
+
+    return FindingsScreen(host)
+
+
+def _overview(host: DrilldownActions) -> Screen:
+    from kinetoscope.tui.trace.overview import OverviewScreen
+
+    return OverviewScreen(host)
+
+
+def _compile(host: DrilldownActions) -> Screen:
+    from kinetoscope.tui.trace.compile_view import CompileScreen
+
+    return CompileScreen(host)
+
+
+def _search_prompt(host: DrilldownActions) -> Screen:
+    from kinetoscope.tui.widgets.search import SearchScreen
+
+    return SearchScreen(host.search.pattern if host.search is not None else "")
+
+
+def _gap_list(host: DrilldownActions) -> Screen:
+    from kinetoscope.tui.trace.screens import GapListScreen
+
+    return GapListScreen(host.data, host.timeline.gap_threshold)
+
+
+def _memory(host: DrilldownActions) -> Screen:
+    """The memory view, on the timeline's time axis."""
+    from kinetoscope.tui.trace.memory_view import MemoryScreen
+
+    timeline = host.timeline
+    return MemoryScreen(
+        host.data,
+        view_start=timeline.view_start,
+        ns_per_cell=timeline.ns_per_cell,
+        cursor_time=timeline.cursor_time,
+        label_width=timeline.label_width,
+    )
+
+
+def _syncs(host: DrilldownActions) -> Screen:
+    from kinetoscope.tui.trace.sync_view import SyncScreen
+
+    return SyncScreen(host.data)
+
+
+def _to_gap(host: DrilldownActions) -> Callable[[Any], None]:
+    """The gap list answers the gap chosen (-1 or None: none): the timeline goes to it."""
+
+    def jump(gap: int | None) -> None:
+        if gap is not None and gap >= 0:
+            host.timeline.go_to_gap(gap)
+
+    return jump
+
+
+def _to_target(host: DrilldownActions) -> Callable[[Any], None]:
+    """The memory and sync views answer where the timeline should go (or None)."""
+    from kinetoscope.tui.trace.memory_view import apply_target
+
+    timeline, data = host.timeline, host.data
+    return lambda target: apply_target(timeline, data, target)
+
+
+def _searched(host: DrilldownActions) -> Callable[[Any], None]:
+    return host.run_search
+
+
+# action of the trace screen (its key: DRILLDOWN_BINDINGS, TraceScreen.BINDINGS) -> what it opens
+NAVIGATION: dict[str, Route] = {
+    "operators": Route(_operators, kept=True),
+    "kernels": Route(_kernels, kept=True),
+    "findings": Route(_findings, kept=True),
+    "overview": Route(_overview),
+    "compile": Route(_compile, kept=True),
+    "search": Route(_search_prompt, answer=_searched),
+    "gap_list": Route(_gap_list, answer=_to_gap),
+    "memory": Route(_memory, answer=_to_target),
+    "syncs": Route(_syncs, answer=_to_target),
+}
+
+
+def viewer_help_sections() -> list[HelpSection]:
+    """(title, screen class, bindings) of every screen of the single-trace viewer, in the order
+    `?` lists them: the timeline, the drill-down tables, the lists, the memory and sync views.
+    Each screen declares its own (tui/palette.py)."""
+    from kinetoscope.tui.trace.compile_view import CompileScreen
+    from kinetoscope.tui.trace.findings import FindingsScreen
+    from kinetoscope.tui.trace.kernels import KernelDetailScreen, KernelsScreen
+    from kinetoscope.tui.trace.memory_view import MemoryScreen
+    from kinetoscope.tui.trace.operators import (
+        CategoryPicker,
+        OperatorDetailScreen,
+        OperatorsScreen,
+    )
+    from kinetoscope.tui.trace.overview import OverviewScreen
+    from kinetoscope.tui.trace.screens import GapListScreen, TraceScreen
+    from kinetoscope.tui.trace.sync_view import SyncScreen
+    from kinetoscope.tui.widgets.search import SearchScreen
+    from kinetoscope.tui.widgets.table import TableScreen
+
+    return help_sections(
+        [
+            TraceScreen,
+            TableScreen,
+            OperatorsScreen,
+            OperatorDetailScreen,
+            KernelsScreen,
+            KernelDetailScreen,
+            FindingsScreen,
+            OverviewScreen,
+            CompileScreen,
+            SearchScreen,
+            GapListScreen,
+            CategoryPicker,
+            MemoryScreen,
+            SyncScreen,
+        ]
+    )
+
+
 class DrilldownActions:
     """Mixed into the trace screen (which has `data`, `timeline`, `app`, `notify`).
 
-    The screens it opens get it as their `host`: they read the trace's results from
-    `host.data.session`, the marked range from `host.range_bounds()`, and go back to the
-    timeline with `host.show_on_timeline(Jump(...))`. A new screen opened from the timeline
-    gets an `action_*` here (and a key in DRILLDOWN_BINDINGS, and a section in
-    palette.viewer_help_sections); a table over the whole trace or the marked range
-    subclasses rangetable.RangeTableScreen.
+    The screens it opens get it as their `host` (a `places.RangeHost`): they read the trace's
+    results from `host.data.session`, the marked range from `host.range_bounds()`, and go back
+    to the timeline with `host.show_on_timeline(Jump(...))`. A new screen opened from the
+    timeline gets a route in NAVIGATION and an `action_*` here that opens it (and a key in
+    DRILLDOWN_BINDINGS); it declares its own HELP_TITLE and is named in viewer_help_sections.
+    A table over the whole trace or the marked range subclasses rangetable.RangeTableScreen.
     """
 
     data: ViewData
@@ -147,39 +266,46 @@ class DrilldownActions:
     def search(self) -> SearchState | None:
         return self._search
 
-    # -- opening screens --------------------------------------------------------------------
+    # -- opening screens (NAVIGATION) ----------------------------------------------------------
 
-    def _open(self, name: str, make: Callable[[], Any]) -> None:
+    def open_screen(self, action: str) -> None:
+        """Open the screen `action` names in NAVIGATION."""
+        route = NAVIGATION[action]
         app = self.app
-        key = f"drilldown-{name}-{id(self)}"
-        if not app.is_screen_installed(key):
-            app.install_screen(make(), key)
-        app.push_screen(key)
+        if route.kept:
+            key = f"drilldown-{action}-{id(self)}"
+            if not app.is_screen_installed(key):
+                app.install_screen(route.screen(self), key)
+            app.push_screen(key)
+            return
+        app.push_screen(route.screen(self), route.answer(self) if route.answer else None)
 
     def action_operators(self) -> None:
-        from kinetoscope.tui.trace.operators import OperatorsScreen
-
-        self._open("operators", lambda: OperatorsScreen(self))
+        self.open_screen("operators")
 
     def action_kernels(self) -> None:
-        from kinetoscope.tui.trace.kernels import KernelsScreen
-
-        self._open("kernels", lambda: KernelsScreen(self))
+        self.open_screen("kernels")
 
     def action_findings(self) -> None:
-        from kinetoscope.tui.trace.findings import FindingsScreen
-
-        self._open("findings", lambda: FindingsScreen(self))
+        self.open_screen("findings")
 
     def action_overview(self) -> None:
-        from kinetoscope.tui.trace.overview import OverviewScreen
-
-        self.app.push_screen(OverviewScreen(self))
+        self.open_screen("overview")
 
     def action_compile(self) -> None:
-        from kinetoscope.tui.trace.compile_view import CompileScreen
+        self.open_screen("compile")
 
-        self._open("compile", lambda: CompileScreen(self))
+    def action_search(self) -> None:
+        self.open_screen("search")
+
+    def action_gap_list(self) -> None:
+        self.open_screen("gap_list")
+
+    def action_memory(self) -> None:
+        self.open_screen("memory")
+
+    def action_syncs(self) -> None:
+        self.open_screen("syncs")
 
     def mark_compiled_regions(self) -> None:
         """Find the trace's compiled regions in a worker, then mark them on the timeline."""
@@ -282,13 +408,8 @@ class DrilldownActions:
 
     # -- search -------------------------------------------------------------------------------
 
-    def action_search(self) -> None:
-        from kinetoscope.tui.widgets.search import SearchScreen
-
-        current = self.search.pattern if self.search is not None else ""
-        self.app.push_screen(SearchScreen(current), self._run_search)
-
-    def _run_search(self, pattern: str | None) -> None:
+    def run_search(self, pattern: str | None) -> None:
+        """The search screen's answer: search for `pattern` (None: cancelled; "": clear)."""
         from kinetoscope.tui.widgets.search import find_matches
 
         if pattern is None:

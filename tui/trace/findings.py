@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 from kinetoscope.analysis.rules import cause_members
 from kinetoscope.analysis.units import fmt_duration
-from kinetoscope.tui.trace.drilldown import Jump
+from kinetoscope.tui.data.places import Jump
 from kinetoscope.tui.widgets.table import Column, TableModel, TableScreen
 from kinetoscope.tui.widgets.theme import current_palette
 from rich.text import Text
@@ -31,6 +31,7 @@ class FindingsScreen(TableScreen):
     """One row per finding; the pane below gives the highlighted one's advice and evidence."""
 
     BINDINGS: ClassVar[list[BindingType]] = []
+    HELP_TITLE = "Findings (t)"  # the key help's section (tui/palette.py)
     SHOW_DETAIL = True
     TITLE_TEXT = "Findings"
     FILTER_HINT = "type to filter by rule or message · re:… for a regular expression"

@@ -12,7 +12,7 @@ from kinetoscope.analysis.kernels import KernelTable, launchers
 from kinetoscope.analysis.ranges import kernels_in_range
 from kinetoscope.analysis.units import fmt_duration
 from kinetoscope.parser.model import NO_VALUE
-from kinetoscope.tui.trace.drilldown import Jump, range_label
+from kinetoscope.tui.data.places import Jump, range_label
 from kinetoscope.tui.widgets.columns import (
     category_column,
     count_column,
@@ -48,6 +48,7 @@ class KernelsScreen(RangeTableScreen[KernelTable]):
     """Every GPU (cat, name) group, most total time first."""
 
     BINDINGS: ClassVar[list[BindingType]] = [RangeTableScreen.RANGE_BINDING]
+    HELP_TITLE = "Kernels (k)"  # the key help's section (tui/palette.py)
     TITLE_TEXT = "Kernels"
     FAILURE_SUBJECT = "kernels"
 
@@ -159,6 +160,7 @@ class KernelDetailScreen(TableScreen):
     """The instances of one GPU group, longest first, and the operators that launched them."""
 
     BINDINGS: ClassVar[list[BindingType]] = []
+    HELP_TITLE = "Kernel details"
     SHOW_DETAIL = True
     FILTER_HINT = "type to filter by launching operator · re:… for a regular expression"
 

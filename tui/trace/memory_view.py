@@ -422,9 +422,20 @@ class MemoryScreen(SavesCsv, ReportsWorkerFailures, Screen[TimelineTarget | None
         Binding("v", "cycle_table", "Table", tooltip="Operators by memory / never-freed"),
         SAVE_CSV_BINDING,
     ]
+    HELP_TITLE = "Memory (p)"  # the key help's section (tui/palette.py)
     TABLE_MODES = ("operators", "never freed")
     FAILURE_SUBJECT = "memory"
     failure: str | None = None  # what could not be computed, and why
+
+    @classmethod
+    def help_bindings(cls) -> list[BindingType]:
+        return [
+            *MemoryChart.BINDINGS,
+            *MemoryScreen.BINDINGS,
+            Binding("up,down,pageup,pagedown", "table_move", "Move in the table below"),
+            Binding("tab", "focus_next", "Between the curve and the table"),
+            Binding("enter", "table_choose", "(in the table) Go to that operator on the timeline"),
+        ]
 
     def __init__(
         self,
@@ -811,18 +822,3 @@ def apply_target(timeline, data: ViewData, target: TimelineTarget | None) -> Non
         timeline.cursor_time = int(target.cursor - data.origin)
     timeline.refresh()
     timeline.focus()
-
-
-def open_memory_view(screen) -> None:  # noqa: ANN001 - the trace screen
-    """Push the memory view over the trace screen, on the timeline's time axis; put the
-    timeline where it asks when it closes."""
-    timeline = screen.timeline
-    data = screen.data
-    view = MemoryScreen(
-        data,
-        view_start=timeline.view_start,
-        ns_per_cell=timeline.ns_per_cell,
-        cursor_time=timeline.cursor_time,
-        label_width=timeline.label_width,
-    )
-    screen.app.push_screen(view, lambda target: apply_target(timeline, data, target))

@@ -21,7 +21,7 @@ from kinetoscope.analysis.ranges import operators_in_range
 from kinetoscope.analysis.session import AnalysisFailed
 from kinetoscope.analysis.units import fmt_duration, plural
 from kinetoscope.tui.data.failures import failure_message
-from kinetoscope.tui.trace.drilldown import Jump
+from kinetoscope.tui.data.places import Jump
 from kinetoscope.tui.trace.memory_view import operator_memory_columns
 from kinetoscope.tui.widgets.columns import (
     category_column,
@@ -92,6 +92,7 @@ class OperatorsScreen(RangeTableScreen[ShownOperators]):
         ),
         Binding("P", "toggle_python", "Python", tooltip="Hide/show python_function frames"),
     ]
+    HELP_TITLE = "Operators (o)"  # the key help's section (tui/palette.py)
     TITLE_TEXT = "Operators"
     FAILURE_SUBJECT = "operators"
 
@@ -293,6 +294,7 @@ class CategoryPicker(ModalScreen[tuple[int | None] | None]):
         Binding("C", "cancel", "Cancel", show=False),
         Binding("question_mark", "app.help", "Keys", show=False),  # modal: the app's is hidden
     ]
+    HELP_TITLE = "Operator categories (C in o)"
     DEFAULT_CSS = """
     CategoryPicker { align: center middle; }
     #category-box {
@@ -302,6 +304,14 @@ class CategoryPicker(ModalScreen[tuple[int | None] | None]):
     #category-title { height: 1; padding: 0 1; }
     #category-list { height: auto; max-height: 20; border: none; }
     """
+
+    @classmethod
+    def help_bindings(cls) -> list[BindingType]:
+        return [
+            *CategoryPicker.BINDINGS,
+            Binding("up,down,home,end", "table_move", "Move in the list"),
+            Binding("enter", "table_choose", "Show the highlighted category"),
+        ]
 
     def __init__(self, choices: list[tuple[int | None, str]], current: int | None) -> None:
         super().__init__()
@@ -402,6 +412,7 @@ class OperatorDetailScreen(TableScreen):
         Binding("S", "show('shapes')", "Shapes", tooltip="Input shapes recorded"),
         Binding("tab", "cycle", "Next view", show=False, tooltip="Next view"),
     ]
+    HELP_TITLE = "Operator details"
     SHOW_DETAIL = True
     DETAIL_CLASSES = "table-detail nowrap"
     FILTER_HINT = "type to filter (instances and shapes: by input shape; else by name)"

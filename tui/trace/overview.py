@@ -10,7 +10,7 @@ import numpy as np
 from kinetoscope.analysis.idle import CAUSES
 from kinetoscope.analysis.ranges import idle_in_range
 from kinetoscope.analysis.units import fmt_duration, plural
-from kinetoscope.tui.trace.drilldown import Jump, MarkedRange, range_label
+from kinetoscope.tui.data.places import Jump, MarkedRange, range_label
 from kinetoscope.tui.widgets.columns import share_bar, time_column
 from kinetoscope.tui.widgets.table import Column, DataView, TableModel, TableScreen
 from kinetoscope.tui.widgets.theme import current_palette
@@ -43,6 +43,7 @@ class OverviewScreen(TableScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("M", "mark_step", "Mark step", tooltip="Mark the step as the range"),
     ]
+    HELP_TITLE = "Overview (v)"  # the key help's section (tui/palette.py)
     TITLE_TEXT = "Overview"
     FILTER_HINT = "type to filter steps by name"
     FAILURE_SUBJECT = "overview"

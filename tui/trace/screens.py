@@ -1,4 +1,4 @@
-"""Screens: loading (progress, Esc cancels), the trace view, the idle-gap list, help, errors."""
+"""Screens: loading (progress, Esc cancels), the trace view, the idle-gap list, errors."""
 
 from __future__ import annotations
 
@@ -20,13 +20,11 @@ from kinetoscope.tui.widgets.theme import palette_of
 from kinetoscope.tui.widgets.timefmt import time_cell
 from kinetoscope.tui.widgets.timeline import DEFAULT_GAP_THRESHOLD, Timeline
 from rich.cells import cell_len
-from rich.console import Group, RenderableType
-from rich.table import Table as RichTable
 from rich.text import Text
 from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical, VerticalScroll
+from textual.containers import Vertical
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, ProgressBar, Static
@@ -181,6 +179,17 @@ class TraceScreen(DrilldownActions, Screen):
             tooltip="Details pane 3 rows bigger (Tab focuses it to scroll it)",
         ),
     ]
+    HELP_TITLE = "Timeline"  # the key help's section (tui/palette.py)
+
+    @classmethod
+    def help_bindings(cls) -> list[BindingType]:
+        """The timeline's keys, this screen's, and Textual's own focus keys."""
+        return [
+            *Timeline.BINDINGS,
+            *TraceScreen.BINDINGS,
+            Binding("tab", "focus_next", "Focus the details pane, to scroll it (↑ ↓ PgUp PgDn)"),
+            Binding("shift+tab", "focus_previous", "Back to the timeline"),
+        ]
 
     def __init__(self, data: ViewData) -> None:
         super().__init__()
@@ -404,13 +413,6 @@ class TraceScreen(DrilldownActions, Screen):
         text.append(" · ? keys", "dim")
         return text
 
-    def action_gap_list(self) -> None:
-        def jump(gap: int | None) -> None:
-            if gap is not None and gap >= 0:
-                self.timeline.go_to_gap(gap)
-
-        self.app.push_screen(GapListScreen(self.data, self.timeline.gap_threshold), jump)
-
     def action_threshold(self, direction: int) -> None:
         current = self.timeline.gap_threshold
         if direction > 0:
@@ -421,16 +423,6 @@ class TraceScreen(DrilldownActions, Screen):
             new = smaller[-1] if smaller else current
         self.timeline.gap_threshold = new
         self.notify(f"g/G skip GPU idle gaps shorter than {fmt_duration(new)}", timeout=2)
-
-    def action_memory(self) -> None:
-        from kinetoscope.tui.trace.memory_view import open_memory_view
-
-        open_memory_view(self)
-
-    def action_syncs(self) -> None:
-        from kinetoscope.tui.trace.sync_view import open_sync_view
-
-        open_sync_view(self)
 
     def action_save_csv_hint(self) -> None:
         """`W` saves a table; the timeline has none: say where it works."""
@@ -504,6 +496,15 @@ class GapListScreen(SavesCsv, ModalScreen[int]):
             tooltip="Export the selected gap, its length of context on each side, as a trace",
         ),
     ]
+    HELP_TITLE = "Idle gaps (i)"  # the key help's section (tui/palette.py)
+
+    @classmethod
+    def help_bindings(cls) -> list[BindingType]:
+        return [
+            *GapListScreen.BINDINGS,
+            Binding("up,down,pageup,pagedown,home,end", "table_move", "Move in the list"),
+            Binding("enter", "table_choose", "Jump to the gap on the timeline"),
+        ]
 
     def __init__(self, data: ViewData, threshold: int) -> None:
         super().__init__()
@@ -622,76 +623,3 @@ class GapListScreen(SavesCsv, ModalScreen[int]):
             return
         stem = export_stem(session.trace.source.path, f"gap{rank}")
         start_export(self, session, window, f"gap #{rank} with its context", stem)
-
-
-HELP_KEY_WIDTH = 16  # cells for the keys; a longer one ("ctrl+wheel, wheel on ruler") wraps
-
-
-def help_renderable(rows: list[tuple[str, str]]) -> Group:
-    """The key help as sections: a heading row (description "") on a line of its own, then its
-    keys in a column as wide as the longest key (at most HELP_KEY_WIDTH cells) and descriptions
-    that wrap at word boundaries to the width there is, never cut."""
-    keys = [key for key, description in rows if description]
-    width = min(HELP_KEY_WIDTH, max((cell_len(key) for key in keys), default=1))
-    parts: list[RenderableType] = []
-    table: RichTable | None = None
-
-    def new_table() -> RichTable:
-        grid = RichTable.grid(padding=(0, 2), expand=True)
-        grid.add_column(width=width, overflow="fold")
-        grid.add_column(ratio=1, overflow="fold")
-        return grid
-
-    for key, description in rows:
-        if not description:  # a section heading
-            if table is not None and table.row_count:
-                parts.append(table)
-            if parts:
-                parts.append(Text(""))
-            parts.append(Text(key, style="bold"))
-            table = None
-            continue
-        if table is None:
-            table = new_table()
-        table.add_row(Text(key, style="bold"), Text(description))
-    if table is not None and table.row_count:
-        parts.append(table)
-    return Group(*parts)
-
-
-class HelpScreen(ModalScreen[None]):
-    """Every key of the screen below, with what it does."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "close", "Close"),
-        Binding("question_mark", "close", "Close", show=False),
-        Binding("q", "close", "Close", show=False),
-    ]
-
-    EXTRA = (
-        ("ctrl+wheel, wheel on ruler", "zoom around the mouse"),
-        ("click", "move the cursor, select the event under it"),
-        ("click on a lane name", "expand/collapse the lane"),
-        ("ctrl+p", "command palette"),
-    )
-
-    def __init__(self, bindings: list[tuple[str, str]]) -> None:
-        super().__init__()
-        self.bindings = bindings
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="help-box"):
-            yield Static(
-                Text("Keys · Esc closes · ↑↓ PgUp PgDn scroll", style="bold"), id="help-title"
-            )
-            with VerticalScroll(id="help-table"):
-                yield Static(
-                    help_renderable([*self.bindings, ("── Mouse and palette", ""), *self.EXTRA]),
-                    id="help-text",
-                )
-
-    def on_mount(self) -> None:
-        self.query_one("#help-table", VerticalScroll).focus()
-
-    def action_close(self) -> None:
-        self.dismiss(None)

@@ -19,7 +19,7 @@ from kinetoscope.analysis.units import fmt_duration, plural
 from kinetoscope.tui.data.failures import ReportsWorkerFailures
 from kinetoscope.tui.data.viewdata import ViewData
 from kinetoscope.tui.trace.details import stack_tail
-from kinetoscope.tui.trace.memory_view import TimelineTarget, apply_target
+from kinetoscope.tui.trace.memory_view import TimelineTarget
 from kinetoscope.tui.widgets.table import SAVE_CSV_BINDING, SavesCsv
 from kinetoscope.tui.widgets.theme import current_palette
 from kinetoscope.tui.widgets.timefmt import time_cell
@@ -61,8 +61,19 @@ class SyncScreen(SavesCsv, ReportsWorkerFailures, Screen[TimelineTarget | None])
         Binding("v", "toggle_view", "Calls/sites", tooltip="Each call, or grouped by call site"),
         SAVE_CSV_BINDING,
     ]
+    HELP_TITLE = "Sync (b)"  # the key help's section (tui/palette.py)
     FAILURE_SUBJECT = "blocking calls"
     failure: str | None = None  # what could not be computed, and why
+
+    @classmethod
+    def help_bindings(cls) -> list[BindingType]:
+        return [
+            *SyncScreen.BINDINGS,
+            Binding("up,down,pageup,pagedown,home,end", "table_move", "Move in the table"),
+            Binding(
+                "enter", "table_choose", "Show the call on the timeline, and the GPU idle after it"
+            ),
+        ]
 
     def __init__(self, data: ViewData) -> None:
         super().__init__()
@@ -292,10 +303,3 @@ def target_for_call(data: ViewData, calls: SyncCalls, position: int) -> Timeline
         end = max(end, int(data.gaps.end[gap]))
     margin = max((end - start) * 0.1, 1000)
     return TimelineTarget(row=row, cursor=start, view_start=start - margin, view_end=end + margin)
-
-
-def open_sync_view(screen) -> None:  # noqa: ANN001 - the trace screen
-    """Push the synchronisation view; put the timeline on the call chosen there."""
-    timeline = screen.timeline
-    data = screen.data
-    screen.app.push_screen(SyncScreen(data), lambda target: apply_target(timeline, data, target))

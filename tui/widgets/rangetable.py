@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
-from kinetoscope.tui.trace.drilldown import range_label
+from kinetoscope.tui.data.places import RangeHost, range_label
 from kinetoscope.tui.widgets.columns import model_row
 from kinetoscope.tui.widgets.table import TableModel, TableScreen
 from kinetoscope.tui.widgets.theme import palette_of
@@ -16,7 +16,6 @@ from textual.worker import Worker, get_current_worker
 
 if TYPE_CHECKING:
     import numpy as np
-    from kinetoscope.tui.trace.drilldown import DrilldownActions
 
 R = TypeVar("R")
 
@@ -49,9 +48,9 @@ class RangeTableScreen(TableScreen, Generic[R]):
       `choose_row(group)`; `group` is the row of the whole-trace table (`model_row`), and
       neither is called before a result is shown.
 
-    The host (the trace screen's DrilldownActions) gives the marked range (`range_bounds()`)
-    and the way back to the timeline (`show_on_timeline`); `self.data` is its ViewData, whose
-    origin the range is labelled from.
+    The host (the trace screen's DrilldownActions, a `RangeHost`) gives the marked range
+    (`range_bounds()`) and the way back to the timeline (`show_on_timeline`); `self.data` is
+    its ViewData, whose origin the range is labelled from.
 
     Subclasses set TITLE_TEXT and FAILURE_SUBJECT and give `compute`, `table_title()` (the
     heading's start: what the table is), optionally `table_state()` (what restricts it, after
@@ -65,7 +64,7 @@ class RangeTableScreen(TableScreen, Generic[R]):
     SHOW_DETAIL = True
     DETAIL_CLASSES = "table-detail nowrap"
 
-    def __init__(self, host: DrilldownActions) -> None:
+    def __init__(self, host: RangeHost) -> None:
         super().__init__()
         self.host = host
         self.data = host.data

@@ -111,6 +111,7 @@ class SearchScreen(ModalScreen[str | None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "cancel", "Cancel the search"),
     ]
+    HELP_TITLE = "Search (/)"
 
     def __init__(self, initial: str = "") -> None:
         super().__init__()

@@ -762,12 +762,17 @@ class TableScreen(SavesCsv, ReportsWorkerFailures, Screen):
         SAVE_CSV_BINDING,
         Binding("question_mark", "app.help", "Keys", show=False),
     ]
+    HELP_TITLE = "Any table"  # the key help's section (tui/palette.py): the table's own keys
     TITLE_TEXT = ""
     SHOW_DETAIL = False
     DETAIL_CLASSES = "table-detail"
     FILTER_HINT = "type to filter by name or category · re:… for a regular expression"
     FAILURE_SUBJECT = "the table"
     failure: str | None = None  # what could not be computed, and why (see show_failure)
+
+    @classmethod
+    def help_bindings(cls) -> list[BindingType]:
+        return [*DataView.BINDINGS, *TableScreen.BINDINGS]
 
     def compose(self) -> ComposeResult:
         yield Static(Text(self.TITLE_TEXT), id="table-title", classes="table-title")
