@@ -587,7 +587,9 @@ def _server(
         def __init__(self) -> None:
             host, port = sock.getsockname()[:2]
             super().__init__(command, host=host, port=port, title=title)
-            self.sessions: set[asyncio.Task[Any]] = set()
+            # Each session's task -> its viewer (None while it starts): a slot of
+            # --max-sessions is held until the viewer's process has been reaped.
+            self.sessions: dict[asyncio.Task[Any], Viewer | None] = {}
             self.closing = False
             # The loop, and its handlers of Ctrl+C and SIGTERM, made before serving begins.
             self.loop = asyncio.new_event_loop()
@@ -642,13 +644,14 @@ def _server(
             task = asyncio.current_task()
             if self.closing or task is None:
                 raise _refusal(web.HTTPServiceUnavailable, "the server is stopping")
-            if len(self.sessions) >= max_sessions:
+            held = sum(1 for viewer in self.sessions.values() if _holds_slot(viewer))
+            if held >= max_sessions:
                 raise _refusal(
                     web.HTTPServiceUnavailable,
-                    f"{len(self.sessions)} sessions open, the most it serves (--max-sessions): "
+                    f"{held} sessions open, the most it serves (--max-sessions): "
                     "close one first",
                 )
-            self.sessions.add(task)
+            self.sessions[task] = None
             viewer: Viewer | None = None
             try:
                 await websocket.prepare(request)
@@ -659,6 +662,7 @@ def _server(
                     close=websocket.close,
                     download_manager=self.download_manager,
                 )
+                self.sessions[task] = viewer
                 await viewer.start(width, height)
                 await self._messages(websocket, viewer)
             except asyncio.CancelledError:
@@ -672,7 +676,7 @@ def _server(
                     if websocket.prepared:
                         await websocket.close()
                 finally:
-                    self.sessions.discard(task)
+                    self.sessions.pop(task, None)
             return websocket
 
         async def _messages(self, websocket: web.WebSocketResponse, viewer: Viewer) -> None:
@@ -772,6 +776,24 @@ def _server(
                     self.loop.close()
 
     return ViewerServer()
+
+
+def _holds_slot(viewer: Any) -> bool:
+    """Does a session hold a slot of --max-sessions? While its viewer starts and runs; no longer
+    once the viewer's process has been reaped, even before its session's handler has ended (a
+    new tab right after a closed one gets a session)."""
+    process = getattr(viewer, "process", None)
+    if process is None:
+        return True  # starting
+    if process.returncode is not None:
+        return False
+    try:
+        os.kill(process.pid, 0)
+    except ProcessLookupError:  # reaped; the loop has not heard yet
+        return False
+    except OSError:
+        pass
+    return True
 
 
 def _children(ended_too: bool = False) -> set[int]:
