@@ -86,7 +86,7 @@ def test_diff_out_of_memory(capsys, monkeypatch):
 
 
 def test_export_out_of_memory(tmp_path, capsys, monkeypatch):
-    from kinetoscope.export.crop import crop as export
+    from kinetoscope.export import crop as export
 
     out = tmp_path / "crop.json"
     monkeypatch.setattr(export, "open_crop", no_memory)

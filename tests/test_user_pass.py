@@ -176,7 +176,7 @@ def test_job_bundle_write_failure_names_the_bundle(tmp_path: Path, capsys, monke
     ocbo6ps_/rank0.json: cannot write the export (No space left on device)`: a hidden scratch
     folder, already removed. The line names the bundle asked for; nothing is left behind."""
     from kinetoscope.export.crop import ExportError
-    from kinetoscope.export.crop import job_bundle as export_job
+    from kinetoscope.export import job_bundle as export_job
 
     def full_disk(crop, path):
         raise ExportError(f"{path}: cannot write the export (No space left on device)")

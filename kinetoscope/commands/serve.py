@@ -39,6 +39,9 @@ import sys
 import time
 from typing import Any
 
+from kinetoscope.common.errors import KinetoscopeError, UsageError
+from kinetoscope.common.options import positive
+
 INSTALL = "pip install 'kinetoscope[serve]'"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -58,10 +61,8 @@ class ServeError(Exception):
     """The server cannot start; the message is one line for the user."""
 
 
-def add_serve_command(sub: Any) -> None:
+def register(sub: Any) -> None:
     """The `serve` subcommand (its handler is `run_serve_command`)."""
-    from kinetoscope.commands.cli import _positive
-
     serve = sub.add_parser(
         "serve",
         help="run the viewer in a web browser (needs the serve extra)",
@@ -101,7 +102,7 @@ def add_serve_command(sub: Any) -> None:
     )
     serve.add_argument(
         "--max-sessions",
-        type=_positive,
+        type=positive,
         default=DEFAULT_SESSIONS,
         metavar="N",
         help=f"browser tabs served at once (default {DEFAULT_SESSIONS}; each runs a viewer "
@@ -112,7 +113,7 @@ def add_serve_command(sub: Any) -> None:
     )
     serve.add_argument(
         "--cycle",
-        type=_positive,
+        type=positive,
         metavar="N",
         help="a job's folder: view profiling cycle N (1 = the oldest)",
     )
@@ -150,23 +151,21 @@ def _public_url(text: str) -> str:
 
 
 def run_serve_command(args: argparse.Namespace) -> int:
-    """`kinetoscope serve ...`: 0 when stopped by Ctrl+C or SIGTERM, 1 (one line on stderr)
-    when it cannot start, 2 for a usage error."""
-    from kinetoscope.commands.cli import _error, _usage_error
-
+    """`kinetoscope serve ...`: 0 when stopped by Ctrl+C or SIGTERM; KinetoscopeError when it
+    cannot start (1), UsageError for arguments that do not fit together (2)."""
     missing = missing_extra()
     if missing is not None:
-        return _error(missing)
+        raise KinetoscopeError(missing)
     try:
         command = viewer_command(args.trace, diff=args.diff, cycle=args.cycle)
     except ValueError as exc:  # the arguments do not fit together
-        return _usage_error(str(exc))
+        raise UsageError(str(exc)) from None
     except ServeError as exc:
-        return _error(str(exc))
+        raise KinetoscopeError(str(exc)) from None
     try:
         sock = listen(args.host, args.port)
     except ServeError as exc:
-        return _error(str(exc))
+        raise KinetoscopeError(str(exc)) from None
     names = [os.path.basename(p.rstrip(os.sep)) or p for p in args.trace]
     guard = Guard(args.host, args.public_url, printed=url_of(sock, args.host))
     shown = " vs ".join(names) if args.diff else ", ".join(names)
@@ -186,7 +185,7 @@ def viewer_command(paths: list[str], *, diff: bool = False, cycle: int | None = 
     """The shell command each browser tab runs: the viewer of `paths`, checked now (a file
     that cannot be opened is said here, before anything is served). ValueError for arguments
     that do not fit together, ServeError for inputs that cannot be viewed."""
-    from kinetoscope.commands.cli import trace_path_problem
+    from kinetoscope.parser.source import trace_path_problem
     from kinetoscope.present.safe_text import clean
 
     if diff:
@@ -648,8 +647,7 @@ def _server(
             if held >= max_sessions:
                 raise _refusal(
                     web.HTTPServiceUnavailable,
-                    f"{held} sessions open, the most it serves (--max-sessions): "
-                    "close one first",
+                    f"{held} sessions open, the most it serves (--max-sessions): close one first",
                 )
             self.sessions[task] = None
             viewer: Viewer | None = None
