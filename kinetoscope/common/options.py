@@ -12,7 +12,7 @@ from kinetoscope.common.numbers import MAX_NUMBER_TEXT, shown
 # The largest values the count options take: a cycle, a worker count, a gap's rank (more than
 # any trace holds; a bigger value is a typing mistake, refused before it reaches a range).
 MAX_COUNT = 1_000_000
-MAX_WIDTH = 10_000  # columns (report.NATURAL_WIDTH)
+MAX_WIDTH = 10_000  # columns (present/report_summary.py: NATURAL_WIDTH)
 MAX_PERCENT = 10**9
 
 
