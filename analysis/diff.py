@@ -31,7 +31,7 @@ API (stable; the viewer builds on it):
   and `ops`: a list of `(base index | -1, new index | -1, op)` with op in ALIGN_OPS, indices
   into `base_rows`/`new_rows` (`row_ops()`: the same with trace rows); `capped` says the work
   cap was hit and the middle was paired by position instead.
-- `normalise_name(name, templates=False)`, `parse_steps(spec)`, and `prepare(session)` (what a
+- `normalise_name(name, templates=False)`, `parse_step_pairs(spec)`, and `prepare(session)` (what a
   diff asks of one trace, for a thread to compute while the other trace loads;
   `prepare_concurrently` on two threads).
 
@@ -114,7 +114,7 @@ class StepSpecError(ValueError):
 MAX_STEP_NUMBER = 1_000_000
 
 
-def parse_steps(spec: str) -> list[int]:
+def parse_step_pairs(spec: str) -> list[int]:
     """`1,3-5,8-` -> pair numbers (1-based), each once. `N-` means N and every later pair,
     written as [N, -1] (the end is resolved against the pairs there are)."""
     from kinetoscope.common.numbers import shown
@@ -157,7 +157,7 @@ def parse_steps(spec: str) -> list[int]:
 
 
 def _resolve_steps(selection: list[int], available: int) -> list[int]:
-    """0-based pair indices from `parse_steps`' numbers (those past `available` dropped)."""
+    """0-based pair indices from `parse_step_pairs`' numbers (those past `available` dropped)."""
     picked: set[int] = set()
     i = 0
     while i < len(selection):
@@ -1301,5 +1301,5 @@ __all__: list[Any] = [
     "diff_sessions",
     "myers",
     "normalise_name",
-    "parse_steps",
+    "parse_step_pairs",
 ]

@@ -23,11 +23,11 @@ from kinetoscope.parser.model import (
     Trace,
 )
 
+from .finding import INFO, Finding
 from .intervals import Union
 from .units import plural
 
 if TYPE_CHECKING:
-    from .rules import Finding
     from .session import TraceSession
 
 EXAMPLES = 5  # rows kept as evidence per finding
@@ -267,8 +267,6 @@ def unmatched_flows(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 
 def oddity_findings(analysis: TraceSession) -> list[Finding]:
     """The oddities of a trace as `info` findings, for the rules table and the summary."""
-    from .rules import INFO, Finding
-
     trace = analysis.trace
     classes = analysis.classes
     found: list[Finding] = []

@@ -7,25 +7,25 @@ are the module constants below; docs/analysis.md explains each rule.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 from kinetoscope.parser.model import NO_VALUE
 
+from .finding import CRITICAL, INFO, SEVERITY_ORDER, WARNING, Finding
 from .idle import HOST_WAIT, KERNEL_WAIT
 from .intervals import Union
 from .memory import GPU_DEVICE_TYPES, device_properties
 from .oddities import oddity_findings
 from .steps import COMM_NAME, DATALOADER_PREFIX, names_matching
-from .units import fmt_bytes, plural, us
+from .units import fmt_bytes, plural
 from .units import fmt_ms as ms
 from .units import fmt_percent as pct
 
 if TYPE_CHECKING:
     from .session import TraceSession
 
-INFO, WARNING, CRITICAL = "info", "warning", "critical"
 
 # dataloader_bound: share of a step spent in `enumerate(DataLoader)` on the CPU.
 DATALOADER_WARNING = 0.10
@@ -81,62 +81,6 @@ COMPILE_CRITICAL = 0.20
 # span without steps), from at least GUARD_MIN_NS.
 GUARD_WARNING = 0.05
 GUARD_MIN_NS = 100_000
-
-
-@dataclass(frozen=True)
-class Finding:
-    rule: str
-    severity: str
-    message: str  # what was seen, then what to try
-    start: int  # ns: the range that shows it
-    dur: int
-    device: int | None = None
-    rows: tuple[int, ...] = field(default=())  # trace rows to jump to, most telling first
-    # The time at stake (ns): the GPU idle it explains for the idle rules, else the time the
-    # rule measured (DataLoader time, exposed communication, compile time ...); 0 when the
-    # finding measures no time (memory, oddities).
-    stake: int = 0
-    title: str = ""  # one line: what, and where to look (the summary's "What to fix")
-    # (device, the GPU idle time on it the finding explains), for grouping findings that
-    # explain the same stretch of GPU time into one (group_findings); None for the others.
-    claim: tuple[int, Union] | None = field(default=None, compare=False, repr=False)
-    # A finding of group_findings: the other rules' findings this one explains, each as the
-    # rule gave it (no evidence lost); empty for a rule's own finding.
-    supports: tuple[Finding, ...] = field(default=(), compare=False)
-    # A finding of group_findings: its primary finding as the rule gave it (own severity and
-    # rows); None for a rule's own finding.
-    own: Finding | None = field(default=None, compare=False, repr=False)
-
-    @property
-    def headline(self) -> str:
-        """`title`, else the message's first sentence."""
-        if self.title:
-            return self.title
-        first = self.message.split(". ", 1)[0]
-        return first if first.endswith(".") else first + "."
-
-    def to_json(self, trace: Any = None) -> dict[str, Any]:
-        evidence: dict[str, Any] = {
-            "start_us": us(self.start),
-            "dur_us": us(self.dur),
-        }
-        if self.device is not None:
-            evidence["device"] = self.device
-        if trace is not None and self.rows:
-            evidence["events"] = [
-                {
-                    "name": trace.name_of(r),
-                    "start_us": us(trace.start[r]),
-                    "dur_us": us(trace.dur[r]),
-                }
-                for r in self.rows
-            ]
-        return {
-            "rule": self.rule,
-            "severity": self.severity,
-            "message": self.message,
-            "evidence": evidence,
-        }
 
 
 def dataloader_bound(a: TraceSession) -> list[Finding]:
@@ -1112,7 +1056,6 @@ RULES = {
     "guard_overhead": guard_overhead,
     "graph_replay": graph_replay,
 }
-SEVERITY_ORDER = {CRITICAL: 0, WARNING: 1, INFO: 2}
 
 
 def run_rules(a: TraceSession) -> list[Finding]:

@@ -43,8 +43,8 @@ from .steps import Steps, compute_steps, step_rows
 
 if TYPE_CHECKING:
     from .compile import CompileAnalysis, Efficiency
+    from .finding import Finding
     from .memory_ops import MemoryOps
-    from .rules import Finding
     from .sync import SyncCalls
 
 T = TypeVar("T")

@@ -29,7 +29,9 @@ Bytes (`fmt_bytes`): binary units (B, KiB, MiB, GiB), two decimals above B (`1.5
 from __future__ import annotations
 
 import math
-from typing import overload
+import operator
+from fractions import Fraction
+from typing import Any, overload
 
 _UNITS = ((1e9, "s"), (1e6, "ms"), (1e3, "µs"), (1.0, "ns"))
 _BYTE_UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
@@ -45,6 +47,22 @@ def us(ns: None) -> None: ...
 
 @overload
 def us(ns: int | None) -> float | None: ...
+
+
+def us_text(ns: Any) -> str:
+    """Integer ns as µs with exactly 3 decimals, computed on integers (exact at any size): the
+    CSV files' times. A mean (a Fraction of ns) is divided and rounded to 3 decimals as the
+    summary JSON's `mean_us` is (so both files say the same); a float of ns is rounded to the
+    nearest ns. (The export writes the same digits as bytes: export/crop.py's `us_bytes`.)"""
+    if isinstance(ns, Fraction):
+        return f"{round(ns.numerator / (1000 * ns.denominator), 3):.3f}"
+    try:
+        ns = operator.index(ns)  # int, numpy's integers
+    except TypeError:
+        ns = round(float(ns))  # float, numpy's floats
+    sign = "-" if ns < 0 else ""
+    whole, part = divmod(abs(ns), 1000)
+    return f"{sign}{whole}.{part:03d}"
 
 
 def us(ns: int | None) -> float | None:

@@ -17,11 +17,11 @@ import statistics
 import time
 
 from kinetoscope.parser import load
-from kinetoscope.tui.trace.app import KinetoscopeApp
 from kinetoscope.tui.data.loader import TraceLoad
+from kinetoscope.tui.data.viewdata import build_view_data
+from kinetoscope.tui.trace.app import KinetoscopeApp
 from kinetoscope.tui.trace.screens import TraceScreen
 from kinetoscope.tui.widgets.timeline import Timeline
-from kinetoscope.tui.data.viewdata import build_view_data
 
 
 def percentile(values: list[float], fraction: float) -> float:

@@ -54,7 +54,7 @@ import importlib, json, sys, time
 from kinetoscope.parser import load
 from kinetoscope.analysis import TraceSession
 from kinetoscope.analysis.summary import build_summary
-from kinetoscope.report import summary_json
+from kinetoscope.present.report_summary import summary_json
 for module in ("memory_ops", "sync", "compile", "rules", "oddities", "steps", "summary"):
     importlib.import_module("kinetoscope.analysis." + module)
 trace = load(sys.argv[1], use_cache=False, write_cache=False, release=True)

@@ -515,11 +515,10 @@ def report_job(job: JobOutcome, announce: Callable[[str], None]) -> None:
         announce(f"view it with: {view}")
 
 
-def open_folder_viewer(run_dir: Path) -> bool:
-    """Open the job viewer on a run folder (as `kinetoscope RUN_DIR` does); False when it
-    could not be opened (it said why in one line)."""
-    from kinetoscope.commands.view import run_job_view
-
+def open_folder_viewer(run_dir: Path, run_job_view: Callable[[list[str]], int]) -> bool:
+    """Open the job viewer on a run folder (as `kinetoscope RUN_DIR` does) with `run_job_view`
+    (the command's, handed down: the capture library imports no command); False when it could
+    not be opened (it said why in one line)."""
     return run_job_view([str(run_dir)]) == 0
 
 

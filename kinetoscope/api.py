@@ -81,7 +81,7 @@ def main_module_hidden() -> Iterator[None]:
 
 
 def _problem(path: str) -> str | None:
-    from kinetoscope.commands.cli import trace_path_problem
+    from kinetoscope.parser.source import trace_path_problem
 
     return trace_path_problem(path, streams=True)
 
@@ -833,13 +833,14 @@ def diff(
         DEFAULT_THRESHOLD_PCT,
         DiffOptions,
         diff_sessions,
-        parse_steps,
+        parse_step_pairs,
     )
     from kinetoscope.parser import TraceError as ParserError
     from kinetoscope.present.report_diff import diff_document, load_sessions
 
     base, new = os.fspath(base), os.fspath(new)
-    selection = parse_steps(steps) if steps is not None else None  # StepSpecError: a ValueError
+    # StepSpecError: a ValueError
+    selection = parse_step_pairs(steps) if steps is not None else None
     for path in (base, new):
         problem = _problem(path)
         if problem is not None:

@@ -18,6 +18,8 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from kinetoscope.common.text import clean  # a file name is data, never obeyed
+
 GZIP_MAGIC = b"\x1f\x8b"
 READ_BLOCK = 4 << 20  # compressed bytes read from disk at a time
 MAX_OUTPUT = 16 << 20  # uncompressed bytes produced per decompress call
@@ -543,3 +545,38 @@ def _inflate_until_error(inflater, data: bytes) -> Iterator[bytes]:
         if inflater.eof:
             return
         at += step
+
+
+def trace_path_problem(path: str, streams: bool = False) -> str | None:
+    """Why `path` cannot be opened as a trace file, as the one line both `summary` and the
+    viewer print (after `kinetoscope: `), or None. Nothing is opened: a named pipe would block.
+    With `streams` (summary), a pipe or a device (`/dev/stdin`, `<(...)`) is read as a stream."""
+    shown = clean(path)
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return f"{shown}: no such file"
+    except PermissionError:
+        return f"{shown}: permission denied"
+    except (OSError, ValueError) as exc:  # a loop of links, a name too long, a NUL byte
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return f"{shown}: cannot read ({clean(reason)})"
+    if stat.S_ISDIR(info.st_mode):
+        return f"{shown}: is a directory, not a trace file"
+    readable_stream = stat.S_ISFIFO(info.st_mode) or stat.S_ISCHR(info.st_mode)
+    if not stat.S_ISREG(info.st_mode) and not (streams and readable_stream):
+        kind = (
+            "a named pipe"
+            if stat.S_ISFIFO(info.st_mode)
+            else "a device"
+            if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode)
+            else "a socket"
+            if stat.S_ISSOCK(info.st_mode)
+            else "not a plain file"
+        )
+        return f"{shown}: not a regular file ({kind}); save the trace to a file first"
+    if not os.access(path, os.R_OK):
+        return f"{shown}: permission denied"
+    if stat.S_ISREG(info.st_mode) and perfetto_problem(path) is not None:  # a .pftrace
+        return perfetto_message(shown)
+    return None

@@ -5,7 +5,7 @@ import json
 from kinetoscope.analysis.summary import build_summary
 from kinetoscope.parser import load
 
-from kinetoscope.present.report_summary import run_summary
+from kinetoscope.commands.summary import run_summary
 
 
 def X(name, ts, dur, cat="cpu_op", pid=1, tid=1, **args):

@@ -18,7 +18,7 @@ from kinetoscope.parser import bundle as bundle_module
 from kinetoscope.parser.bundle import MANIFEST_NAME, BundleError, open_bundle
 from test_export_job import export, write_job
 
-from kinetoscope.present.report_job import run_job_summary
+from kinetoscope.commands.summary import run_job_summary
 
 DLRM = CORPUS / "multirank" / "dlrm_8rank"
 

@@ -131,8 +131,8 @@ def test_a_named_pipe_is_refused_by_the_viewer_and_read_as_a_stream_by_summary(t
 
 def test_an_unreadable_file_is_refused_by_both_with_the_same_line(tmp_path, monkeypatch, capsys):
     # As root every file is readable, so the refusal is checked in-process.
+    from kinetoscope.commands.summary import run_summary
     from kinetoscope.commands.view import run_view
-    from kinetoscope.present.report_summary import run_summary
 
     path = tmp_path / "secret.json"
     path.write_bytes(SAMPLE.read_bytes())

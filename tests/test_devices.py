@@ -132,7 +132,7 @@ def test_summary_json_same_ids_and_ambiguous_ids():
 
 
 def _text(path: Path, capsys) -> str:
-    from kinetoscope.present.report_summary import run_summary
+    from kinetoscope.commands.summary import run_summary
 
     assert run_summary(str(path), width=120) == 0
     return capsys.readouterr().out

@@ -25,7 +25,9 @@ from kinetoscope.analysis.diff import (
     diff_sessions,
     myers,
     normalise_name,
-    parse_steps,
+)
+from kinetoscope.analysis.diff import (
+    parse_step_pairs as parse_steps,
 )
 from kinetoscope.parser import loads
 

@@ -50,12 +50,16 @@ from kinetoscope.export.crop import (
     describe,
     export_trace,
     gap_window,
-    parse_steps,
     parse_time,
     parse_window,
     step_window,
-    us_text,
     write_crop,
+)
+from kinetoscope.export.crop import (
+    parse_step_numbers as parse_steps,
+)
+from kinetoscope.export.crop import (
+    us_bytes as us_text,
 )
 
 SYNTHETIC = SAMPLES / "synthetic_gpu_training.pt.trace.json.gz"

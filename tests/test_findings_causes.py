@@ -234,7 +234,7 @@ def test_a_blocking_copy_to_pageable_memory_is_told_to_pin():
 def test_summary_names_the_top_finding_in_its_first_25_lines(path, capsys, monkeypatch):
     from kinetoscope.parser import load as load_file
 
-    from kinetoscope.present.report_summary import run_summary
+    from kinetoscope.commands.summary import run_summary
 
     monkeypatch.delenv("COLUMNS", raising=False)  # piped, natural width
     causes = build_summary(load_file(str(path)))["causes"]
@@ -252,7 +252,7 @@ def test_summary_names_the_top_finding_in_its_first_25_lines(path, capsys, monke
 
 
 def test_markdown_summary_opens_with_what_to_fix(tmp_path, capsys):
-    from kinetoscope.present.report_summary import run_summary
+    from kinetoscope.commands.summary import run_summary
 
     path = tmp_path / "server.json"
     events = json.loads(json.dumps(_server_events()))
@@ -331,7 +331,7 @@ def test_one_gpu_activity_is_singular():
 
 
 def test_text_summary_of_a_trace_without_schema_says_none(tmp_path, capsys, monkeypatch):
-    from kinetoscope.present.report_summary import run_summary
+    from kinetoscope.commands.summary import run_summary
 
     monkeypatch.delenv("COLUMNS", raising=False)
     path = tmp_path / "old.json"

@@ -48,15 +48,7 @@ FLOORS = (
 )
 
 # Imports that still point up or sideways, each to be removed; none may be added.
-KNOWN: set[tuple[str, str]] = {
-    ("kinetoscope.api", "kinetoscope.commands.cli"),
-    ("kinetoscope.capture.ranks", "kinetoscope.commands.view"),
-    ("kinetoscope.export.crop", "kinetoscope.commands.cli"),
-    ("kinetoscope.mcp_server", "kinetoscope.commands.cli"),
-    ("kinetoscope.present.report_diff", "kinetoscope.commands.cli"),
-    ("kinetoscope.present.report_summary", "kinetoscope.commands.cli"),
-    ("kinetoscope.sql", "kinetoscope.commands.cli"),
-}
+KNOWN: set[tuple[str, str]] = set()
 
 
 def floor_of(module: str) -> tuple[str, float]:

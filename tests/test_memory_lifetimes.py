@@ -108,7 +108,7 @@ def test_without_addresses_nothing_is_claimed():
 
 
 def _summary_text(path, capsys) -> str:
-    from kinetoscope.present.report_summary import run_summary
+    from kinetoscope.commands.summary import run_summary
 
     assert run_summary(str(path), width=140) == 0
     return capsys.readouterr().out

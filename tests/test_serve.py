@@ -696,3 +696,27 @@ def test_behind_a_proxy_its_public_url_is_printed_answered_and_given_to_the_page
         code, out, err = stop(server, signal.SIGTERM)
     assert pages == [f"wss://viewer.example.org/ws/{token}", f"ws://127.0.0.1:{port}/ws/{token}"]
     assert code == 0 and "Traceback" not in out + err
+
+
+def test_a_session_frees_its_slot_once_its_viewer_is_reaped():
+    """--max-sessions counts the viewers still running: one whose process has been reaped
+    holds no slot, though its session's handler has not ended yet (the loop may not have heard
+    of the exit: its returncode still None). A starting session (no process yet) holds one."""
+    from types import SimpleNamespace
+
+    from kinetoscope.commands.serve import _holds_slot
+
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()  # reaped: its pid is gone
+    try:
+        unheard = SimpleNamespace(pid=ended.pid, returncode=None)  # the loop not yet told
+        assert not _holds_slot(SimpleNamespace(process=unheard))
+        assert not _holds_slot(SimpleNamespace(process=SimpleNamespace(pid=1, returncode=0)))
+        assert _holds_slot(
+            SimpleNamespace(process=SimpleNamespace(pid=running.pid, returncode=None))
+        )
+        assert _holds_slot(None) and _holds_slot(SimpleNamespace(process=None))  # starting
+    finally:
+        running.kill()
+        running.wait()

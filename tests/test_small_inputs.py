@@ -105,7 +105,7 @@ def test_a_small_trace_loads_without_a_pool(tmp_path, no_pools):
 
 @pytest.mark.skipif(not DLRM.is_dir(), reason="../shared/corpus is absent")
 def test_the_tiny_8_rank_corpus_job_has_no_pool_and_the_same_summary(no_pools, capsys):
-    from kinetoscope.present.report_job import run_job_summary
+    from kinetoscope.commands.summary import run_job_summary
 
     assert run_job_summary([str(DLRM)], output="json") == 0
     assert no_pools == []

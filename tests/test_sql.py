@@ -17,7 +17,8 @@ from test_api import HOSTILE, write_trace
 
 import kinetoscope
 from kinetoscope.commands import cli
-from kinetoscope.sql import Database, QueryError, prompt
+from kinetoscope.commands.sql import prompt
+from kinetoscope.sql import Database, QueryError
 
 pytest.importorskip("duckdb")
 pa = pytest.importorskip("pyarrow")

@@ -14,7 +14,8 @@ from conftest import REPO, corpus_files
 from kinetoscope.analysis import stored
 from kinetoscope.parser import cache
 
-from kinetoscope.present.report_summary import run_summary, summary_json
+from kinetoscope.commands.summary import run_summary
+from kinetoscope.present.report_summary import summary_json
 
 SAMPLES = REPO / "sample_traces"
 

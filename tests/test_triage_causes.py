@@ -272,7 +272,7 @@ def test_idle_by_cpu_operator_agrees_with_the_gap_stacks():
 
 
 def test_text_summary_and_gap_list_show_idle_by_cpu_operator(write_trace, capsys, monkeypatch):
-    from kinetoscope.present.report_summary import run_summary
+    from kinetoscope.commands.summary import run_summary
 
     monkeypatch.setenv("COLUMNS", "200")
     events = json.loads(json.dumps(free_bound_trace_events()))
@@ -350,7 +350,7 @@ def test_cpu_only_rules_say_collective_wait_and_uninstrumented_time():
 
 
 def test_cpu_only_text_summary_shows_cpu_columns_not_gpu_idle(write_trace, capsys, monkeypatch):
-    from kinetoscope.present.report_summary import run_summary
+    from kinetoscope.commands.summary import run_summary
 
     monkeypatch.setenv("COLUMNS", "200")
     events = [

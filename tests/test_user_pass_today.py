@@ -41,7 +41,7 @@ def test_top_allocating_operators_lists_only_operators_that_allocated(write_trac
     # "Top allocating operators" (seven such rows on the MI300 BERT trace).
     from test_memory_lifetimes import known_trace
 
-    from kinetoscope.present.report_summary import run_summary
+    from kinetoscope.commands.summary import run_summary
 
     assert run_summary(str(write_trace(known_trace())), width=160) == 0
     out = capsys.readouterr().out
@@ -173,7 +173,8 @@ def test_diff_steps_from_zero_is_refused_not_the_last_pair_twice(capsys) -> None
     # `diff A A --steps 0-` compared "4 of 3 paired steps": pair 0 became index -1, the last.
     import pytest
     from conftest import SAMPLES
-    from kinetoscope.analysis.diff import StepSpecError, parse_steps
+    from kinetoscope.analysis.diff import StepSpecError
+    from kinetoscope.analysis.diff import parse_step_pairs as parse_steps
 
     from kinetoscope.commands.cli import main
 
@@ -324,7 +325,7 @@ def test_memory_peaks_share_of_a_hip_devices_memory(write_trace, capsys):
     # (Device Type 6) on device 0, but "of device memory" was '–': only CUDA (1) was matched.
     from test_user_pass_more import _hip_trace
 
-    from kinetoscope.present.report_summary import run_summary
+    from kinetoscope.commands.summary import run_summary
 
     trace = _hip_trace(1 << 30)  # 1 GiB allocated at the peak, 2 GiB reserved
     trace["deviceProperties"] = [

@@ -36,6 +36,7 @@ from kinetoscope.capture.session import (
     CaptureUsage,
     StepSource,
 )
+from kinetoscope.common.errors import KinetoscopeError
 from kinetoscope.common.numbers import argparse_float, argparse_int
 from kinetoscope.parser.rank_exit import record_name
 
@@ -78,7 +79,7 @@ RANK_COUNT = argparse_int(-MAX_RANKS, MAX_RANKS, "a number of ranks")
 SECONDS = argparse_float(None, MAX_SECONDS, "a number of seconds")
 
 
-def add_capture_commands(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction) -> None:
     """Register `capture` and `demo` on the `kinetoscope` subcommand parser."""
     capture = sub.add_parser(
         "capture",
@@ -292,18 +293,15 @@ def handle_capture(args: argparse.Namespace) -> int:
         output = Path(args.output) if args.output else None
         outcome, result = capture_program(program, options, output=output, force=args.force)
     except CaptureError as exc:
-        _say_error(exc)
-        return 2 if isinstance(exc, CaptureUsage) else 1
+        raise _failure(exc, 2 if isinstance(exc, CaptureUsage) else 1) from None
     finish(result, view=not args.no_view)
     return outcome.exit_code
 
 
-def _say_error(exc: Exception) -> None:
+def _failure(exc: Exception, code: int = 1) -> KinetoscopeError:
+    """A capture's failure as the command's error (its message may name itself already)."""
     message = str(exc)
-    print(
-        message if message.startswith("kinetoscope:") else f"kinetoscope: {message}",
-        file=sys.stderr,
-    )
+    return KinetoscopeError(message.removeprefix("kinetoscope: "), code)
 
 
 def _to_stderr(text: str) -> None:
@@ -435,7 +433,9 @@ def _view_folder(run_dir: Path, *, view: bool) -> None:
     """Open the job viewer on the run folder when asked and on a terminal (the commands are
     printed before: the viewer's alternate screen leaves them in place)."""
     if view and sys.stdout.isatty() and sys.stdin.isatty():
-        open_folder_viewer(run_dir)
+        from kinetoscope.commands import view as viewer
+
+        open_folder_viewer(run_dir, viewer.run_job_view)
 
 
 def handle_demo(args: argparse.Namespace) -> int:
@@ -448,8 +448,7 @@ def handle_demo(args: argparse.Namespace) -> int:
         output = Path(args.output) if args.output else None
         outcome, result = capture_demo(output=output, force=args.force, cpu_only=args.cpu)
     except CaptureError as exc:
-        _say_error(exc)
-        return 1
+        raise _failure(exc) from None
     finish(result, view=not args.no_view)
     return outcome.exit_code
 
@@ -464,13 +463,11 @@ def handle_compile_demo(args: argparse.Namespace) -> int:
         folder = Path(args.output) if args.output else None
         outcome, eager, compiled = capture_compile_demo(folder, force=args.force, cpu_only=args.cpu)
     except CaptureError as exc:
-        _say_error(exc)
-        return 1
+        raise _failure(exc) from None
     if eager.path is None or compiled.path is None:
         failed = compiled if eager.path is not None else eager
         which = "compiled" if eager.path is not None else "eager"
-        print(f"kinetoscope: no {which} trace written: {failed.reason}", file=sys.stderr)
-        return outcome.exit_code or 1
+        raise KinetoscopeError(f"no {which} trace written: {failed.reason}", outcome.exit_code or 1)
     base, new = shlex.quote(str(eager.path)), shlex.quote(str(compiled.path))
     print(
         f"kinetoscope: wrote {eager.path} (eager) and {compiled.path} (compiled)", file=sys.stderr

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import stat
 import statistics
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -27,6 +26,7 @@ from kinetoscope.common.budget import (
     parse_size,
     severity_rank,
 )
+from kinetoscope.common.errors import KinetoscopeError
 
 CHECK_VERSION = 1
 EXIT_BROKEN = 3
@@ -131,7 +131,7 @@ class Outcome:
 # -- reading the budgets ------------------------------------------------------------------------
 
 
-def add_check_command(sub: Any) -> None:
+def register(sub: Any) -> None:
     """`kinetoscope check`: its arguments."""
     check = sub.add_parser(
         "check",
@@ -427,24 +427,21 @@ def run_check_command(args: Any) -> int:
 
 
 def run_check(path: str, options: dict[str, Any], config: str | None, output: str) -> int:
-    from kinetoscope.commands.cli import trace_path_problem
+    from kinetoscope.parser.source import trace_path_problem
     from kinetoscope.present.report_summary import emit, markdown, render_text, summary_json
     from kinetoscope.present.safe_text import clean
 
     try:
         budgets = collect_budgets(options, config)
     except UsageError as exc:
-        print(f"kinetoscope: {exc}", file=sys.stderr)
-        return 2
+        raise KinetoscopeError(str(exc), 2) from None
     problem = trace_path_problem(path, streams=True)
     if problem is not None:
-        print(f"kinetoscope: {problem}", file=sys.stderr)
-        return 1
+        raise KinetoscopeError(problem)
     kernels = any(b.kind.key == "max-kernel" for b in budgets)
     document = summary_document(path, kernels)
     if isinstance(document, str):
-        print(f"kinetoscope: {clean(document)}", file=sys.stderr)
-        return 1
+        raise KinetoscopeError(clean(document))
     document, kernel_totals = document
     outcomes = [measure(budget, document, kernel_totals) for budget in budgets]
     result = check_document(path, outcomes, document)

@@ -39,6 +39,9 @@ import sys
 import time
 from typing import Any
 
+from kinetoscope.common.errors import KinetoscopeError, UsageError
+from kinetoscope.common.options import positive
+
 INSTALL = "pip install 'kinetoscope[serve]'"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -58,10 +61,8 @@ class ServeError(Exception):
     """The server cannot start; the message is one line for the user."""
 
 
-def add_serve_command(sub: Any) -> None:
+def register(sub: Any) -> None:
     """The `serve` subcommand (its handler is `run_serve_command`)."""
-    from kinetoscope.commands.cli import _positive
-
     serve = sub.add_parser(
         "serve",
         help="run the viewer in a web browser (needs the serve extra)",
@@ -101,7 +102,7 @@ def add_serve_command(sub: Any) -> None:
     )
     serve.add_argument(
         "--max-sessions",
-        type=_positive,
+        type=positive,
         default=DEFAULT_SESSIONS,
         metavar="N",
         help=f"browser tabs served at once (default {DEFAULT_SESSIONS}; each runs a viewer "
@@ -112,7 +113,7 @@ def add_serve_command(sub: Any) -> None:
     )
     serve.add_argument(
         "--cycle",
-        type=_positive,
+        type=positive,
         metavar="N",
         help="a job's folder: view profiling cycle N (1 = the oldest)",
     )
@@ -150,23 +151,21 @@ def _public_url(text: str) -> str:
 
 
 def run_serve_command(args: argparse.Namespace) -> int:
-    """`kinetoscope serve ...`: 0 when stopped by Ctrl+C or SIGTERM, 1 (one line on stderr)
-    when it cannot start, 2 for a usage error."""
-    from kinetoscope.commands.cli import _error, _usage_error
-
+    """`kinetoscope serve ...`: 0 when stopped by Ctrl+C or SIGTERM; KinetoscopeError when it
+    cannot start (1), UsageError for arguments that do not fit together (2)."""
     missing = missing_extra()
     if missing is not None:
-        return _error(missing)
+        raise KinetoscopeError(missing)
     try:
         command = viewer_command(args.trace, diff=args.diff, cycle=args.cycle)
     except ValueError as exc:  # the arguments do not fit together
-        return _usage_error(str(exc))
+        raise UsageError(str(exc)) from None
     except ServeError as exc:
-        return _error(str(exc))
+        raise KinetoscopeError(str(exc)) from None
     try:
         sock = listen(args.host, args.port)
     except ServeError as exc:
-        return _error(str(exc))
+        raise KinetoscopeError(str(exc)) from None
     names = [os.path.basename(p.rstrip(os.sep)) or p for p in args.trace]
     guard = Guard(args.host, args.public_url, printed=url_of(sock, args.host))
     shown = " vs ".join(names) if args.diff else ", ".join(names)
@@ -186,7 +185,7 @@ def viewer_command(paths: list[str], *, diff: bool = False, cycle: int | None = 
     """The shell command each browser tab runs: the viewer of `paths`, checked now (a file
     that cannot be opened is said here, before anything is served). ValueError for arguments
     that do not fit together, ServeError for inputs that cannot be viewed."""
-    from kinetoscope.commands.cli import trace_path_problem
+    from kinetoscope.parser.source import trace_path_problem
     from kinetoscope.present.safe_text import clean
 
     if diff:
@@ -587,7 +586,9 @@ def _server(
         def __init__(self) -> None:
             host, port = sock.getsockname()[:2]
             super().__init__(command, host=host, port=port, title=title)
-            self.sessions: set[asyncio.Task[Any]] = set()
+            # Each session's task -> its viewer (None while it starts): a slot of
+            # --max-sessions is held until the viewer's process has been reaped.
+            self.sessions: dict[asyncio.Task[Any], Viewer | None] = {}
             self.closing = False
             # The loop, and its handlers of Ctrl+C and SIGTERM, made before serving begins.
             self.loop = asyncio.new_event_loop()
@@ -642,13 +643,13 @@ def _server(
             task = asyncio.current_task()
             if self.closing or task is None:
                 raise _refusal(web.HTTPServiceUnavailable, "the server is stopping")
-            if len(self.sessions) >= max_sessions:
+            held = sum(1 for viewer in self.sessions.values() if _holds_slot(viewer))
+            if held >= max_sessions:
                 raise _refusal(
                     web.HTTPServiceUnavailable,
-                    f"{len(self.sessions)} sessions open, the most it serves (--max-sessions): "
-                    "close one first",
+                    f"{held} sessions open, the most it serves (--max-sessions): close one first",
                 )
-            self.sessions.add(task)
+            self.sessions[task] = None
             viewer: Viewer | None = None
             try:
                 await websocket.prepare(request)
@@ -659,6 +660,7 @@ def _server(
                     close=websocket.close,
                     download_manager=self.download_manager,
                 )
+                self.sessions[task] = viewer
                 await viewer.start(width, height)
                 await self._messages(websocket, viewer)
             except asyncio.CancelledError:
@@ -672,7 +674,7 @@ def _server(
                     if websocket.prepared:
                         await websocket.close()
                 finally:
-                    self.sessions.discard(task)
+                    self.sessions.pop(task, None)
             return websocket
 
         async def _messages(self, websocket: web.WebSocketResponse, viewer: Viewer) -> None:
@@ -772,6 +774,24 @@ def _server(
                     self.loop.close()
 
     return ViewerServer()
+
+
+def _holds_slot(viewer: Any) -> bool:
+    """Does a session hold a slot of --max-sessions? While its viewer starts and runs; no longer
+    once the viewer's process has been reaped, even before its session's handler has ended (a
+    new tab right after a closed one gets a session)."""
+    process = getattr(viewer, "process", None)
+    if process is None:
+        return True  # starting
+    if process.returncode is not None:
+        return False
+    try:
+        os.kill(process.pid, 0)
+    except ProcessLookupError:  # reaped; the loop has not heard yet
+        return False
+    except OSError:
+        pass
+    return True
 
 
 def _children(ended_too: bool = False) -> set[int]:

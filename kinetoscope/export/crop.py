@@ -119,8 +119,9 @@ class Crop:
 # -- times as text --------------------------------------------------------------------------
 
 
-def us_text(ns: int) -> bytes:
-    """Integer ns as µs with exactly three decimals, exact at any size (no float)."""
+def us_bytes(ns: int) -> bytes:
+    """Integer ns as µs with exactly three decimals, exact at any size (no float), as the bytes
+    of a JSON number: the digits of analysis/units.py's `us_text`, on the write's hot path."""
     ns = int(ns)
     sign = "-" if ns < 0 else ""
     whole, frac = divmod(abs(ns), 1000)
@@ -178,11 +179,11 @@ def parse_window(text: str, trace_origin_ns: int, trace_end_ns: int | None = Non
 
 
 def read_back(ns: int) -> int:
-    """The ns a reader gets for a time written as `us_text(ns)`: JSON numbers with decimals
+    """The ns a reader gets for a time written as `us_bytes(ns)`: JSON numbers with decimals
     are read as doubles (kinetoscope's parser, Perfetto), then rounded to a ns."""
     from kinetoscope.parser.convert import to_ns
 
-    value = to_ns(float(us_text(ns)))
+    value = to_ns(float(us_bytes(ns)))
     return ns if value is None else value
 
 
@@ -688,17 +689,17 @@ def _with_times(raw: bytes, ts: int | None, end: int | None, model: tuple[int, i
     fields = _RAW_OBJECT.decode(raw)
     start, dur = model
     if ts is not None:
-        fields["ts"] = msgspec.Raw(us_text(ts))
+        fields["ts"] = msgspec.Raw(us_bytes(ts))
     if end is not None or (ts is not None and "dur" in fields):
         new_start = start if ts is None else ts
         new_end = start + dur if end is None else end
-        fields["dur"] = msgspec.Raw(us_text(max(new_end - new_start, 0)))
+        fields["dur"] = msgspec.Raw(us_bytes(max(new_end - new_start, 0)))
     return msgspec.json.encode(fields)
 
 
 def _baseline_event(raw: bytes, t0: int, allocated: int, reserved: int) -> bytes:
     fields = _RAW_OBJECT.decode(raw)
-    fields["ts"] = msgspec.Raw(us_text(t0))
+    fields["ts"] = msgspec.Raw(us_bytes(t0))
     try:
         args = _RAW_OBJECT.decode(bytes(fields.get("args", b"{}")))
     except msgspec.DecodeError:
@@ -1190,7 +1191,7 @@ MAX_STEP_DIGITS = 18  # a ProfilerStep#N's N fits an int64
 _STEP_ITEM = re.compile(r"\s*#?(\d+)\s*(?:-\s*#?(\d+)\s*)?$")
 
 
-def parse_steps(texts: list[str]) -> list[int]:
+def parse_step_numbers(texts: list[str]) -> list[int]:
     """`--step` values: `3`, `3,5`, `3-5` (inclusive), repeatable -> step numbers, ascending."""
     from kinetoscope.common.numbers import shown
 
@@ -1265,52 +1266,6 @@ def gap_window(session: Any, rank: int, context_ns: int | None = None) -> Window
     return Window(max(start - context, first), min(end + context, last))
 
 
-# -- the command --------------------------------------------------------------------------------
-
-
-def run_export_command(args: Any) -> int:
-    """`kinetoscope export`: 0 written, 1 an error (one line), 2 a usage error."""
-    import sys
-
-    from kinetoscope.present.safe_text import clean
-
-    def fail(message: str, code: int = 1) -> int:
-        print(f"kinetoscope: {clean(message)}", file=sys.stderr)
-        return code
-
-    from kinetoscope.export.job_bundle import route_job
-
-    routed = route_job(args)  # a job's folder or rank files: export_job.py
-    if routed is not None:
-        return routed
-    if args.context is not None and args.around_gap is None:
-        return fail("--context goes with --around-gap", 2)
-    try:
-        context = None if args.context is None else parse_time(args.context)
-        if context is not None and context < 0:
-            raise ExportError("--context: a time of 0 or more")
-        steps = parse_steps(args.step) if args.step else None
-        if args.around_gap is not None and args.around_gap < 1:
-            raise ExportError(f"--around-gap {args.around_gap}: 1 is the longest gap")
-        line, notes = export_trace(
-            args.trace,
-            args.output,
-            window=args.window,
-            steps=steps,
-            around_gap=args.around_gap,
-            context_ns=context,
-            clip=args.clip,
-        )
-    except ExportError as exc:
-        return fail(str(exc))
-    except MemoryError:
-        return fail(f"{args.trace}: out of memory while exporting")
-    for note in notes:
-        print(f"kinetoscope: {clean(note)}", file=sys.stderr)
-    print(clean(line))
-    return 0
-
-
 def export_trace(
     path: str,
     out_path: str,
@@ -1325,14 +1280,14 @@ def export_trace(
     """Load (unless `session` holds it), choose the window, crop, write. Returns the line that
     says where it wrote and what it kept, and notes (a trace that stops early). ExportError."""
     from kinetoscope.analysis.session import AnalysisFailed, TraceSession, memory_failure
-    from kinetoscope.commands.cli import trace_path_problem
     from kinetoscope.parser import TraceError, load
+    from kinetoscope.parser.source import trace_path_problem
 
     if session is None:
         problem = trace_path_problem(path)
         if problem is not None:
             raise ExportError(problem)
-    _check_output(path, out_path)
+    check_output(path, out_path)
     problem = output_problem(out_path)
     if problem is not None:
         raise ExportError(problem)
@@ -1395,7 +1350,7 @@ def _export_session(
     return describe(crop, out_path, size, origin), notes
 
 
-def _check_output(path: str, out_path: str) -> None:
+def check_output(path: str, out_path: str) -> None:
     if not out_path:
         raise ExportError("-o: name the file to write")
     if os.path.isdir(out_path):

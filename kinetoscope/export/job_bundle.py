@@ -45,7 +45,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 import tempfile
 import zipfile
 from collections.abc import Iterable, Iterator, Sequence
@@ -1007,118 +1006,9 @@ def problem_lines(cut: JobCut) -> list[str]:
     return lines
 
 
-def run_job_export(
-    inputs: list[str],
-    out_path: str,
-    *,
-    window: str | None = None,
-    steps: Sequence[int] | None = None,
-    align_clocks: bool = False,
-    cycle: int | None = None,
-    merged: bool = False,
-    clip: bool = False,
-    workers: int | None = None,
-    force_align: bool = False,
-) -> int:
-    """`kinetoscope export DIR|FILES... -o OUT`: 0 when written (ranks left out named on
-    stderr), 1 with a one-line message when nothing could be written."""
-    from kinetoscope.export.crop import _check_output
-    from kinetoscope.present.safe_text import clean
-
-    try:
-        kind = output_kind(out_path, merged)
-        for path in inputs:
-            _check_output(path, out_path)
-        cut = plan_job(
-            inputs,
-            window=window,
-            steps=steps,
-            align_clocks=align_clocks,
-            cycle=cycle,
-            workers=workers,
-            force_align=force_align,
-        )
-        kind, written = export_job(
-            cut, out_path, merged=kind == "merged", clip=clip, workers=workers
-        )
-    except ExportError as exc:
-        print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        print(f"kinetoscope: {clean(out_path)}: cannot write ({clean(reason)})", file=sys.stderr)
-        return 1
-    except MemoryError:
-        print("kinetoscope: out of memory while exporting the job", file=sys.stderr)
-        return 1
-    for line in problem_lines(cut):
-        print(f"kinetoscope: {clean(line)}", file=sys.stderr)
-    print(clean(summary_line(cut, out_path, kind, written)))
-    return 0
-
-
-# -- the `export` subcommand's job options (kinetoscope/export/crop.py adds them) -----------------
+# -- a job's inputs --------------------------------------------------------------------------
 
 
 def is_job(inputs: Sequence[str]) -> bool:
     """Several files, or a folder: a job's ranks."""
     return len(inputs) > 1 or (len(inputs) == 1 and os.path.isdir(inputs[0]))
-
-
-def route_job(args: Any) -> int | None:
-    """For `export`'s handler: a job's inputs are exported here (the exit status); one trace
-    file is left to the single-trace export (None, `args.trace` made the one path), unless a
-    job's option was given with it (a usage error, 2)."""
-    from kinetoscope.present.safe_text import clean
-
-    inputs = list(args.trace) if isinstance(args.trace, (list, tuple)) else [args.trace]
-    given = [
-        option
-        for option, on in (
-            ("--align-clocks", args.align_clocks),
-            ("--force-align-clocks", getattr(args, "force_align_clocks", False)),
-            ("--cycle", args.cycle is not None),
-            ("--merged", args.merged),
-            ("--workers", args.workers is not None),
-        )
-        if on
-    ]
-    if not is_job(inputs):
-        args.trace = inputs[0]
-        if given and os.path.exists(inputs[0]):  # else: the missing file is the problem
-            print(
-                f"kinetoscope: {given[0]} is an option of a job's export (a folder or several "
-                "rank files), not of one trace file",
-                file=sys.stderr,
-            )
-            return 2
-        return None
-    for option, value in (("--around-gap", args.around_gap), ("--context", args.context)):
-        if value is not None:
-            print(
-                f"kinetoscope: {option} is for one trace: each rank has its own gaps; for a "
-                "job give --window A..B (from the job's origin) or --step N (each rank's own)",
-                file=sys.stderr,
-            )
-            return 2
-    steps = None
-    if args.step:
-        from kinetoscope.export.crop import parse_steps
-
-        try:
-            steps = parse_steps(args.step)
-        except ExportError as exc:
-            print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
-            return 1
-    return run_job_export(
-        inputs,
-        args.output,
-        window=args.window,
-        steps=steps,
-        align_clocks=args.align_clocks,
-        cycle=args.cycle,
-        merged=args.merged,
-        clip=args.clip,
-        workers=args.workers,
-        force_align=getattr(args, "force_align_clocks", False),
-    )

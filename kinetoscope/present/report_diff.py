@@ -1,9 +1,9 @@
 """`kinetoscope diff BASE NEW`: the diff as tables (text, Markdown, TSV) or as the JSON document
-(docs/diff.md defines every key). Headless: no Textual."""
+(docs/diff.md defines every key). Headless: no Textual. The command (its options, exit
+statuses, the viewer or the text) is kinetoscope/commands/diff.py."""
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from kinetoscope.analysis.units import fmt_bytes, fmt_table_time, us
@@ -11,17 +11,13 @@ from kinetoscope.present.report_summary import (
     Note,
     _data,
     _table,
-    emit,
-    emit_sections,
-    summary_json,
+    summary_json,  # noqa: F401 - the diff's JSON is written as the summary's
 )
 
 DIFF_VERSION = 1
 TOP_ROWS = 100  # operators and kernels in the JSON document, by |Δ|
 TABLE_ROWS = 20  # rows of each text table
 ALIGN_ENTRIES = 50  # non-equal alignment entries listed per stream in the JSON document
-EXIT_REGRESSION = 3  # `--fail-above PCT`: a regression whose interval lies above PCT %
-EXIT_UNDECIDED = 4  # `--strict`: a regression of more than PCT % cannot be ruled out
 UNNAMED = "not named (no deviceProperties)"  # the GPUs row, for a trace that names no GPU
 
 
@@ -494,141 +490,3 @@ def load_sessions(base_path: str, new_path: str, overlap: bool = True) -> tuple[
     if overlap:
         prepare_concurrently(second)
     return (second, first) if swap else (first, second)
-
-
-def checked_options(
-    base_path: str,
-    new_path: str,
-    threshold_pct: float | None,
-    steps: str | None,
-    templates: bool,
-    *,
-    streams: bool,
-) -> Any:
-    """The diff's options, once `steps` parses and both paths can be read (the text form and
-    the viewer check the same way); else the exit status, after one line on stderr: 2 for a
-    bad `steps`, 1 for a path that cannot be read. `streams`: a FIFO or stdin is allowed."""
-    from kinetoscope.analysis.diff import (
-        DEFAULT_THRESHOLD_PCT,
-        DiffOptions,
-        StepSpecError,
-        parse_steps,
-    )
-    from kinetoscope.commands.cli import trace_path_problem
-
-    try:
-        selection = parse_steps(steps) if steps is not None else None
-    except StepSpecError as exc:
-        print(f"kinetoscope: {exc}", file=sys.stderr)
-        return 2
-    for path in (base_path, new_path):
-        problem = trace_path_problem(path, streams=streams)
-        if problem is not None:
-            print(f"kinetoscope: {problem}", file=sys.stderr)
-            return 1
-    return DiffOptions(
-        threshold_pct=DEFAULT_THRESHOLD_PCT if threshold_pct is None else threshold_pct,
-        steps=selection,
-        templates=templates,
-    )
-
-
-def diff_failure_message(error: BaseException, paths: tuple[str, str], events: int) -> str:
-    """The one line for a diff whose analysis failed (`error`: an AnalysisFailed, a
-    MemoryError): out of memory, said with the stage and what the two traces' `events` need;
-    else the result that failed and why."""
-    from kinetoscope.analysis.session import memory_failure
-    from kinetoscope.parser.model import out_of_memory_message
-
-    stage = memory_failure(error)
-    if stage is None:
-        return str(error)
-    return out_of_memory_message(f"{paths[0]} and {paths[1]}", events, stage or "the comparison")
-
-
-def steps_problem(text: str | None, options: Any, base: Any, new: Any) -> str | None:
-    """Why `--steps` (its `text`, parsed into `options.steps`) is a usage error for these two
-    traces: it picks none of the step pairs they have (`--steps 9-` of 6), said with the
-    steps there are; None when it picks some, or when the traces have no common steps (then
-    the whole traces are compared, as docs/diff.md says)."""
-    from kinetoscope.analysis.diff import _resolve_steps
-
-    if text is None or options.steps is None:
-        return None
-    steps_b, steps_n = len(base.steps), len(new.steps)
-    common = min(steps_b, steps_n)
-    if not common or _resolve_steps(options.steps, common):
-        return None
-    have = "step 1" if common == 1 else f"steps 1-{common}"
-    sides = "" if steps_b == steps_n else f" (BASE has {steps_b}, NEW {steps_n})"
-    spec = text.strip() if len(text) <= 40 else text.strip()[:36] + "…"  # it parsed: digits, -, ,
-    return f"--steps {spec}: the traces have {have} in common{sides}"
-
-
-def run_diff(
-    base_path: str,
-    new_path: str,
-    output: str = "text",
-    width: int | None = None,
-    threshold_pct: float | None = None,
-    steps: str | None = None,
-    templates: bool = False,
-    fail_above: float | None = None,
-    csv_dir: str | None = None,
-    strict: bool = False,
-    csv_raw: bool = False,
-) -> int:
-    """Print the diff; 0, or EXIT_REGRESSION for a regression whose interval lies above
-    `fail_above`, or (`strict`) EXIT_UNDECIDED when such a regression cannot be ruled out, or 1
-    with one line when a trace cannot be read, or 2 for a bad `--steps`. With `csv_dir`, write
-    the diff viewer's tables there as CSV files instead (kinetoscope/present/tables.py; `csv_raw`: cells
-    as recorded)."""
-    from kinetoscope.analysis.diff import diff_sessions
-    from kinetoscope.analysis.session import AnalysisFailed
-    from kinetoscope.parser import TraceError
-    from kinetoscope.present.safe_text import clean
-
-    # A named pipe or a device is refused at once, as by the viewer (nothing is opened).
-    options = checked_options(base_path, new_path, threshold_pct, steps, templates, streams=False)
-    if isinstance(options, int):
-        return options
-    try:
-        base, new = load_sessions(base_path, new_path)
-    except TraceError as exc:
-        print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
-        return 1
-    except MemoryError:
-        print(f"kinetoscope: {clean(base_path)}, {clean(new_path)}: out of memory while "
-              "loading (free memory, or raise the limit: ulimit -v)", file=sys.stderr)  # fmt: skip
-        return 1
-    for side, path, session in (("BASE", base_path, base), ("NEW", new_path, new)):
-        for warning in session.trace.warnings:  # cut off, damaged: as the summary says
-            print(f"kinetoscope: {side} {clean(path)}: {clean(warning)}", file=sys.stderr)
-    problem = steps_problem(steps, options, base, new)
-    if problem is not None:
-        print(f"kinetoscope: {problem}", file=sys.stderr)
-        return 2
-    try:
-        diff = diff_sessions(base, new, options)
-        if csv_dir is not None:
-            from kinetoscope.present import tables
-
-            source = tables.diff_source(base_path, new_path)
-            written = tables.emit_written(tables.diff_tables(diff), csv_dir, source, raw=csv_raw)
-            if written:
-                return written
-        elif output == "json":
-            emit(summary_json(diff_document(diff, base_path, new_path)) + "\n")
-        else:
-            sections = diff_tables(diff)
-            emit_sections(sections, output, width)
-    except (AnalysisFailed, MemoryError) as exc:  # one result could not be computed: which
-        events = int(base.trace.n_events) + int(new.trace.n_events)
-        message = diff_failure_message(exc, (base_path, new_path), events)
-        print(f"kinetoscope: {clean(message)}", file=sys.stderr)
-        return 1
-    if diff.verdict.fails(fail_above):
-        return EXIT_REGRESSION
-    if strict and diff.verdict.undecided(fail_above):
-        return EXIT_UNDECIDED
-    return 0

@@ -1,9 +1,9 @@
 """`kinetoscope summary DIR` (or several files): a distributed job as tables or as one JSON
-document (docs/summary-ranks.md)."""
+document (docs/summary-ranks.md). The command (the job found, its ranks digested and merged,
+the errors) is kinetoscope/commands/summary.py."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -13,91 +13,10 @@ from kinetoscope.present.report_summary import (
     _data,
     _dur,
     _table,
-    emit,
-    emit_sections,
-    summary_json,
 )
 
 TEXT_COLLECTIVES = 20  # rows of the collectives table in the text report (the JSON has 50)
 TEXT_PHASES = 8  # rows of the straggler's phases (the largest excesses; the rest in one row)
-
-
-def run_job_summary(
-    inputs: list[str],
-    output: str = "text",
-    width: int | None = None,
-    align_clocks: bool = False,
-    force_align: bool = False,
-    cycle: int | None = None,
-    workers: int | None = None,
-    executor: Any = None,
-    csv_dir: str | None = None,
-    bundle: Any = None,
-    csv_raw: bool = False,
-) -> int:
-    """Discover the job in `inputs`, digest its ranks in worker processes, merge and print;
-    1 with a one-line message when there is no job to read. With `csv_dir`, write the job
-    viewer's tables there as CSV files instead (kinetoscope/present/tables.py; `csv_raw`: cells as
-    recorded). One input that is a zip: a bundle kinetoscope wrote (`export RUN_DIR -o
-    job.zip`), its ranks read as the job."""
-    from kinetoscope.analysis.job import analyze_job, job_document, map_ranks
-    from kinetoscope.parser.bundle import BundleError, is_zip, open_bundle
-    from kinetoscope.parser.ranks import JobError, discover
-    from kinetoscope.present.safe_text import clean
-
-    options = dict(
-        output=output,
-        width=width,
-        align_clocks=align_clocks,
-        force_align=force_align,
-        cycle=cycle,
-        workers=workers,
-        executor=executor,
-        csv_dir=csv_dir,
-        csv_raw=csv_raw,
-    )
-    if len(inputs) == 1 and is_zip(inputs[0]) and bundle is None:
-        try:
-            with open_bundle(inputs[0]) as opened:
-                return run_job_summary([opened.folder], bundle=opened, **options)  # type: ignore[arg-type]
-        except BundleError as exc:
-            print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
-            return 1
-    try:
-        files = discover(inputs, cycle=cycle)
-    except JobError as exc:
-        print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
-        return 1
-    digests = map_ranks([f.path for f in files.files], executor=executor, workers=workers)
-    try:
-        job = analyze_job(digests, files, align_clocks=align_clocks, force_align=force_align)
-        if csv_dir is not None:
-            from kinetoscope.present import tables
-
-            source = bundle.archive if bundle is not None else inputs[0]
-            written = tables.job_tables(job)
-            if bundle is not None:  # paths as the JSON gives them: `job.zip:rank3.json`
-                written = [_table_in_bundle(table, bundle) for table in written]
-            return tables.emit_written(written, csv_dir, source, raw=csv_raw)
-        document = job_document(job)
-    except MemoryError:  # the merge of the ranks' digests (each rank's own: in its digest)
-        events = sum(d.events for d in digests)
-        del digests
-        from kinetoscope.parser.model import out_of_memory_message
-
-        message = out_of_memory_message(clean(inputs[0]), events, "the merge of the ranks")
-        print(f"kinetoscope: {message}", file=sys.stderr)
-        return 1
-    if bundle is not None:
-        document = _as_in_bundle(document, bundle)
-    if output == "json":
-        emit(summary_json(document) + "\n")
-    else:
-        emit_sections(job_tables(document), output, width)
-    if job.ranks and not any(entry.loaded for entry in job.ranks):
-        print("kinetoscope: no rank could be read (the report says why)", file=sys.stderr)
-        return 1
-    return 0
 
 
 def _table_in_bundle(table: Any, bundle: Any) -> Any:

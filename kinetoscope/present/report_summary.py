@@ -1,5 +1,6 @@
 """`kinetoscope summary`: the analysis as JSON, or as tables read top to bottom (text for a
-terminal or a pipe, Markdown, tab-separated values)."""
+terminal or a pipe, Markdown, tab-separated values). The command (loading, the cache, the
+errors) is kinetoscope/commands/summary.py."""
 
 from __future__ import annotations
 
@@ -18,167 +19,6 @@ from kinetoscope.analysis.units import fmt_bytes, fmt_percent, fmt_table_time, p
 from kinetoscope.present.safe_text import cut_end, cut_front, fit_names
 
 NATURAL_WIDTH = 10_000  # "no width": every table at its natural width (standard output a pipe)
-
-
-def run_summary(
-    path: str,
-    as_json: bool = False,
-    output: str = "text",
-    width: int | None = None,
-    csv_dir: str | None = None,
-    csv_raw: bool = False,
-) -> int:
-    """Load a trace and print its summary (`output`: text, md, tsv or json); 1 with a one-line
-    message when it cannot be read. `width` lays the text tables out for that many columns.
-    With `csv_dir`, write the viewer's tables there as CSV files instead (kinetoscope/present/tables.py;
-    `csv_raw`: cells as recorded, formulas not neutralised)."""
-    from kinetoscope.analysis.summary import build_summary
-    from kinetoscope.commands.cli import trace_path_problem
-    from kinetoscope.parser import TraceError
-
-    # The viewer checks the same way (the same one line), but summary also reads a stream.
-    problem = trace_path_problem(path, streams=True)
-    if problem is not None:
-        print(f"kinetoscope: {problem}", file=sys.stderr)
-        return 1
-    as_json = csv_dir is None and (as_json or output == "json")
-    try:
-        # The model cache is used and written as the viewer does (a big trace's entry, written
-        # in a thread while the analysis runs), and a JSON summary keeps its text in the entry:
-        # a second summary of the same file reads that instead of analysing (analysis/stored.py).
-        # `release`: the analysis needs the memory more than an idle worker server and the
-        # heap the decoding freed.
-        trace, stored = _open_for_summary(path, as_json)
-        events = trace.n_events
-    except TraceError as exc:
-        from kinetoscope.present.safe_text import clean  # the message holds the file's name
-
-        print(f"kinetoscope: {clean(str(exc))}", file=sys.stderr)
-        return 1
-    note = merged_export_note(trace.header)
-    if note is not None:
-        from kinetoscope.present.safe_text import clean
-
-        print(f"kinetoscope: {clean(path)}: {note}", file=sys.stderr)
-    if stored is not None:
-        emit(stored + "\n")
-        return 0
-    saving = _save_cache_meanwhile(trace)
-    try:
-        if csv_dir is not None:
-            from kinetoscope.analysis import TraceSession
-            from kinetoscope.present.tables import emit_written, single_trace_tables
-
-            return emit_written(
-                single_trace_tables(TraceSession(trace)), csv_dir, path, raw=csv_raw
-            )
-        if as_json:
-            document = build_summary(trace)
-            text = summary_json(document)
-            emit(text + "\n")
-            _keep_summary(trace, saving, text, document)
-            return 0
-        from kinetoscope.analysis import TraceSession
-
-        session = TraceSession(trace)
-        document = _stored_document(trace)
-        if document is None:
-            document = build_summary(session)
-            _keep_summary(trace, saving, summary_json(document), document)
-        # TSV is read by scripts (cut, awk): its tables stay as they were, one row per rule's
-        # finding; text and Markdown are read by people, who get the answer first.
-        sections = summary_tables(session, document, answer_first=output != "tsv")
-    except Exception as exc:  # MemoryError, AnalysisFailed (of one): one line, never a trace
-        from kinetoscope.analysis.session import AnalysisFailed, memory_failure
-        from kinetoscope.parser.model import out_of_memory_message
-        from kinetoscope.present.safe_text import clean
-
-        stage = memory_failure(exc)
-        if stage is None and not isinstance(exc, AnalysisFailed):
-            raise
-        del trace  # what the analysis held is freed as the exception unwinds; now the model
-        if stage is None:  # an analysis that failed otherwise: which one, and why
-            print(f"kinetoscope: {clean(path)}: {clean(str(exc))}", file=sys.stderr)
-        else:
-            message = out_of_memory_message(path, events, stage)
-            print(f"kinetoscope: {clean(message)}", file=sys.stderr)
-        return 1
-    finally:
-        if saving is not None:
-            saving.join()
-    emit_sections(sections, output, width)
-    return 0
-
-
-def _open_for_summary(path: str, as_json: bool) -> tuple[Any, str | None]:
-    """The trace at `path` and, for a JSON summary, the text stored in its cache entry (None
-    if there is none to trust). A JSON summary maps a cache entry without reading its CRCs
-    first: a stored text has CRCs of its own, read before it is used; without one, the
-    model's are read before the analysis, and a damaged entry means reading the file again."""
-    from kinetoscope.parser import cache, load
-
-    trace = load(path, write_cache=False, release=True, verify_cache=not as_json)
-    if not trace.from_cache or not as_json:
-        return trace, None
-    from kinetoscope.analysis.stored import load_summary_text
-
-    stored = load_summary_text(trace, summary_json)
-    if stored is not None:
-        return trace, stored
-    if not cache.check(trace):  # the entry was removed: its data is not used
-        trace = load(path, use_cache=False, write_cache=False, release=True)
-    return trace, None
-
-
-def _stored_document(trace: Any) -> dict[str, Any] | None:
-    """The summary document stored in the trace's (verified) cache entry, if it is one that
-    decodes to exactly the document it was made from; else None."""
-    if not trace.from_cache:
-        return None
-    from kinetoscope.analysis.stored import load_summary
-
-    stored = load_summary(trace, summary_json)
-    return None if stored is None else stored.document
-
-
-def _keep_summary(trace: Any, saving: Any, text: str, document: dict[str, Any]) -> None:
-    """Keep the summary in the trace's cache entry, once the entry is written (if it is)."""
-    if saving is not None:
-        saving.join()
-    if trace.from_cache or saving is not None:
-        from kinetoscope.analysis.stored import save_summary_text
-
-        save_summary_text(trace, text, summary_json, document)
-
-
-def _save_cache_meanwhile(trace: Any) -> Any:
-    """Start writing the model's cache entry in a thread (a big trace just parsed, as the viewer
-    does after its first frame); the thread, or None when there is nothing to write."""
-    import threading
-
-    from kinetoscope.parser import cache, save_cache, threads_affordable
-
-    if trace.from_cache or not trace.complete or trace.source.bytes < cache.MIN_CACHED_BYTES:
-        return None
-    if not threads_affordable():  # little address space left: the analysis needs it more
-        return None
-    from kinetoscope.parser.source import is_regular_file
-
-    if not is_regular_file(trace.source.path):
-        return None  # a stream is read once: nothing to key an entry by
-
-    def save() -> None:
-        try:
-            save_cache(trace)
-        except Exception:  # noqa: BLE001 - no entry is written; the summary itself stands
-            pass
-
-    thread = threading.Thread(target=save, name="kinetoscope-cache")
-    try:
-        thread.start()
-    except RuntimeError:  # no thread to be had (an address-space limit): no entry, as with
-        return None  # any other failure to write one; the summary itself stands
-    return thread
 
 
 def merged_export_note(header: dict[str, Any]) -> str | None:
@@ -211,7 +51,7 @@ def emit_sections(sections: list[Any], output: str, width: int | None) -> None:
 def emit(text: str) -> None:
     """Write `text` to standard output and flush it. A closed pipe raises BrokenPipeError (the
     command then ends quietly); any other write error becomes one line (OutputError)."""
-    from kinetoscope.commands.cli import OutputError, output_error_message
+    from kinetoscope.common.errors import OutputError, output_error_message
 
     try:
         sys.stdout.write(text)

@@ -11,78 +11,21 @@ wider or narrower than its place (a lane label pushing the timeline 40 columns r
 characters are replaced (or, when they only choose a presentation, dropped), so that what Rich
 measures is what the terminal draws; padding and cutting then use Rich's measure throughout.
 
+The cleaning itself (`clean`) is common/text.py's, below the parser, which names files with it.
+
 Size: only the first `CLEAN_LIMIT` characters of a text are cleaned and drawn (the rest is
 said to be there), so a name of hundreds of megabytes costs what a long ordinary one does.
 """
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Sequence
 from functools import lru_cache
 
 from rich.cells import cell_len, get_character_cell_size
 
 from kinetoscope.analysis.names import END, FRONT, MIDDLE, is_signature, name_forms, telling_form
-
-REPLACEMENT = "\ufffd"
-ELLIPSIS = "…"
-CLEAN_LIMIT = 16_384  # characters of one text that are ever drawn
-
-# C0 controls become their Unicode "control picture" (ESC -> U+241B), DEL becomes U+2421;
-# C1 controls, bidi overrides and other invisible format characters become U+FFFD.
-_TABLE: dict[int, str | None] = {code: chr(0x2400 + code) for code in range(0x20)}
-_TABLE[0x7F] = "\u2421"
-for _code in range(0x80, 0xA0):
-    _TABLE[_code] = REPLACEMENT
-for _code in (0x2028, 0x2029):  # line and paragraph separators
-    _TABLE[_code] = REPLACEMENT
-
-# Characters whose width Rich and terminals (the C library's wcwidth, xterm, VTE) disagree on:
-# fillers Rich counts as 0 cells and terminals draw 1 or 2 cells wide (U+3164 HANGUL FILLER,
-# U+FFA0 HALFWIDTH HANGUL FILLER), symbols that became wide in a later Unicode than one of the
-# two tables knows (trigrams, digrams, counting rods, circled numbers on black squares), and
-# regional indicators (flags: one cell for Rich, two for many terminals).
-_DISPUTED_RANGES = (
-    (0x2630, 0x2637),
-    (0x268A, 0x268F),
-    (0x3164, 0x3164),
-    (0x3248, 0x324F),
-    (0xFFA0, 0xFFA0),
-    (0x1D300, 0x1D356),
-    (0x1D360, 0x1D376),
-    (0x1F1E6, 0x1F1FF),
-)
-for _low, _high in _DISPUTED_RANGES:
-    for _code in range(_low, _high + 1):
-        _TABLE[_code] = REPLACEMENT
-# Presentation only: emoji skin-tone modifiers (0 cells for Rich, 2 for terminals that draw
-# them apart from their emoji) and the text/emoji variation selectors (which make some
-# terminals draw a 1-cell symbol 2 cells wide). Dropping them loses no information.
-for _code in (*range(0x1F3FB, 0x1F400), 0xFE0E, 0xFE0F):
-    _TABLE[_code] = None
-
-
-@lru_cache(maxsize=65536)
-def clean(text: str) -> str:
-    """`text` with control, format, separator and width-disputed characters replaced by
-    visible ones; cut after CLEAN_LIMIT characters (with a note of how many were left off)."""
-    more = len(text) - CLEAN_LIMIT
-    if more > 0:
-        text = text[:CLEAN_LIMIT]
-    out = text.translate(_TABLE)
-    if not out.isascii():
-        # Bidi overrides, zero-width joiners and the like (category Cf), surrogates and
-        # unassigned code points would make the drawn width differ from what we computed;
-        # spacing combining marks (Mc, e.g. Devanagari vowel signs) are 0 cells for Rich and
-        # 1 for most terminals.
-        out = "".join(
-            REPLACEMENT if unicodedata.category(ch) in ("Cf", "Cs", "Co", "Cn", "Mc") else ch
-            for ch in out
-        )
-    if more > 0:
-        out += f"{ELLIPSIS} ({more:,} more {'character' if more == 1 else 'characters'})"
-    return out
+from kinetoscope.common.text import CLEAN_LIMIT, ELLIPSIS, REPLACEMENT, clean  # noqa: F401
 
 
 def fit(text: str, width: int) -> str:

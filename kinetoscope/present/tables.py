@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from kinetoscope.analysis.units import us_text
+
 TEXT, INT, US, FLOAT = "text", "int", "us", "float"
 NO_VALUE = np.iinfo(np.int64).min  # the parser's "not recorded" (parser.model.NO_VALUE)
 
@@ -76,20 +78,6 @@ class Table:
     def rows(self, order: Iterable[int] | None = None, raw: bool = True) -> Iterable[list[str]]:
         for row in self.order if order is None else order:
             yield self.cells(int(row), raw)
-
-
-def us_text(ns: Any) -> str:
-    """Integer ns as µs with exactly 3 decimals, computed on integers (exact at any size). A
-    mean (a Fraction of ns) is divided and rounded to 3 decimals as the summary JSON's
-    `mean_us` is (so both files say the same); a float of ns is rounded to the nearest ns."""
-    if isinstance(ns, Fraction):
-        return f"{round(ns.numerator / (1000 * ns.denominator), 3):.3f}"
-    if isinstance(ns, (float, np.floating)):
-        ns = round(float(ns))
-    ns = int(ns)
-    sign = "-" if ns < 0 else ""
-    whole, part = divmod(abs(ns), 1000)
-    return f"{sign}{whole}.{part:03d}"
 
 
 def cell_text(kind: str, value: Any) -> str:
@@ -749,10 +737,9 @@ def emit_written(
     tables_made: Sequence[Table], directory: str, source: str, raw: bool = False
 ) -> int:
     """Write `tables_made` into `directory` (write_tables; `raw`: cells as recorded) and print
-    one line per file; 1 with a one-line message when the files cannot be written (one exists,
-    no space...)."""
-    import sys
-
+    one line per file; KinetoscopeError (its one line) when the files cannot be written (one
+    exists, no space...)."""
+    from kinetoscope.common.errors import KinetoscopeError
     from kinetoscope.present.report_summary import emit
     from kinetoscope.present.safe_text import clean
 
@@ -761,20 +748,15 @@ def emit_written(
     except FileExistsError as exc:
         where = clean(str(exc.filename))
         if not os.path.isdir(directory):  # DIR itself is a file
-            print(
-                f"kinetoscope: {where}: a file, not a folder: give a folder to --csv",
-                file=sys.stderr,
-            )
-            return 1
-        print(
-            f"kinetoscope: {where} already exists: remove it or give another folder to --csv",
-            file=sys.stderr,
-        )
-        return 1
+            raise KinetoscopeError(
+                f"{where}: a file, not a folder: give a folder to --csv"
+            ) from None
+        raise KinetoscopeError(
+            f"{where} already exists: remove it or give another folder to --csv"
+        ) from None
     except OSError as exc:
         where = clean(str(exc.filename or directory))
-        print(f"kinetoscope: cannot write {where}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
+        raise KinetoscopeError(f"cannot write {where}: {exc.strerror or exc}") from None
     emit("".join(f"{clean(path)}\t{count} rows\n" for path, count in written))
     return 0
 
