@@ -9,6 +9,7 @@ new screen is listed by declaring its title and naming it in its app's list.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
@@ -30,12 +31,24 @@ def help_section(screen: type) -> HelpSection:
     """The section `screen` declares: its own HELP_TITLE (one inherited from another screen
     would list that screen's keys under its name, so it must be the class's own) and its
     `help_bindings()` or, when it gives none of its own, its BINDINGS."""
-    title = vars(screen).get("HELP_TITLE")
+    title = _own(screen, "HELP_TITLE")
     if not isinstance(title, str):
         raise TypeError(f"{screen.__name__} declares no HELP_TITLE of its own")
-    if "help_bindings" in vars(screen):
+    if _own(screen, "help_bindings") is not None:
         return title, screen, list(screen.help_bindings())
     return title, screen, list(screen.BINDINGS)
+
+
+def _own(screen: type, name: str) -> Any:
+    """`screen`'s attribute `name` when the class itself declares it (no base class holds the
+    same value), else None."""
+    value = inspect.getattr_static(screen, name, None)
+    if value is None:
+        return None
+    inherited = any(
+        inspect.getattr_static(base, name, None) in (value,) for base in screen.__mro__[1:]
+    )
+    return None if inherited else value
 
 
 def help_sections(screens: Iterable[type]) -> list[HelpSection]:
