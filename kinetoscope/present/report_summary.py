@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from kinetoscope.analysis.units import fmt_bytes, fmt_percent, fmt_table_time, plural
+from kinetoscope.present import tables
 
 # Rich-only helpers (no Textual): the viewer's cutting, measured in the same cells.
 from kinetoscope.present.safe_text import cut_end, cut_front, fit_names
@@ -559,7 +560,7 @@ def summary_tables(analysis: Any, document: dict[str, Any], answer_first: bool =
     sections = [
         what_to_fix_table(document) if answer_first else None,
         trace_facts(analysis, document),
-        steps_table(analysis),
+        steps_section(analysis),
         gpu_table(document),
         device_names_note(document),
         gaps_table(document),
@@ -617,6 +618,32 @@ def _table(
     return Section(title, [Column(c, kind(c)) for c in columns], key=key)
 
 
+def section(table: tables.Table, limit: int | None = None, title: str | None = None) -> Section:
+    """The report's section of a table (present/tables.py): its report fields under their
+    titles, laid out as their kinds say, over its first `limit` rows (None: all) in row order.
+    Text from the trace is shown literally (`_data`); a field's `text` gives its own cell."""
+    fields = table.report_fields
+    out = Section(
+        table.title if title is None else title,
+        [Column(f.title or f.header, f.kind.layout) for f in fields],
+        key=table.key,
+    )
+    for row in range(table.n if limit is None else min(limit, table.n)):
+        out.add_row(*(_report_cell(f, row) for f in fields))
+    return out
+
+
+def _report_cell(field: tables.Field, row: int) -> Any:
+    if field.text is not None:
+        return field.text(row)
+    value = field.value(row)
+    if value is None:
+        return None
+    if field.kind.csv == "text":
+        return _data(value)
+    return field.kind.shown(value)
+
+
 def trace_facts(analysis: Any, document: dict[str, Any]) -> Any:
     source, trace = document["source"], document["trace"]
     table = _table("Trace", "fact", "value")
@@ -646,62 +673,11 @@ def trace_facts(analysis: Any, document: dict[str, Any]) -> Any:
     return table
 
 
-def steps_table(analysis: Any) -> Any:
+def steps_section(analysis: Any) -> Any:
     steps = analysis.steps
     if len(steps) == 0:
         return None
-    if not analysis.classes.gpu.any():
-        return cpu_steps_table(analysis)
-    trace = analysis.trace
-    table = _table(
-        "Steps: where the wall time went (GPU columns add up to the step; CPU columns overlap)",
-        "step",
-        "duration",
-        "GPU compute",
-        "comm",
-        "memcpy/set",
-        "GPU idle",
-        "DataLoader (CPU)",
-        "runtime (CPU)",
-        right=(
-            "duration",
-            "GPU compute",
-            "comm",
-            "memcpy/set",
-            "GPU idle",
-            "DataLoader (CPU)",
-            "runtime (CPU)",
-        ),
-        names=("step",),
-    )
-    parts = (steps.compute, steps.comm, steps.memory, steps.idle, steps.dataloader, steps.runtime)
-    _add_step_rows(table, trace, steps, parts)
-    return table
-
-
-def _add_step_rows(table: Any, trace: Any, steps: Any, parts: tuple[Any, ...]) -> None:
-    """A row a step: its name, its duration, then each of `parts` (ns) with its share."""
-    for i in range(len(steps)):
-        dur = int(steps.dur[i])
-        shares = (f"{_dur(int(part[i]) / 1000)} {_pct(int(part[i]), dur)}" for part in parts)
-        table.add_row(_data(trace.name_of(int(steps.rows[i]))), _dur(dur / 1000), *shares)
-
-
-def cpu_steps_table(analysis: Any) -> Any:
-    """Steps of a trace without GPU activity (a CPU-only rank): CPU columns, no GPU ones."""
-    steps, trace = analysis.steps, analysis.trace
-    numbers = ("duration", "CPU ops", "uninstrumented", "collectives", "DataLoader")
-    table = _table(
-        "Steps (no GPU activity): CPU ops and uninstrumented time on the step's thread add up "
-        "to the step; collectives (any thread) and DataLoader overlap them",
-        "step",
-        *numbers,
-        right=numbers,
-        names=("step",),
-    )
-    parts = (steps.cpu_busy, steps.uninstrumented, steps.collective, steps.dataloader)
-    _add_step_rows(table, trace, steps, parts)
-    return table
+    return section(tables.steps_table(analysis.trace, steps, bool(analysis.classes.gpu.any())))
 
 
 def gpu_table(document: dict[str, Any]) -> Any:

@@ -29,47 +29,104 @@ import os
 import re
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-TEXT, INT, US, FLOAT = "text", "int", "us", "float"
+from kinetoscope.analysis.units import fmt_bytes, fmt_percent, fmt_table_time
+
 NO_VALUE = np.iinfo(np.int64).min  # the parser's "not recorded" (parser.model.NO_VALUE)
 
 
 @dataclass(frozen=True)
+class Kind:
+    """What a field's values are, which says how each output writes them: `csv` the CSV cell
+    ("text": as recorded, neutralised unless raw; "int"; "us": integer ns as µs with 3 decimals;
+    "float": shortest round-trip text), `layout` how summary's text tables lay the column out
+    (report_summary.Section: "number" never cut, "name" cut with `…`, "stack" frames cut at the
+    front, "text" wrapped) and `shown` a report cell of a value (never None: that is `–`)."""
+
+    name: str
+    csv: str
+    layout: str
+    shown: Callable[[Any], str]
+
+
+def duration_text(ns: Any) -> str:
+    """A duration of `ns` for a report cell: three decimals in an adaptive unit, zeros kept."""
+    return fmt_table_time(float(ns), align_units=False)
+
+
+TEXT = Kind("text", "text", "text", str)  # words that wrap (a cause, a message)
+NAME = Kind("name", "text", "name", str)  # an event's name: one line, cut where it says least
+STACK = Kind("stack", "text", "stack", str)  # frames joined by ` > `, outermost first
+ID = Kind("id", "int", "text", str)  # a number that names something (a device, a rank)
+INT = Kind("int", "int", "number", lambda v: str(int(v)))
+COUNT = Kind("count", "int", "number", lambda v: f"{int(v):,}")  # shown with separators
+DURATION = Kind("duration", "us", "number", duration_text)  # integer (or mean) ns
+US = DURATION
+BYTES = Kind("bytes", "int", "number", lambda v: fmt_bytes(v))
+SHARE = Kind("share", "float", "number", lambda v: fmt_percent(v))  # a fraction of 1
+FLOAT = Kind("float", "float", "number", lambda v: repr(float(v)))
+
+
+@dataclass(frozen=True)
 class Field:
-    """One column: its header (with its unit: `total_us`, `bytes`), the kind of its values
-    (TEXT, INT, US: integer or mean ns, FLOAT) and the raw value of a row (None: empty)."""
+    """One column: its CSV header (with its unit: `total_us`, `bytes`), the kind of its values,
+    the raw value of a row (None: empty), and for summary's text/md/tsv report its `title`
+    there (None: not in the report) and its cell there when it is not the kind's text of the
+    value (`text`: a duration beside its share, a coloured severity). A `csv=False` field is
+    the report's only."""
 
     header: str
-    kind: str
+    kind: Kind
     value: Callable[[int], Any]
+    title: str | None = None
+    text: Callable[[int], Any] | None = None
+    csv: bool = True
 
 
 @dataclass
 class Table:
-    """A table of `n` rows: `fields` per row, `order` the viewer's first order of the rows."""
+    """A table of `n` rows: `fields` per row, `order` the viewer's first order of the rows.
+    `title`, `shown` (the headers of the report's columns in its order; empty: the fields with
+    a title, in field order) and `key` (the leading columns a split table repeats) make the
+    summary report's section of the same table (report_summary.section)."""
 
     name: str  # names the file: `<trace>.<name>.csv`
     fields: list[Field]
     n: int
     order: np.ndarray
+    title: str = ""
+    shown: tuple[str, ...] = ()
+    key: int = 1
+
+    @property
+    def csv_fields(self) -> list[Field]:
+        return [f for f in self.fields if f.csv]
+
+    @property
+    def report_fields(self) -> list[Field]:
+        if not self.shown:
+            return [f for f in self.fields if f.title is not None]
+        by_header = {f.header: f for f in self.fields}
+        return [by_header[h] for h in self.shown]
 
     @property
     def headers(self) -> list[str]:
-        return [f.header for f in self.fields]
+        return [f.header for f in self.csv_fields]
 
     def cells(self, row: int, raw: bool = True) -> list[str]:
         """The cells of a row; with `raw` False, text cells a spreadsheet would evaluate are
         neutralised (`safe_cell`)."""
+        fields = self.csv_fields
         if raw:
-            return [cell_text(f.kind, f.value(row)) for f in self.fields]
+            return [cell_text(f.kind, f.value(row)) for f in fields]
         return [
-            safe_cell(text) if f.kind == TEXT else text
-            for f in self.fields
+            safe_cell(text) if f.kind.csv == "text" else text
+            for f in fields
             for text in (cell_text(f.kind, f.value(row)),)
         ]
 
@@ -92,19 +149,19 @@ def us_text(ns: Any) -> str:
     return f"{sign}{whole}.{part:03d}"
 
 
-def cell_text(kind: str, value: Any) -> str:
+def cell_text(kind: Kind, value: Any) -> str:
     """The CSV text of a value of a kind (None, NaN and NO_VALUE: empty)."""
     if value is None:
         return ""
     if isinstance(value, (float, np.floating)) and not math.isfinite(float(value)):
         return ""
-    if kind == TEXT:
+    if kind.csv == "text":
         return str(value)
     if isinstance(value, (int, np.integer)) and int(value) == NO_VALUE:
         return ""
-    if kind == US:
+    if kind.csv == "us":
         return us_text(value)
-    if kind == INT:
+    if kind.csv == "int":
         return str(int(value))
     return repr(float(value))
 
@@ -398,41 +455,66 @@ def findings_table(findings: Sequence[Any]) -> Table:
     return Table("findings", fields, len(findings), np.arange(len(findings)))
 
 
+def with_share(part: Any, whole: Any) -> Callable[[int], str]:
+    """A report cell of a row: its duration `part[row]` (ns) and its share of `whole[row]`
+    (`–` where that is not positive)."""
+
+    def text(i: int) -> str:
+        of = int(whole[i])
+        share = "–" if of <= 0 else fmt_percent(int(part[i]) / of)
+        return f"{duration_text(int(part[i]))} {share}"
+
+    return text
+
+
 def steps_table(trace: Any, steps: Any, on_gpu: bool) -> Table:
-    """The overview's steps (`v`): per ProfilerStep its wall time and where it went on the GPU
-    (`on_gpu`), else on the step's CPU thread."""
+    """The steps (`v`, and the summary's Steps): per ProfilerStep its wall time and where it
+    went on the GPU (`on_gpu`), else on the step's CPU thread."""
     names = trace.name[steps.rows].astype(np.int64)
     dur = steps.dur
 
     def share(part: np.ndarray) -> Callable[[int], float]:
         return lambda i: float(part[i]) / int(dur[i]) if dur[i] > 0 else 0.0
 
+    def spent(header: str, part: np.ndarray, title: str | None = None) -> Field:
+        """A duration in the step; in the report beside its share of the step."""
+        text = with_share(part, dur) if title else None
+        return Field(header, US, lambda i: part[i], title, text)
+
     fields = [
-        Field("step", TEXT, lambda i: trace.strings[names[i]]),
+        Field("step", NAME, lambda i: trace.strings[names[i]], "step"),
         Field("start_us", US, lambda i: steps.start[i]),
-        Field("wall_us", US, lambda i: dur[i]),
+        Field("wall_us", US, lambda i: dur[i], "duration"),
     ]
     if on_gpu:
+        title = (
+            "Steps: where the wall time went (GPU columns add up to the step; CPU columns overlap)"
+        )
         fields += [
-            Field("gpu_busy_us", US, lambda i: steps.gpu_busy[i]),
+            spent("gpu_busy_us", steps.gpu_busy),
             Field("busy_share", FLOAT, share(steps.gpu_busy)),
-            Field("compute_us", US, lambda i: steps.compute[i]),
-            Field("comm_us", US, lambda i: steps.comm[i]),
-            Field("memory_us", US, lambda i: steps.memory[i]),
-            Field("idle_us", US, lambda i: steps.idle[i]),
+            spent("compute_us", steps.compute, "GPU compute"),
+            spent("comm_us", steps.comm, "comm"),
+            spent("memory_us", steps.memory, "memcpy/set"),
+            spent("idle_us", steps.idle, "GPU idle"),
+            spent("dataloader_us", steps.dataloader, "DataLoader (CPU)"),
+            Field("loader_share", FLOAT, share(steps.dataloader)),
+            replace(spent("runtime_us", steps.runtime, "runtime (CPU)"), csv=False),
         ]
     else:
+        title = (
+            "Steps (no GPU activity): CPU ops and uninstrumented time on the step's thread add "
+            "up to the step; collectives (any thread) and DataLoader overlap them"
+        )
         fields += [
-            Field("cpu_busy_us", US, lambda i: steps.cpu_busy[i]),
+            spent("cpu_busy_us", steps.cpu_busy, "CPU ops"),
             Field("ops_share", FLOAT, share(steps.cpu_busy)),
-            Field("uninstrumented_us", US, lambda i: steps.uninstrumented[i]),
-            Field("collective_us", US, lambda i: steps.collective[i]),
+            spent("uninstrumented_us", steps.uninstrumented, "uninstrumented"),
+            spent("collective_us", steps.collective, "collectives"),
+            spent("dataloader_us", steps.dataloader, "DataLoader"),
+            Field("loader_share", FLOAT, share(steps.dataloader)),
         ]
-    fields += [
-        Field("dataloader_us", US, lambda i: steps.dataloader[i]),
-        Field("loader_share", FLOAT, share(steps.dataloader)),
-    ]
-    return Table("steps", fields, len(steps), smallest_first(steps.start))
+    return Table("steps", fields, len(steps), smallest_first(steps.start), title)
 
 
 def instances_table(trace: Any, rows: np.ndarray, name: str, extra: Sequence[Field] = ()) -> Table:
