@@ -7,6 +7,7 @@ import json
 import math
 import re
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -564,9 +565,9 @@ def summary_tables(analysis: Any, document: dict[str, Any], answer_first: bool =
         gpu_table(document),
         device_names_note(document),
         gaps_table(document),
-        idle_by_cpu_table(document),
-        operators_table(document),
-        kernels_table(analysis, document),
+        idle_by_cpu_section(document),
+        operators_section(document),
+        kernels_section(analysis, document),
         memory_table(document),
         *memory_sync_tables(document),
         *compile_tables(document),
@@ -618,17 +619,19 @@ def _table(
     return Section(title, [Column(c, kind(c)) for c in columns], key=key)
 
 
-def section(table: tables.Table, limit: int | None = None, title: str | None = None) -> Section:
+def section(
+    table: tables.Table, rows: Iterable[int] | None = None, title: str | None = None
+) -> Section:
     """The report's section of a table (present/tables.py): its report fields under their
-    titles, laid out as their kinds say, over its first `limit` rows (None: all) in row order.
-    Text from the trace is shown literally (`_data`); a field's `text` gives its own cell."""
+    titles, laid out as their kinds say, over `rows` (None: all, in row order). Text from the
+    trace is shown literally (`_data`); a field's `text` gives its own cell."""
     fields = table.report_fields
     out = Section(
         table.title if title is None else title,
         [Column(f.title or f.header, f.kind.layout) for f in fields],
         key=table.key,
     )
-    for row in range(table.n if limit is None else min(limit, table.n)):
+    for row in range(table.n) if rows is None else rows:
         out.add_row(*(_report_cell(f, row) for f in fields))
     return out
 
@@ -638,7 +641,7 @@ def _report_cell(field: tables.Field, row: int) -> Any:
         return field.text(row)
     value = field.value(row)
     if value is None:
-        return None
+        return field.missing
     if field.kind.csv == "text":
         return _data(value)
     return field.kind.shown(value)
@@ -762,85 +765,39 @@ def gaps_table(document: dict[str, Any]) -> Any:
     return table
 
 
-def idle_by_cpu_table(document: dict[str, Any], limit: int = 10) -> Any:
-    """GPU idle totalled by the CPU operator running during the gaps (extension section)."""
+def idle_by_cpu_section(document: dict[str, Any], limit: int = 10) -> Any:
+    """GPU idle totalled by the CPU operator running during the gaps (extension section): the
+    `limit` most, then the gaps with no CPU slice there."""
     entries = document.get("idle_by_cpu") or []
     if not entries:
         return None
-    numbers = ("gaps", "GPU idle", "longest gap")
-    table = _table(
-        "GPU idle by what the CPU was running during the gaps (innermost slice at each gap's "
-        "midpoint, all gaps)",
-        "CPU operator",
-        "category",
-        *numbers,
-        right=numbers,
-        names=("CPU operator",),
-    )
-    named = [e for e in entries if e["name"] is not None][:limit]
-    for entry in named + [e for e in entries if e["name"] is None]:
-        longest = entry["longest_us"]
-        table.add_row(
-            _data(entry["name"]) if entry["name"] is not None else "(no CPU slice there)",
-            _data(entry["cat"] or ""),
-            f"{entry['gaps']:,}",
-            _dur(entry["idle_us"]),
-            _dur(longest) if longest is not None else "–",
-        )
-    return table
+    named = [i for i, e in enumerate(entries) if e["name"] is not None][:limit]
+    rows = named + [i for i, e in enumerate(entries) if e["name"] is None]
+    return section(tables.idle_by_cpu_table(tables.IdleByCpuRows.of_document(entries)), rows)
 
 
-def operators_table(document: dict[str, Any], limit: int = 20) -> Any:
-    if not document["operators"]:
+def operators_section(document: dict[str, Any], limit: int = 20) -> Any:
+    ops = document["operators"]
+    if not ops:
         return None
-    numbers = ("count", "self", "total", "GPU self", "GPU total")
-    table = _table(
-        f"Top operators by self time (of {len(document['operators'])} listed in --json)",
-        "operator",
-        "category",
-        *numbers,
-        right=numbers,
-        names=("operator",),
+    table = tables.operators_table(tables.OperatorRows.of_document(ops))
+    return section(
+        table, range(min(limit, len(ops))), f"{table.title} (of {len(ops)} listed in --json)"
     )
-    for op in document["operators"][:limit]:
-        table.add_row(
-            _data(op["name"]),
-            _data(op["cat"]),
-            f"{op['count']:,}",
-            _dur(op["excl_us"]),
-            _dur(op["incl_us"]),
-            _dur(op["gpu_self_us"]),
-            _dur(op["gpu_total_us"]),
-        )
-    return table
 
 
-def kernels_table(analysis: Any, document: dict[str, Any], limit: int = 20) -> Any:
-    if not document["kernels"]:
+def kernels_section(analysis: Any, document: dict[str, Any], limit: int = 20) -> Any:
+    kernels = document["kernels"]
+    if not kernels:
         return None
     from kinetoscope.analysis.kernels import top_launcher
 
-    numbers = ("count", "total", "mean", "min", "max")
-    table = _table(
-        f"Top GPU kernels and copies by total time (of {len(document['kernels'])} in --json)",
-        "kernel",
-        *numbers,
-        "launched mostly by",
-        right=numbers,
-        names=("kernel", "launched mostly by"),
+    rows = tables.KernelRows.of_document(
+        kernels, lambda cat, name: top_launcher(analysis, cat, name)
     )
-    for kernel in document["kernels"][:limit]:
-        launcher = top_launcher(analysis, kernel["cat"], kernel["name"])
-        table.add_row(
-            _data(kernel["name"]),
-            f"{kernel['count']:,}",
-            _dur(kernel["total_us"]),
-            _dur(kernel["mean_us"]),
-            _dur(kernel["min_us"]),
-            _dur(kernel["max_us"]),
-            _data(launcher) if launcher else "–",
-        )
-    return table
+    table = tables.kernels_table(rows)
+    shown = range(min(limit, len(kernels)))
+    return section(table, shown, f"{table.title} (of {len(kernels)} in --json)")
 
 
 def memory_table(document: dict[str, Any]) -> Any:

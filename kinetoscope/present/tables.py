@@ -77,8 +77,8 @@ class Field:
     """One column: its CSV header (with its unit: `total_us`, `bytes`), the kind of its values,
     the raw value of a row (None: empty), and for summary's text/md/tsv report its `title`
     there (None: not in the report) and its cell there when it is not the kind's text of the
-    value (`text`: a duration beside its share, a coloured severity). A `csv=False` field is
-    the report's only."""
+    value (`text`: a duration beside its share, a coloured severity), or for a value that does
+    not exist (`missing`). A `csv=False` field is the report's only."""
 
     header: str
     kind: Kind
@@ -86,6 +86,7 @@ class Field:
     title: str | None = None
     text: Callable[[int], Any] | None = None
     csv: bool = True
+    missing: str = "–"
 
 
 @dataclass
@@ -320,45 +321,98 @@ def write_tables(
 # -- a single trace ----------------------------------------------------------------------------
 
 
-def operators_table(
-    trace: Any,
-    table: Any,
-    shapes: np.ndarray | None = None,
-    memory: dict[str, np.ndarray] | None = None,
-) -> Table:
-    """The operators table (`o`): a row per CPU (cat, name) group of `table` (an OperatorTable),
-    or per (cat, name, input shape) when `shapes` (a string id per group, -1: none) is given;
-    the memory columns (`operator_memory`) when given."""
-    strings = trace.strings
-    names = table.groups.name.astype(np.int64)
-    cats = table.groups.cat.astype(np.int64)
-    whole = float(table.excl.sum())
-    fields = [
-        Field("name", TEXT, lambda g: strings[names[g]]),
-        Field("cat", TEXT, lambda g: strings[cats[g]]),
-    ]
-    if shapes is not None:
-        fields.append(
-            Field(
-                "input_shape", TEXT, lambda g: strings[int(shapes[g])] if shapes[g] >= 0 else None
-            )
+@dataclass(frozen=True)
+class OperatorRows:
+    """CPU operator groups, typed as their table reads them: per row its name, category, input
+    shape (None: none; `shapes` False: not grouped by shape), count, and total (inclusive),
+    self, GPU self and GPU total ns; `excl` (self ns, an array) orders them and makes the
+    shares; `memory` the memory columns (None: none)."""
+
+    n: int
+    name: Callable[[int], str]
+    cat: Callable[[int], str]
+    count: Callable[[int], Any]
+    incl: Callable[[int], Any]
+    excl: np.ndarray
+    gpu_self: Callable[[int], Any]
+    gpu_total: Callable[[int], Any]
+    shape: Callable[[int], str | None] | None = None
+    memory: dict[str, np.ndarray] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        trace: Any,
+        table: Any,
+        shapes: np.ndarray | None = None,
+        memory: dict[str, np.ndarray] | None = None,
+    ) -> OperatorRows:
+        """A row per CPU (cat, name) group of `table` (an OperatorTable), or per (cat, name,
+        input shape) when `shapes` (a string id per group, -1: none) is given; the memory
+        columns (`operator_memory`) when given."""
+        strings = trace.strings
+        names = table.groups.name.astype(np.int64)
+        cats = table.groups.cat.astype(np.int64)
+        shape = None
+        if shapes is not None:
+            shape = lambda g: strings[int(shapes[g])] if shapes[g] >= 0 else None  # noqa: E731
+        return cls(
+            len(table),
+            lambda g: strings[names[g]],
+            lambda g: strings[cats[g]],
+            lambda g: table.count[g],
+            lambda g: table.incl[g],
+            table.excl,
+            lambda g: table.gpu_self[g],
+            lambda g: table.gpu_total[g],
+            shape,
+            memory,
         )
-    fields += [
-        Field("count", INT, lambda g: table.count[g]),
-        Field("total_us", US, lambda g: table.incl[g]),
-        Field("self_us", US, lambda g: table.excl[g]),
-        Field("gpu_self_us", US, lambda g: table.gpu_self[g]),
-        Field("gpu_total_us", US, lambda g: table.gpu_total[g]),
-        Field("self_share", FLOAT, _share(table.excl, whole)),
+
+    @classmethod
+    def of_document(cls, ops: Sequence[dict[str, Any]]) -> OperatorRows:
+        """The rows of a summary document's `operators` (most self time first)."""
+        return cls(
+            len(ops),
+            lambda i: ops[i]["name"],
+            lambda i: ops[i]["cat"],
+            lambda i: ops[i]["count"],
+            lambda i: us_ns(ops[i]["incl_us"]),
+            np.array([us_ns(op["excl_us"]) for op in ops], np.float64),
+            lambda i: us_ns(ops[i]["gpu_self_us"]),
+            lambda i: us_ns(ops[i]["gpu_total_us"]),
+        )
+
+
+def operators_table(rows: OperatorRows) -> Table:
+    """The operators table (`o`, and the summary's top operators): a row per CPU group, by
+    name or by (name, input shape), most self time first; memory columns when given."""
+    excl = rows.excl
+    whole = float(excl.sum())
+    fields = [
+        Field("name", NAME, rows.name, "operator"),
+        Field("cat", TEXT, rows.cat, "category"),
     ]
+    if rows.shape is not None:
+        fields.append(Field("input_shape", TEXT, rows.shape))
+    fields += [
+        Field("count", COUNT, rows.count, "count"),
+        Field("total_us", US, rows.incl, "total"),
+        Field("self_us", US, lambda g: excl[g], "self"),
+        Field("gpu_self_us", US, rows.gpu_self, "GPU self"),
+        Field("gpu_total_us", US, rows.gpu_total, "GPU total"),
+        Field("self_share", FLOAT, _share(excl, whole)),
+    ]
+    memory = rows.memory
     if memory is not None:
         allocated, peak = memory["allocated"], memory["peak_live"]
         fields += [
             Field("allocated_bytes", INT, lambda g: allocated[g]),
             Field("peak_live_bytes", INT, lambda g: peak[g]),
         ]
-    name = "operators" if shapes is None else "operators-by-shape"
-    return Table(name, fields, len(table), largest_first(table.excl))
+    name = "operators" if rows.shape is None else "operators-by-shape"
+    shown = ("name", "cat", "count", "self_us", "total_us", "gpu_self_us", "gpu_total_us")
+    return Table(name, fields, rows.n, largest_first(excl), "Top operators by self time", shown)
 
 
 def operator_memory(session: Any, groups: Any) -> dict[str, np.ndarray] | None:
@@ -373,31 +427,91 @@ def operator_memory(session: Any, groups: Any) -> dict[str, np.ndarray] | None:
     return group_columns(ops, device, groups)
 
 
-def kernels_table(trace: Any, table: Any, top_group: np.ndarray, op_names: np.ndarray) -> Table:
-    """The kernels table (`k`): a row per GPU (cat, name) group of `table` (a KernelTable);
-    `top_group` per group the operator group that launched most of its time (-1: none),
-    `op_names` the name of each operator group."""
-    strings = trace.strings
-    names = table.groups.name.astype(np.int64)
-    cats = table.groups.cat.astype(np.int64)
-    whole = float(table.total.sum())
+@dataclass(frozen=True)
+class KernelRows:
+    """GPU (cat, name) groups, typed as their table reads them: per row its name, category,
+    count, total, mean, shortest and longest ns (None: no instances) and the operator that
+    launched most of its time (None: not known); `total` (an array) orders them and makes the
+    shares."""
 
-    def launcher(g: int) -> str | None:
-        op = int(top_group[g])
-        return strings[int(op_names[op])] if op >= 0 else None
+    n: int
+    name: Callable[[int], str]
+    cat: Callable[[int], str]
+    count: Callable[[int], Any]
+    total: np.ndarray
+    mean: Callable[[int], Any]
+    min: Callable[[int], Any]
+    max: Callable[[int], Any]
+    launcher: Callable[[int], str | None]
 
+    @classmethod
+    def of(cls, trace: Any, table: Any, top_group: np.ndarray, op_names: np.ndarray) -> KernelRows:
+        """A row per group of `table` (a KernelTable); `top_group` per group the operator group
+        that launched most of its time (-1: none), `op_names` the name of each operator group."""
+        strings = trace.strings
+        names = table.groups.name.astype(np.int64)
+        cats = table.groups.cat.astype(np.int64)
+
+        def launcher(g: int) -> str | None:
+            op = int(top_group[g])
+            return strings[int(op_names[op])] if op >= 0 else None
+
+        return cls(
+            len(table),
+            lambda g: strings[names[g]],
+            lambda g: strings[cats[g]],
+            lambda g: table.count[g],
+            table.total,
+            lambda g: mean_ns(table.total[g], table.count[g]),
+            lambda g: table.min[g] if table.count[g] else None,
+            lambda g: table.max[g] if table.count[g] else None,
+            launcher,
+        )
+
+    @classmethod
+    def of_document(
+        cls, kernels: Sequence[dict[str, Any]], launcher: Callable[[str, str], str | None]
+    ) -> KernelRows:
+        """The rows of a summary document's `kernels`; `launcher(cat, name)` the operator that
+        launched most of a group's time."""
+        return cls(
+            len(kernels),
+            lambda i: kernels[i]["name"],
+            lambda i: kernels[i]["cat"],
+            lambda i: kernels[i]["count"],
+            np.array([us_ns(k["total_us"]) for k in kernels], np.float64),
+            lambda i: us_ns(kernels[i]["mean_us"]),
+            lambda i: us_ns(kernels[i]["min_us"]),
+            lambda i: us_ns(kernels[i]["max_us"]),
+            lambda i: launcher(kernels[i]["cat"], kernels[i]["name"]) or None,
+        )
+
+
+def kernels_table(rows: KernelRows) -> Table:
+    """The kernels table (`k`, and the summary's top kernels): a row per GPU group, most total
+    time first."""
+    total = rows.total
+    whole = float(total.sum())
     fields = [
-        Field("name", TEXT, lambda g: strings[names[g]]),
-        Field("cat", TEXT, lambda g: strings[cats[g]]),
-        Field("count", INT, lambda g: table.count[g]),
-        Field("total_us", US, lambda g: table.total[g]),
-        Field("mean_us", US, lambda g: mean_ns(table.total[g], table.count[g])),
-        Field("total_share", FLOAT, _share(table.total, whole)),
-        Field("launched_by", TEXT, launcher),
-        Field("min_us", US, lambda g: table.min[g] if table.count[g] else None),
-        Field("max_us", US, lambda g: table.max[g] if table.count[g] else None),
+        Field("name", NAME, rows.name, "kernel"),
+        Field("cat", TEXT, rows.cat),
+        Field("count", COUNT, rows.count, "count"),
+        Field("total_us", US, lambda g: total[g], "total"),
+        Field("mean_us", US, rows.mean, "mean"),
+        Field("total_share", FLOAT, _share(total, whole)),
+        Field("launched_by", NAME, rows.launcher, "launched mostly by"),
+        Field("min_us", US, rows.min, "min"),
+        Field("max_us", US, rows.max, "max"),
     ]
-    return Table("kernels", fields, len(table), largest_first(table.total))
+    shown = ("name", "count", "total_us", "mean_us", "min_us", "max_us", "launched_by")
+    return Table(
+        "kernels",
+        fields,
+        rows.n,
+        largest_first(total),
+        "Top GPU kernels and copies by total time",
+        shown,
+    )
 
 
 def kernel_launcher_groups(session: Any, table: Any) -> np.ndarray:
@@ -711,24 +825,74 @@ def devices_table(idle: Any) -> Table:
     return Table("devices", fields, len(devices), np.arange(len(devices)))
 
 
-def idle_by_cpu_table(trace: Any, table: Any) -> Table:
+@dataclass(frozen=True)
+class IdleByCpuRows:
+    """GPU idle by the CPU operator at each gap's midpoint, typed as its table reads it: per
+    row the operator's name and category (None: the gaps with no CPU slice there), its gaps,
+    their idle ns and the longest one's (None: not known)."""
+
+    n: int
+    name: Callable[[int], str | None]
+    cat: Callable[[int], str | None]
+    gaps: Callable[[int], int]
+    idle: Callable[[int], Any]
+    longest: Callable[[int], Any]
+
+    @classmethod
+    def of(cls, trace: Any, table: Any) -> IdleByCpuRows:
+        """Every row of an IdleByCpu table (analysis/idle.py), most idle first, and a last
+        row for the gaps with no CPU slice there."""
+        named = len(table.idle)
+
+        def named_row(value: Callable[[int], Any]) -> Callable[[int], Any]:
+            return lambda i: value(i) if i < named else None
+
+        return cls(
+            named + (1 if table.unattributed_gaps else 0),
+            named_row(lambda r: trace.strings[int(table.name[r])]),
+            named_row(lambda r: trace.strings[int(table.cat[r])]),
+            lambda i: table.gaps[i] if i < named else table.unattributed_gaps,
+            lambda i: table.idle[i] if i < named else table.unattributed_idle,
+            named_row(lambda r: table.longest[r]),
+        )
+
+    @classmethod
+    def of_document(cls, entries: Sequence[dict[str, Any]]) -> IdleByCpuRows:
+        """The rows of a summary document's `idle_by_cpu`."""
+        return cls(
+            len(entries),
+            lambda i: entries[i]["name"],
+            lambda i: entries[i]["cat"],
+            lambda i: entries[i]["gaps"],
+            lambda i: us_ns(entries[i]["idle_us"]),
+            lambda i: us_ns(entries[i]["longest_us"]),
+        )
+
+
+def us_ns(us: float | None) -> float | None:
+    """A document's µs as the ns a duration field holds (None stays None)."""
+    return None if us is None else us * 1000
+
+
+def idle_by_cpu_table(rows: IdleByCpuRows) -> Table:
     """GPU idle totalled by the CPU operator running at each gap's midpoint (all gaps; the gap
     list's first line), most idle first; a last row, without a name, for the gaps with no CPU
     slice there."""
-    named = len(table.idle)
-    extra = 1 if table.unattributed_gaps else 0
-
-    def named_row(i: int, value: Callable[[int], Any]) -> Any:
-        return value(i) if i < named else None
-
     fields = [
-        Field("name", TEXT, lambda i: named_row(i, lambda r: trace.strings[int(table.name[r])])),
-        Field("cat", TEXT, lambda i: named_row(i, lambda r: trace.strings[int(table.cat[r])])),
-        Field("gaps", INT, lambda i: table.gaps[i] if i < named else table.unattributed_gaps),
-        Field("idle_us", US, lambda i: table.idle[i] if i < named else table.unattributed_idle),
-        Field("longest_us", US, lambda i: named_row(i, lambda r: table.longest[r])),
+        Field("name", NAME, rows.name, "CPU operator", missing="(no CPU slice there)"),
+        Field("cat", TEXT, rows.cat, "category", missing=""),
+        Field("gaps", COUNT, rows.gaps, "gaps"),
+        Field("idle_us", US, rows.idle, "GPU idle"),
+        Field("longest_us", US, rows.longest, "longest gap"),
     ]
-    return Table("idle-by-cpu", fields, named + extra, np.arange(named + extra))
+    return Table(
+        "idle-by-cpu",
+        fields,
+        rows.n,
+        np.arange(rows.n),
+        "GPU idle by what the CPU was running during the gaps (innermost slice at each gap's "
+        "midpoint, all gaps)",
+    )
 
 
 def memory_peaks_table(groups: Sequence[Any]) -> Table:
@@ -754,9 +918,13 @@ def single_trace_tables(session: Any) -> list[Table]:
     kernels = session.kernels
     gaps = session.idle.gaps
     made = [
-        operators_table(trace, operators, memory=operator_memory(session, session.cpu_groups)),
+        operators_table(
+            OperatorRows.of(trace, operators, memory=operator_memory(session, session.cpu_groups))
+        ),
         kernels_table(
-            trace, kernels, kernel_launcher_groups(session, kernels), session.cpu_groups.name
+            KernelRows.of(
+                trace, kernels, kernel_launcher_groups(session, kernels), session.cpu_groups.name
+            )
         ),
         gaps_table(trace, gaps, gaps.longest()),
         findings_table(cause_members(session.causes)),  # cause by cause, as `t` shows them
@@ -765,7 +933,7 @@ def single_trace_tables(session: Any) -> list[Table]:
     if session.idle.devices:
         made.append(devices_table(session.idle))
     if len(gaps):
-        made.append(idle_by_cpu_table(trace, session.idle_by_cpu))
+        made.append(idle_by_cpu_table(IdleByCpuRows.of(trace, session.idle_by_cpu)))
     if session.memory:
         made.append(memory_peaks_table(session.memory))
     memory = session.memory_ops

@@ -34,6 +34,7 @@ from kinetoscope.present.tables import (
     INT,
     TEXT,
     Field,
+    KernelRows,
     Table,
     instances_table,
     kernel_launcher_groups,
@@ -86,7 +87,7 @@ class KernelsScreen(RangeTableScreen[KernelTable]):
 
         def make() -> Table:  # in the save's worker: the launchers walk every GPU activity
             top = kernel_launcher_groups(session, table)
-            return kernels_table(session.trace, table, top, session.cpu_groups.name)
+            return kernels_table(KernelRows.of(session.trace, table, top, session.cpu_groups.name))
 
         return make
 

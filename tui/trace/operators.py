@@ -51,6 +51,7 @@ from kinetoscope.present.tables import (
     TEXT,
     US,
     Field,
+    OperatorRows,
     Table,
     instances_table,
     named_counts_table,
@@ -184,7 +185,9 @@ class OperatorsScreen(RangeTableScreen[ShownOperators]):
 
         def make() -> Table:  # in the save's worker
             memory = operator_memory(session, session.cpu_groups) if with_memory else None
-            return operators_table(session.trace, result.table, result.shapes, memory)
+            return operators_table(
+                OperatorRows.of(session.trace, result.table, result.shapes, memory)
+            )
 
         return make
 
