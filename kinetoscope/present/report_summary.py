@@ -281,7 +281,7 @@ def _finite(value: Any) -> Any:
 NUMBER, NAME, STACK, TEXT = "number", "name", "stack", "text"
 CAP = {NAME: 48, STACK: 80, TEXT: 100}  # the widest a column is drawn, even with room to spare
 FLOOR = {NAME: 16, STACK: 24, TEXT: 16}  # the narrowest before a table is split in two
-STACK_SEPARATOR = " > "
+STACK_SEPARATOR = tables.STACK_SEPARATOR
 NAME_WIDTH = CAP[NAME]
 
 
@@ -564,14 +564,14 @@ def summary_tables(analysis: Any, document: dict[str, Any], answer_first: bool =
         steps_section(analysis),
         gpu_table(document),
         device_names_note(document),
-        gaps_table(document),
+        gaps_section(document),
         idle_by_cpu_section(document),
         operators_section(document),
         kernels_section(analysis, document),
         memory_table(document),
         *memory_sync_tables(document),
         *compile_tables(document),
-        findings_table(document, grouped=answer_first),
+        findings_section(document, grouped=answer_first),
     ]
     return [s for s in sections if s is not None]
 
@@ -637,11 +637,15 @@ def section(
 
 
 def _report_cell(field: tables.Field, row: int) -> Any:
+    from rich.text import Text
+
     if field.text is not None:
         return field.text(row)
     value = field.value(row)
     if value is None:
         return field.missing
+    if field.kind is tables.SEVERITY:
+        return Text(str(value), style=SEVERITY_COLOURS.get(value, ""))
     if field.kind.csv == "text":
         return _data(value)
     return field.kind.shown(value)
@@ -735,34 +739,10 @@ def device_names_note(document: dict[str, Any]) -> Any:
     return Note(f"GPUs: {text}")
 
 
-def gaps_table(document: dict[str, Any]) -> Any:
+def gaps_section(document: dict[str, Any]) -> Any:
     if not document["idle_gaps"]:
         return None
-    table = _table(
-        "Longest GPU idle gaps, with what the CPU was doing at their midpoint",
-        "device",
-        "at",
-        "duration",
-        "cause",
-        "next GPU event",
-        "CPU stack (innermost last)",
-        right=("at", "duration"),
-        names=("next GPU event",),
-        stacks=("CPU stack (innermost last)",),
-        key=2,  # a gap is told apart by its device and time
-    )
-    origin = document["trace"]["start_us"] or 0.0
-    for gap in document["idle_gaps"]:
-        stack = gap["cpu_stack"]  # outermost first
-        table.add_row(
-            str(gap["device"]),
-            "+" + _dur(gap["start_us"] - origin),
-            _dur(gap["dur_us"]),
-            gap["cause"],
-            _data(gap["next_gpu_event"]),
-            _data(STACK_SEPARATOR.join(stack)) if stack else "–",
-        )
-    return table
+    return section(tables.gaps_table(tables.GapRows.of_document(document)))
 
 
 def idle_by_cpu_section(document: dict[str, Any], limit: int = 10) -> Any:
@@ -1030,14 +1010,12 @@ def what_to_fix_table(document: dict[str, Any]) -> Any:
     return table
 
 
-def findings_table(document: dict[str, Any], grouped: bool = True) -> Any:
+def findings_section(document: dict[str, Any], grouped: bool = True) -> Any:
     """One row per cause, the findings of other rules it explains inside its row (`grouped`),
     or one row per rule's finding."""
-    from rich.text import Text
-
-    table = _table("Findings", "severity", "rule", "what we saw, and what to try")
     findings = document["findings"]
     causes = _causes(document) if grouped else _causes({"findings": findings})
+    rows = []
     for cause in causes:
         finding = findings[cause["finding"]]
         message = finding["message"]
@@ -1045,12 +1023,18 @@ def findings_table(document: dict[str, Any], grouped: bool = True) -> Any:
             support = findings[i]
             message += f" Supporting evidence, {support['rule']} ({support['severity']}): "
             message += support["message"]
-        rule = cause["rule"]
-        table.add_row(
-            Text(cause["severity"], style=SEVERITY_COLOURS.get(cause["severity"], "")),
-            rule,
-            _data(message),
+        evidence = finding["evidence"]
+        rows.append(
+            tables.FindingRow(
+                cause["severity"],
+                cause["rule"],
+                message,
+                tables.us_ns(evidence["start_us"]),
+                tables.us_ns(evidence["dur_us"]),
+                evidence.get("device"),
+            )
         )
+    table = section(tables.findings_table(rows))
     if not findings:
         table.add_row("", "", "No rule fired.")
     return table

@@ -70,6 +70,7 @@ US = DURATION
 BYTES = Kind("bytes", "int", "number", lambda v: fmt_bytes(v))
 SHARE = Kind("share", "float", "number", lambda v: fmt_percent(v))  # a fraction of 1
 FLOAT = Kind("float", "float", "number", lambda v: repr(float(v)))
+SEVERITY = Kind("severity", "text", "text", str)  # critical, warning, info: coloured in a report
 
 
 @dataclass(frozen=True)
@@ -528,45 +529,118 @@ def kernel_launcher_groups(session: Any, table: Any) -> np.ndarray:
     ).top_group
 
 
-def gaps_table(trace: Any, gaps: Any, order: np.ndarray) -> Table:
-    """GPU idle gaps (`i`), the rows being `order` (gap ids, e.g. longest first)."""
-    from kinetoscope.analysis.idle import CAUSES
+@dataclass(frozen=True)
+class GapRows:
+    """GPU idle gaps, typed as their table reads them: per row its device, start (the trace's
+    clock) and length ns, cause, the next GPU event's name (None: none); for the report also
+    its start from the trace's first event (`at`, ns) and the CPU stack at its midpoint
+    (`stack`, outermost first)."""
 
-    order = np.asarray(order, np.int64)
+    n: int
+    device: Callable[[int], int]
+    start: Callable[[int], Any]
+    length: Callable[[int], Any]
+    cause: Callable[[int], str]
+    next_event: Callable[[int], str | None]
+    at: Callable[[int], Any] = lambda i: None
+    stack: Callable[[int], Sequence[str]] = lambda i: ()
 
-    def gap(i: int) -> int:
-        return int(order[i])
+    @classmethod
+    def of(cls, trace: Any, gaps: Any, order: np.ndarray) -> GapRows:
+        """The gaps `order` (gap ids, e.g. longest first) of an IdleGaps (analysis/idle.py)."""
+        from kinetoscope.analysis.idle import CAUSES
 
-    fields = [
-        Field("rank", INT, lambda i: i + 1),
-        Field("device", INT, lambda i: gaps.device[gap(i)]),
-        Field("start_us", US, lambda i: gaps.start[gap(i)]),
-        Field("length_us", US, lambda i: int(gaps.end[gap(i)]) - int(gaps.start[gap(i)])),
-        Field("cause", TEXT, lambda i: CAUSES[int(gaps.cause[gap(i)])]),
-        Field(
-            "next_gpu_event",
-            TEXT,
+        order = np.asarray(order, np.int64)
+
+        def gap(i: int) -> int:
+            return int(order[i])
+
+        return cls(
+            len(order),
+            lambda i: gaps.device[gap(i)],
+            lambda i: gaps.start[gap(i)],
+            lambda i: int(gaps.end[gap(i)]) - int(gaps.start[gap(i)]),
+            lambda i: CAUSES[int(gaps.cause[gap(i)])],
             lambda i: (
                 trace.name_of(int(gaps.next_row[gap(i)])) if gaps.next_row[gap(i)] >= 0 else None
             ),
+        )
+
+    @classmethod
+    def of_document(cls, document: dict[str, Any]) -> GapRows:
+        """The rows of a summary document's `idle_gaps` (the longest first)."""
+        gaps = document["idle_gaps"]
+        origin = document["trace"]["start_us"] or 0.0
+        return cls(
+            len(gaps),
+            lambda i: gaps[i]["device"],
+            lambda i: us_ns(gaps[i]["start_us"]),
+            lambda i: us_ns(gaps[i]["dur_us"]),
+            lambda i: gaps[i]["cause"],
+            lambda i: gaps[i]["next_gpu_event"],
+            lambda i: us_ns(gaps[i]["start_us"] - origin),
+            lambda i: gaps[i]["cpu_stack"],
+        )
+
+
+STACK_SEPARATOR = " > "  # between the frames of a stack cell, outermost first
+
+
+def gaps_table(rows: GapRows) -> Table:
+    """GPU idle gaps (`i`, and the summary's longest gaps) in the order given."""
+    fields = [
+        Field("rank", INT, lambda i: i + 1),
+        Field("device", ID, rows.device, "device"),
+        Field("start_us", US, rows.start),
+        Field("at", US, rows.at, "at", lambda i: "+" + duration_text(rows.at(i)), csv=False),
+        Field("length_us", US, rows.length, "duration"),
+        Field("cause", TEXT, rows.cause, "cause"),
+        Field("next_gpu_event", NAME, rows.next_event, "next GPU event"),
+        Field(
+            "cpu_stack",
+            STACK,
+            lambda i: STACK_SEPARATOR.join(stack) if (stack := rows.stack(i)) else None,
+            "CPU stack (innermost last)",
+            csv=False,
         ),
     ]
-    return Table("gaps", fields, len(order), np.arange(len(order)))
+    return Table(
+        "gaps",
+        fields,
+        rows.n,
+        np.arange(rows.n),
+        "Longest GPU idle gaps, with what the CPU was doing at their midpoint",
+        key=2,  # a gap is told apart by its device and time
+    )
+
+
+@dataclass(frozen=True)
+class FindingRow:
+    """A finding as its table reads it (analysis/rules.py's Finding has these attributes too):
+    severity, rule, the message, the evidence's start and length ns and device (None: none)."""
+
+    severity: str
+    rule: str
+    message: str
+    start: Any
+    dur: Any
+    device: int | None = None
 
 
 def findings_table(findings: Sequence[Any]) -> Table:
-    """The triage findings (`t`) as the rules gave them, one row per rule's finding, in the
-    order given (cause by cause: analysis/rules.py `cause_members`)."""
+    """The triage findings (`t`, and the summary's Findings), one row per finding (Finding or
+    FindingRow) in the order given (the viewer's: cause by cause, analysis/rules.py
+    `cause_members`)."""
     fields = [
         Field("number", INT, lambda i: i + 1),
-        Field("severity", TEXT, lambda i: findings[i].severity),
-        Field("rule", TEXT, lambda i: findings[i].rule),
+        Field("severity", SEVERITY, lambda i: findings[i].severity, "severity"),
+        Field("rule", TEXT, lambda i: findings[i].rule, "rule"),
         Field("device", INT, lambda i: findings[i].device),
-        Field("message", TEXT, lambda i: findings[i].message),
+        Field("message", TEXT, lambda i: findings[i].message, "what we saw, and what to try"),
         Field("evidence_start_us", US, lambda i: findings[i].start),
         Field("evidence_dur_us", US, lambda i: findings[i].dur),
     ]
-    return Table("findings", fields, len(findings), np.arange(len(findings)))
+    return Table("findings", fields, len(findings), np.arange(len(findings)), "Findings")
 
 
 def with_share(part: Any, whole: Any) -> Callable[[int], str]:
@@ -926,7 +1000,7 @@ def single_trace_tables(session: Any) -> list[Table]:
                 trace, kernels, kernel_launcher_groups(session, kernels), session.cpu_groups.name
             )
         ),
-        gaps_table(trace, gaps, gaps.longest()),
+        gaps_table(GapRows.of(trace, gaps, gaps.longest())),
         findings_table(cause_members(session.causes)),  # cause by cause, as `t` shows them
         steps_table(trace, session.steps, bool(session.idle.devices)),
     ]
