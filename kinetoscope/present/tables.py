@@ -29,7 +29,7 @@ import os
 import re
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -88,6 +88,51 @@ class Field:
     text: Callable[[int], Any] | None = None
     csv: bool = True
     missing: str = "–"
+    view: Callable[[], View] | None = None  # how the viewer shows it, made when it asks
+
+
+@dataclass(frozen=True)
+class View:
+    """How the viewer's table (tui/widgets/columns.py `columns_of`) shows a field: its title
+    there, the values of every row as an array (the cells of a duration, count or share, and
+    the sort key), its width in cells (None: as its kind wants; 0: what the fixed columns
+    leave), whether it gives way on a narrow terminal (`optional`), its cell when not the
+    value (`cell`), and the whole a share is of."""
+
+    title: str
+    values: np.ndarray | None = None
+    width: int | None = None
+    optional: bool = False
+    cell: Callable[[int], str] | None = None
+    whole: float = 0.0
+
+
+def string_ranks(strings: Sequence[str], ids: np.ndarray) -> np.ndarray:
+    """Sort keys for string ids: the rank of each id's lowercased text among `ids`' texts."""
+    distinct, inverse = np.unique(ids, return_inverse=True)
+    texts = [strings[int(i)].lower() for i in distinct]
+    rank = np.empty(len(distinct), dtype=np.int64)
+    rank[sorted(range(len(texts)), key=texts.__getitem__)] = np.arange(len(texts))
+    return rank[inverse.reshape(-1)]
+
+
+def name_view(title: str, strings: Sequence[str], names: np.ndarray) -> View:
+    """A column of event names (string ids) taking the room the others leave, sorted by name."""
+    return View(
+        title, string_ranks(strings, names), 0, cell=lambda g: strings[names[g]] or "(no name)"
+    )
+
+
+def category_view(strings: Sequence[str], cats: np.ndarray, widest: int = 12) -> View:
+    """The category of a group, as wide as the longest one needs (at most `widest`)."""
+    cats = np.asarray(cats).astype(np.int64)
+    longest = max((len(strings[int(c)]) for c in np.unique(cats)), default=3)
+    return View(
+        "cat",
+        string_ranks(strings, cats),
+        max(4, min(widest, longest + 1)),
+        cell=lambda g: strings[cats[g]],
+    )
 
 
 @dataclass
@@ -104,6 +149,10 @@ class Table:
     title: str = ""
     shown: tuple[str, ...] = ()
     key: int = 1
+
+    @property
+    def view_fields(self) -> list[Field]:
+        return [f for f in self.fields if f.view is not None]
 
     @property
     def csv_fields(self) -> list[Field]:
@@ -444,19 +493,45 @@ class KernelRows:
     min: Callable[[int], Any]
     max: Callable[[int], Any]
     launcher: Callable[[int], str | None]
+    views: dict[str, Callable[[], View]] = field(default_factory=dict)  # the viewer's, by header
 
     @classmethod
-    def of(cls, trace: Any, table: Any, top_group: np.ndarray, op_names: np.ndarray) -> KernelRows:
-        """A row per group of `table` (a KernelTable); `top_group` per group the operator group
-        that launched most of its time (-1: none), `op_names` the name of each operator group."""
+    def of(cls, trace: Any, table: Any, top: Any, op_names: np.ndarray) -> KernelRows:
+        """A row per group of `table` (a KernelTable); `top` per group the operator group that
+        launched most of its time (-1: none), or the KernelLaunchers (analysis/kernels.py)
+        that also say how many did (the viewer's column); `op_names` the name of each
+        operator group."""
         strings = trace.strings
         names = table.groups.name.astype(np.int64)
         cats = table.groups.cat.astype(np.int64)
+        top_group = getattr(top, "top_group", top)
 
         def launcher(g: int) -> str | None:
             op = int(top_group[g])
             return strings[int(op_names[op])] if op >= 0 else None
 
+        def launched_by(g: int) -> str:  # the viewer's cell: and how many others
+            op = int(top.top_group[g])
+            if op < 0:
+                return "-"
+            more = int(top.n_groups[g]) - 1
+            return strings[int(op_names[op])] + (f" +{more}" if more > 0 else "")
+
+        views: dict[str, Callable[[], View]] = {
+            "name": lambda: name_view("kernel", strings, names),
+            "cat": lambda: category_view(strings, cats, widest=10),
+            "count": lambda: View("count", table.count),
+            "total_us": lambda: View("total", table.total),
+            "mean_us": lambda: View("mean", table.mean()),
+            # Narrow terminals: these give way (from the right) so that names keep room.
+            "total_share": lambda: View(
+                "%", table.total, optional=True, whole=float(table.total.sum())
+            ),
+            "min_us": lambda: View("min", table.min, optional=True),
+            "max_us": lambda: View("max", table.max, optional=True),
+        }
+        if hasattr(top, "n_groups"):
+            views["launched_by"] = lambda: View("launched by", None, 22, True, launched_by)
         return cls(
             len(table),
             lambda g: strings[names[g]],
@@ -467,6 +542,7 @@ class KernelRows:
             lambda g: table.min[g] if table.count[g] else None,
             lambda g: table.max[g] if table.count[g] else None,
             launcher,
+            views,
         )
 
     @classmethod
@@ -499,11 +575,12 @@ def kernels_table(rows: KernelRows) -> Table:
         Field("count", COUNT, rows.count, "count"),
         Field("total_us", US, lambda g: total[g], "total"),
         Field("mean_us", US, rows.mean, "mean"),
-        Field("total_share", FLOAT, _share(total, whole)),
+        Field("total_share", SHARE, _share(total, whole)),
         Field("launched_by", NAME, rows.launcher, "launched mostly by"),
         Field("min_us", US, rows.min, "min"),
         Field("max_us", US, rows.max, "max"),
     ]
+    fields = [replace(f, view=rows.views.get(f.header)) for f in fields]
     shown = ("name", "count", "total_us", "mean_us", "min_us", "max_us", "launched_by")
     return Table(
         "kernels",

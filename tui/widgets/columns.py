@@ -16,6 +16,8 @@ from kinetoscope.analysis.units import fmt_table_time
 from kinetoscope.tui.widgets.table import Column, TableModel, string_ranks
 from rich.text import Text
 
+from kinetoscope.present.tables import COUNT, DURATION, NAME, SHARE, Field, Table
+
 if TYPE_CHECKING:
     from kinetoscope.parser.model import Trace
 
@@ -87,6 +89,34 @@ def category_column(strings: Sequence[str], cats: np.ndarray, widest: int = 12) 
         width=max(4, min(widest, longest + 1)),
         numeric=False,
     )
+
+
+def column_of(field: Field) -> Column:
+    """The viewer's column of a table's field (present/tables.py): durations, counts and
+    shares through the factories above, whatever the table; text and names as the field's
+    view says (names cut where they say least)."""
+    assert field.view is not None
+    view = field.view()
+    if field.kind is DURATION:
+        return time_column(view.title, view.values, optional=view.optional)
+    if field.kind is COUNT:
+        return count_column(view.title, view.values)
+    if field.kind is SHARE:
+        return percent_column(view.title, view.values, view.whole, optional=view.optional)
+    return Column(
+        view.title,
+        view.cell or field.value,
+        key=view.values,
+        width=10 if view.width is None else view.width,
+        numeric=False,
+        optional=view.optional,
+        name=field.kind is NAME,
+    )
+
+
+def columns_of(table: Table) -> list[Column]:
+    """The viewer's columns of a table: a column per field that has a view, in field order."""
+    return [column_of(f) for f in table.view_fields]
 
 
 def restrict(model: TableModel, keep: np.ndarray) -> TableModel:
