@@ -388,6 +388,7 @@ class OperatorRows:
     gpu_total: Callable[[int], Any]
     shape: Callable[[int], str | None] | None = None
     memory: dict[str, np.ndarray] | None = None
+    views: dict[str, Callable[[], View]] = field(default_factory=dict)  # the viewer's, by header
 
     @classmethod
     def of(
@@ -400,12 +401,49 @@ class OperatorRows:
         """A row per CPU (cat, name) group of `table` (an OperatorTable), or per (cat, name,
         input shape) when `shapes` (a string id per group, -1: none) is given; the memory
         columns (`operator_memory`) when given."""
+        from kinetoscope.present.safe_text import clean
+
         strings = trace.strings
         names = table.groups.name.astype(np.int64)
         cats = table.groups.cat.astype(np.int64)
         shape = None
+        views: dict[str, Callable[[], View]] = {
+            "name": lambda: name_view("operator", strings, names),
+            "cat": lambda: category_view(strings, cats),
+            "count": lambda: View("count", table.count),
+            "total_us": lambda: View("total", table.incl),
+            "self_us": lambda: View("self", table.excl),
+            # At 80 columns these give way (from the right) so that names keep room.
+            "gpu_self_us": lambda: View("GPU self", table.gpu_self, optional=True),
+            "gpu_total_us": lambda: View("GPU total", table.gpu_total, optional=True),
+            "self_share": lambda: View(
+                "self%", table.excl, optional=True, whole=float(table.excl.sum())
+            ),
+        }
         if shapes is not None:
             shape = lambda g: strings[int(shapes[g])] if shapes[g] >= 0 else None  # noqa: E731
+            views["input_shape"] = lambda: View(
+                "input shape",
+                shapes,
+                22,
+                cell=lambda g: clean(strings[shapes[g]]) if shapes[g] >= 0 else "-",
+            )
+        if memory is not None:
+            allocated, peak = memory["allocated"], memory["peak_live"]
+            views["allocated_bytes"] = lambda: View(
+                "alloc'd",
+                allocated,
+                10,
+                True,
+                lambda g: fmt_bytes(int(allocated[g])) if allocated[g] else "",
+            )
+            views["peak_live_bytes"] = lambda: View(
+                "peak mem",
+                peak,
+                10,
+                True,
+                lambda g: fmt_bytes(int(peak[g])) if peak[g] != NO_VALUE else "",
+            )
         return cls(
             len(table),
             lambda g: strings[names[g]],
@@ -417,6 +455,7 @@ class OperatorRows:
             lambda g: table.gpu_total[g],
             shape,
             memory,
+            views,
         )
 
     @classmethod
@@ -451,15 +490,16 @@ def operators_table(rows: OperatorRows) -> Table:
         Field("self_us", US, lambda g: excl[g], "self"),
         Field("gpu_self_us", US, rows.gpu_self, "GPU self"),
         Field("gpu_total_us", US, rows.gpu_total, "GPU total"),
-        Field("self_share", FLOAT, _share(excl, whole)),
+        Field("self_share", SHARE, _share(excl, whole)),
     ]
     memory = rows.memory
     if memory is not None:
         allocated, peak = memory["allocated"], memory["peak_live"]
         fields += [
-            Field("allocated_bytes", INT, lambda g: allocated[g]),
-            Field("peak_live_bytes", INT, lambda g: peak[g]),
+            Field("allocated_bytes", BYTES, lambda g: allocated[g]),
+            Field("peak_live_bytes", BYTES, lambda g: peak[g]),
         ]
+    fields = [replace(f, view=rows.views.get(f.header)) for f in fields]
     name = "operators" if rows.shape is None else "operators-by-shape"
     shown = ("name", "cat", "count", "self_us", "total_us", "gpu_self_us", "gpu_total_us")
     return Table(name, fields, rows.n, largest_first(excl), "Top operators by self time", shown)

@@ -1,5 +1,6 @@
-"""Building blocks of the drill-down tables: column factories (durations, counts, shares,
-categories, a table of instances), a model restricted to some of its rows, and share bars.
+"""Building blocks of the drill-down tables: column factories (durations, counts, shares, a
+table of instances), the columns of a table's description (`columns_of`: present/tables.py),
+a model restricted to some of its rows, and share bars.
 
 Any table screen (operators, kernels, and later ranks, collectives or a diff) builds its
 `TableModel` from these, so that the same kind of value looks and sorts the same everywhere.
@@ -8,12 +9,12 @@ Any table screen (operators, kernels, and later ranks, collectives or a diff) bu
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
 from kinetoscope.analysis.units import fmt_table_time
-from kinetoscope.tui.widgets.table import Column, TableModel, string_ranks
+from kinetoscope.tui.widgets.table import Column, TableModel
 from rich.text import Text
 
 from kinetoscope.present.tables import COUNT, DURATION, NAME, SHARE, Field, Table
@@ -78,19 +79,6 @@ def percent_column(
     )
 
 
-def category_column(strings: Sequence[str], cats: np.ndarray, widest: int = 12) -> Column:
-    """The category of a group, as wide as the longest one needs (at most `widest`)."""
-    cats = np.asarray(cats).astype(np.int64)
-    longest = max((len(strings[int(c)]) for c in np.unique(cats)), default=3)
-    return Column(
-        "cat",
-        lambda g: strings[cats[g]],
-        key=string_ranks(strings, cats),
-        width=max(4, min(widest, longest + 1)),
-        numeric=False,
-    )
-
-
 def column_of(field: Field) -> Column:
     """The viewer's column of a table's field (present/tables.py): durations, counts and
     shares through the factories above, whatever the table; text and names as the field's
@@ -108,7 +96,7 @@ def column_of(field: Field) -> Column:
         view.cell or field.value,
         key=view.values,
         width=10 if view.width is None else view.width,
-        numeric=False,
+        numeric=field.kind.layout == "number",  # bytes, say: right-aligned
         optional=view.optional,
         name=field.kind is NAME,
     )
