@@ -562,13 +562,13 @@ def summary_tables(analysis: Any, document: dict[str, Any], answer_first: bool =
         what_to_fix_table(document) if answer_first else None,
         trace_facts(analysis, document),
         steps_section(analysis),
-        gpu_table(document),
+        gpu_section(document),
         device_names_note(document),
         gaps_section(document),
         idle_by_cpu_section(document),
         operators_section(document),
         kernels_section(analysis, document),
-        memory_table(document),
+        memory_section(document),
         *memory_sync_tables(document),
         *compile_tables(document),
         findings_section(document, grouped=answer_first),
@@ -687,27 +687,10 @@ def steps_section(analysis: Any) -> Any:
     return section(tables.steps_table(analysis.trace, steps, bool(analysis.classes.gpu.any())))
 
 
-def gpu_table(document: dict[str, Any]) -> Any:
+def gpu_section(document: dict[str, Any]) -> Any:
     if not document["gpu"]:
         return None
-    causes = ("host_wait", "kernel_wait", "other")
-    numbers = ("kernels", "memcpy", "memset", "window", "busy", "idle", *causes)
-    table = _table("GPU utilisation and idle time by cause", "device", *numbers, right=numbers)
-    for gpu in document["gpu"]:
-        start, end = gpu["window_start_us"], gpu["window_end_us"]
-        window = None if start is None else end - start
-        idle_by_cause = gpu["idle_by_cause"]
-        table.add_row(
-            _data(f"GPU {gpu['device']}"),
-            f"{gpu['kernels']:,}",
-            f"{gpu['memcpys']:,}",
-            f"{gpu['memsets']:,}",
-            _dur(window),
-            f"{_dur(gpu['busy_us'])} {_pct(gpu['busy_us'], window or 0)}",
-            f"{_dur(gpu['idle_us'])} {_pct(gpu['idle_us'], window or 0)}",
-            *(_dur(idle_by_cause[c]) for c in causes),
-        )
-    return table
+    return section(tables.devices_table(tables.DeviceRows.of_document(document)))
 
 
 def gpu_device_names(document: dict[str, Any]) -> dict[int, Any]:
@@ -780,36 +763,10 @@ def kernels_section(analysis: Any, document: dict[str, Any], limit: int = 20) ->
     return section(table, shown, f"{table.title} (of {len(kernels)} in --json)")
 
 
-def memory_table(document: dict[str, Any]) -> Any:
-    from kinetoscope.analysis.memory import GPU_DEVICE_TYPES
-
+def memory_section(document: dict[str, Any]) -> Any:
     if not document["memory"]:
         return None
-    capacity = {d["id"]: d["total_memory_bytes"] for d in document["devices"]}
-    table = _table(
-        "Memory peaks ([memory] events)",
-        "device type",
-        "device id",
-        "peak allocated",
-        "peak reserved",
-        "of device memory",
-        right=("peak allocated", "peak reserved", "of device memory"),
-    )
-
-    for group in document["memory"]:
-        # A GPU's memory, whether the build writes CUDA (1) or HIP (6) as its device type
-        gpu = group["device_type"] in GPU_DEVICE_TYPES
-        total = capacity.get(group["device_id"]) if gpu else None
-        peak = group["peak_reserved_bytes"] or group["peak_allocated_bytes"]
-        share = _pct(peak, total) if isinstance(total, int) and peak is not None else "–"
-        table.add_row(
-            _data(group["device_type"]),
-            _data(group["device_id"]),
-            _bytes(group["peak_allocated_bytes"]),
-            _bytes(group["peak_reserved_bytes"]),
-            share,
-        )
-    return table
+    return section(tables.memory_peaks_table(tables.MemoryPeakRows.of_document(document)))
 
 
 def compile_tables(document: dict[str, Any]) -> list[Any]:

@@ -988,32 +988,115 @@ def compile_steps_table(trace: Any, result: Any) -> Table:
     return Table("compile-steps", fields, len(steps), smallest_first(start))
 
 
-def devices_table(idle: Any) -> Table:
+@dataclass(frozen=True)
+class DeviceRows:
+    """The GPUs' utilisation, typed as its table reads it: per device with GPU activity its id,
+    kernel, memcpy and memset counts, its window's start and end ns (None: no activity), busy
+    and idle ns, idle ns by cause (analysis/idle.py CAUSES); for the report the window's length
+    and the busy and idle shares of it (None: no window)."""
+
+    n: int
+    device: Callable[[int], int]
+    kernels: Callable[[int], int]
+    memcpys: Callable[[int], int]
+    memsets: Callable[[int], int]
+    window_start: Callable[[int], Any]
+    window_end: Callable[[int], Any]
+    busy: Callable[[int], Any]
+    idle: Callable[[int], Any]
+    idle_by_cause: Callable[[int, int], Any]
+    window: Callable[[int], Any] = lambda i: None
+    busy_share: Callable[[int], float | None] = lambda i: None
+    idle_share: Callable[[int], float | None] = lambda i: None
+
+    @classmethod
+    def of(cls, idle: Any) -> DeviceRows:
+        """The devices of an IdleResult (analysis/idle.py)."""
+        devices = list(idle.devices)
+
+        def window(i: int, end: int) -> int | None:
+            span = devices[i].window
+            return None if span is None else span[end]
+
+        return cls(
+            len(devices),
+            lambda i: devices[i].device,
+            lambda i: devices[i].kernels,
+            lambda i: devices[i].memcpys,
+            lambda i: devices[i].memsets,
+            lambda i: window(i, 0),
+            lambda i: window(i, 1),
+            lambda i: devices[i].busy_ns,
+            lambda i: devices[i].idle_ns,
+            lambda i, k: devices[i].idle_by_cause[k],
+        )
+
+    @classmethod
+    def of_document(cls, document: dict[str, Any]) -> DeviceRows:
+        """The rows of a summary document's `gpu`."""
+        from kinetoscope.analysis.idle import CAUSES
+
+        gpus = document["gpu"]
+
+        def window(i: int) -> float | None:  # µs
+            start, end = gpus[i]["window_start_us"], gpus[i]["window_end_us"]
+            return None if start is None else end - start
+
+        def share(key: str) -> Callable[[int], float | None]:
+            def of(i: int) -> float | None:
+                whole = window(i) or 0
+                return None if whole <= 0 else gpus[i][key] / whole
+
+            return of
+
+        return cls(
+            len(gpus),
+            lambda i: gpus[i]["device"],
+            lambda i: gpus[i]["kernels"],
+            lambda i: gpus[i]["memcpys"],
+            lambda i: gpus[i]["memsets"],
+            lambda i: us_ns(gpus[i]["window_start_us"]),
+            lambda i: us_ns(gpus[i]["window_end_us"]),
+            lambda i: us_ns(gpus[i]["busy_us"]),
+            lambda i: us_ns(gpus[i]["idle_us"]),
+            lambda i, k: us_ns(gpus[i]["idle_by_cause"][CAUSES[k]]),
+            lambda i: us_ns(window(i)),
+            share("busy_us"),
+            share("idle_us"),
+        )
+
+
+def share_text(share: float | None) -> str:
+    """A share of a report cell: a whole percentage, `–` where there is no whole."""
+    return "–" if share is None else fmt_percent(share)
+
+
+def devices_table(rows: DeviceRows) -> Table:
     """The overview's devices (`v`, and the summary's GPU table): per device with GPU activity
     its counts, its window (first start to last end), busy and idle time, idle by cause."""
     from kinetoscope.analysis.idle import CAUSES
 
-    devices = list(idle.devices)
+    def by_cause(k: int) -> Callable[[int], Any]:
+        return lambda i: rows.idle_by_cause(i, k)
 
-    def window(i: int, end: int) -> int | None:
-        span = devices[i].window
-        return None if span is None else span[end]
-
-    def by_cause(k: int) -> Callable[[int], int]:
-        return lambda i: devices[i].idle_by_cause[k]
+    def beside(time: Callable[[int], Any], share: Callable[[int], Any]) -> Callable[[int], str]:
+        return lambda i: f"{duration_text(time(i))} {share_text(share(i))}"
 
     fields = [
-        Field("device", INT, lambda i: devices[i].device),
-        Field("kernels", INT, lambda i: devices[i].kernels),
-        Field("memcpys", INT, lambda i: devices[i].memcpys),
-        Field("memsets", INT, lambda i: devices[i].memsets),
-        Field("window_start_us", US, lambda i: window(i, 0)),
-        Field("window_end_us", US, lambda i: window(i, 1)),
-        Field("busy_us", US, lambda i: devices[i].busy_ns),
-        Field("idle_us", US, lambda i: devices[i].idle_ns),
-        *(Field(f"{cause}_us", US, by_cause(k)) for k, cause in enumerate(CAUSES)),
+        Field("device", ID, rows.device, "device", lambda i: f"GPU {rows.device(i)}"),
+        Field("kernels", COUNT, rows.kernels, "kernels"),
+        Field("memcpys", COUNT, rows.memcpys, "memcpy"),
+        Field("memsets", COUNT, rows.memsets, "memset"),
+        Field("window_start_us", US, rows.window_start),
+        Field("window_end_us", US, rows.window_end),
+        Field("window", US, rows.window, "window", csv=False),
+        Field("busy_us", US, rows.busy, "busy", beside(rows.busy, rows.busy_share)),
+        Field("idle_us", US, rows.idle, "idle", beside(rows.idle, rows.idle_share)),
+        *(Field(f"{cause}_us", US, by_cause(k), cause) for k, cause in enumerate(CAUSES)),
     ]
-    return Table("devices", fields, len(devices), np.arange(len(devices)))
+    return Table(
+        "devices", fields, rows.n, np.arange(rows.n), "GPU utilisation and idle time by cause"
+    )
 
 
 @dataclass(frozen=True)
@@ -1086,15 +1169,70 @@ def idle_by_cpu_table(rows: IdleByCpuRows) -> Table:
     )
 
 
-def memory_peaks_table(groups: Sequence[Any]) -> Table:
+@dataclass(frozen=True)
+class MemoryPeakRows:
+    """Memory peaks per memory device ([memory] events), typed as their table reads them: its
+    device type and id, peak allocated and reserved bytes (None: not recorded); for the report
+    the peak's share of the device's memory (None: not known)."""
+
+    n: int
+    device_type: Callable[[int], int]
+    device_id: Callable[[int], int]
+    peak_allocated: Callable[[int], int | None]
+    peak_reserved: Callable[[int], int | None]
+    of_device: Callable[[int], float | None] = lambda i: None
+
+    @classmethod
+    def of(cls, groups: Sequence[Any]) -> MemoryPeakRows:
+        """The session's memory groups (analysis/memory.py)."""
+        return cls(
+            len(groups),
+            lambda i: groups[i].device_type,
+            lambda i: groups[i].device_id,
+            lambda i: groups[i].peak_allocated,
+            lambda i: groups[i].peak_reserved,
+        )
+
+    @classmethod
+    def of_document(cls, document: dict[str, Any]) -> MemoryPeakRows:
+        """The rows of a summary document's `memory`, with the `devices`' memory sizes."""
+        from kinetoscope.analysis.memory import GPU_DEVICE_TYPES
+
+        groups = document["memory"]
+        capacity = {d["id"]: d["total_memory_bytes"] for d in document["devices"]}
+
+        def of_device(i: int) -> float | None:
+            group = groups[i]
+            # A GPU's memory, whether the build writes CUDA (1) or HIP (6) as its device type
+            gpu = group["device_type"] in GPU_DEVICE_TYPES
+            total = capacity.get(group["device_id"]) if gpu else None
+            peak = group["peak_reserved_bytes"] or group["peak_allocated_bytes"]
+            if not isinstance(total, int) or peak is None or total <= 0:
+                return None
+            return peak / total
+
+        return cls(
+            len(groups),
+            lambda i: groups[i]["device_type"],
+            lambda i: groups[i]["device_id"],
+            lambda i: groups[i]["peak_allocated_bytes"],
+            lambda i: groups[i]["peak_reserved_bytes"],
+            of_device,
+        )
+
+
+def memory_peaks_table(rows: MemoryPeakRows) -> Table:
     """The summary's memory peaks: per memory device the peak allocated and reserved bytes."""
     fields = [
-        Field("device_type", INT, lambda i: groups[i].device_type),
-        Field("device_id", INT, lambda i: groups[i].device_id),
-        Field("peak_allocated_bytes", INT, lambda i: groups[i].peak_allocated),
-        Field("peak_reserved_bytes", INT, lambda i: groups[i].peak_reserved),
+        Field("device_type", ID, rows.device_type, "device type"),
+        Field("device_id", ID, rows.device_id, "device id"),
+        Field("peak_allocated_bytes", BYTES, rows.peak_allocated, "peak allocated"),
+        Field("peak_reserved_bytes", BYTES, rows.peak_reserved, "peak reserved"),
+        Field("of_device", SHARE, rows.of_device, "of device memory", csv=False),
     ]
-    return Table("memory-peaks", fields, len(groups), np.arange(len(groups)))
+    return Table(
+        "memory-peaks", fields, rows.n, np.arange(rows.n), "Memory peaks ([memory] events)"
+    )
 
 
 def single_trace_tables(session: Any) -> list[Table]:
@@ -1122,11 +1260,11 @@ def single_trace_tables(session: Any) -> list[Table]:
         steps_table(trace, session.steps, bool(session.idle.devices)),
     ]
     if session.idle.devices:
-        made.append(devices_table(session.idle))
+        made.append(devices_table(DeviceRows.of(session.idle)))
     if len(gaps):
         made.append(idle_by_cpu_table(IdleByCpuRows.of(trace, session.idle_by_cpu)))
     if session.memory:
-        made.append(memory_peaks_table(session.memory))
+        made.append(memory_peaks_table(MemoryPeakRows.of(session.memory)))
     memory = session.memory_ops
     device = memory.primary
     if device is not None and len(device):  # the main device's, as the memory view opens
