@@ -843,26 +843,12 @@ def compile_tables(document: dict[str, Any]) -> list[Any]:
         )
         for note in replay["partial"]:
             facts.add_row("partial", _data(note))
-    tables = [facts]
+    made = [facts]
     if c["eager_islands"]:
-        numbers = ("count", "CPU time", "GPU time")
         listed = len(c["eager_islands"])
         shown = f" (10 of {listed} in --json)" if listed > 10 else ""
-        islands = _table(
-            f"Eager islands: operators outside compiled code{shown}",
-            "operator",
-            *numbers,
-            right=numbers,
-            names=("operator",),
-        )
-        for island in c["eager_islands"][:10]:
-            islands.add_row(
-                _data(island["name"]),
-                f"{island['count']:,}",
-                _dur(island["cpu_us"]),
-                _dur(island["gpu_us"]),
-            )
-        tables.append(islands)
+        islands = tables.islands_table(tables.IslandRows.of_document(c["eager_islands"]))
+        made.append(section(islands, range(min(10, listed)), islands.title + shown))
     efficiency = c["efficiency"]["kernels"]
     if efficiency:
         numbers = ("count", "time", "TFLOP/s", "GB/s", "of peak GB/s")
@@ -883,22 +869,12 @@ def compile_tables(document: dict[str, Any]) -> list[Any]:
                 "–" if entry["gbs"] is None else f"{entry['gbs']:.1f}",
                 "–" if share is None else fmt_percent(share),
             )
-        tables.append(eff)
+        made.append(eff)
     if c["steps"] and c["has_compiled"]:
-        numbers = ("compiled", "eager islands", "guards", "compiling", "launches", "kernels")
-        steps = _table("Compiled code per step", "step", *numbers, right=numbers)
-        for step in c["steps"]:
-            steps.add_row(
-                _data(step["name"]),
-                f"{_dur(step['compiled_us'])} {_pct(step['compiled_us'], step['total_us'])}",
-                _dur(step["eager_us"]),
-                _dur(step["guard_us"]),
-                _dur(step["compiling_us"]),
-                f"{step['launch_calls']:,}",
-                f"{step['kernels']:,}",
-            )
-        tables.append(steps)
-    return tables
+        made.append(
+            section(tables.compile_steps_table(tables.CompileStepRows.of_document(c["steps"])))
+        )
+    return made
 
 
 SEVERITY_COLOURS = {"critical": "bold red", "warning": "yellow", "info": "cyan"}

@@ -950,42 +950,166 @@ def sync_sites_table(sites: Sequence[Any]) -> Table:
     return Table("sync-sites", fields, len(sites), np.arange(len(sites)))
 
 
-def islands_table(trace: Any, result: Any) -> Table:
-    """The compile view's eager islands (`c`): operators outside compiled code, by name."""
-    islands = result.eager_islands
+@dataclass(frozen=True)
+class IslandRows:
+    """Eager islands (operators outside compiled code, by name), typed as their table reads
+    them: per row its name, calls, CPU and GPU ns and its longest call's ns (None: not known);
+    `on_gpu`: the compile lens measured kernels (the CSV then has the GPU time); `key` orders
+    the rows (GPU time on a GPU, else CPU time)."""
+
+    n: int
+    name: Callable[[int], str]
+    count: Callable[[int], int]
+    cpu: Callable[[int], Any]
+    gpu: Callable[[int], Any]
+    longest: Callable[[int], Any]
+    on_gpu: bool
+    key: np.ndarray
+
+    @classmethod
+    def of(cls, trace: Any, result: Any) -> IslandRows:
+        """The eager islands of a CompileResult (analysis/compile.py)."""
+        islands = result.eager_islands
+        key = np.array([i.gpu_ns if result.on_gpu else i.cpu_ns for i in islands], np.int64)
+        return cls(
+            len(islands),
+            lambda i: islands[i].name,
+            lambda i: islands[i].count,
+            lambda i: islands[i].cpu_ns,
+            lambda i: islands[i].gpu_ns,
+            lambda i: trace.dur[islands[i].rows[0]] if islands[i].rows else 0,
+            bool(result.on_gpu),
+            key,
+        )
+
+    @classmethod
+    def of_document(cls, islands: Sequence[dict[str, Any]]) -> IslandRows:
+        """The rows of a summary document's `compile.eager_islands`."""
+        return cls(
+            len(islands),
+            lambda i: islands[i]["name"],
+            lambda i: islands[i]["count"],
+            lambda i: us_ns(islands[i]["cpu_us"]),
+            lambda i: us_ns(islands[i]["gpu_us"]),
+            lambda i: None,
+            True,
+            np.arange(len(islands))[::-1],
+        )
+
+
+def islands_table(rows: IslandRows) -> Table:
+    """The compile view's eager islands (`c`, and the summary's): operators outside compiled
+    code, by name."""
     fields = [
-        Field("name", TEXT, lambda i: islands[i].name),
-        Field("calls", INT, lambda i: islands[i].count),
-        Field("cpu_us", US, lambda i: islands[i].cpu_ns),
+        Field("name", NAME, rows.name, "operator"),
+        Field("calls", COUNT, rows.count, "count"),
+        Field("cpu_us", US, rows.cpu, "CPU time"),
+        Field("gpu_us", US, rows.gpu, "GPU time", csv=rows.on_gpu),
+        Field("longest_us", US, rows.longest),
     ]
-    if result.on_gpu:
-        fields.append(Field("gpu_us", US, lambda i: islands[i].gpu_ns))
-    fields.append(
-        Field("longest_us", US, lambda i: trace.dur[islands[i].rows[0]] if islands[i].rows else 0)
+    return Table(
+        "eager-islands",
+        fields,
+        rows.n,
+        largest_first(rows.key),
+        "Eager islands: operators outside compiled code",
     )
-    key = np.array([i.gpu_ns if result.on_gpu else i.cpu_ns for i in islands], np.int64)
-    return Table("eager-islands", fields, len(islands), largest_first(key))
 
 
-def compile_steps_table(trace: Any, result: Any) -> Table:
-    """The compile view's steps (`c`, then `S`): per ProfilerStep the compiled share and the
-    compile lens's other numbers."""
-    steps = result.steps
+@dataclass(frozen=True)
+class CompileStepRows:
+    """The compile lens per ProfilerStep, typed as its table reads it (analysis/compile.py's
+    StepCompile has these attributes): name, start, compiled ns and share of the step's
+    measured time, eager islands' ns, regions, guard calls and ns, compiling ns, launch calls,
+    kernels and launch CPU ns."""
+
+    n: int
+    name: Callable[[int], str]
+    start: Callable[[int], Any]
+    compiled: Callable[[int], Any]
+    share: Callable[[int], float | None]
+    eager: Callable[[int], Any]
+    regions: Callable[[int], int]
+    guard_calls: Callable[[int], int]
+    guard: Callable[[int], Any]
+    compiling: Callable[[int], Any]
+    launch_calls: Callable[[int], int]
+    kernels: Callable[[int], int]
+    launch_cpu: Callable[[int], Any]
+    key: np.ndarray  # the order: by start
+
+    @classmethod
+    def of(cls, trace: Any, result: Any) -> CompileStepRows:
+        """The steps of a CompileResult (analysis/compile.py)."""
+        steps = result.steps
+        return cls(
+            len(steps),
+            lambda i: trace.name_of(steps[i].row),
+            lambda i: steps[i].start,
+            lambda i: steps[i].compiled_ns,
+            lambda i: steps[i].share,
+            lambda i: steps[i].eager_ns,
+            lambda i: steps[i].regions,
+            lambda i: steps[i].guard_calls,
+            lambda i: steps[i].guard_ns,
+            lambda i: steps[i].compiling_ns,
+            lambda i: steps[i].launch_calls,
+            lambda i: steps[i].kernels,
+            lambda i: steps[i].launch_cpu_ns,
+            np.array([s.start for s in steps], np.int64),
+        )
+
+    @classmethod
+    def of_document(cls, steps: Sequence[dict[str, Any]]) -> CompileStepRows:
+        """The rows of a summary document's `compile.steps` (in step order)."""
+
+        def share(i: int) -> float | None:
+            total = steps[i]["total_us"]
+            return None if total <= 0 else steps[i]["compiled_us"] / total
+
+        return cls(
+            len(steps),
+            lambda i: steps[i]["name"],
+            lambda i: None,
+            lambda i: us_ns(steps[i]["compiled_us"]),
+            share,
+            lambda i: us_ns(steps[i]["eager_us"]),
+            lambda i: steps[i]["regions"],
+            lambda i: steps[i]["guard_calls"],
+            lambda i: us_ns(steps[i]["guard_us"]),
+            lambda i: us_ns(steps[i]["compiling_us"]),
+            lambda i: steps[i]["launch_calls"],
+            lambda i: steps[i]["kernels"],
+            lambda i: us_ns(steps[i]["launch_cpu_us"]),
+            np.arange(len(steps)),
+        )
+
+
+def compile_steps_table(rows: CompileStepRows) -> Table:
+    """The compile view's steps (`c`, then `S`, and the summary's): per ProfilerStep the
+    compiled share and the compile lens's other numbers."""
     fields = [
-        Field("step", TEXT, lambda i: trace.name_of(steps[i].row)),
-        Field("start_us", US, lambda i: steps[i].start),
-        Field("compiled_share", FLOAT, lambda i: steps[i].share),
-        Field("eager_us", US, lambda i: steps[i].eager_ns),
-        Field("regions", INT, lambda i: steps[i].regions),
-        Field("guard_calls", INT, lambda i: steps[i].guard_calls),
-        Field("guard_us", US, lambda i: steps[i].guard_ns),
-        Field("compiling_us", US, lambda i: steps[i].compiling_ns),
-        Field("launch_calls", INT, lambda i: steps[i].launch_calls),
-        Field("kernels", INT, lambda i: steps[i].kernels),
-        Field("launch_cpu_us", US, lambda i: steps[i].launch_cpu_ns),
+        Field("step", NAME, rows.name, "step"),
+        Field("start_us", US, rows.start),
+        Field(
+            "compiled_share",
+            FLOAT,
+            rows.share,
+            "compiled",
+            lambda i: f"{duration_text(rows.compiled(i))} {share_text(rows.share(i))}",
+        ),
+        Field("eager_us", US, rows.eager, "eager islands"),
+        Field("regions", INT, rows.regions),
+        Field("guard_calls", INT, rows.guard_calls),
+        Field("guard_us", US, rows.guard, "guards"),
+        Field("compiling_us", US, rows.compiling, "compiling"),
+        Field("launch_calls", COUNT, rows.launch_calls, "launches"),
+        Field("kernels", COUNT, rows.kernels, "kernels"),
+        Field("launch_cpu_us", US, rows.launch_cpu),
     ]
-    start = np.array([s.start for s in steps], np.int64)
-    return Table("compile-steps", fields, len(steps), smallest_first(start))
+    return Table(
+        "compile-steps", fields, rows.n, smallest_first(rows.key), "Compiled code per step"
+    )
 
 
 @dataclass(frozen=True)
@@ -1278,9 +1402,9 @@ def single_trace_tables(session: Any) -> list[Table]:
         made += [sync_calls_table(trace, calls), sync_sites_table(group_sites(trace, calls))]
     compiled = session.compiled
     if compiled.eager_islands:
-        made.append(islands_table(trace, compiled))
+        made.append(islands_table(IslandRows.of(trace, compiled)))
     if compiled.steps:
-        made.append(compile_steps_table(trace, compiled))
+        made.append(compile_steps_table(CompileStepRows.of(trace, compiled)))
     return made
 
 

@@ -31,7 +31,13 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Footer, Static
 
 from kinetoscope.present.safe_text import clean
-from kinetoscope.present.tables import Table, compile_steps_table, islands_table
+from kinetoscope.present.tables import (
+    CompileStepRows,
+    IslandRows,
+    Table,
+    compile_steps_table,
+    islands_table,
+)
 
 if TYPE_CHECKING:
     from kinetoscope.analysis.compile import CompileAnalysis
@@ -138,8 +144,8 @@ class CompileScreen(TableScreen):
             return None
         trace = self.data.trace
         if self.shown == ISLANDS:
-            return islands_table(trace, result)
-        return compile_steps_table(trace, result)
+            return islands_table(IslandRows.of(trace, result))
+        return compile_steps_table(CompileStepRows.of(trace, result))
 
     def action_switch_table(self) -> None:
         if self.result is None:
