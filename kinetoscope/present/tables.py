@@ -1,6 +1,10 @@
-"""The rows and columns of the viewer's tables as plain data, for CSV: the viewer's save key
-(`W`) and `kinetoscope summary --csv DIR` both write through here, so a table saved from the
-viewer and the same table written by the summary cannot disagree. No Textual, no Rich.
+"""The one description of a table: its fields, each with a kind (name, stack, text, id,
+count, duration, bytes, share...), over typed rows. The CSV files (the viewer's save key `W`
+and `kinetoscope summary --csv DIR`), summary's text/md/tsv sections (report_summary.section)
+and the viewer's columns (tui/widgets/columns.py `columns_of`, from a field's `View`) are made
+from it, so a table saved from the viewer, written by the summary and reported by it cannot
+disagree. A builder reads its rows from the session (`XRows.of`) or, for summary's report,
+from the summary document (`XRows.of_document`). No Textual, no Rich.
 
 A `Table` is a list of `Field`s over `n` rows, row ids being those of the viewer's model of the
 same table (a group, a gap, a finding...), plus `order`, the order the viewer first shows them
