@@ -969,14 +969,34 @@ class IslandRows:
     longest: Callable[[int], Any]
     on_gpu: bool
     key: np.ndarray
+    views: dict[str, Callable[[], View]] = field(default_factory=dict)  # the viewer's, by header
 
     @classmethod
     def of(cls, trace: Any, result: Any) -> IslandRows:
         """The eager islands of a CompileResult (analysis/compile.py)."""
         islands = result.eager_islands
+        n = len(islands)
         key = np.array([i.gpu_ns if result.on_gpu else i.cpu_ns for i in islands], np.int64)
+
+        def ints(values: Iterable[int]) -> np.ndarray:
+            return np.array(list(values), dtype=np.int64)
+
+        views: dict[str, Callable[[], View]] = {
+            "name": lambda: View(
+                "eager operator", np.arange(n, dtype=np.int64), 0, cell=lambda i: islands[i].name
+            ),
+            "calls": lambda: View("calls", ints(i.count for i in islands), 8),
+            "cpu_us": lambda: View("cpu", ints(i.cpu_ns for i in islands)),
+            "longest_us": lambda: View(
+                "longest",
+                ints(int(trace.dur[i.rows[0]]) if i.rows else 0 for i in islands),
+                optional=True,
+            ),
+        }
+        if result.on_gpu:
+            views["gpu_us"] = lambda: View("gpu", ints(i.gpu_ns for i in islands))
         return cls(
-            len(islands),
+            n,
             lambda i: islands[i].name,
             lambda i: islands[i].count,
             lambda i: islands[i].cpu_ns,
@@ -984,6 +1004,7 @@ class IslandRows:
             lambda i: trace.dur[islands[i].rows[0]] if islands[i].rows else 0,
             bool(result.on_gpu),
             key,
+            views,
         )
 
     @classmethod
@@ -1011,6 +1032,7 @@ def islands_table(rows: IslandRows) -> Table:
         Field("gpu_us", US, rows.gpu, "GPU time", csv=rows.on_gpu),
         Field("longest_us", US, rows.longest),
     ]
+    fields = [replace(f, view=rows.views.get(f.header)) for f in fields]
     return Table(
         "eager-islands",
         fields,

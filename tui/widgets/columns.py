@@ -87,8 +87,11 @@ def column_of(field: Field) -> Column:
     view = field.view()
     if field.kind is DURATION:
         return time_column(view.title, view.values, optional=view.optional)
-    if field.kind is COUNT:
+    if field.kind is COUNT and view.width is None:  # as wide as the largest count needs
         return count_column(view.title, view.values)
+    if field.kind is COUNT:
+        values = np.asarray(view.values)
+        return Column(view.title, lambda r: f"{int(values[r]):,}", key=values, width=view.width)
     if field.kind is SHARE:
         return percent_column(view.title, view.values, view.whole, optional=view.optional)
     return Column(
