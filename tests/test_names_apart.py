@@ -154,7 +154,7 @@ def test_demangling_is_cached():
 def _summary_kernel_rows(session, document, width: int) -> list[str]:
     from rich.console import Console
 
-    from kinetoscope.present.report_summary import kernels_table
+    from kinetoscope.present.report_summary import kernels_section as kernels_table
 
     table = kernels_table(session, document)
     console = Console(file=io.StringIO(), width=width, color_system=None, legacy_windows=False)

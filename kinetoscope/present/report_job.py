@@ -24,13 +24,11 @@ def _table_in_bundle(table: Any, bundle: Any) -> Any:
     (which is gone once the command ends)."""
     import dataclasses
 
-    from kinetoscope.present import tables
-
     def shown(value: Callable[[int], Any]) -> Callable[[int], Any]:
         return lambda row: (lambda v: bundle.shown(v) if isinstance(v, str) else v)(value(row))
 
     fields = [
-        dataclasses.replace(f, value=shown(f.value)) if f.kind == tables.TEXT else f
+        dataclasses.replace(f, value=shown(f.value)) if f.kind.csv == "text" else f
         for f in table.fields
     ]
     return dataclasses.replace(table, fields=fields)

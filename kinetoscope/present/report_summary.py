@@ -8,12 +8,14 @@ import json
 import math
 import re
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
 from kinetoscope.analysis.units import fmt_bytes, fmt_percent, fmt_table_time, plural
+from kinetoscope.present import tables
 
 # Rich-only helpers (no Textual): the viewer's cutting, measured in the same cells.
 from kinetoscope.present.safe_text import cut_end, cut_front, fit_names
@@ -119,7 +121,7 @@ def _finite(value: Any) -> Any:
 NUMBER, NAME, STACK, TEXT = "number", "name", "stack", "text"
 CAP = {NAME: 48, STACK: 80, TEXT: 100}  # the widest a column is drawn, even with room to spare
 FLOOR = {NAME: 16, STACK: 24, TEXT: 16}  # the narrowest before a table is split in two
-STACK_SEPARATOR = " > "
+STACK_SEPARATOR = tables.STACK_SEPARATOR
 NAME_WIDTH = CAP[NAME]
 
 
@@ -399,17 +401,17 @@ def summary_tables(analysis: Any, document: dict[str, Any], answer_first: bool =
     sections = [
         what_to_fix_table(document) if answer_first else None,
         trace_facts(analysis, document),
-        steps_table(analysis),
-        gpu_table(document),
+        steps_section(analysis),
+        gpu_section(document),
         device_names_note(document),
-        gaps_table(document),
-        idle_by_cpu_table(document),
-        operators_table(document),
-        kernels_table(analysis, document),
-        memory_table(document),
+        gaps_section(document),
+        idle_by_cpu_section(document),
+        operators_section(document),
+        kernels_section(analysis, document),
+        memory_section(document),
         *memory_sync_tables(document),
         *compile_tables(document),
-        findings_table(document, grouped=answer_first),
+        findings_section(document, grouped=answer_first),
     ]
     return [s for s in sections if s is not None]
 
@@ -457,6 +459,38 @@ def _table(
     return Section(title, [Column(c, kind(c)) for c in columns], key=key)
 
 
+def section(
+    table: tables.Table, rows: Iterable[int] | None = None, title: str | None = None
+) -> Section:
+    """The report's section of a table (present/tables.py): its report fields under their
+    titles, laid out as their kinds say, over `rows` (None: all, in row order). Text from the
+    trace is shown literally (`_data`); a field's `text` gives its own cell."""
+    fields = table.report_fields
+    out = Section(
+        table.title if title is None else title,
+        [Column(f.title or f.header, f.kind.layout) for f in fields],
+        key=table.key,
+    )
+    for row in range(table.n) if rows is None else rows:
+        out.add_row(*(_report_cell(f, row) for f in fields))
+    return out
+
+
+def _report_cell(field: tables.Field, row: int) -> Any:
+    from rich.text import Text
+
+    if field.text is not None:
+        return field.text(row)
+    value = field.value(row)
+    if value is None:
+        return field.missing
+    if field.kind is tables.SEVERITY:
+        return Text(str(value), style=SEVERITY_COLOURS.get(value, ""))
+    if field.kind.csv == "text":
+        return _data(value)
+    return field.kind.shown(value)
+
+
 def trace_facts(analysis: Any, document: dict[str, Any]) -> Any:
     source, trace = document["source"], document["trace"]
     table = _table("Trace", "fact", "value")
@@ -486,85 +520,17 @@ def trace_facts(analysis: Any, document: dict[str, Any]) -> Any:
     return table
 
 
-def steps_table(analysis: Any) -> Any:
+def steps_section(analysis: Any) -> Any:
     steps = analysis.steps
     if len(steps) == 0:
         return None
-    if not analysis.classes.gpu.any():
-        return cpu_steps_table(analysis)
-    trace = analysis.trace
-    table = _table(
-        "Steps: where the wall time went (GPU columns add up to the step; CPU columns overlap)",
-        "step",
-        "duration",
-        "GPU compute",
-        "comm",
-        "memcpy/set",
-        "GPU idle",
-        "DataLoader (CPU)",
-        "runtime (CPU)",
-        right=(
-            "duration",
-            "GPU compute",
-            "comm",
-            "memcpy/set",
-            "GPU idle",
-            "DataLoader (CPU)",
-            "runtime (CPU)",
-        ),
-        names=("step",),
-    )
-    parts = (steps.compute, steps.comm, steps.memory, steps.idle, steps.dataloader, steps.runtime)
-    _add_step_rows(table, trace, steps, parts)
-    return table
+    return section(tables.steps_table(analysis.trace, steps, bool(analysis.classes.gpu.any())))
 
 
-def _add_step_rows(table: Any, trace: Any, steps: Any, parts: tuple[Any, ...]) -> None:
-    """A row a step: its name, its duration, then each of `parts` (ns) with its share."""
-    for i in range(len(steps)):
-        dur = int(steps.dur[i])
-        shares = (f"{_dur(int(part[i]) / 1000)} {_pct(int(part[i]), dur)}" for part in parts)
-        table.add_row(_data(trace.name_of(int(steps.rows[i]))), _dur(dur / 1000), *shares)
-
-
-def cpu_steps_table(analysis: Any) -> Any:
-    """Steps of a trace without GPU activity (a CPU-only rank): CPU columns, no GPU ones."""
-    steps, trace = analysis.steps, analysis.trace
-    numbers = ("duration", "CPU ops", "uninstrumented", "collectives", "DataLoader")
-    table = _table(
-        "Steps (no GPU activity): CPU ops and uninstrumented time on the step's thread add up "
-        "to the step; collectives (any thread) and DataLoader overlap them",
-        "step",
-        *numbers,
-        right=numbers,
-        names=("step",),
-    )
-    parts = (steps.cpu_busy, steps.uninstrumented, steps.collective, steps.dataloader)
-    _add_step_rows(table, trace, steps, parts)
-    return table
-
-
-def gpu_table(document: dict[str, Any]) -> Any:
+def gpu_section(document: dict[str, Any]) -> Any:
     if not document["gpu"]:
         return None
-    causes = ("host_wait", "kernel_wait", "other")
-    numbers = ("kernels", "memcpy", "memset", "window", "busy", "idle", *causes)
-    table = _table("GPU utilisation and idle time by cause", "device", *numbers, right=numbers)
-    for gpu in document["gpu"]:
-        start, end = gpu["window_start_us"], gpu["window_end_us"]
-        window = None if start is None else end - start
-        idle_by_cause = gpu["idle_by_cause"]
-        table.add_row(
-            _data(f"GPU {gpu['device']}"),
-            f"{gpu['kernels']:,}",
-            f"{gpu['memcpys']:,}",
-            f"{gpu['memsets']:,}",
-            _dur(window),
-            f"{_dur(gpu['busy_us'])} {_pct(gpu['busy_us'], window or 0)}",
-            f"{_dur(gpu['idle_us'])} {_pct(gpu['idle_us'], window or 0)}",
-            *(_dur(idle_by_cause[c]) for c in causes),
-        )
-    return table
+    return section(tables.devices_table(tables.DeviceRows.of_document(document)))
 
 
 def gpu_device_names(document: dict[str, Any]) -> dict[int, Any]:
@@ -596,147 +562,51 @@ def device_names_note(document: dict[str, Any]) -> Any:
     return Note(f"GPUs: {text}")
 
 
-def gaps_table(document: dict[str, Any]) -> Any:
+def gaps_section(document: dict[str, Any]) -> Any:
     if not document["idle_gaps"]:
         return None
-    table = _table(
-        "Longest GPU idle gaps, with what the CPU was doing at their midpoint",
-        "device",
-        "at",
-        "duration",
-        "cause",
-        "next GPU event",
-        "CPU stack (innermost last)",
-        right=("at", "duration"),
-        names=("next GPU event",),
-        stacks=("CPU stack (innermost last)",),
-        key=2,  # a gap is told apart by its device and time
-    )
-    origin = document["trace"]["start_us"] or 0.0
-    for gap in document["idle_gaps"]:
-        stack = gap["cpu_stack"]  # outermost first
-        table.add_row(
-            str(gap["device"]),
-            "+" + _dur(gap["start_us"] - origin),
-            _dur(gap["dur_us"]),
-            gap["cause"],
-            _data(gap["next_gpu_event"]),
-            _data(STACK_SEPARATOR.join(stack)) if stack else "–",
-        )
-    return table
+    return section(tables.gaps_table(tables.GapRows.of_document(document)))
 
 
-def idle_by_cpu_table(document: dict[str, Any], limit: int = 10) -> Any:
-    """GPU idle totalled by the CPU operator running during the gaps (extension section)."""
+def idle_by_cpu_section(document: dict[str, Any], limit: int = 10) -> Any:
+    """GPU idle totalled by the CPU operator running during the gaps (extension section): the
+    `limit` most, then the gaps with no CPU slice there."""
     entries = document.get("idle_by_cpu") or []
     if not entries:
         return None
-    numbers = ("gaps", "GPU idle", "longest gap")
-    table = _table(
-        "GPU idle by what the CPU was running during the gaps (innermost slice at each gap's "
-        "midpoint, all gaps)",
-        "CPU operator",
-        "category",
-        *numbers,
-        right=numbers,
-        names=("CPU operator",),
-    )
-    named = [e for e in entries if e["name"] is not None][:limit]
-    for entry in named + [e for e in entries if e["name"] is None]:
-        longest = entry["longest_us"]
-        table.add_row(
-            _data(entry["name"]) if entry["name"] is not None else "(no CPU slice there)",
-            _data(entry["cat"] or ""),
-            f"{entry['gaps']:,}",
-            _dur(entry["idle_us"]),
-            _dur(longest) if longest is not None else "–",
-        )
-    return table
+    named = [i for i, e in enumerate(entries) if e["name"] is not None][:limit]
+    rows = named + [i for i, e in enumerate(entries) if e["name"] is None]
+    return section(tables.idle_by_cpu_table(tables.IdleByCpuRows.of_document(entries)), rows)
 
 
-def operators_table(document: dict[str, Any], limit: int = 20) -> Any:
-    if not document["operators"]:
+def operators_section(document: dict[str, Any], limit: int = 20) -> Any:
+    ops = document["operators"]
+    if not ops:
         return None
-    numbers = ("count", "self", "total", "GPU self", "GPU total")
-    table = _table(
-        f"Top operators by self time (of {len(document['operators'])} listed in --json)",
-        "operator",
-        "category",
-        *numbers,
-        right=numbers,
-        names=("operator",),
+    table = tables.operators_table(tables.OperatorRows.of_document(ops))
+    return section(
+        table, range(min(limit, len(ops))), f"{table.title} (of {len(ops)} listed in --json)"
     )
-    for op in document["operators"][:limit]:
-        table.add_row(
-            _data(op["name"]),
-            _data(op["cat"]),
-            f"{op['count']:,}",
-            _dur(op["excl_us"]),
-            _dur(op["incl_us"]),
-            _dur(op["gpu_self_us"]),
-            _dur(op["gpu_total_us"]),
-        )
-    return table
 
 
-def kernels_table(analysis: Any, document: dict[str, Any], limit: int = 20) -> Any:
-    if not document["kernels"]:
+def kernels_section(analysis: Any, document: dict[str, Any], limit: int = 20) -> Any:
+    kernels = document["kernels"]
+    if not kernels:
         return None
     from kinetoscope.analysis.kernels import top_launcher
 
-    numbers = ("count", "total", "mean", "min", "max")
-    table = _table(
-        f"Top GPU kernels and copies by total time (of {len(document['kernels'])} in --json)",
-        "kernel",
-        *numbers,
-        "launched mostly by",
-        right=numbers,
-        names=("kernel", "launched mostly by"),
+    rows = tables.KernelRows.of_document(
+        kernels, lambda cat, name: top_launcher(analysis, cat, name)
     )
-    for kernel in document["kernels"][:limit]:
-        launcher = top_launcher(analysis, kernel["cat"], kernel["name"])
-        table.add_row(
-            _data(kernel["name"]),
-            f"{kernel['count']:,}",
-            _dur(kernel["total_us"]),
-            _dur(kernel["mean_us"]),
-            _dur(kernel["min_us"]),
-            _dur(kernel["max_us"]),
-            _data(launcher) if launcher else "–",
-        )
-    return table
+    table = tables.kernels_table(rows)
+    shown = range(min(limit, len(kernels)))
+    return section(table, shown, f"{table.title} (of {len(kernels)} in --json)")
 
 
-def memory_table(document: dict[str, Any]) -> Any:
-    from kinetoscope.analysis.memory import GPU_DEVICE_TYPES
-
+def memory_section(document: dict[str, Any]) -> Any:
     if not document["memory"]:
         return None
-    capacity = {d["id"]: d["total_memory_bytes"] for d in document["devices"]}
-    table = _table(
-        "Memory peaks ([memory] events)",
-        "device type",
-        "device id",
-        "peak allocated",
-        "peak reserved",
-        "of device memory",
-        right=("peak allocated", "peak reserved", "of device memory"),
-    )
-
-    for group in document["memory"]:
-        # A GPU's memory, whether the build writes CUDA (1) or HIP (6) as its device type
-        gpu = group["device_type"] in GPU_DEVICE_TYPES
-        total = capacity.get(group["device_id"]) if gpu else None
-        peak = group["peak_reserved_bytes"] or group["peak_allocated_bytes"]
-        share = _pct(peak, total) if isinstance(total, int) and peak is not None else "–"
-        table.add_row(
-            _data(group["device_type"]),
-            _data(group["device_id"]),
-            _bytes(group["peak_allocated_bytes"]),
-            _bytes(group["peak_reserved_bytes"]),
-            share,
-        )
-    return table
+    return section(tables.memory_peaks_table(tables.MemoryPeakRows.of_document(document)))
 
 
 def compile_tables(document: dict[str, Any]) -> list[Any]:
@@ -813,26 +683,12 @@ def compile_tables(document: dict[str, Any]) -> list[Any]:
         )
         for note in replay["partial"]:
             facts.add_row("partial", _data(note))
-    tables = [facts]
+    made = [facts]
     if c["eager_islands"]:
-        numbers = ("count", "CPU time", "GPU time")
         listed = len(c["eager_islands"])
         shown = f" (10 of {listed} in --json)" if listed > 10 else ""
-        islands = _table(
-            f"Eager islands: operators outside compiled code{shown}",
-            "operator",
-            *numbers,
-            right=numbers,
-            names=("operator",),
-        )
-        for island in c["eager_islands"][:10]:
-            islands.add_row(
-                _data(island["name"]),
-                f"{island['count']:,}",
-                _dur(island["cpu_us"]),
-                _dur(island["gpu_us"]),
-            )
-        tables.append(islands)
+        islands = tables.islands_table(tables.IslandRows.of_document(c["eager_islands"]))
+        made.append(section(islands, range(min(10, listed)), islands.title + shown))
     efficiency = c["efficiency"]["kernels"]
     if efficiency:
         numbers = ("count", "time", "TFLOP/s", "GB/s", "of peak GB/s")
@@ -853,22 +709,12 @@ def compile_tables(document: dict[str, Any]) -> list[Any]:
                 "–" if entry["gbs"] is None else f"{entry['gbs']:.1f}",
                 "–" if share is None else fmt_percent(share),
             )
-        tables.append(eff)
+        made.append(eff)
     if c["steps"] and c["has_compiled"]:
-        numbers = ("compiled", "eager islands", "guards", "compiling", "launches", "kernels")
-        steps = _table("Compiled code per step", "step", *numbers, right=numbers)
-        for step in c["steps"]:
-            steps.add_row(
-                _data(step["name"]),
-                f"{_dur(step['compiled_us'])} {_pct(step['compiled_us'], step['total_us'])}",
-                _dur(step["eager_us"]),
-                _dur(step["guard_us"]),
-                _dur(step["compiling_us"]),
-                f"{step['launch_calls']:,}",
-                f"{step['kernels']:,}",
-            )
-        tables.append(steps)
-    return tables
+        made.append(
+            section(tables.compile_steps_table(tables.CompileStepRows.of_document(c["steps"])))
+        )
+    return made
 
 
 SEVERITY_COLOURS = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
@@ -937,14 +783,12 @@ def what_to_fix_table(document: dict[str, Any]) -> Any:
     return table
 
 
-def findings_table(document: dict[str, Any], grouped: bool = True) -> Any:
+def findings_section(document: dict[str, Any], grouped: bool = True) -> Any:
     """One row per cause, the findings of other rules it explains inside its row (`grouped`),
     or one row per rule's finding."""
-    from rich.text import Text
-
-    table = _table("Findings", "severity", "rule", "what we saw, and what to try")
     findings = document["findings"]
     causes = _causes(document) if grouped else _causes({"findings": findings})
+    rows = []
     for cause in causes:
         finding = findings[cause["finding"]]
         message = finding["message"]
@@ -952,12 +796,18 @@ def findings_table(document: dict[str, Any], grouped: bool = True) -> Any:
             support = findings[i]
             message += f" Supporting evidence, {support['rule']} ({support['severity']}): "
             message += support["message"]
-        rule = cause["rule"]
-        table.add_row(
-            Text(cause["severity"], style=SEVERITY_COLOURS.get(cause["severity"], "")),
-            rule,
-            _data(message),
+        evidence = finding["evidence"]
+        rows.append(
+            tables.FindingRow(
+                cause["severity"],
+                cause["rule"],
+                message,
+                tables.us_ns(evidence["start_us"]),
+                tables.us_ns(evidence["dur_us"]),
+                evidence.get("device"),
+            )
         )
+    table = section(tables.findings_table(rows))
     if not findings:
         table.add_row("", "", "No rule fired.")
     return table

@@ -1,6 +1,10 @@
-"""The rows and columns of the viewer's tables as plain data, for CSV: the viewer's save key
-(`W`) and `kinetoscope summary --csv DIR` both write through here, so a table saved from the
-viewer and the same table written by the summary cannot disagree. No Textual, no Rich.
+"""The one description of a table: its fields, each with a kind (name, stack, text, id,
+count, duration, bytes, share...), over typed rows. The CSV files (the viewer's save key `W`
+and `kinetoscope summary --csv DIR`), summary's text/md/tsv sections (report_summary.section)
+and the viewer's columns (tui/widgets/columns.py `columns_of`, from a field's `View`) are made
+from it, so a table saved from the viewer, written by the summary and reported by it cannot
+disagree. A builder reads its rows from the session (`XRows.of`) or, for summary's report,
+from the summary document (`XRows.of_document`). No Textual, no Rich.
 
 A `Table` is a list of `Field`s over `n` rows, row ids being those of the viewer's model of the
 same table (a group, a gap, a finding...), plus `order`, the order the viewer first shows them
@@ -29,49 +33,155 @@ import os
 import re
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from kinetoscope.analysis.units import us_text
+from kinetoscope.analysis.units import fmt_bytes, fmt_percent, fmt_table_time, us_text
 
-TEXT, INT, US, FLOAT = "text", "int", "us", "float"
 NO_VALUE = np.iinfo(np.int64).min  # the parser's "not recorded" (parser.model.NO_VALUE)
 
 
 @dataclass(frozen=True)
+class Kind:
+    """What a field's values are, which says how each output writes them: `csv` the CSV cell
+    ("text": as recorded, neutralised unless raw; "int"; "us": integer ns as µs with 3 decimals;
+    "float": shortest round-trip text), `layout` how summary's text tables lay the column out
+    (report_summary.Section: "number" never cut, "name" cut with `…`, "stack" frames cut at the
+    front, "text" wrapped) and `shown` a report cell of a value (never None: that is `–`)."""
+
+    name: str
+    csv: str
+    layout: str
+    shown: Callable[[Any], str]
+
+
+def duration_text(ns: Any) -> str:
+    """A duration of `ns` for a report cell: three decimals in an adaptive unit, zeros kept."""
+    return fmt_table_time(float(ns), align_units=False)
+
+
+TEXT = Kind("text", "text", "text", str)  # words that wrap (a cause, a message)
+NAME = Kind("name", "text", "name", str)  # an event's name: one line, cut where it says least
+STACK = Kind("stack", "text", "stack", str)  # frames joined by ` > `, outermost first
+ID = Kind("id", "int", "text", str)  # a number that names something (a device, a rank)
+INT = Kind("int", "int", "number", lambda v: str(int(v)))
+COUNT = Kind("count", "int", "number", lambda v: f"{int(v):,}")  # shown with separators
+DURATION = Kind("duration", "us", "number", duration_text)  # integer (or mean) ns
+US = DURATION
+BYTES = Kind("bytes", "int", "number", lambda v: fmt_bytes(v))
+SHARE = Kind("share", "float", "number", lambda v: fmt_percent(v))  # a fraction of 1
+FLOAT = Kind("float", "float", "number", lambda v: repr(float(v)))
+SEVERITY = Kind("severity", "text", "text", str)  # critical, warning, info: coloured in a report
+
+
+@dataclass(frozen=True)
 class Field:
-    """One column: its header (with its unit: `total_us`, `bytes`), the kind of its values
-    (TEXT, INT, US: integer or mean ns, FLOAT) and the raw value of a row (None: empty)."""
+    """One column: its CSV header (with its unit: `total_us`, `bytes`), the kind of its values,
+    the raw value of a row (None: empty), and for summary's text/md/tsv report its `title`
+    there (None: not in the report) and its cell there when it is not the kind's text of the
+    value (`text`: a duration beside its share, a coloured severity), or for a value that does
+    not exist (`missing`). A `csv=False` field is the report's only."""
 
     header: str
-    kind: str
+    kind: Kind
     value: Callable[[int], Any]
+    title: str | None = None
+    text: Callable[[int], Any] | None = None
+    csv: bool = True
+    missing: str = "–"
+    view: Callable[[], View] | None = None  # how the viewer shows it, made when it asks
+
+
+@dataclass(frozen=True)
+class View:
+    """How the viewer's table (tui/widgets/columns.py `columns_of`) shows a field: its title
+    there, the values of every row as an array (the cells of a duration, count or share, and
+    the sort key), its width in cells (None: as its kind wants; 0: what the fixed columns
+    leave), whether it gives way on a narrow terminal (`optional`), its cell when not the
+    value (`cell`), and the whole a share is of."""
+
+    title: str
+    values: np.ndarray | None = None
+    width: int | None = None
+    optional: bool = False
+    cell: Callable[[int], str] | None = None
+    whole: float = 0.0
+
+
+def string_ranks(strings: Sequence[str], ids: np.ndarray) -> np.ndarray:
+    """Sort keys for string ids: the rank of each id's lowercased text among `ids`' texts."""
+    distinct, inverse = np.unique(ids, return_inverse=True)
+    texts = [strings[int(i)].lower() for i in distinct]
+    rank = np.empty(len(distinct), dtype=np.int64)
+    rank[sorted(range(len(texts)), key=texts.__getitem__)] = np.arange(len(texts))
+    return rank[inverse.reshape(-1)]
+
+
+def name_view(title: str, strings: Sequence[str], names: np.ndarray) -> View:
+    """A column of event names (string ids) taking the room the others leave, sorted by name."""
+    return View(
+        title, string_ranks(strings, names), 0, cell=lambda g: strings[names[g]] or "(no name)"
+    )
+
+
+def category_view(strings: Sequence[str], cats: np.ndarray, widest: int = 12) -> View:
+    """The category of a group, as wide as the longest one needs (at most `widest`)."""
+    cats = np.asarray(cats).astype(np.int64)
+    longest = max((len(strings[int(c)]) for c in np.unique(cats)), default=3)
+    return View(
+        "cat",
+        string_ranks(strings, cats),
+        max(4, min(widest, longest + 1)),
+        cell=lambda g: strings[cats[g]],
+    )
 
 
 @dataclass
 class Table:
-    """A table of `n` rows: `fields` per row, `order` the viewer's first order of the rows."""
+    """A table of `n` rows: `fields` per row, `order` the viewer's first order of the rows.
+    `title`, `shown` (the headers of the report's columns in its order; empty: the fields with
+    a title, in field order) and `key` (the leading columns a split table repeats) make the
+    summary report's section of the same table (report_summary.section)."""
 
     name: str  # names the file: `<trace>.<name>.csv`
     fields: list[Field]
     n: int
     order: np.ndarray
+    title: str = ""
+    shown: tuple[str, ...] = ()
+    key: int = 1
+
+    @property
+    def view_fields(self) -> list[Field]:
+        return [f for f in self.fields if f.view is not None]
+
+    @property
+    def csv_fields(self) -> list[Field]:
+        return [f for f in self.fields if f.csv]
+
+    @property
+    def report_fields(self) -> list[Field]:
+        if not self.shown:
+            return [f for f in self.fields if f.title is not None]
+        by_header = {f.header: f for f in self.fields}
+        return [by_header[h] for h in self.shown]
 
     @property
     def headers(self) -> list[str]:
-        return [f.header for f in self.fields]
+        return [f.header for f in self.csv_fields]
 
     def cells(self, row: int, raw: bool = True) -> list[str]:
         """The cells of a row; with `raw` False, text cells a spreadsheet would evaluate are
         neutralised (`safe_cell`)."""
+        fields = self.csv_fields
         if raw:
-            return [cell_text(f.kind, f.value(row)) for f in self.fields]
+            return [cell_text(f.kind, f.value(row)) for f in fields]
         return [
-            safe_cell(text) if f.kind == TEXT else text
-            for f in self.fields
+            safe_cell(text) if f.kind.csv == "text" else text
+            for f in fields
             for text in (cell_text(f.kind, f.value(row)),)
         ]
 
@@ -80,19 +190,19 @@ class Table:
             yield self.cells(int(row), raw)
 
 
-def cell_text(kind: str, value: Any) -> str:
+def cell_text(kind: Kind, value: Any) -> str:
     """The CSV text of a value of a kind (None, NaN and NO_VALUE: empty)."""
     if value is None:
         return ""
     if isinstance(value, (float, np.floating)) and not math.isfinite(float(value)):
         return ""
-    if kind == TEXT:
+    if kind.csv == "text":
         return str(value)
     if isinstance(value, (int, np.integer)) and int(value) == NO_VALUE:
         return ""
-    if kind == US:
+    if kind.csv == "us":
         return us_text(value)
-    if kind == INT:
+    if kind.csv == "int":
         return str(int(value))
     return repr(float(value))
 
@@ -251,45 +361,138 @@ def write_tables(
 # -- a single trace ----------------------------------------------------------------------------
 
 
-def operators_table(
-    trace: Any,
-    table: Any,
-    shapes: np.ndarray | None = None,
-    memory: dict[str, np.ndarray] | None = None,
-) -> Table:
-    """The operators table (`o`): a row per CPU (cat, name) group of `table` (an OperatorTable),
-    or per (cat, name, input shape) when `shapes` (a string id per group, -1: none) is given;
-    the memory columns (`operator_memory`) when given."""
-    strings = trace.strings
-    names = table.groups.name.astype(np.int64)
-    cats = table.groups.cat.astype(np.int64)
-    whole = float(table.excl.sum())
-    fields = [
-        Field("name", TEXT, lambda g: strings[names[g]]),
-        Field("cat", TEXT, lambda g: strings[cats[g]]),
-    ]
-    if shapes is not None:
-        fields.append(
-            Field(
-                "input_shape", TEXT, lambda g: strings[int(shapes[g])] if shapes[g] >= 0 else None
+@dataclass(frozen=True)
+class OperatorRows:
+    """CPU operator groups, typed as their table reads them: per row its name, category, input
+    shape (None: none; `shapes` False: not grouped by shape), count, and total (inclusive),
+    self, GPU self and GPU total ns; `excl` (self ns, an array) orders them and makes the
+    shares; `memory` the memory columns (None: none)."""
+
+    n: int
+    name: Callable[[int], str]
+    cat: Callable[[int], str]
+    count: Callable[[int], Any]
+    incl: Callable[[int], Any]
+    excl: np.ndarray
+    gpu_self: Callable[[int], Any]
+    gpu_total: Callable[[int], Any]
+    shape: Callable[[int], str | None] | None = None
+    memory: dict[str, np.ndarray] | None = None
+    views: dict[str, Callable[[], View]] = field(default_factory=dict)  # the viewer's, by header
+
+    @classmethod
+    def of(
+        cls,
+        trace: Any,
+        table: Any,
+        shapes: np.ndarray | None = None,
+        memory: dict[str, np.ndarray] | None = None,
+    ) -> OperatorRows:
+        """A row per CPU (cat, name) group of `table` (an OperatorTable), or per (cat, name,
+        input shape) when `shapes` (a string id per group, -1: none) is given; the memory
+        columns (`operator_memory`) when given."""
+        from kinetoscope.present.safe_text import clean
+
+        strings = trace.strings
+        names = table.groups.name.astype(np.int64)
+        cats = table.groups.cat.astype(np.int64)
+        shape = None
+        views: dict[str, Callable[[], View]] = {
+            "name": lambda: name_view("operator", strings, names),
+            "cat": lambda: category_view(strings, cats),
+            "count": lambda: View("count", table.count),
+            "total_us": lambda: View("total", table.incl),
+            "self_us": lambda: View("self", table.excl),
+            # At 80 columns these give way (from the right) so that names keep room.
+            "gpu_self_us": lambda: View("GPU self", table.gpu_self, optional=True),
+            "gpu_total_us": lambda: View("GPU total", table.gpu_total, optional=True),
+            "self_share": lambda: View(
+                "self%", table.excl, optional=True, whole=float(table.excl.sum())
+            ),
+        }
+        if shapes is not None:
+            shape = lambda g: strings[int(shapes[g])] if shapes[g] >= 0 else None  # noqa: E731
+            views["input_shape"] = lambda: View(
+                "input shape",
+                shapes,
+                22,
+                cell=lambda g: clean(strings[shapes[g]]) if shapes[g] >= 0 else "-",
             )
+        if memory is not None:
+            allocated, peak = memory["allocated"], memory["peak_live"]
+            views["allocated_bytes"] = lambda: View(
+                "alloc'd",
+                allocated,
+                10,
+                True,
+                lambda g: fmt_bytes(int(allocated[g])) if allocated[g] else "",
+            )
+            views["peak_live_bytes"] = lambda: View(
+                "peak mem",
+                peak,
+                10,
+                True,
+                lambda g: fmt_bytes(int(peak[g])) if peak[g] != NO_VALUE else "",
+            )
+        return cls(
+            len(table),
+            lambda g: strings[names[g]],
+            lambda g: strings[cats[g]],
+            lambda g: table.count[g],
+            lambda g: table.incl[g],
+            table.excl,
+            lambda g: table.gpu_self[g],
+            lambda g: table.gpu_total[g],
+            shape,
+            memory,
+            views,
         )
-    fields += [
-        Field("count", INT, lambda g: table.count[g]),
-        Field("total_us", US, lambda g: table.incl[g]),
-        Field("self_us", US, lambda g: table.excl[g]),
-        Field("gpu_self_us", US, lambda g: table.gpu_self[g]),
-        Field("gpu_total_us", US, lambda g: table.gpu_total[g]),
-        Field("self_share", FLOAT, _share(table.excl, whole)),
+
+    @classmethod
+    def of_document(cls, ops: Sequence[dict[str, Any]]) -> OperatorRows:
+        """The rows of a summary document's `operators` (most self time first)."""
+        return cls(
+            len(ops),
+            lambda i: ops[i]["name"],
+            lambda i: ops[i]["cat"],
+            lambda i: ops[i]["count"],
+            lambda i: us_ns(ops[i]["incl_us"]),
+            np.array([us_ns(op["excl_us"]) for op in ops], np.float64),
+            lambda i: us_ns(ops[i]["gpu_self_us"]),
+            lambda i: us_ns(ops[i]["gpu_total_us"]),
+        )
+
+
+def operators_table(rows: OperatorRows) -> Table:
+    """The operators table (`o`, and the summary's top operators): a row per CPU group, by
+    name or by (name, input shape), most self time first; memory columns when given."""
+    excl = rows.excl
+    whole = float(excl.sum())
+    fields = [
+        Field("name", NAME, rows.name, "operator"),
+        Field("cat", TEXT, rows.cat, "category"),
     ]
+    if rows.shape is not None:
+        fields.append(Field("input_shape", TEXT, rows.shape))
+    fields += [
+        Field("count", COUNT, rows.count, "count"),
+        Field("total_us", US, rows.incl, "total"),
+        Field("self_us", US, lambda g: excl[g], "self"),
+        Field("gpu_self_us", US, rows.gpu_self, "GPU self"),
+        Field("gpu_total_us", US, rows.gpu_total, "GPU total"),
+        Field("self_share", SHARE, _share(excl, whole)),
+    ]
+    memory = rows.memory
     if memory is not None:
         allocated, peak = memory["allocated"], memory["peak_live"]
         fields += [
-            Field("allocated_bytes", INT, lambda g: allocated[g]),
-            Field("peak_live_bytes", INT, lambda g: peak[g]),
+            Field("allocated_bytes", BYTES, lambda g: allocated[g]),
+            Field("peak_live_bytes", BYTES, lambda g: peak[g]),
         ]
-    name = "operators" if shapes is None else "operators-by-shape"
-    return Table(name, fields, len(table), largest_first(table.excl))
+    fields = [replace(f, view=rows.views.get(f.header)) for f in fields]
+    name = "operators" if rows.shape is None else "operators-by-shape"
+    shown = ("name", "cat", "count", "self_us", "total_us", "gpu_self_us", "gpu_total_us")
+    return Table(name, fields, rows.n, largest_first(excl), "Top operators by self time", shown)
 
 
 def operator_memory(session: Any, groups: Any) -> dict[str, np.ndarray] | None:
@@ -304,31 +507,119 @@ def operator_memory(session: Any, groups: Any) -> dict[str, np.ndarray] | None:
     return group_columns(ops, device, groups)
 
 
-def kernels_table(trace: Any, table: Any, top_group: np.ndarray, op_names: np.ndarray) -> Table:
-    """The kernels table (`k`): a row per GPU (cat, name) group of `table` (a KernelTable);
-    `top_group` per group the operator group that launched most of its time (-1: none),
-    `op_names` the name of each operator group."""
-    strings = trace.strings
-    names = table.groups.name.astype(np.int64)
-    cats = table.groups.cat.astype(np.int64)
-    whole = float(table.total.sum())
+@dataclass(frozen=True)
+class KernelRows:
+    """GPU (cat, name) groups, typed as their table reads them: per row its name, category,
+    count, total, mean, shortest and longest ns (None: no instances) and the operator that
+    launched most of its time (None: not known); `total` (an array) orders them and makes the
+    shares."""
 
-    def launcher(g: int) -> str | None:
-        op = int(top_group[g])
-        return strings[int(op_names[op])] if op >= 0 else None
+    n: int
+    name: Callable[[int], str]
+    cat: Callable[[int], str]
+    count: Callable[[int], Any]
+    total: np.ndarray
+    mean: Callable[[int], Any]
+    min: Callable[[int], Any]
+    max: Callable[[int], Any]
+    launcher: Callable[[int], str | None]
+    views: dict[str, Callable[[], View]] = field(default_factory=dict)  # the viewer's, by header
 
+    @classmethod
+    def of(cls, trace: Any, table: Any, top: Any, op_names: np.ndarray) -> KernelRows:
+        """A row per group of `table` (a KernelTable); `top` per group the operator group that
+        launched most of its time (-1: none), or the KernelLaunchers (analysis/kernels.py)
+        that also say how many did (the viewer's column); `op_names` the name of each
+        operator group."""
+        strings = trace.strings
+        names = table.groups.name.astype(np.int64)
+        cats = table.groups.cat.astype(np.int64)
+        top_group = getattr(top, "top_group", top)
+
+        def launcher(g: int) -> str | None:
+            op = int(top_group[g])
+            return strings[int(op_names[op])] if op >= 0 else None
+
+        def launched_by(g: int) -> str:  # the viewer's cell: and how many others
+            op = int(top.top_group[g])
+            if op < 0:
+                return "-"
+            more = int(top.n_groups[g]) - 1
+            return strings[int(op_names[op])] + (f" +{more}" if more > 0 else "")
+
+        views: dict[str, Callable[[], View]] = {
+            "name": lambda: name_view("kernel", strings, names),
+            "cat": lambda: category_view(strings, cats, widest=10),
+            "count": lambda: View("count", table.count),
+            "total_us": lambda: View("total", table.total),
+            "mean_us": lambda: View("mean", table.mean()),
+            # Narrow terminals: these give way (from the right) so that names keep room.
+            "total_share": lambda: View(
+                "%", table.total, optional=True, whole=float(table.total.sum())
+            ),
+            "min_us": lambda: View("min", table.min, optional=True),
+            "max_us": lambda: View("max", table.max, optional=True),
+        }
+        if hasattr(top, "n_groups"):
+            views["launched_by"] = lambda: View("launched by", None, 22, True, launched_by)
+        return cls(
+            len(table),
+            lambda g: strings[names[g]],
+            lambda g: strings[cats[g]],
+            lambda g: table.count[g],
+            table.total,
+            lambda g: mean_ns(table.total[g], table.count[g]),
+            lambda g: table.min[g] if table.count[g] else None,
+            lambda g: table.max[g] if table.count[g] else None,
+            launcher,
+            views,
+        )
+
+    @classmethod
+    def of_document(
+        cls, kernels: Sequence[dict[str, Any]], launcher: Callable[[str, str], str | None]
+    ) -> KernelRows:
+        """The rows of a summary document's `kernels`; `launcher(cat, name)` the operator that
+        launched most of a group's time."""
+        return cls(
+            len(kernels),
+            lambda i: kernels[i]["name"],
+            lambda i: kernels[i]["cat"],
+            lambda i: kernels[i]["count"],
+            np.array([us_ns(k["total_us"]) for k in kernels], np.float64),
+            lambda i: us_ns(kernels[i]["mean_us"]),
+            lambda i: us_ns(kernels[i]["min_us"]),
+            lambda i: us_ns(kernels[i]["max_us"]),
+            lambda i: launcher(kernels[i]["cat"], kernels[i]["name"]) or None,
+        )
+
+
+def kernels_table(rows: KernelRows) -> Table:
+    """The kernels table (`k`, and the summary's top kernels): a row per GPU group, most total
+    time first."""
+    total = rows.total
+    whole = float(total.sum())
     fields = [
-        Field("name", TEXT, lambda g: strings[names[g]]),
-        Field("cat", TEXT, lambda g: strings[cats[g]]),
-        Field("count", INT, lambda g: table.count[g]),
-        Field("total_us", US, lambda g: table.total[g]),
-        Field("mean_us", US, lambda g: mean_ns(table.total[g], table.count[g])),
-        Field("total_share", FLOAT, _share(table.total, whole)),
-        Field("launched_by", TEXT, launcher),
-        Field("min_us", US, lambda g: table.min[g] if table.count[g] else None),
-        Field("max_us", US, lambda g: table.max[g] if table.count[g] else None),
+        Field("name", NAME, rows.name, "kernel"),
+        Field("cat", TEXT, rows.cat),
+        Field("count", COUNT, rows.count, "count"),
+        Field("total_us", US, lambda g: total[g], "total"),
+        Field("mean_us", US, rows.mean, "mean"),
+        Field("total_share", SHARE, _share(total, whole)),
+        Field("launched_by", NAME, rows.launcher, "launched mostly by"),
+        Field("min_us", US, rows.min, "min"),
+        Field("max_us", US, rows.max, "max"),
     ]
-    return Table("kernels", fields, len(table), largest_first(table.total))
+    fields = [replace(f, view=rows.views.get(f.header)) for f in fields]
+    shown = ("name", "count", "total_us", "mean_us", "min_us", "max_us", "launched_by")
+    return Table(
+        "kernels",
+        fields,
+        rows.n,
+        largest_first(total),
+        "Top GPU kernels and copies by total time",
+        shown,
+    )
 
 
 def kernel_launcher_groups(session: Any, table: Any) -> np.ndarray:
@@ -345,82 +636,180 @@ def kernel_launcher_groups(session: Any, table: Any) -> np.ndarray:
     ).top_group
 
 
-def gaps_table(trace: Any, gaps: Any, order: np.ndarray) -> Table:
-    """GPU idle gaps (`i`), the rows being `order` (gap ids, e.g. longest first)."""
-    from kinetoscope.analysis.idle import CAUSES
+@dataclass(frozen=True)
+class GapRows:
+    """GPU idle gaps, typed as their table reads them: per row its device, start (the trace's
+    clock) and length ns, cause, the next GPU event's name (None: none); for the report also
+    its start from the trace's first event (`at`, ns) and the CPU stack at its midpoint
+    (`stack`, outermost first)."""
 
-    order = np.asarray(order, np.int64)
+    n: int
+    device: Callable[[int], int]
+    start: Callable[[int], Any]
+    length: Callable[[int], Any]
+    cause: Callable[[int], str]
+    next_event: Callable[[int], str | None]
+    at: Callable[[int], Any] = lambda i: None
+    stack: Callable[[int], Sequence[str]] = lambda i: ()
 
-    def gap(i: int) -> int:
-        return int(order[i])
+    @classmethod
+    def of(cls, trace: Any, gaps: Any, order: np.ndarray) -> GapRows:
+        """The gaps `order` (gap ids, e.g. longest first) of an IdleGaps (analysis/idle.py)."""
+        from kinetoscope.analysis.idle import CAUSES
 
-    fields = [
-        Field("rank", INT, lambda i: i + 1),
-        Field("device", INT, lambda i: gaps.device[gap(i)]),
-        Field("start_us", US, lambda i: gaps.start[gap(i)]),
-        Field("length_us", US, lambda i: int(gaps.end[gap(i)]) - int(gaps.start[gap(i)])),
-        Field("cause", TEXT, lambda i: CAUSES[int(gaps.cause[gap(i)])]),
-        Field(
-            "next_gpu_event",
-            TEXT,
+        order = np.asarray(order, np.int64)
+
+        def gap(i: int) -> int:
+            return int(order[i])
+
+        return cls(
+            len(order),
+            lambda i: gaps.device[gap(i)],
+            lambda i: gaps.start[gap(i)],
+            lambda i: int(gaps.end[gap(i)]) - int(gaps.start[gap(i)]),
+            lambda i: CAUSES[int(gaps.cause[gap(i)])],
             lambda i: (
                 trace.name_of(int(gaps.next_row[gap(i)])) if gaps.next_row[gap(i)] >= 0 else None
             ),
+        )
+
+    @classmethod
+    def of_document(cls, document: dict[str, Any]) -> GapRows:
+        """The rows of a summary document's `idle_gaps` (the longest first)."""
+        gaps = document["idle_gaps"]
+        origin = document["trace"]["start_us"] or 0.0
+        return cls(
+            len(gaps),
+            lambda i: gaps[i]["device"],
+            lambda i: us_ns(gaps[i]["start_us"]),
+            lambda i: us_ns(gaps[i]["dur_us"]),
+            lambda i: gaps[i]["cause"],
+            lambda i: gaps[i]["next_gpu_event"],
+            lambda i: us_ns(gaps[i]["start_us"] - origin),
+            lambda i: gaps[i]["cpu_stack"],
+        )
+
+
+STACK_SEPARATOR = " > "  # between the frames of a stack cell, outermost first
+
+
+def gaps_table(rows: GapRows) -> Table:
+    """GPU idle gaps (`i`, and the summary's longest gaps) in the order given."""
+    fields = [
+        Field("rank", INT, lambda i: i + 1),
+        Field("device", ID, rows.device, "device"),
+        Field("start_us", US, rows.start),
+        Field("at", US, rows.at, "at", lambda i: "+" + duration_text(rows.at(i)), csv=False),
+        Field("length_us", US, rows.length, "duration"),
+        Field("cause", TEXT, rows.cause, "cause"),
+        Field("next_gpu_event", NAME, rows.next_event, "next GPU event"),
+        Field(
+            "cpu_stack",
+            STACK,
+            lambda i: STACK_SEPARATOR.join(stack) if (stack := rows.stack(i)) else None,
+            "CPU stack (innermost last)",
+            csv=False,
         ),
     ]
-    return Table("gaps", fields, len(order), np.arange(len(order)))
+    return Table(
+        "gaps",
+        fields,
+        rows.n,
+        np.arange(rows.n),
+        "Longest GPU idle gaps, with what the CPU was doing at their midpoint",
+        key=2,  # a gap is told apart by its device and time
+    )
+
+
+@dataclass(frozen=True)
+class FindingRow:
+    """A finding as its table reads it (analysis/rules.py's Finding has these attributes too):
+    severity, rule, the message, the evidence's start and length ns and device (None: none)."""
+
+    severity: str
+    rule: str
+    message: str
+    start: Any
+    dur: Any
+    device: int | None = None
 
 
 def findings_table(findings: Sequence[Any]) -> Table:
-    """The triage findings (`t`) as the rules gave them, one row per rule's finding, in the
-    order given (cause by cause: analysis/rules.py `cause_members`)."""
+    """The triage findings (`t`, and the summary's Findings), one row per finding (Finding or
+    FindingRow) in the order given (the viewer's: cause by cause, analysis/rules.py
+    `cause_members`)."""
     fields = [
         Field("number", INT, lambda i: i + 1),
-        Field("severity", TEXT, lambda i: findings[i].severity),
-        Field("rule", TEXT, lambda i: findings[i].rule),
+        Field("severity", SEVERITY, lambda i: findings[i].severity, "severity"),
+        Field("rule", TEXT, lambda i: findings[i].rule, "rule"),
         Field("device", INT, lambda i: findings[i].device),
-        Field("message", TEXT, lambda i: findings[i].message),
+        Field("message", TEXT, lambda i: findings[i].message, "what we saw, and what to try"),
         Field("evidence_start_us", US, lambda i: findings[i].start),
         Field("evidence_dur_us", US, lambda i: findings[i].dur),
     ]
-    return Table("findings", fields, len(findings), np.arange(len(findings)))
+    return Table("findings", fields, len(findings), np.arange(len(findings)), "Findings")
+
+
+def with_share(part: Any, whole: Any) -> Callable[[int], str]:
+    """A report cell of a row: its duration `part[row]` (ns) and its share of `whole[row]`
+    (`–` where that is not positive)."""
+
+    def text(i: int) -> str:
+        of = int(whole[i])
+        share = "–" if of <= 0 else fmt_percent(int(part[i]) / of)
+        return f"{duration_text(int(part[i]))} {share}"
+
+    return text
 
 
 def steps_table(trace: Any, steps: Any, on_gpu: bool) -> Table:
-    """The overview's steps (`v`): per ProfilerStep its wall time and where it went on the GPU
-    (`on_gpu`), else on the step's CPU thread."""
+    """The steps (`v`, and the summary's Steps): per ProfilerStep its wall time and where it
+    went on the GPU (`on_gpu`), else on the step's CPU thread."""
     names = trace.name[steps.rows].astype(np.int64)
     dur = steps.dur
 
     def share(part: np.ndarray) -> Callable[[int], float]:
         return lambda i: float(part[i]) / int(dur[i]) if dur[i] > 0 else 0.0
 
+    def spent(header: str, part: np.ndarray, title: str | None = None) -> Field:
+        """A duration in the step; in the report beside its share of the step."""
+        text = with_share(part, dur) if title else None
+        return Field(header, US, lambda i: part[i], title, text)
+
     fields = [
-        Field("step", TEXT, lambda i: trace.strings[names[i]]),
+        Field("step", NAME, lambda i: trace.strings[names[i]], "step"),
         Field("start_us", US, lambda i: steps.start[i]),
-        Field("wall_us", US, lambda i: dur[i]),
+        Field("wall_us", US, lambda i: dur[i], "duration"),
     ]
     if on_gpu:
+        title = (
+            "Steps: where the wall time went (GPU columns add up to the step; CPU columns overlap)"
+        )
         fields += [
-            Field("gpu_busy_us", US, lambda i: steps.gpu_busy[i]),
+            spent("gpu_busy_us", steps.gpu_busy),
             Field("busy_share", FLOAT, share(steps.gpu_busy)),
-            Field("compute_us", US, lambda i: steps.compute[i]),
-            Field("comm_us", US, lambda i: steps.comm[i]),
-            Field("memory_us", US, lambda i: steps.memory[i]),
-            Field("idle_us", US, lambda i: steps.idle[i]),
+            spent("compute_us", steps.compute, "GPU compute"),
+            spent("comm_us", steps.comm, "comm"),
+            spent("memory_us", steps.memory, "memcpy/set"),
+            spent("idle_us", steps.idle, "GPU idle"),
+            spent("dataloader_us", steps.dataloader, "DataLoader (CPU)"),
+            Field("loader_share", FLOAT, share(steps.dataloader)),
+            replace(spent("runtime_us", steps.runtime, "runtime (CPU)"), csv=False),
         ]
     else:
+        title = (
+            "Steps (no GPU activity): CPU ops and uninstrumented time on the step's thread add "
+            "up to the step; collectives (any thread) and DataLoader overlap them"
+        )
         fields += [
-            Field("cpu_busy_us", US, lambda i: steps.cpu_busy[i]),
+            spent("cpu_busy_us", steps.cpu_busy, "CPU ops"),
             Field("ops_share", FLOAT, share(steps.cpu_busy)),
-            Field("uninstrumented_us", US, lambda i: steps.uninstrumented[i]),
-            Field("collective_us", US, lambda i: steps.collective[i]),
+            spent("uninstrumented_us", steps.uninstrumented, "uninstrumented"),
+            spent("collective_us", steps.collective, "collectives"),
+            spent("dataloader_us", steps.dataloader, "DataLoader"),
+            Field("loader_share", FLOAT, share(steps.dataloader)),
         ]
-    fields += [
-        Field("dataloader_us", US, lambda i: steps.dataloader[i]),
-        Field("loader_share", FLOAT, share(steps.dataloader)),
-    ]
-    return Table("steps", fields, len(steps), smallest_first(steps.start))
+    return Table("steps", fields, len(steps), smallest_first(steps.start), title)
 
 
 def instances_table(trace: Any, rows: np.ndarray, name: str, extra: Sequence[Field] = ()) -> Table:
@@ -551,101 +940,435 @@ def sync_sites_table(sites: Sequence[Any]) -> Table:
     return Table("sync-sites", fields, len(sites), np.arange(len(sites)))
 
 
-def islands_table(trace: Any, result: Any) -> Table:
-    """The compile view's eager islands (`c`): operators outside compiled code, by name."""
-    islands = result.eager_islands
+@dataclass(frozen=True)
+class IslandRows:
+    """Eager islands (operators outside compiled code, by name), typed as their table reads
+    them: per row its name, calls, CPU and GPU ns and its longest call's ns (None: not known);
+    `on_gpu`: the compile lens measured kernels (the CSV then has the GPU time); `key` orders
+    the rows (GPU time on a GPU, else CPU time)."""
+
+    n: int
+    name: Callable[[int], str]
+    count: Callable[[int], int]
+    cpu: Callable[[int], Any]
+    gpu: Callable[[int], Any]
+    longest: Callable[[int], Any]
+    on_gpu: bool
+    key: np.ndarray
+    views: dict[str, Callable[[], View]] = field(default_factory=dict)  # the viewer's, by header
+
+    @classmethod
+    def of(cls, trace: Any, result: Any) -> IslandRows:
+        """The eager islands of a CompileResult (analysis/compile.py)."""
+        islands = result.eager_islands
+        n = len(islands)
+        key = np.array([i.gpu_ns if result.on_gpu else i.cpu_ns for i in islands], np.int64)
+
+        def ints(values: Iterable[int]) -> np.ndarray:
+            return np.array(list(values), dtype=np.int64)
+
+        views: dict[str, Callable[[], View]] = {
+            "name": lambda: View(
+                "eager operator", np.arange(n, dtype=np.int64), 0, cell=lambda i: islands[i].name
+            ),
+            "calls": lambda: View("calls", ints(i.count for i in islands), 8),
+            "cpu_us": lambda: View("cpu", ints(i.cpu_ns for i in islands)),
+            "longest_us": lambda: View(
+                "longest",
+                ints(int(trace.dur[i.rows[0]]) if i.rows else 0 for i in islands),
+                optional=True,
+            ),
+        }
+        if result.on_gpu:
+            views["gpu_us"] = lambda: View("gpu", ints(i.gpu_ns for i in islands))
+        return cls(
+            n,
+            lambda i: islands[i].name,
+            lambda i: islands[i].count,
+            lambda i: islands[i].cpu_ns,
+            lambda i: islands[i].gpu_ns,
+            lambda i: trace.dur[islands[i].rows[0]] if islands[i].rows else 0,
+            bool(result.on_gpu),
+            key,
+            views,
+        )
+
+    @classmethod
+    def of_document(cls, islands: Sequence[dict[str, Any]]) -> IslandRows:
+        """The rows of a summary document's `compile.eager_islands`."""
+        return cls(
+            len(islands),
+            lambda i: islands[i]["name"],
+            lambda i: islands[i]["count"],
+            lambda i: us_ns(islands[i]["cpu_us"]),
+            lambda i: us_ns(islands[i]["gpu_us"]),
+            lambda i: None,
+            True,
+            np.arange(len(islands))[::-1],
+        )
+
+
+def islands_table(rows: IslandRows) -> Table:
+    """The compile view's eager islands (`c`, and the summary's): operators outside compiled
+    code, by name."""
     fields = [
-        Field("name", TEXT, lambda i: islands[i].name),
-        Field("calls", INT, lambda i: islands[i].count),
-        Field("cpu_us", US, lambda i: islands[i].cpu_ns),
+        Field("name", NAME, rows.name, "operator"),
+        Field("calls", COUNT, rows.count, "count"),
+        Field("cpu_us", US, rows.cpu, "CPU time"),
+        Field("gpu_us", US, rows.gpu, "GPU time", csv=rows.on_gpu),
+        Field("longest_us", US, rows.longest),
     ]
-    if result.on_gpu:
-        fields.append(Field("gpu_us", US, lambda i: islands[i].gpu_ns))
-    fields.append(
-        Field("longest_us", US, lambda i: trace.dur[islands[i].rows[0]] if islands[i].rows else 0)
+    fields = [replace(f, view=rows.views.get(f.header)) for f in fields]
+    return Table(
+        "eager-islands",
+        fields,
+        rows.n,
+        largest_first(rows.key),
+        "Eager islands: operators outside compiled code",
     )
-    key = np.array([i.gpu_ns if result.on_gpu else i.cpu_ns for i in islands], np.int64)
-    return Table("eager-islands", fields, len(islands), largest_first(key))
 
 
-def compile_steps_table(trace: Any, result: Any) -> Table:
-    """The compile view's steps (`c`, then `S`): per ProfilerStep the compiled share and the
-    compile lens's other numbers."""
-    steps = result.steps
+@dataclass(frozen=True)
+class CompileStepRows:
+    """The compile lens per ProfilerStep, typed as its table reads it (analysis/compile.py's
+    StepCompile has these attributes): name, start, compiled ns and share of the step's
+    measured time, eager islands' ns, regions, guard calls and ns, compiling ns, launch calls,
+    kernels and launch CPU ns."""
+
+    n: int
+    name: Callable[[int], str]
+    start: Callable[[int], Any]
+    compiled: Callable[[int], Any]
+    share: Callable[[int], float | None]
+    eager: Callable[[int], Any]
+    regions: Callable[[int], int]
+    guard_calls: Callable[[int], int]
+    guard: Callable[[int], Any]
+    compiling: Callable[[int], Any]
+    launch_calls: Callable[[int], int]
+    kernels: Callable[[int], int]
+    launch_cpu: Callable[[int], Any]
+    key: np.ndarray  # the order: by start
+
+    @classmethod
+    def of(cls, trace: Any, result: Any) -> CompileStepRows:
+        """The steps of a CompileResult (analysis/compile.py)."""
+        steps = result.steps
+        return cls(
+            len(steps),
+            lambda i: trace.name_of(steps[i].row),
+            lambda i: steps[i].start,
+            lambda i: steps[i].compiled_ns,
+            lambda i: steps[i].share,
+            lambda i: steps[i].eager_ns,
+            lambda i: steps[i].regions,
+            lambda i: steps[i].guard_calls,
+            lambda i: steps[i].guard_ns,
+            lambda i: steps[i].compiling_ns,
+            lambda i: steps[i].launch_calls,
+            lambda i: steps[i].kernels,
+            lambda i: steps[i].launch_cpu_ns,
+            np.array([s.start for s in steps], np.int64),
+        )
+
+    @classmethod
+    def of_document(cls, steps: Sequence[dict[str, Any]]) -> CompileStepRows:
+        """The rows of a summary document's `compile.steps` (in step order)."""
+
+        def share(i: int) -> float | None:
+            total = steps[i]["total_us"]
+            return None if total <= 0 else steps[i]["compiled_us"] / total
+
+        return cls(
+            len(steps),
+            lambda i: steps[i]["name"],
+            lambda i: None,
+            lambda i: us_ns(steps[i]["compiled_us"]),
+            share,
+            lambda i: us_ns(steps[i]["eager_us"]),
+            lambda i: steps[i]["regions"],
+            lambda i: steps[i]["guard_calls"],
+            lambda i: us_ns(steps[i]["guard_us"]),
+            lambda i: us_ns(steps[i]["compiling_us"]),
+            lambda i: steps[i]["launch_calls"],
+            lambda i: steps[i]["kernels"],
+            lambda i: us_ns(steps[i]["launch_cpu_us"]),
+            np.arange(len(steps)),
+        )
+
+
+def compile_steps_table(rows: CompileStepRows) -> Table:
+    """The compile view's steps (`c`, then `S`, and the summary's): per ProfilerStep the
+    compiled share and the compile lens's other numbers."""
     fields = [
-        Field("step", TEXT, lambda i: trace.name_of(steps[i].row)),
-        Field("start_us", US, lambda i: steps[i].start),
-        Field("compiled_share", FLOAT, lambda i: steps[i].share),
-        Field("eager_us", US, lambda i: steps[i].eager_ns),
-        Field("regions", INT, lambda i: steps[i].regions),
-        Field("guard_calls", INT, lambda i: steps[i].guard_calls),
-        Field("guard_us", US, lambda i: steps[i].guard_ns),
-        Field("compiling_us", US, lambda i: steps[i].compiling_ns),
-        Field("launch_calls", INT, lambda i: steps[i].launch_calls),
-        Field("kernels", INT, lambda i: steps[i].kernels),
-        Field("launch_cpu_us", US, lambda i: steps[i].launch_cpu_ns),
+        Field("step", NAME, rows.name, "step"),
+        Field("start_us", US, rows.start),
+        Field(
+            "compiled_share",
+            FLOAT,
+            rows.share,
+            "compiled",
+            lambda i: f"{duration_text(rows.compiled(i))} {share_text(rows.share(i))}",
+        ),
+        Field("eager_us", US, rows.eager, "eager islands"),
+        Field("regions", INT, rows.regions),
+        Field("guard_calls", INT, rows.guard_calls),
+        Field("guard_us", US, rows.guard, "guards"),
+        Field("compiling_us", US, rows.compiling, "compiling"),
+        Field("launch_calls", COUNT, rows.launch_calls, "launches"),
+        Field("kernels", COUNT, rows.kernels, "kernels"),
+        Field("launch_cpu_us", US, rows.launch_cpu),
     ]
-    start = np.array([s.start for s in steps], np.int64)
-    return Table("compile-steps", fields, len(steps), smallest_first(start))
+    return Table(
+        "compile-steps", fields, rows.n, smallest_first(rows.key), "Compiled code per step"
+    )
 
 
-def devices_table(idle: Any) -> Table:
+@dataclass(frozen=True)
+class DeviceRows:
+    """The GPUs' utilisation, typed as its table reads it: per device with GPU activity its id,
+    kernel, memcpy and memset counts, its window's start and end ns (None: no activity), busy
+    and idle ns, idle ns by cause (analysis/idle.py CAUSES); for the report the window's length
+    and the busy and idle shares of it (None: no window)."""
+
+    n: int
+    device: Callable[[int], int]
+    kernels: Callable[[int], int]
+    memcpys: Callable[[int], int]
+    memsets: Callable[[int], int]
+    window_start: Callable[[int], Any]
+    window_end: Callable[[int], Any]
+    busy: Callable[[int], Any]
+    idle: Callable[[int], Any]
+    idle_by_cause: Callable[[int, int], Any]
+    window: Callable[[int], Any] = lambda i: None
+    busy_share: Callable[[int], float | None] = lambda i: None
+    idle_share: Callable[[int], float | None] = lambda i: None
+
+    @classmethod
+    def of(cls, idle: Any) -> DeviceRows:
+        """The devices of an IdleResult (analysis/idle.py)."""
+        devices = list(idle.devices)
+
+        def window(i: int, end: int) -> int | None:
+            span = devices[i].window
+            return None if span is None else span[end]
+
+        return cls(
+            len(devices),
+            lambda i: devices[i].device,
+            lambda i: devices[i].kernels,
+            lambda i: devices[i].memcpys,
+            lambda i: devices[i].memsets,
+            lambda i: window(i, 0),
+            lambda i: window(i, 1),
+            lambda i: devices[i].busy_ns,
+            lambda i: devices[i].idle_ns,
+            lambda i, k: devices[i].idle_by_cause[k],
+        )
+
+    @classmethod
+    def of_document(cls, document: dict[str, Any]) -> DeviceRows:
+        """The rows of a summary document's `gpu`."""
+        from kinetoscope.analysis.idle import CAUSES
+
+        gpus = document["gpu"]
+
+        def window(i: int) -> float | None:  # µs
+            start, end = gpus[i]["window_start_us"], gpus[i]["window_end_us"]
+            return None if start is None else end - start
+
+        def share(key: str) -> Callable[[int], float | None]:
+            def of(i: int) -> float | None:
+                whole = window(i) or 0
+                return None if whole <= 0 else gpus[i][key] / whole
+
+            return of
+
+        return cls(
+            len(gpus),
+            lambda i: gpus[i]["device"],
+            lambda i: gpus[i]["kernels"],
+            lambda i: gpus[i]["memcpys"],
+            lambda i: gpus[i]["memsets"],
+            lambda i: us_ns(gpus[i]["window_start_us"]),
+            lambda i: us_ns(gpus[i]["window_end_us"]),
+            lambda i: us_ns(gpus[i]["busy_us"]),
+            lambda i: us_ns(gpus[i]["idle_us"]),
+            lambda i, k: us_ns(gpus[i]["idle_by_cause"][CAUSES[k]]),
+            lambda i: us_ns(window(i)),
+            share("busy_us"),
+            share("idle_us"),
+        )
+
+
+def share_text(share: float | None) -> str:
+    """A share of a report cell: a whole percentage, `–` where there is no whole."""
+    return "–" if share is None else fmt_percent(share)
+
+
+def devices_table(rows: DeviceRows) -> Table:
     """The overview's devices (`v`, and the summary's GPU table): per device with GPU activity
     its counts, its window (first start to last end), busy and idle time, idle by cause."""
     from kinetoscope.analysis.idle import CAUSES
 
-    devices = list(idle.devices)
+    def by_cause(k: int) -> Callable[[int], Any]:
+        return lambda i: rows.idle_by_cause(i, k)
 
-    def window(i: int, end: int) -> int | None:
-        span = devices[i].window
-        return None if span is None else span[end]
-
-    def by_cause(k: int) -> Callable[[int], int]:
-        return lambda i: devices[i].idle_by_cause[k]
+    def beside(time: Callable[[int], Any], share: Callable[[int], Any]) -> Callable[[int], str]:
+        return lambda i: f"{duration_text(time(i))} {share_text(share(i))}"
 
     fields = [
-        Field("device", INT, lambda i: devices[i].device),
-        Field("kernels", INT, lambda i: devices[i].kernels),
-        Field("memcpys", INT, lambda i: devices[i].memcpys),
-        Field("memsets", INT, lambda i: devices[i].memsets),
-        Field("window_start_us", US, lambda i: window(i, 0)),
-        Field("window_end_us", US, lambda i: window(i, 1)),
-        Field("busy_us", US, lambda i: devices[i].busy_ns),
-        Field("idle_us", US, lambda i: devices[i].idle_ns),
-        *(Field(f"{cause}_us", US, by_cause(k)) for k, cause in enumerate(CAUSES)),
+        Field("device", ID, rows.device, "device", lambda i: f"GPU {rows.device(i)}"),
+        Field("kernels", COUNT, rows.kernels, "kernels"),
+        Field("memcpys", COUNT, rows.memcpys, "memcpy"),
+        Field("memsets", COUNT, rows.memsets, "memset"),
+        Field("window_start_us", US, rows.window_start),
+        Field("window_end_us", US, rows.window_end),
+        Field("window", US, rows.window, "window", csv=False),
+        Field("busy_us", US, rows.busy, "busy", beside(rows.busy, rows.busy_share)),
+        Field("idle_us", US, rows.idle, "idle", beside(rows.idle, rows.idle_share)),
+        *(Field(f"{cause}_us", US, by_cause(k), cause) for k, cause in enumerate(CAUSES)),
     ]
-    return Table("devices", fields, len(devices), np.arange(len(devices)))
+    return Table(
+        "devices", fields, rows.n, np.arange(rows.n), "GPU utilisation and idle time by cause"
+    )
 
 
-def idle_by_cpu_table(trace: Any, table: Any) -> Table:
+@dataclass(frozen=True)
+class IdleByCpuRows:
+    """GPU idle by the CPU operator at each gap's midpoint, typed as its table reads it: per
+    row the operator's name and category (None: the gaps with no CPU slice there), its gaps,
+    their idle ns and the longest one's (None: not known)."""
+
+    n: int
+    name: Callable[[int], str | None]
+    cat: Callable[[int], str | None]
+    gaps: Callable[[int], int]
+    idle: Callable[[int], Any]
+    longest: Callable[[int], Any]
+
+    @classmethod
+    def of(cls, trace: Any, table: Any) -> IdleByCpuRows:
+        """Every row of an IdleByCpu table (analysis/idle.py), most idle first, and a last
+        row for the gaps with no CPU slice there."""
+        named = len(table.idle)
+
+        def named_row(value: Callable[[int], Any]) -> Callable[[int], Any]:
+            return lambda i: value(i) if i < named else None
+
+        return cls(
+            named + (1 if table.unattributed_gaps else 0),
+            named_row(lambda r: trace.strings[int(table.name[r])]),
+            named_row(lambda r: trace.strings[int(table.cat[r])]),
+            lambda i: table.gaps[i] if i < named else table.unattributed_gaps,
+            lambda i: table.idle[i] if i < named else table.unattributed_idle,
+            named_row(lambda r: table.longest[r]),
+        )
+
+    @classmethod
+    def of_document(cls, entries: Sequence[dict[str, Any]]) -> IdleByCpuRows:
+        """The rows of a summary document's `idle_by_cpu`."""
+        return cls(
+            len(entries),
+            lambda i: entries[i]["name"],
+            lambda i: entries[i]["cat"],
+            lambda i: entries[i]["gaps"],
+            lambda i: us_ns(entries[i]["idle_us"]),
+            lambda i: us_ns(entries[i]["longest_us"]),
+        )
+
+
+def us_ns(us: float | None) -> float | None:
+    """A document's µs as the ns a duration field holds (None stays None)."""
+    return None if us is None else us * 1000
+
+
+def idle_by_cpu_table(rows: IdleByCpuRows) -> Table:
     """GPU idle totalled by the CPU operator running at each gap's midpoint (all gaps; the gap
     list's first line), most idle first; a last row, without a name, for the gaps with no CPU
     slice there."""
-    named = len(table.idle)
-    extra = 1 if table.unattributed_gaps else 0
-
-    def named_row(i: int, value: Callable[[int], Any]) -> Any:
-        return value(i) if i < named else None
-
     fields = [
-        Field("name", TEXT, lambda i: named_row(i, lambda r: trace.strings[int(table.name[r])])),
-        Field("cat", TEXT, lambda i: named_row(i, lambda r: trace.strings[int(table.cat[r])])),
-        Field("gaps", INT, lambda i: table.gaps[i] if i < named else table.unattributed_gaps),
-        Field("idle_us", US, lambda i: table.idle[i] if i < named else table.unattributed_idle),
-        Field("longest_us", US, lambda i: named_row(i, lambda r: table.longest[r])),
+        Field("name", NAME, rows.name, "CPU operator", missing="(no CPU slice there)"),
+        Field("cat", TEXT, rows.cat, "category", missing=""),
+        Field("gaps", COUNT, rows.gaps, "gaps"),
+        Field("idle_us", US, rows.idle, "GPU idle"),
+        Field("longest_us", US, rows.longest, "longest gap"),
     ]
-    return Table("idle-by-cpu", fields, named + extra, np.arange(named + extra))
+    return Table(
+        "idle-by-cpu",
+        fields,
+        rows.n,
+        np.arange(rows.n),
+        "GPU idle by what the CPU was running during the gaps (innermost slice at each gap's "
+        "midpoint, all gaps)",
+    )
 
 
-def memory_peaks_table(groups: Sequence[Any]) -> Table:
+@dataclass(frozen=True)
+class MemoryPeakRows:
+    """Memory peaks per memory device ([memory] events), typed as their table reads them: its
+    device type and id, peak allocated and reserved bytes (None: not recorded); for the report
+    the peak's share of the device's memory (None: not known)."""
+
+    n: int
+    device_type: Callable[[int], int]
+    device_id: Callable[[int], int]
+    peak_allocated: Callable[[int], int | None]
+    peak_reserved: Callable[[int], int | None]
+    of_device: Callable[[int], float | None] = lambda i: None
+
+    @classmethod
+    def of(cls, groups: Sequence[Any]) -> MemoryPeakRows:
+        """The session's memory groups (analysis/memory.py)."""
+        return cls(
+            len(groups),
+            lambda i: groups[i].device_type,
+            lambda i: groups[i].device_id,
+            lambda i: groups[i].peak_allocated,
+            lambda i: groups[i].peak_reserved,
+        )
+
+    @classmethod
+    def of_document(cls, document: dict[str, Any]) -> MemoryPeakRows:
+        """The rows of a summary document's `memory`, with the `devices`' memory sizes."""
+        from kinetoscope.analysis.memory import GPU_DEVICE_TYPES
+
+        groups = document["memory"]
+        capacity = {d["id"]: d["total_memory_bytes"] for d in document["devices"]}
+
+        def of_device(i: int) -> float | None:
+            group = groups[i]
+            # A GPU's memory, whether the build writes CUDA (1) or HIP (6) as its device type
+            gpu = group["device_type"] in GPU_DEVICE_TYPES
+            total = capacity.get(group["device_id"]) if gpu else None
+            peak = group["peak_reserved_bytes"] or group["peak_allocated_bytes"]
+            if not isinstance(total, int) or peak is None or total <= 0:
+                return None
+            return peak / total
+
+        return cls(
+            len(groups),
+            lambda i: groups[i]["device_type"],
+            lambda i: groups[i]["device_id"],
+            lambda i: groups[i]["peak_allocated_bytes"],
+            lambda i: groups[i]["peak_reserved_bytes"],
+            of_device,
+        )
+
+
+def memory_peaks_table(rows: MemoryPeakRows) -> Table:
     """The summary's memory peaks: per memory device the peak allocated and reserved bytes."""
     fields = [
-        Field("device_type", INT, lambda i: groups[i].device_type),
-        Field("device_id", INT, lambda i: groups[i].device_id),
-        Field("peak_allocated_bytes", INT, lambda i: groups[i].peak_allocated),
-        Field("peak_reserved_bytes", INT, lambda i: groups[i].peak_reserved),
+        Field("device_type", ID, rows.device_type, "device type"),
+        Field("device_id", ID, rows.device_id, "device id"),
+        Field("peak_allocated_bytes", BYTES, rows.peak_allocated, "peak allocated"),
+        Field("peak_reserved_bytes", BYTES, rows.peak_reserved, "peak reserved"),
+        Field("of_device", SHARE, rows.of_device, "of device memory", csv=False),
     ]
-    return Table("memory-peaks", fields, len(groups), np.arange(len(groups)))
+    return Table(
+        "memory-peaks", fields, rows.n, np.arange(rows.n), "Memory peaks ([memory] events)"
+    )
 
 
 def single_trace_tables(session: Any) -> list[Table]:
@@ -660,20 +1383,24 @@ def single_trace_tables(session: Any) -> list[Table]:
     kernels = session.kernels
     gaps = session.idle.gaps
     made = [
-        operators_table(trace, operators, memory=operator_memory(session, session.cpu_groups)),
-        kernels_table(
-            trace, kernels, kernel_launcher_groups(session, kernels), session.cpu_groups.name
+        operators_table(
+            OperatorRows.of(trace, operators, memory=operator_memory(session, session.cpu_groups))
         ),
-        gaps_table(trace, gaps, gaps.longest()),
+        kernels_table(
+            KernelRows.of(
+                trace, kernels, kernel_launcher_groups(session, kernels), session.cpu_groups.name
+            )
+        ),
+        gaps_table(GapRows.of(trace, gaps, gaps.longest())),
         findings_table(cause_members(session.causes)),  # cause by cause, as `t` shows them
         steps_table(trace, session.steps, bool(session.idle.devices)),
     ]
     if session.idle.devices:
-        made.append(devices_table(session.idle))
+        made.append(devices_table(DeviceRows.of(session.idle)))
     if len(gaps):
-        made.append(idle_by_cpu_table(trace, session.idle_by_cpu))
+        made.append(idle_by_cpu_table(IdleByCpuRows.of(trace, session.idle_by_cpu)))
     if session.memory:
-        made.append(memory_peaks_table(session.memory))
+        made.append(memory_peaks_table(MemoryPeakRows.of(session.memory)))
     memory = session.memory_ops
     device = memory.primary
     if device is not None and len(device):  # the main device's, as the memory view opens
@@ -687,9 +1414,9 @@ def single_trace_tables(session: Any) -> list[Table]:
         made += [sync_calls_table(trace, calls), sync_sites_table(group_sites(trace, calls))]
     compiled = session.compiled
     if compiled.eager_islands:
-        made.append(islands_table(trace, compiled))
+        made.append(islands_table(IslandRows.of(trace, compiled)))
     if compiled.steps:
-        made.append(compile_steps_table(trace, compiled))
+        made.append(compile_steps_table(CompileStepRows.of(trace, compiled)))
     return made
 
 

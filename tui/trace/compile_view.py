@@ -21,7 +21,7 @@ import numpy as np
 from kinetoscope.analysis.units import fmt_duration, plural
 from kinetoscope.tui.data.failures import failure_message
 from kinetoscope.tui.data.places import Jump
-from kinetoscope.tui.widgets.columns import time_column
+from kinetoscope.tui.widgets.columns import columns_of, time_column
 from kinetoscope.tui.widgets.table import Column, DataView, FilterBox, TableModel, TableScreen
 from kinetoscope.tui.widgets.theme import palette_of
 from rich.text import Text
@@ -31,7 +31,13 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Footer, Static
 
 from kinetoscope.present.safe_text import clean
-from kinetoscope.present.tables import Table, compile_steps_table, islands_table
+from kinetoscope.present.tables import (
+    CompileStepRows,
+    IslandRows,
+    Table,
+    compile_steps_table,
+    islands_table,
+)
 
 if TYPE_CHECKING:
     from kinetoscope.analysis.compile import CompileAnalysis
@@ -139,8 +145,8 @@ class CompileScreen(TableScreen):
             return None
         trace = self.data.trace
         if self.shown == ISLANDS:
-            return islands_table(trace, result)
-        return compile_steps_table(trace, result)
+            return islands_table(IslandRows.of(trace, result))
+        return compile_steps_table(CompileStepRows.of(trace, result))
 
     def action_switch_table(self) -> None:
         if self.result is None:
@@ -303,31 +309,15 @@ def describe_compile(trace: Any, result: CompileAnalysis, palette: Any) -> Text:
 
 
 def islands_model(trace: Any, result: CompileAnalysis) -> TableModel:
-    """The eager islands: operators outside compiled code, by name."""
+    """The eager islands: operators outside compiled code, by name. Its columns are the eager
+    islands table's (present/tables.py)."""
     islands = result.eager_islands
     n = len(islands)
     names = [i.name for i in islands]
-    name_ids = np.arange(n, dtype=np.int64)
-    count = np.array([i.count for i in islands], dtype=np.int64)
-    cpu = np.array([i.cpu_ns for i in islands], dtype=np.int64)
-    gpu = np.array([i.gpu_ns for i in islands], dtype=np.int64)
-    longest = np.array(
-        [int(trace.dur[i.rows[0]]) if i.rows else 0 for i in islands], dtype=np.int64
-    )
-    columns = [
-        Column(
-            "eager operator", lambda i: names[i], key=name_ids, width=0, numeric=False, name=True
-        ),
-        Column("calls", lambda i: f"{count[i]:,}", key=count, width=8),
-        time_column("cpu", cpu),
-    ]
-    if result.on_gpu:
-        columns.append(time_column("gpu", gpu))
-    columns.append(time_column("longest", longest, optional=True))
     return TableModel(
-        columns=columns,
+        columns=columns_of(islands_table(IslandRows.of(trace, result))),
         n=n,
-        names=name_ids,
+        names=np.arange(n, dtype=np.int64),
         name_text=names.__getitem__,
         default_sort=3 if result.on_gpu else 2,
     )

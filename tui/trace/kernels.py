@@ -14,12 +14,9 @@ from kinetoscope.analysis.units import fmt_duration
 from kinetoscope.parser.model import NO_VALUE
 from kinetoscope.tui.data.places import Jump, range_label
 from kinetoscope.tui.widgets.columns import (
-    category_column,
-    count_column,
+    columns_of,
     instance_columns,
-    percent_column,
     restrict,
-    time_column,
 )
 from kinetoscope.tui.widgets.rangetable import RangeTableScreen
 from kinetoscope.tui.widgets.table import Column, TableModel, TableScreen, string_ranks
@@ -34,6 +31,7 @@ from kinetoscope.present.tables import (
     INT,
     TEXT,
     Field,
+    KernelRows,
     Table,
     instances_table,
     kernel_launcher_groups,
@@ -87,7 +85,7 @@ class KernelsScreen(RangeTableScreen[KernelTable]):
 
         def make() -> Table:  # in the save's worker: the launchers walk every GPU activity
             top = kernel_launcher_groups(session, table)
-            return kernels_table(session.trace, table, top, session.cpu_groups.name)
+            return kernels_table(KernelRows.of(session.trace, table, top, session.cpu_groups.name))
 
         return make
 
@@ -115,38 +113,12 @@ class KernelsScreen(RangeTableScreen[KernelTable]):
 
 
 def kernel_model(trace, table: KernelTable, top, op_names: np.ndarray) -> TableModel:
+    """The kernels table's model: its columns are the kernels table's (present/tables.py)."""
     groups = table.groups
     strings = trace.strings
     names = groups.name.astype(np.int64)
-    mean = table.mean()
-
-    def launched_by(g: int) -> str:
-        op = int(top.top_group[g])
-        if op < 0:
-            return "-"
-        more = int(top.n_groups[g]) - 1
-        return strings[int(op_names[op])] + (f" +{more}" if more > 0 else "")
-
     return TableModel(
-        columns=[
-            Column(
-                "kernel",
-                lambda g: strings[names[g]] or "(no name)",
-                key=string_ranks(strings, names),
-                width=0,
-                numeric=False,
-                name=True,
-            ),
-            category_column(strings, groups.cat, widest=10),
-            count_column("count", table.count),
-            time_column("total", table.total),
-            time_column("mean", mean),
-            # Narrow terminals: these give way (from the right) so that names keep room.
-            percent_column("%", table.total, float(table.total.sum()), optional=True),
-            Column("launched by", launched_by, width=22, numeric=False, name=True, optional=True),
-            time_column("min", table.min, optional=True),
-            time_column("max", table.max, optional=True),
-        ],
+        columns=columns_of(kernels_table(KernelRows.of(trace, table, top, op_names))),
         n=len(table),
         names=np.arange(len(names)),  # the filter tests the name and the category
         name_text=lambda g: (strings[names[g]], strings[groups.cat[g]]),

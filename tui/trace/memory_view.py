@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
-from kinetoscope.analysis.classify import Groups
 from kinetoscope.analysis.memory_ops import (
     FREED,
     HOW_TO_RECORD,
@@ -21,16 +20,15 @@ from kinetoscope.analysis.memory_ops import (
     DeviceMemory,
     MemoryOps,
     cpu_lanes_for,
-    group_columns,
     innermost_slices,
 )
-from kinetoscope.analysis.session import AnalysisFailed, TraceSession
+from kinetoscope.analysis.session import AnalysisFailed
 from kinetoscope.analysis.units import fmt_bytes, fmt_duration, fmt_tick, tick_step
 from kinetoscope.parser.model import NO_VALUE
 from kinetoscope.tui.data.failures import ReportsWorkerFailures
 from kinetoscope.tui.data.viewdata import ViewData
 from kinetoscope.tui.widgets.render import PLAIN
-from kinetoscope.tui.widgets.table import SAVE_CSV_BINDING, Column, SavesCsv
+from kinetoscope.tui.widgets.table import SAVE_CSV_BINDING, SavesCsv
 from kinetoscope.tui.widgets.theme import palette_of
 from kinetoscope.tui.widgets.timefmt import time_cell
 from rich.segment import Segment
@@ -71,34 +69,6 @@ class TimelineTarget:
 def memory_ops_for(data: ViewData) -> MemoryOps:
     """The trace's MemoryOps, from the TraceSession the drill-down screens share (computed once)."""
     return data.session.memory_ops
-
-
-def operator_memory_columns(analysis: TraceSession, groups: Groups) -> list[Column]:
-    """Memory columns for an operator table whose rows are `groups` (matched by (cat, name)):
-    bytes the group allocated itself, and the largest live memory while an instance ran, on
-    the main device. Empty when the trace has no memory events."""
-    ops = analysis.memory_ops
-    device = ops.primary
-    if device is None or not len(device):
-        return []
-    values = group_columns(ops, device, groups)
-    allocated, peak = values["allocated"], values["peak_live"]
-    return [
-        Column(
-            "alloc'd",
-            lambda g: fmt_bytes(int(allocated[g])) if allocated[g] else "",
-            key=allocated,
-            width=10,
-            optional=True,
-        ),
-        Column(
-            "peak mem",
-            lambda g: fmt_bytes(int(peak[g])) if peak[g] != NO_VALUE else "",
-            key=peak,
-            width=10,
-            optional=True,
-        ),
-    ]
 
 
 def target_at(data: ViewData, device: DeviceMemory, when: int) -> int:

@@ -22,9 +22,8 @@ from kinetoscope.analysis.session import AnalysisFailed
 from kinetoscope.analysis.units import fmt_duration, plural
 from kinetoscope.tui.data.failures import failure_message
 from kinetoscope.tui.data.places import Jump
-from kinetoscope.tui.trace.memory_view import operator_memory_columns
 from kinetoscope.tui.widgets.columns import (
-    category_column,
+    columns_of,
     count_column,
     instance_columns,
     percent_column,
@@ -36,7 +35,7 @@ from kinetoscope.tui.widgets.columns import (
     model_row as model_row,  # re-exported: the row of the whole table
 )
 from kinetoscope.tui.widgets.rangetable import RangeTableScreen
-from kinetoscope.tui.widgets.table import Column, DataView, TableModel, TableScreen, string_ranks
+from kinetoscope.tui.widgets.table import Column, DataView, TableModel, TableScreen
 from kinetoscope.tui.widgets.theme import PART_NAMES, palette_of
 from rich.text import Text
 from textual.app import ComposeResult
@@ -51,6 +50,7 @@ from kinetoscope.present.tables import (
     TEXT,
     US,
     Field,
+    OperatorRows,
     Table,
     instances_table,
     named_counts_table,
@@ -150,11 +150,11 @@ class OperatorsScreen(RangeTableScreen[ShownOperators]):
         else:
             table = session.operators
         # Memory columns (whole trace, by name) when the trace recorded allocations.
-        memory: list[Column] = []
+        memory = None
         memory_failure = None
         if shapes is None and bounds is None:
             try:
-                memory = operator_memory_columns(session, groups)
+                memory = operator_memory(session, groups)
             except AnalysisFailed as error:  # the times still show; the title says what is not
                 memory_failure = failure_message("memory columns", error)
         model = operator_model(trace, table, shapes, bounds is not None, memory)
@@ -185,7 +185,9 @@ class OperatorsScreen(RangeTableScreen[ShownOperators]):
 
         def make() -> Table:  # in the save's worker
             memory = operator_memory(session, session.cpu_groups) if with_memory else None
-            return operators_table(session.trace, result.table, result.shapes, memory)
+            return operators_table(
+                OperatorRows.of(session.trace, result.table, result.shapes, memory)
+            )
 
         return make
 
@@ -348,44 +350,14 @@ def operator_model(
     table: OperatorTable,
     shapes: np.ndarray | None,
     in_range: bool,
-    extra: list[Column] | None = None,
+    memory: dict[str, np.ndarray] | None = None,
 ) -> TableModel:
-    """Rows are groups; groups with nothing in a range are left out of it."""
+    """Rows are groups; groups with nothing in a range are left out of it. Its columns are
+    the operators table's (present/tables.py), with its memory columns when given."""
     groups = table.groups
     names = groups.name.astype(np.int64)
     strings = trace.strings
-    whole = float(table.excl.sum())
-    columns = [
-        Column(
-            "operator",
-            lambda g: strings[names[g]] or "(no name)",
-            key=string_ranks(strings, names),
-            width=0,
-            numeric=False,
-            name=True,
-        ),
-        category_column(strings, groups.cat),
-    ]
-    if shapes is not None:
-        columns.append(
-            Column(
-                "input shape",
-                lambda g: clean(strings[shapes[g]]) if shapes[g] >= 0 else "-",
-                key=shapes,
-                width=22,
-                numeric=False,
-            )
-        )
-    columns += [
-        count_column("count", table.count),
-        time_column("total", table.incl),
-        time_column("self", table.excl),
-        # At 80 columns these give way (from the right) so that names keep room.
-        time_column("GPU self", table.gpu_self, optional=True),
-        time_column("GPU total", table.gpu_total, optional=True),
-        percent_column("self%", table.excl, whole, optional=True),
-        *(extra or []),
-    ]
+    columns = columns_of(operators_table(OperatorRows.of(trace, table, shapes, memory)))
     self_column = 5 if shapes is not None else 4
     model = TableModel(
         columns=columns,

@@ -30,7 +30,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, ProgressBar, Static
 
 from kinetoscope.present.safe_text import clean, fit_name, shorten
-from kinetoscope.present.tables import Table, gaps_table
+from kinetoscope.present.tables import GapRows, Table, gaps_table
 
 # Steps of the idle-gap threshold that > and < walk through (ns).
 GAP_THRESHOLDS = (
@@ -518,7 +518,7 @@ class GapListScreen(SavesCsv, ModalScreen[int]):
         self.order = self.all_gaps[:GAP_LIST_LIMIT]
 
     def csv_export(self) -> tuple[Table, np.ndarray]:
-        table = gaps_table(self.data.trace, self.data.gaps, self.all_gaps)
+        table = gaps_table(GapRows.of(self.data.trace, self.data.gaps, self.all_gaps))
         return table, table.order
 
     def title_text(self) -> Text:

@@ -1,5 +1,6 @@
-"""Building blocks of the drill-down tables: column factories (durations, counts, shares,
-categories, a table of instances), a model restricted to some of its rows, and share bars.
+"""Building blocks of the drill-down tables: column factories (durations, counts, shares, a
+table of instances), the columns of a table's description (`columns_of`: present/tables.py),
+a model restricted to some of its rows, and share bars.
 
 Any table screen (operators, kernels, and later ranks, collectives or a diff) builds its
 `TableModel` from these, so that the same kind of value looks and sorts the same everywhere.
@@ -8,13 +9,15 @@ Any table screen (operators, kernels, and later ranks, collectives or a diff) bu
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
 from kinetoscope.analysis.units import fmt_table_time
-from kinetoscope.tui.widgets.table import Column, TableModel, string_ranks
+from kinetoscope.tui.widgets.table import Column, TableModel
 from rich.text import Text
+
+from kinetoscope.present.tables import COUNT, DURATION, NAME, SHARE, Field, Table
 
 if TYPE_CHECKING:
     from kinetoscope.parser.model import Trace
@@ -76,17 +79,35 @@ def percent_column(
     )
 
 
-def category_column(strings: Sequence[str], cats: np.ndarray, widest: int = 12) -> Column:
-    """The category of a group, as wide as the longest one needs (at most `widest`)."""
-    cats = np.asarray(cats).astype(np.int64)
-    longest = max((len(strings[int(c)]) for c in np.unique(cats)), default=3)
+def column_of(field: Field) -> Column:
+    """The viewer's column of a table's field (present/tables.py): durations, counts and
+    shares through the factories above, whatever the table; text and names as the field's
+    view says (names cut where they say least)."""
+    assert field.view is not None
+    view = field.view()
+    if field.kind is DURATION:
+        return time_column(view.title, view.values, optional=view.optional)
+    if field.kind is COUNT and view.width is None:  # as wide as the largest count needs
+        return count_column(view.title, view.values)
+    if field.kind is COUNT:
+        values = np.asarray(view.values)
+        return Column(view.title, lambda r: f"{int(values[r]):,}", key=values, width=view.width)
+    if field.kind is SHARE:
+        return percent_column(view.title, view.values, view.whole, optional=view.optional)
     return Column(
-        "cat",
-        lambda g: strings[cats[g]],
-        key=string_ranks(strings, cats),
-        width=max(4, min(widest, longest + 1)),
-        numeric=False,
+        view.title,
+        view.cell or field.value,
+        key=view.values,
+        width=10 if view.width is None else view.width,
+        numeric=field.kind.layout == "number",  # bytes, say: right-aligned
+        optional=view.optional,
+        name=field.kind is NAME,
     )
+
+
+def columns_of(table: Table) -> list[Column]:
+    """The viewer's columns of a table: a column per field that has a view, in field order."""
+    return [column_of(f) for f in table.view_fields]
 
 
 def restrict(model: TableModel, keep: np.ndarray) -> TableModel:

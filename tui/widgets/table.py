@@ -6,7 +6,7 @@ sort and filter without freezing the UI. `TableScreen` puts one under a title an
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -34,7 +34,7 @@ from textual.strip import Strip
 from textual.widgets import Footer, Input, Static
 
 from kinetoscope.present.safe_text import clean, cut_end, fit_name, fit_names, pad
-from kinetoscope.present.tables import Table, save_table
+from kinetoscope.present.tables import Table, save_table, string_ranks  # noqa: F401
 
 # Above this many rows, sorting runs in a worker thread.
 SORT_IN_WORKER = 200_000
@@ -146,15 +146,6 @@ def names_drawn(model: TableModel, column: int, width: int) -> dict[str, str] | 
     cell = model.columns[column].cell
     texts = [value for value in (cell(r) for r in range(model.n)) if isinstance(value, str)]
     return dict(zip(texts, fit_names(texts, width)))
-
-
-def string_ranks(strings: Sequence[str], ids: np.ndarray) -> np.ndarray:
-    """Sort keys for string ids: the rank of each id's lowercased text among `ids`' texts."""
-    distinct, inverse = np.unique(ids, return_inverse=True)
-    texts = [strings[int(i)].lower() for i in distinct]
-    rank = np.empty(len(distinct), dtype=np.int64)
-    rank[sorted(range(len(texts)), key=texts.__getitem__)] = np.arange(len(texts))
-    return rank[inverse.reshape(-1)]
 
 
 class DataView(ReportsWorkerFailures, ScrollView, can_focus=True):

@@ -1,0 +1,185 @@
+"""One description of a table (kinetoscope/present/tables.py): a field's kind writes its CSV
+cell and its report cell; the report's section and the CSV come from the same fields; the rows
+read from the summary document and from the session say the same things."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from kinetoscope.analysis import TraceSession
+from kinetoscope.analysis.summary import build_summary
+from kinetoscope.parser import load
+
+from kinetoscope.present import tables
+from kinetoscope.present.report_summary import NAME, NUMBER, TEXT, section
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "sample_traces" / "synthetic_gpu_training.pt.trace.json.gz"
+
+
+def test_a_kind_writes_the_csv_cell_and_the_report_cell():
+    values = {"name": "=cmd", "count": 1234, "dur": 1500, "bytes": 1536, "share": 0.25}
+    table = tables.Table(
+        "t",
+        [
+            tables.Field("name", tables.NAME, lambda r: values["name"], "op"),
+            tables.Field("count", tables.COUNT, lambda r: values["count"], "calls"),
+            tables.Field("dur_us", tables.DURATION, lambda r: values["dur"], "time"),
+            tables.Field("bytes", tables.BYTES, lambda r: values["bytes"], "memory"),
+            tables.Field("share", tables.SHARE, lambda r: values["share"], "of all"),
+            tables.Field("csv_only", tables.INT, lambda r: 7),
+            tables.Field("gone", tables.TEXT, lambda r: None, "gone", missing="(none)"),
+            tables.Field("shown", tables.TEXT, lambda r: "x", "report only", csv=False),
+        ],
+        1,
+        np.arange(1),
+        "A table",
+    )
+    assert table.headers == ["name", "count", "dur_us", "bytes", "share", "csv_only", "gone"]
+    assert table.cells(0, raw=False) == ["'=cmd", "1234", "1.500", "1536", "0.25", "7", ""]
+    report = section(table)
+    assert report.title == "A table"
+    assert [c.header for c in report.columns] == [
+        "op",
+        "calls",
+        "time",
+        "memory",
+        "of all",
+        "gone",
+        "report only",
+    ]
+    assert [c.kind for c in report.columns] == [NAME, NUMBER, NUMBER, NUMBER, NUMBER, TEXT, TEXT]
+    assert [text for text, _ in report.rows[0]] == [
+        "=cmd",
+        "1,234",
+        "1.500 µs",
+        "1.50 KiB",
+        "25%",
+        "(none)",
+        "x",
+    ]
+
+
+def test_shown_orders_the_report_columns_not_the_csv():
+    table = tables.Table(
+        "t",
+        [
+            tables.Field("a", tables.INT, lambda r: 1, "A"),
+            tables.Field("b", tables.INT, lambda r: 2, "B"),
+        ],
+        1,
+        np.arange(1),
+        shown=("b", "a"),
+    )
+    assert table.headers == ["a", "b"]
+    assert [c.header for c in section(table).columns] == ["B", "A"]
+
+
+@pytest.fixture(scope="module")
+def sample():
+    session = TraceSession(load(str(SAMPLE), write_cache=False))
+    return session, build_summary(session)
+
+
+def _report_rows(table: tables.Table, rows) -> list[list[str]]:
+    return [[text for text, _ in row] for row in section(table, rows).rows]
+
+
+def _by_key(table: tables.Table, key: int = 2) -> dict[tuple[str, ...], list[str]]:
+    """Report rows by their first `key` cells."""
+    return {tuple(row[:key]): row for row in _report_rows(table, None)}
+
+
+def test_operators_of_the_session_and_of_the_document_agree(sample):
+    session, document = sample
+    of_session = _by_key(
+        tables.operators_table(tables.OperatorRows.of(session.trace, session.operators))
+    )
+    of_document = _by_key(
+        tables.operators_table(tables.OperatorRows.of_document(document["operators"]))
+    )
+    assert len(of_document) >= 5
+    for key, row in of_document.items():
+        assert of_session[key] == row, key
+
+
+def test_kernels_of_the_session_and_of_the_document_agree(sample):
+    from kinetoscope.analysis.kernels import top_launcher
+
+    session, document = sample
+    kernels = session.kernels
+    top = tables.kernel_launcher_groups(session, kernels)
+    rows = tables.KernelRows.of(session.trace, kernels, top, session.cpu_groups.name)
+    of_session = _by_key(tables.kernels_table(rows), 1)
+    of_document = _by_key(
+        tables.kernels_table(
+            tables.KernelRows.of_document(
+                document["kernels"], lambda cat, name: top_launcher(session, cat, name)
+            )
+        ),
+        1,
+    )
+    assert len(of_document) >= 3
+    assert any(row[-1] != "–" for row in of_document.values())  # a launcher is named
+    for key, row in of_document.items():
+        assert of_session[key] == row, key
+
+
+def test_gaps_idle_by_cpu_and_devices_of_the_session_and_of_the_document_agree(sample):
+    session, document = sample
+    trace = session.trace
+    gaps = session.idle.gaps
+    longest = gaps.longest(len(document["idle_gaps"]))
+    from_session = tables.gaps_table(tables.GapRows.of(trace, gaps, longest))
+    from_document = tables.gaps_table(tables.GapRows.of_document(document))
+    assert from_document.n > 0
+    # The CSV cells the document can give (its start and length are µs of 3 decimals: exact).
+    assert [from_session.cells(i)[1:5] for i in range(from_session.n)] == [
+        from_document.cells(i)[1:5] for i in range(from_document.n)
+    ]
+    idle = tables.idle_by_cpu_table(tables.IdleByCpuRows.of(trace, session.idle_by_cpu))
+    idle_doc = tables.idle_by_cpu_table(tables.IdleByCpuRows.of_document(document["idle_by_cpu"]))
+    assert idle_doc.n > 0
+    shown = _report_rows(idle_doc, None)
+    assert _report_rows(idle, range(idle_doc.n - 1)) == shown[:-1]
+    assert _report_rows(idle, [idle.n - 1])[-1][1:4] == shown[-1][1:4]  # no CPU slice there
+    devices = tables.devices_table(tables.DeviceRows.of(session.idle))
+    devices_doc = tables.devices_table(tables.DeviceRows.of_document(document))
+    assert devices_doc.n == devices.n > 0
+    assert [devices.cells(i) for i in range(devices.n)] == [
+        devices_doc.cells(i) for i in range(devices.n)
+    ]
+
+
+def test_the_viewer_columns_are_the_tables_fields_with_a_view(sample):
+    from kinetoscope.tui.widgets.columns import columns_of
+
+    session, _ = sample
+    kernels = session.kernels
+    top = tables.kernel_launcher_groups(session, kernels)
+    table = tables.kernels_table(
+        tables.KernelRows.of(session.trace, kernels, top, session.cpu_groups.name)
+    )
+    # Without the launchers' counts there is no viewer's launcher column; the others are.
+    titles = [c.title for c in columns_of(table)]
+    assert titles == ["kernel", "cat", "count", "total", "mean", "%", "min", "max"]
+    operators = tables.operators_table(tables.OperatorRows.of(session.trace, session.operators))
+    columns = columns_of(operators)
+    assert [c.title for c in columns] == [
+        "operator",
+        "cat",
+        "count",
+        "total",
+        "self",
+        "GPU self",
+        "GPU total",
+        "self%",
+    ]
+    excl = session.operators.excl
+    self_column = columns[4]
+    assert np.array_equal(self_column.key, excl)
+    biggest = int(np.argmax(excl))
+    assert self_column.cell(biggest).strip()  # a duration text
+    assert columns[0].cell(biggest) == operators.fields[0].value(biggest)
