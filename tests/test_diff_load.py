@@ -13,6 +13,8 @@ from kinetoscope.analysis.diff import PREPARE_PLANS, diff_sessions
 from kinetoscope.analysis.session import TraceSession, derived
 from test_diff import base_events, new_events, write
 
+from kinetoscope.commands import diff as diff_command
+from kinetoscope.common.errors import exit_status
 from kinetoscope.present import report_diff
 
 # Every result a diff reads from each session (docs/diff.md): steps and their metrics (idle
@@ -53,7 +55,7 @@ def test_the_diff_computes_only_the_results_it_shows(tmp_path, monkeypatch, caps
     new = write(tmp_path / "new.json", strip(new_events()))
     seen = spied(monkeypatch)
     csv_dir = str(tmp_path / "csv") if output == "csv" else None
-    code = report_diff.run_diff(base, new, output="json" if output == "json" else "text",
+    code = diff_command.run_diff(base, new, output="json" if output == "json" else "text",
                                 csv_dir=csv_dir)  # fmt: skip
     assert code == 0, capsys.readouterr().err
     out = capsys.readouterr().out
@@ -103,7 +105,7 @@ def test_of_two_traces_that_fail_to_load_the_first_loaded_is_named(tmp_path, mon
     bad_other = broken(tmp_path / "other.json")
 
     def failing(base, new):
-        assert report_diff.run_diff(base, new, output="json") == 1
+        assert exit_status(diff_command.run_diff, base, new, output="json") == 1
         err = capsys.readouterr().err
         assert err.startswith("kinetoscope: ") and err.count("\n") == 1, err
         return err
