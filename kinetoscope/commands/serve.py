@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import functools
 import hmac
 import ipaddress
 import logging
@@ -37,10 +38,15 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kinetoscope.common.errors import KinetoscopeError, UsageError
 from kinetoscope.common.options import positive
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from aiohttp import web
 
 INSTALL = "pip install 'kinetoscope[serve]'"
 DEFAULT_HOST = "127.0.0.1"
@@ -55,6 +61,8 @@ MAX_MESSAGE = 1 << 16  # bytes of one websocket message (keys, a resize, a ping)
 TOKEN_BYTES = 24  # the run's secret: 192 random bits, 32 characters in the URL
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 KILL = getattr(signal, "SIGKILL", signal.SIGTERM)  # for a viewer that would not quit
+
+log = logging.getLogger("kinetoscope.commands.serve")
 
 
 class ServeError(Exception):
@@ -525,22 +533,257 @@ def _server(
     """The textual-serve server of `command`, serving on `sock` (made here: textual-serve is
     imported only by `serve`). `before`: the processes that are not its viewers; `guard`: what
     a request must show; `max_sessions`: the sessions served at once."""
-    import asyncio
-    import json
-
-    import aiohttp_jinja2
-    import jinja2
-    from aiohttp import WSMsgType, web
-    from textual_serve.app_service import AppService
     from textual_serve.server import Server
 
-    log = logging.getLogger("kinetoscope.commands.serve")
+    class ViewerServer(_ViewerServer, Server):
+        """textual-serve's server with kinetoscope's checks, sessions and shutdown."""
+
+    return ViewerServer(command, sock, title, before, guard, max_sessions)
+
+
+class _ViewerServer:
+    """textual-serve's server (the class it is mixed into) on a socket bound beforehand, behind
+    the guard's checks; each page's websocket address is the one the browser used; a session's
+    viewer is ended with its websocket; sessions ended on shutdown."""
+
+    command: str
+    title: str
+    download_manager: Any
+    templates_path: Any
+    statics_path: Any
+    request_exit: Any
+    handle_download: Any
+
+    def __init__(
+        self,
+        command: str,
+        sock: socket.socket,
+        title: str,
+        before: set[int],
+        guard: Guard,
+        max_sessions: int,
+    ) -> None:
+        import asyncio
+
+        host, port = sock.getsockname()[:2]
+        super().__init__(command, host=host, port=port, title=title)  # type: ignore[call-arg]
+        self.sock, self.before, self.guard, self.max_sessions = sock, before, guard, max_sessions
+        # Each session's task -> its viewer (None while it starts): a slot of
+        # --max-sessions is held until the viewer's process has been reaped.
+        self.sessions: dict[asyncio.Task[Any], Any] = {}
+        self.closing = False
+        # The loop, and its handlers of Ctrl+C and SIGTERM, made before serving begins.
+        self.loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self.loop)
+        for signum in STOP_SIGNALS:
+            try:
+                self.loop.add_signal_handler(signum, self.request_exit)  # GracefulExit
+            except NotImplementedError:  # Windows: Ctrl+C is KeyboardInterrupt there
+                pass
+
+    async def _make_app(self) -> web.Application:
+        import aiohttp_jinja2
+        import jinja2
+        from aiohttp import web
+
+        app = web.Application(middlewares=[_answer_own_names(self.guard)])
+        aiohttp_jinja2.setup(app, loader=jinja2.FileSystemLoader(self.templates_path))
+        app.add_routes(
+            [
+                web.get("/", self.handle_index, name="index"),
+                web.get("/ws/{token}", self.handle_websocket, name="websocket"),
+                web.get("/download/{key}", self.handle_download, name="download"),
+                web.static("/static", self.statics_path, name="static"),
+            ]
+        )
+        app.on_response_prepare.append(_private_headers)
+        app.on_shutdown.append(self.on_shutdown)
+        return app
+
+    async def handle_index(self, request: web.Request) -> Any:
+        import aiohttp_jinja2
+        from aiohttp import web
+
+        if not self.guard.token_ok(request.query.get("token", "")):
+            raise _refusal(web.HTTPForbidden, "open the address it printed, with its token")
+        font_size = request.query.get("fontsize", "16")
+        context = {
+            "font_size": int(font_size) if re.fullmatch(r"\d{1,2}", font_size) else 16,
+            # The page's own address (an SSH tunnel's port, this machine's name).
+            "app_websocket_url": self.guard.websocket_url(request.headers["Host"]),
+            "config": {"static": {"url": "/static/"}},
+            "application": {"name": self.title},
+        }
+        return aiohttp_jinja2.render_template("app_index.html", request, context)
+
+    async def handle_websocket(self, request: web.Request) -> Any:
+        # Refused before the upgrade, with an HTTP status, and before any viewer starts.
+        width, height = _session_asked(self.guard, request)
+        websocket = _websocket_for(request)
+        task = self._take_slot()
+        await self._session(task, request, websocket, width, height)
+        return websocket
+
+    def _take_slot(self) -> asyncio.Task[Any]:
+        """A slot of --max-sessions for the session of the current task (its handler's);
+        503 while the server stops or when every slot is held."""
+        import asyncio
+
+        from aiohttp import web
+
+        task = asyncio.current_task()
+        if self.closing or task is None:
+            raise _refusal(web.HTTPServiceUnavailable, "the server is stopping")
+        held = sum(1 for viewer in self.sessions.values() if _holds_slot(viewer))
+        if held >= self.max_sessions:
+            raise _refusal(
+                web.HTTPServiceUnavailable,
+                f"{held} sessions open, the most it serves (--max-sessions): close one first",
+            )
+        self.sessions[task] = None
+        return task
+
+    async def _session(
+        self,
+        task: asyncio.Task[Any],
+        request: web.Request,
+        websocket: web.WebSocketResponse,
+        width: int,
+        height: int,
+    ) -> None:
+        """One browser tab's session, in its slot: the websocket upgraded, the viewer started,
+        the browser's messages pumped to it until the websocket closes; then the viewer ended
+        and the slot freed, whatever ended the session."""
+        import asyncio
+
+        viewer: Any = None
+        try:
+            await websocket.prepare(request)
+            viewer = _viewer_class()(
+                self.command,
+                write_bytes=websocket.send_bytes,
+                write_str=websocket.send_str,
+                close=websocket.close,
+                download_manager=self.download_manager,
+            )
+            self.sessions[task] = viewer
+            await viewer.start(width, height)
+            await _pump(websocket, viewer)
+        except asyncio.CancelledError:
+            pass
+        except Exception as exc:  # one line, the session ends; the server goes on
+            log.warning("a session ended: %s", exc.__class__.__name__)
+        finally:
+            try:
+                if viewer is not None:
+                    await _end_viewer(viewer)
+                if websocket.prepared:
+                    await websocket.close()
+            finally:
+                self.sessions.pop(task, None)
+
+    async def on_shutdown(self, app: web.Application) -> None:
+        # No session starts from now. Each viewer is told to quit (its web driver quits on
+        # SIGTERM as on a browser's quit) and waited for while the loop runs, so its output
+        # is read to the end and no pipe is left to close after the loop. Then the
+        # sessions end; a browser that does not answer the websocket's close is not waited
+        # for long. A viewer stopped while it starts is no failure to report.
+        import asyncio
+
+        self.closing = True
+        logging.getLogger("textual-serve").setLevel(logging.CRITICAL)
+        await _stop_viewers(self.before)
+        await asyncio.sleep(0.1)
+        await _end_sessions(list(self.sessions))
+
+    def run(self) -> None:
+        from aiohttp import web
+
+        try:
+            web.run_app(
+                self._make_app(),
+                sock=self.sock,
+                handle_signals=False,
+                print=None,
+                access_log=None,
+                shutdown_timeout=QUIT_WAIT_S,
+                loop=self.loop,
+            )
+        finally:
+            if not self.loop.is_closed():
+                self.loop.close()
+
+
+def _refusal(kind: Any, reason: str) -> Any:
+    """An HTTP refusal of class `kind` (aiohttp's), with its one-line reason."""
+    return kind(text=f"kinetoscope serve: {reason}\n")
+
+
+def _answer_own_names(guard: Guard) -> Any:
+    """The middleware that answers only requests for this server's own names, refused 421
+    (DNS rebinding: a page of another site whose name is made to point here asks with its
+    own name)."""
+    from aiohttp import web
+
+    @web.middleware
+    async def answer_own_names(request: web.Request, handler: Any) -> Any:
+        hosts = request.headers.getall("Host", [])
+        if len(hosts) != 1 or not guard.host_ok(hosts[0]):
+            return _refusal(
+                web.HTTPMisdirectedRequest,
+                "this server answers only its own names "
+                "(127.0.0.1, localhost, [::1], --host, --public-url)",
+            )
+        return await handler(request)
+
+    return answer_own_names
+
+
+async def _private_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """No page of another site frames the viewer; no address with the token is sent on."""
+    response.headers["Referrer-Policy"] = "no-referrer"
+    response.headers["X-Frame-Options"] = "DENY"
+    response.headers["Content-Security-Policy"] = "frame-ancestors 'none'"
+    response.headers["Cache-Control"] = "no-store"
+
+
+def _session_asked(guard: Guard, request: web.Request) -> tuple[int, int]:
+    """The terminal a websocket request asks for, once it has shown the run's token (else 403)
+    and the page's own Origin (else 403); 400 for a terminal over the bound."""
+    from aiohttp import web
+
+    if not guard.token_ok(request.match_info["token"]):
+        raise _refusal(web.HTTPForbidden, "open the address it printed, with its token")
+    if not guard.origin_ok(request.headers.get("Origin"), request.headers["Host"]):
+        raise _refusal(web.HTTPForbidden, "a websocket only for the viewer's own page")
+    try:
+        return terminal_size(request.query)
+    except ValueError as exc:
+        raise _refusal(web.HTTPBadRequest, str(exc)) from None
+
+
+def _websocket_for(request: web.Request) -> web.WebSocketResponse:
+    """The websocket response of `request` (messages of at most MAX_MESSAGE bytes), not yet
+    prepared; 400 for a request that is not a websocket's."""
+    from aiohttp import web
+
+    websocket = web.WebSocketResponse(heartbeat=15, max_msg_size=MAX_MESSAGE)
+    if not websocket.can_prepare(request).ok:
+        raise _refusal(web.HTTPBadRequest, "a websocket, for the viewer's page only")
+    return websocket
+
+
+@functools.cache
+def _viewer_class() -> type:
+    """textual-serve's service of one session, its process started in a session of its own
+    (the terminal's Ctrl+C is the server's to pass on, not each viewer's) and kept at hand, to
+    be ended when the session ends (made once, here: textual-serve is imported only by
+    `serve`)."""
+    import asyncio
+
+    from textual_serve.app_service import AppService
 
     class Viewer(AppService):
-        """textual-serve's service of one session, its process started in a session of its
-        own (the terminal's Ctrl+C is the server's to pass on, not each viewer's) and kept at
-        hand, to be ended when the session ends."""
-
         process: asyncio.subprocess.Process | None = None
 
         async def _open_app_process(self, width: int = 80, height: int = 24) -> Any:
@@ -555,225 +798,100 @@ def _server(
             self._stdin = self.process.stdin
             return self.process
 
-    @web.middleware
-    async def answer_own_names(request: web.Request, handler: Any) -> Any:
-        """Only requests for this server's own names are answered (DNS rebinding: a page of
-        another site whose name is made to point here asks with its own name)."""
-        hosts = request.headers.getall("Host", [])
-        if len(hosts) != 1 or not guard.host_ok(hosts[0]):
-            return _refusal(
-                web.HTTPMisdirectedRequest,
-                "this server answers only its own names "
-                "(127.0.0.1, localhost, [::1], --host, --public-url)",
-            )
-        return await handler(request)
+    return Viewer
 
-    def _refusal(kind: Any, reason: str) -> Any:
-        return kind(text=f"kinetoscope serve: {reason}\n")
 
-    async def private_headers(request: web.Request, response: web.StreamResponse) -> None:
-        """No page of another site frames the viewer; no address with the token is sent on."""
-        response.headers["Referrer-Policy"] = "no-referrer"
-        response.headers["X-Frame-Options"] = "DENY"
-        response.headers["Content-Security-Policy"] = "frame-ancestors 'none'"
-        response.headers["Cache-Control"] = "no-store"
+async def _pump(websocket: web.WebSocketResponse, viewer: Any) -> None:
+    """The browser's messages to the viewer until its websocket closes: keys, a size (within
+    the bound), focus; anything else is no message."""
+    import json
 
-    class ViewerServer(Server):
-        """textual-serve's server on a socket bound beforehand, behind the guard's checks;
-        each page's websocket address is the one the browser used; a session's viewer is
-        ended with its websocket; sessions ended on shutdown."""
+    from aiohttp import WSMsgType
 
-        def __init__(self) -> None:
-            host, port = sock.getsockname()[:2]
-            super().__init__(command, host=host, port=port, title=title)
-            # Each session's task -> its viewer (None while it starts): a slot of
-            # --max-sessions is held until the viewer's process has been reaped.
-            self.sessions: dict[asyncio.Task[Any], Viewer | None] = {}
-            self.closing = False
-            # The loop, and its handlers of Ctrl+C and SIGTERM, made before serving begins.
-            self.loop = asyncio.new_event_loop()
-            asyncio.set_event_loop(self.loop)
-            for signum in STOP_SIGNALS:
+    async for message in websocket:
+        if message.type != WSMsgType.TEXT:
+            continue
+        try:
+            envelope = json.loads(message.data)
+        except ValueError:
+            continue
+        if not isinstance(envelope, list) or not envelope:
+            continue
+        kind, data = envelope[0], envelope[1] if len(envelope) > 1 else None
+        if kind == "stdin" and isinstance(data, str):
+            await viewer.send_bytes(data.encode("utf-8", "replace"))
+        elif kind == "resize" and (size := _resize(data)) is not None:
+            await viewer.set_terminal_size(*size)
+        elif kind == "ping":
+            await websocket.send_json(["pong", data])
+        elif kind == "blur":
+            await viewer.blur()
+        elif kind == "focus":
+            await viewer.focus()
+
+
+async def _end_viewer(viewer: Any) -> None:
+    """End a session's viewer: asked to quit, then SIGTERM, then SIGKILL, each waited for a
+    while; then its output read to the end."""
+    import asyncio
+
+    process = viewer.process
+    if process is not None:
+        await viewer.send_meta({"type": "quit"})
+        for signum, wait in (
+            (None, END_WAIT_S),
+            (signal.SIGTERM, STOP_WAIT_S),
+            (KILL, STOP_WAIT_S),
+        ):
+            if process.returncode is not None:
+                break
+            if signum is not None:
                 try:
-                    self.loop.add_signal_handler(signum, self.request_exit)  # GracefulExit
-                except NotImplementedError:  # Windows: Ctrl+C is KeyboardInterrupt there
+                    process.send_signal(signum)
+                except ProcessLookupError:
                     pass
-
-        async def _make_app(self) -> web.Application:
-            app = web.Application(middlewares=[answer_own_names])
-            aiohttp_jinja2.setup(app, loader=jinja2.FileSystemLoader(self.templates_path))
-            app.add_routes(
-                [
-                    web.get("/", self.handle_index, name="index"),
-                    web.get("/ws/{token}", self.handle_websocket, name="websocket"),
-                    web.get("/download/{key}", self.handle_download, name="download"),
-                    web.static("/static", self.statics_path, name="static"),
-                ]
-            )
-            app.on_response_prepare.append(private_headers)
-            app.on_shutdown.append(self.on_shutdown)
-            return app
-
-        async def handle_index(self, request: web.Request) -> Any:
-            if not guard.token_ok(request.query.get("token", "")):
-                raise _refusal(web.HTTPForbidden, "open the address it printed, with its token")
-            font_size = request.query.get("fontsize", "16")
-            context = {
-                "font_size": int(font_size) if re.fullmatch(r"\d{1,2}", font_size) else 16,
-                # The page's own address (an SSH tunnel's port, this machine's name).
-                "app_websocket_url": guard.websocket_url(request.headers["Host"]),
-                "config": {"static": {"url": "/static/"}},
-                "application": {"name": self.title},
-            }
-            return aiohttp_jinja2.render_template("app_index.html", request, context)
-
-        async def handle_websocket(self, request: web.Request) -> Any:
-            # Refused before the upgrade, with an HTTP status, and before any viewer starts.
-            if not guard.token_ok(request.match_info["token"]):
-                raise _refusal(web.HTTPForbidden, "open the address it printed, with its token")
-            if not guard.origin_ok(request.headers.get("Origin"), request.headers["Host"]):
-                raise _refusal(web.HTTPForbidden, "a websocket only for the viewer's own page")
             try:
-                width, height = terminal_size(request.query)
-            except ValueError as exc:
-                raise _refusal(web.HTTPBadRequest, str(exc)) from None
-            websocket = web.WebSocketResponse(heartbeat=15, max_msg_size=MAX_MESSAGE)
-            if not websocket.can_prepare(request).ok:
-                raise _refusal(web.HTTPBadRequest, "a websocket, for the viewer's page only")
-            task = asyncio.current_task()
-            if self.closing or task is None:
-                raise _refusal(web.HTTPServiceUnavailable, "the server is stopping")
-            held = sum(1 for viewer in self.sessions.values() if _holds_slot(viewer))
-            if held >= max_sessions:
-                raise _refusal(
-                    web.HTTPServiceUnavailable,
-                    f"{held} sessions open, the most it serves (--max-sessions): close one first",
-                )
-            self.sessions[task] = None
-            viewer: Viewer | None = None
-            try:
-                await websocket.prepare(request)
-                viewer = Viewer(
-                    self.command,
-                    write_bytes=websocket.send_bytes,
-                    write_str=websocket.send_str,
-                    close=websocket.close,
-                    download_manager=self.download_manager,
-                )
-                self.sessions[task] = viewer
-                await viewer.start(width, height)
-                await self._messages(websocket, viewer)
-            except asyncio.CancelledError:
-                pass
-            except Exception as exc:  # one line, the session ends; the server goes on
-                log.warning("a session ended: %s", exc.__class__.__name__)
-            finally:
-                try:
-                    if viewer is not None:
-                        await self._end(viewer)
-                    if websocket.prepared:
-                        await websocket.close()
-                finally:
-                    self.sessions.pop(task, None)
-            return websocket
-
-        async def _messages(self, websocket: web.WebSocketResponse, viewer: Viewer) -> None:
-            """The browser's messages to the viewer until its websocket closes: keys, a size
-            (within the bound), focus; anything else is no message."""
-            async for message in websocket:
-                if message.type != WSMsgType.TEXT:
-                    continue
-                try:
-                    envelope = json.loads(message.data)
-                except ValueError:
-                    continue
-                if not isinstance(envelope, list) or not envelope:
-                    continue
-                kind, data = envelope[0], envelope[1] if len(envelope) > 1 else None
-                if kind == "stdin" and isinstance(data, str):
-                    await viewer.send_bytes(data.encode("utf-8", "replace"))
-                elif kind == "resize" and (size := _resize(data)) is not None:
-                    await viewer.set_terminal_size(*size)
-                elif kind == "ping":
-                    await websocket.send_json(["pong", data])
-                elif kind == "blur":
-                    await viewer.blur()
-                elif kind == "focus":
-                    await viewer.focus()
-
-        async def _end(self, viewer: Viewer) -> None:
-            """End a session's viewer: asked to quit, then SIGTERM, then SIGKILL, each waited
-            for a while; then its output read to the end."""
-            process = viewer.process
-            if process is not None:
-                await viewer.send_meta({"type": "quit"})
-                for signum, wait in (
-                    (None, END_WAIT_S),
-                    (signal.SIGTERM, STOP_WAIT_S),
-                    (KILL, STOP_WAIT_S),
-                ):
-                    if process.returncode is not None:
-                        break
-                    if signum is not None:
-                        try:
-                            process.send_signal(signum)
-                        except ProcessLookupError:
-                            pass
-                    try:
-                        await asyncio.wait_for(process.wait(), wait)
-                    except asyncio.TimeoutError:
-                        pass
-            try:
-                await asyncio.wait_for(viewer.stop(), QUIT_WAIT_S)
+                await asyncio.wait_for(process.wait(), wait)
             except asyncio.TimeoutError:
                 pass
+    try:
+        await asyncio.wait_for(viewer.stop(), QUIT_WAIT_S)
+    except asyncio.TimeoutError:
+        pass
 
-        async def on_shutdown(self, app: web.Application) -> None:
-            # No session starts from now. Each viewer is told to quit (its web driver quits on
-            # SIGTERM as on a browser's quit) and waited for while the loop runs, so its output
-            # is read to the end and no pipe is left to close after the loop. Then the
-            # sessions end; a browser that does not answer the websocket's close is not waited
-            # for long. A viewer stopped while it starts is no failure to report.
-            self.closing = True
-            logging.getLogger("textual-serve").setLevel(logging.CRITICAL)
-            viewers = _children(ended_too=True) - before
-            for pid in viewers:
-                _signal(pid, signal.SIGTERM)
-            # Until each is gone, collected by the loop's child watcher (not only ended), and
-            # a moment more for the loop to close their pipes.
-            for signum, wait in ((None, STOP_WAIT_S), (KILL, STOP_WAIT_S)):
-                left = viewers & _children(ended_too=True)
-                for pid in left if signum is not None else ():
-                    _signal(pid, signum)  # one that would not quit
-                deadline = time.monotonic() + wait
-                while left and time.monotonic() < deadline:
-                    await asyncio.sleep(0.05)
-                    left &= _children(ended_too=True)
-            await asyncio.sleep(0.1)
-            sessions = list(self.sessions)
-            if sessions:
-                _, late = await asyncio.wait(sessions, timeout=QUIT_WAIT_S + 1)
-                for task in late:
-                    task.cancel()
-                if late:
-                    await asyncio.wait(late, timeout=QUIT_WAIT_S)
 
-        def run(self) -> None:
-            try:
-                web.run_app(
-                    self._make_app(),
-                    sock=sock,
-                    handle_signals=False,
-                    print=None,
-                    access_log=None,
-                    shutdown_timeout=QUIT_WAIT_S,
-                    loop=self.loop,
-                )
-            finally:
-                if not self.loop.is_closed():
-                    self.loop.close()
+async def _stop_viewers(before: set[int]) -> None:
+    """On shutdown: every viewer started while serving (the processes not in `before`) sent
+    SIGTERM, and SIGKILL STOP_WAIT_S later if it is still there; waited for until each is
+    gone, collected by the loop's child watcher (not only ended)."""
+    import asyncio
 
-    return ViewerServer()
+    viewers = _children(ended_too=True) - before
+    for pid in viewers:
+        _signal(pid, signal.SIGTERM)
+    # Until each is gone, collected by the loop's child watcher (not only ended), and
+    # a moment more (the caller's) for the loop to close their pipes.
+    for signum, wait in ((None, STOP_WAIT_S), (KILL, STOP_WAIT_S)):
+        left = viewers & _children(ended_too=True)
+        for pid in left if signum is not None else ():
+            _signal(pid, signum)  # one that would not quit
+        deadline = time.monotonic() + wait
+        while left and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            left &= _children(ended_too=True)
+
+
+async def _end_sessions(sessions: list[asyncio.Task[Any]]) -> None:
+    """On shutdown, once the viewers are gone: the sessions' handlers waited for a while,
+    then those still running cancelled (a browser that does not answer the close)."""
+    import asyncio
+
+    if sessions:
+        _, late = await asyncio.wait(sessions, timeout=QUIT_WAIT_S + 1)
+        for task in late:
+            task.cancel()
+        if late:
+            await asyncio.wait(late, timeout=QUIT_WAIT_S)
 
 
 def _holds_slot(viewer: Any) -> bool:
