@@ -183,3 +183,67 @@ def test_the_viewer_columns_are_the_tables_fields_with_a_view(sample):
     biggest = int(np.argmax(excl))
     assert self_column.cell(biggest).strip()  # a duration text
     assert columns[0].cell(biggest) == operators.fields[0].value(biggest)
+
+
+def _layout(columns) -> list[tuple]:
+    """What the viewer lays out and sorts by, per column."""
+    return [(c.title, c.width, c.numeric, c.optional, c.descending, c.name) for c in columns]
+
+
+def test_the_compile_steps_screen_is_the_compile_steps_table(tmp_path):
+    import gzip
+    import json
+
+    from kinetoscope.analysis.units import fmt_table_time
+    from kinetoscope.tui.trace.compile_view import steps_model
+    from test_tui_compile import compiled_cpu_events
+
+    path = tmp_path / "compiled.pt.trace.json.gz"
+    document = {"schemaVersion": 1, "traceEvents": compiled_cpu_events()}
+    path.write_bytes(gzip.compress(json.dumps(document).encode()))
+    session = TraceSession(load(str(path), write_cache=False))
+    trace, result = session.trace, session.compiled
+    steps = result.steps
+    assert len(steps) == 2
+    table = tables.compile_steps_table(tables.CompileStepRows.of(trace, result))
+    model = steps_model(trace, result)
+    assert [c.title for c in model.columns] == [f.view().title for f in table.view_fields]
+    assert _layout(model.columns) == [
+        ("step", 0, False, False, False, True),
+        ("compiled", 9, True, False, True, False),
+        ("eager", 10, True, False, True, False),
+        ("regions", 8, True, False, True, False),
+        ("guards", 7, True, False, True, False),
+        ("guard", 10, True, True, True, False),
+        ("compiling", 10, True, True, True, False),
+        ("launches", 9, True, False, True, False),
+        ("kernels", 8, True, False, True, False),
+        ("launch cpu", 11, True, True, True, False),
+    ]
+    assert model.default_sort == 0
+    by_title = {c.title: c for c in model.columns}
+    assert [by_title["step"].cell(i) for i in range(2)] == ["ProfilerStep#1", "ProfilerStep#2"]
+    assert list(by_title["step"].key) == [s.start for s in steps]  # step order, not by name
+    for title, attr in [
+        ("regions", "regions"),
+        ("guards", "guard_calls"),
+        ("launches", "launch_calls"),
+        ("kernels", "kernels"),
+    ]:
+        assert [by_title[title].cell(i) for i in range(2)] == [
+            f"{getattr(s, attr):,}" for s in steps
+        ], title
+        assert list(by_title[title].key) == [getattr(s, attr) for s in steps]
+    for title, attr in [
+        ("eager", "eager_ns"),
+        ("guard", "guard_ns"),
+        ("compiling", "compiling_ns"),
+        ("launch cpu", "launch_cpu_ns"),
+    ]:
+        assert [by_title[title].cell(i) for i in range(2)] == [
+            fmt_table_time(float(getattr(s, attr))) for s in steps
+        ], title
+    assert [by_title["compiled"].cell(i) for i in range(2)] == [
+        f"{100 * s.share:.0f}%" if s.share is not None else "–" for s in steps
+    ]
+    assert all(s.share is not None for s in steps)

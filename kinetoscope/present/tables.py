@@ -101,7 +101,7 @@ class View:
     there, the values of every row as an array (the cells of a duration, count or share, and
     the sort key), its width in cells (None: as its kind wants; 0: what the fixed columns
     leave), whether it gives way on a narrow terminal (`optional`), its cell when not the
-    value (`cell`), and the whole a share is of."""
+    value (`cell`), the whole a share is of, and its first sort's direction."""
 
     title: str
     values: np.ndarray | None = None
@@ -109,6 +109,7 @@ class View:
     optional: bool = False
     cell: Callable[[int], str] | None = None
     whole: float = 0.0
+    largest_first: bool | None = None  # the first sort's direction (None: numbers' largest)
 
 
 def string_ranks(strings: Sequence[str], ids: np.ndarray) -> np.ndarray:
@@ -1049,11 +1050,55 @@ class CompileStepRows:
     kernels: Callable[[int], int]
     launch_cpu: Callable[[int], Any]
     key: np.ndarray  # the order: by start
+    views: dict[str, Callable[[], View]] = field(default_factory=dict)  # the viewer's, by header
 
     @classmethod
     def of(cls, trace: Any, result: Any) -> CompileStepRows:
         """The steps of a CompileResult (analysis/compile.py)."""
         steps = result.steps
+
+        def ints(attr: str) -> np.ndarray:
+            return np.array([getattr(s, attr) for s in steps], dtype=np.int64)
+
+        def counted(title: str, attr: str, width: int) -> Callable[[], View]:
+            def view() -> View:
+                values = ints(attr)
+                return View(title, values, width, cell=lambda i: f"{values[i]:,}")
+
+            return view
+
+        def step_view() -> View:
+            names = np.array([trace.name[s.row] for s in steps], dtype=np.int64)
+            start = ints("start")
+            return View(
+                "step",
+                start,
+                0,
+                cell=lambda i: trace.strings[names[i]],
+                largest_first=False,
+            )
+
+        def compiled_view() -> View:
+            share = np.array([s.share if s.share is not None else -1.0 for s in steps])
+            return View(
+                "compiled",
+                share,
+                9,
+                cell=lambda i: f"{100 * share[i]:.0f}%" if share[i] >= 0 else "–",
+            )
+
+        views: dict[str, Callable[[], View]] = {
+            "step": step_view,
+            "compiled_share": compiled_view,
+            "eager_us": lambda: View("eager", ints("eager_ns")),
+            "regions": counted("regions", "regions", 8),
+            "guard_calls": counted("guards", "guard_calls", 7),
+            "guard_us": lambda: View("guard", ints("guard_ns"), optional=True),
+            "compiling_us": lambda: View("compiling", ints("compiling_ns"), optional=True),
+            "launch_calls": counted("launches", "launch_calls", 9),
+            "kernels": counted("kernels", "kernels", 8),
+            "launch_cpu_us": lambda: View("launch cpu", ints("launch_cpu_ns"), optional=True),
+        }
         return cls(
             len(steps),
             lambda i: trace.name_of(steps[i].row),
@@ -1069,6 +1114,7 @@ class CompileStepRows:
             lambda i: steps[i].kernels,
             lambda i: steps[i].launch_cpu_ns,
             np.array([s.start for s in steps], np.int64),
+            views,
         )
 
     @classmethod
@@ -1119,6 +1165,7 @@ def compile_steps_table(rows: CompileStepRows) -> Table:
         Field("kernels", COUNT, rows.kernels, "kernels"),
         Field("launch_cpu_us", US, rows.launch_cpu),
     ]
+    fields = [replace(f, view=rows.views.get(f.header)) for f in fields]
     return Table(
         "compile-steps", fields, rows.n, smallest_first(rows.key), "Compiled code per step"
     )

@@ -102,6 +102,7 @@ def column_of(field: Field) -> Column:
         numeric=field.kind.layout == "number",  # bytes, say: right-aligned
         optional=view.optional,
         name=field.kind is NAME,
+        largest_first=view.largest_first,
     )
 
 
