@@ -247,3 +247,35 @@ def test_the_compile_steps_screen_is_the_compile_steps_table(tmp_path):
         f"{100 * s.share:.0f}%" if s.share is not None else "–" for s in steps
     ]
     assert all(s.share is not None for s in steps)
+
+
+def test_the_steps_screen_is_the_steps_table(sample):
+    from kinetoscope.tui.trace.overview import STEP_BAR, steps_model
+
+    session, _ = sample
+    trace, steps = session.trace, session.steps
+    assert len(steps) >= 2
+    model = steps_model(trace, steps)
+    bar = tables.View("GPU time by kind", steps.dur, STEP_BAR, cell=lambda i: "")
+    table = tables.steps_table(trace, steps, True, bar)
+    assert [c.title for c in model.columns] == [f.view().title for f in table.view_fields]
+    assert _layout(model.columns) == [
+        ("step", 0, False, False, False, True),
+        ("wall", 10, True, False, True, False),
+        ("GPU time by kind", STEP_BAR, False, False, False, False),
+        ("busy%", 6, True, False, True, False),
+        ("idle", 10, True, False, True, False),
+        ("comm", 10, True, False, True, False),
+        ("loader%", 8, True, False, True, False),
+    ]
+    by_title = {c.title: c for c in model.columns}
+    n = len(steps)
+    assert list(by_title["step"].key) == list(steps.start)  # step order, not by name
+    busy = steps.gpu_busy / np.maximum(steps.dur, 1)
+    assert [by_title["busy%"].cell(i) for i in range(n)] == [f"{100 * b:.0f}" for b in busy]
+    assert np.array_equal(by_title["idle"].key, steps.idle)
+    assert len(by_title["GPU time by kind"].cell(0)) == STEP_BAR  # drawn by the viewer
+    # The viewer's bar is neither a CSV column nor a report column.
+    assert "bar" not in table.headers
+    assert table.headers == tables.steps_table(trace, steps, True).headers
+    assert all(f.header != "bar" for f in table.report_fields)

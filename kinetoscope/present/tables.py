@@ -107,7 +107,7 @@ class View:
     values: np.ndarray | None = None
     width: int | None = None
     optional: bool = False
-    cell: Callable[[int], str] | None = None
+    cell: Callable[[int], Any] | None = None  # text (a viewer's own column: styled text)
     whole: float = 0.0
     largest_first: bool | None = None  # the first sort's direction (None: numbers' largest)
 
@@ -145,7 +145,8 @@ class Table:
     """A table of `n` rows: `fields` per row, `order` the viewer's first order of the rows.
     `title`, `shown` (the headers of the report's columns in its order; empty: the fields with
     a title, in field order) and `key` (the leading columns a split table repeats) make the
-    summary report's section of the same table (report_summary.section)."""
+    summary report's section of the same table (report_summary.section); `viewed` orders the
+    viewer's columns where that is not the fields' order."""
 
     name: str  # names the file: `<trace>.<name>.csv`
     fields: list[Field]
@@ -154,10 +155,14 @@ class Table:
     title: str = ""
     shown: tuple[str, ...] = ()
     key: int = 1
+    viewed: tuple[str, ...] = ()  # the viewer's columns' headers in its order (empty: fields')
 
     @property
     def view_fields(self) -> list[Field]:
-        return [f for f in self.fields if f.view is not None]
+        if not self.viewed:
+            return [f for f in self.fields if f.view is not None]
+        by_header = {f.header: f for f in self.fields}
+        return [by_header[h] for h in self.viewed if by_header[h].view is not None]
 
     @property
     def csv_fields(self) -> list[Field]:
@@ -763,9 +768,10 @@ def with_share(part: Any, whole: Any) -> Callable[[int], str]:
     return text
 
 
-def steps_table(trace: Any, steps: Any, on_gpu: bool) -> Table:
+def steps_table(trace: Any, steps: Any, on_gpu: bool, bar: View | None = None) -> Table:
     """The steps (`v`, and the summary's Steps): per ProfilerStep its wall time and where it
-    went on the GPU (`on_gpu`), else on the step's CPU thread."""
+    went on the GPU (`on_gpu`), else on the step's CPU thread. `bar` is the viewer's column of
+    what filled each step (drawn by the viewer: neither CSV nor report has it)."""
     names = trace.name[steps.rows].astype(np.int64)
     dur = steps.dur
 
@@ -777,11 +783,32 @@ def steps_table(trace: Any, steps: Any, on_gpu: bool) -> Table:
         text = with_share(part, dur) if title else None
         return Field(header, US, lambda i: part[i], title, text)
 
+    def percent(title: str, part: np.ndarray, width: int) -> Callable[[], View]:
+        """The viewer's whole percent of the step."""
+
+        def view() -> View:
+            of = part / np.maximum(dur, 1)
+            return View(title, of, width, cell=lambda i: f"{100 * of[i]:.0f}")
+
+        return view
+
+    def timed(title: str, part: np.ndarray, width: int = 9) -> Callable[[], View]:
+        return lambda: View(title, part, width)
+
+    views: dict[str, Callable[[], View]] = {
+        "step": lambda: View("step", steps.start, 0, cell=lambda i: trace.strings[names[i]]),
+        "wall_us": timed("wall", dur, 10),
+        "loader_share": percent("loader%", steps.dataloader, 8),
+    }
+    if bar is not None:
+        views["bar"] = lambda: bar
     fields = [
         Field("step", NAME, lambda i: trace.strings[names[i]], "step"),
         Field("start_us", US, lambda i: steps.start[i]),
         Field("wall_us", US, lambda i: dur[i], "duration"),
+        Field("bar", TEXT, lambda i: None, csv=False),  # the viewer's only
     ]
+    viewed: tuple[str, ...] = ()
     if on_gpu:
         title = (
             "Steps: where the wall time went (GPU columns add up to the step; CPU columns overlap)"
@@ -797,6 +824,10 @@ def steps_table(trace: Any, steps: Any, on_gpu: bool) -> Table:
             Field("loader_share", FLOAT, share(steps.dataloader)),
             replace(spent("runtime_us", steps.runtime, "runtime (CPU)"), csv=False),
         ]
+        views["busy_share"] = percent("busy%", steps.gpu_busy, 6)
+        views["idle_us"] = timed("idle", steps.idle)
+        views["comm_us"] = timed("comm", steps.comm)
+        viewed = ("step", "wall_us", "bar", "busy_share", "idle_us", "comm_us", "loader_share")
     else:
         title = (
             "Steps (no GPU activity): CPU ops and uninstrumented time on the step's thread add "
@@ -810,7 +841,11 @@ def steps_table(trace: Any, steps: Any, on_gpu: bool) -> Table:
             spent("dataloader_us", steps.dataloader, "DataLoader"),
             Field("loader_share", FLOAT, share(steps.dataloader)),
         ]
-    return Table("steps", fields, len(steps), smallest_first(steps.start), title)
+        views["ops_share"] = percent("ops%", steps.cpu_busy, 6)
+        views["uninstrumented_us"] = timed("uninstr.", steps.uninstrumented)
+        views["collective_us"] = timed("collect.", steps.collective)
+    fields = [replace(f, view=views.get(f.header)) for f in fields]
+    return Table("steps", fields, len(steps), smallest_first(steps.start), title, viewed=viewed)
 
 
 def instances_table(trace: Any, rows: np.ndarray, name: str, extra: Sequence[Field] = ()) -> Table:
