@@ -279,3 +279,38 @@ def test_the_steps_screen_is_the_steps_table(sample):
     assert "bar" not in table.headers
     assert table.headers == tables.steps_table(trace, steps, True).headers
     assert all(f.header != "bar" for f in table.report_fields)
+
+
+def test_the_findings_screen_is_the_findings_table(sample):
+    from kinetoscope.tui.trace.findings import findings_model
+
+    session, _ = sample
+    causes = list(session.causes)
+    assert len(causes) >= 2 and any(c.supports for c in causes)
+    model = findings_model(causes)
+    table = tables.findings_table(causes)
+    assert [c.title for c in model.columns] == [f.view().title for f in table.view_fields]
+    widest_rule = max(4, *(len(c.rule) for c in causes))
+    assert _layout(model.columns) == [
+        ("#", 3, True, False, False, False),
+        ("severity", 9, False, False, False, False),
+        ("rule", widest_rule, False, False, False, False),
+        ("what was seen", 0, False, False, False, False),
+    ]
+    number, severity, rule, seen = model.columns
+    n = len(causes)
+    assert [number.cell(i) for i in range(n)] == [str(i + 1) for i in range(n)]
+    ranks = {"critical": 0, "warning": 1, "info": 2}
+    assert list(severity.key) == [ranks[c.severity] for c in causes]  # most severe first
+    assert [rule.cell(i) for i in range(n)] == [c.rule for c in causes]
+    assert seen.key is None
+    explains = next(i for i, c in enumerate(causes) if c.supports)
+    assert seen.cell(explains) == (
+        f"{causes[explains].headline} (explains "
+        f"{', '.join(s.rule for s in causes[explains].supports)})"
+    )
+    # The CSV's rows are still every finding, cause by cause.
+    from kinetoscope.analysis.rules import cause_members
+
+    members = tables.findings_table(cause_members(causes))
+    assert members.n == n + sum(len(c.supports) for c in causes)

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from kinetoscope.analysis.units import fmt_bytes, fmt_percent, fmt_table_time, us_text
+from kinetoscope.common.text import clean
 
 NO_VALUE = np.iinfo(np.int64).min  # the parser's "not recorded" (parser.model.NO_VALUE)
 
@@ -740,20 +741,54 @@ class FindingRow:
     device: int | None = None
 
 
+SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}  # most severe first
+
+
+def seen_text(finding: Any) -> str:
+    """A cause's one line (a Finding's headline), with the rules whose findings it explains."""
+    also = ", ".join(s.rule for s in finding.supports)
+    return finding.headline + (f" (explains {also})" if also else "")
+
+
 def findings_table(findings: Sequence[Any]) -> Table:
     """The triage findings (`t`, and the summary's Findings), one row per finding (Finding or
-    FindingRow) in the order given (the viewer's: cause by cause, analysis/rules.py
-    `cause_members`)."""
+    FindingRow) in the order given (the CSV's: cause by cause, analysis/rules.py
+    `cause_members`). The viewer's columns (one row per cause, Findings with their supports)
+    say each cause's one line."""
+    n = len(findings)
+
+    def severity_view() -> View:
+        rank = np.array([SEVERITY_RANK.get(f.severity, 3) for f in findings], dtype=np.int64)
+        return View("severity", rank, 9, cell=lambda i: findings[i].severity)
+
+    def rule_view() -> View:
+        # The rule id whole (a stable id, for grep and the docs): as wide as the longest one.
+        width = max([len("rule"), *(len(f.rule) for f in findings)])
+        return View("rule", np.arange(n), width, cell=lambda i: findings[i].rule)
+
     fields = [
-        Field("number", INT, lambda i: i + 1),
-        Field("severity", SEVERITY, lambda i: findings[i].severity, "severity"),
-        Field("rule", TEXT, lambda i: findings[i].rule, "rule"),
+        Field(
+            "number",
+            INT,
+            lambda i: i + 1,
+            view=lambda: View("#", np.arange(n), 3, cell=lambda i: str(i + 1), largest_first=False),
+        ),
+        Field("severity", SEVERITY, lambda i: findings[i].severity, "severity", view=severity_view),
+        Field("rule", TEXT, lambda i: findings[i].rule, "rule", view=rule_view),
         Field("device", INT, lambda i: findings[i].device),
-        Field("message", TEXT, lambda i: findings[i].message, "what we saw, and what to try"),
+        Field(
+            "message",
+            TEXT,
+            lambda i: findings[i].message,
+            "what we saw, and what to try",
+            view=lambda: View(
+                "what was seen", None, 0, cell=lambda i: clean(seen_text(findings[i]))
+            ),
+        ),
         Field("evidence_start_us", US, lambda i: findings[i].start),
         Field("evidence_dur_us", US, lambda i: findings[i].dur),
     ]
-    return Table("findings", fields, len(findings), np.arange(len(findings)), "Findings")
+    return Table("findings", fields, n, np.arange(n), "Findings")
 
 
 def with_share(part: Any, whole: Any) -> Callable[[int], str]:
