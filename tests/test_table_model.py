@@ -183,3 +183,134 @@ def test_the_viewer_columns_are_the_tables_fields_with_a_view(sample):
     biggest = int(np.argmax(excl))
     assert self_column.cell(biggest).strip()  # a duration text
     assert columns[0].cell(biggest) == operators.fields[0].value(biggest)
+
+
+def _layout(columns) -> list[tuple]:
+    """What the viewer lays out and sorts by, per column."""
+    return [(c.title, c.width, c.numeric, c.optional, c.descending, c.name) for c in columns]
+
+
+def test_the_compile_steps_screen_is_the_compile_steps_table(tmp_path):
+    import gzip
+    import json
+
+    from kinetoscope.analysis.units import fmt_table_time
+    from kinetoscope.tui.trace.compile_view import steps_model
+    from test_tui_compile import compiled_cpu_events
+
+    path = tmp_path / "compiled.pt.trace.json.gz"
+    document = {"schemaVersion": 1, "traceEvents": compiled_cpu_events()}
+    path.write_bytes(gzip.compress(json.dumps(document).encode()))
+    session = TraceSession(load(str(path), write_cache=False))
+    trace, result = session.trace, session.compiled
+    steps = result.steps
+    assert len(steps) == 2
+    table = tables.compile_steps_table(tables.CompileStepRows.of(trace, result))
+    model = steps_model(trace, result)
+    assert [c.title for c in model.columns] == [f.view().title for f in table.view_fields]
+    assert _layout(model.columns) == [
+        ("step", 0, False, False, False, True),
+        ("compiled", 9, True, False, True, False),
+        ("eager", 10, True, False, True, False),
+        ("regions", 8, True, False, True, False),
+        ("guards", 7, True, False, True, False),
+        ("guard", 10, True, True, True, False),
+        ("compiling", 10, True, True, True, False),
+        ("launches", 9, True, False, True, False),
+        ("kernels", 8, True, False, True, False),
+        ("launch cpu", 11, True, True, True, False),
+    ]
+    assert model.default_sort == 0
+    by_title = {c.title: c for c in model.columns}
+    assert [by_title["step"].cell(i) for i in range(2)] == ["ProfilerStep#1", "ProfilerStep#2"]
+    assert list(by_title["step"].key) == [s.start for s in steps]  # step order, not by name
+    for title, attr in [
+        ("regions", "regions"),
+        ("guards", "guard_calls"),
+        ("launches", "launch_calls"),
+        ("kernels", "kernels"),
+    ]:
+        assert [by_title[title].cell(i) for i in range(2)] == [
+            f"{getattr(s, attr):,}" for s in steps
+        ], title
+        assert list(by_title[title].key) == [getattr(s, attr) for s in steps]
+    for title, attr in [
+        ("eager", "eager_ns"),
+        ("guard", "guard_ns"),
+        ("compiling", "compiling_ns"),
+        ("launch cpu", "launch_cpu_ns"),
+    ]:
+        assert [by_title[title].cell(i) for i in range(2)] == [
+            fmt_table_time(float(getattr(s, attr))) for s in steps
+        ], title
+    assert [by_title["compiled"].cell(i) for i in range(2)] == [
+        f"{100 * s.share:.0f}%" if s.share is not None else "–" for s in steps
+    ]
+    assert all(s.share is not None for s in steps)
+
+
+def test_the_steps_screen_is_the_steps_table(sample):
+    from kinetoscope.tui.trace.overview import STEP_BAR, steps_model
+
+    session, _ = sample
+    trace, steps = session.trace, session.steps
+    assert len(steps) >= 2
+    model = steps_model(trace, steps)
+    bar = tables.View("GPU time by kind", steps.dur, STEP_BAR, cell=lambda i: "")
+    table = tables.steps_table(trace, steps, True, bar)
+    assert [c.title for c in model.columns] == [f.view().title for f in table.view_fields]
+    assert _layout(model.columns) == [
+        ("step", 0, False, False, False, True),
+        ("wall", 10, True, False, True, False),
+        ("GPU time by kind", STEP_BAR, False, False, False, False),
+        ("busy%", 6, True, False, True, False),
+        ("idle", 10, True, False, True, False),
+        ("comm", 10, True, False, True, False),
+        ("loader%", 8, True, False, True, False),
+    ]
+    by_title = {c.title: c for c in model.columns}
+    n = len(steps)
+    assert list(by_title["step"].key) == list(steps.start)  # step order, not by name
+    busy = steps.gpu_busy / np.maximum(steps.dur, 1)
+    assert [by_title["busy%"].cell(i) for i in range(n)] == [f"{100 * b:.0f}" for b in busy]
+    assert np.array_equal(by_title["idle"].key, steps.idle)
+    assert len(by_title["GPU time by kind"].cell(0)) == STEP_BAR  # drawn by the viewer
+    # The viewer's bar is neither a CSV column nor a report column.
+    assert "bar" not in table.headers
+    assert table.headers == tables.steps_table(trace, steps, True).headers
+    assert all(f.header != "bar" for f in table.report_fields)
+
+
+def test_the_findings_screen_is_the_findings_table(sample):
+    from kinetoscope.tui.trace.findings import findings_model
+
+    session, _ = sample
+    causes = list(session.causes)
+    assert len(causes) >= 2 and any(c.supports for c in causes)
+    model = findings_model(causes)
+    table = tables.findings_table(causes)
+    assert [c.title for c in model.columns] == [f.view().title for f in table.view_fields]
+    widest_rule = max(4, *(len(c.rule) for c in causes))
+    assert _layout(model.columns) == [
+        ("#", 3, True, False, False, False),
+        ("severity", 9, False, False, False, False),
+        ("rule", widest_rule, False, False, False, False),
+        ("what was seen", 0, False, False, False, False),
+    ]
+    number, severity, rule, seen = model.columns
+    n = len(causes)
+    assert [number.cell(i) for i in range(n)] == [str(i + 1) for i in range(n)]
+    ranks = {"critical": 0, "warning": 1, "info": 2}
+    assert list(severity.key) == [ranks[c.severity] for c in causes]  # most severe first
+    assert [rule.cell(i) for i in range(n)] == [c.rule for c in causes]
+    assert seen.key is None
+    explains = next(i for i, c in enumerate(causes) if c.supports)
+    assert seen.cell(explains) == (
+        f"{causes[explains].headline} (explains "
+        f"{', '.join(s.rule for s in causes[explains].supports)})"
+    )
+    # The CSV's rows are still every finding, cause by cause.
+    from kinetoscope.analysis.rules import cause_members
+
+    members = tables.findings_table(cause_members(causes))
+    assert members.n == n + sum(len(c.supports) for c in causes)

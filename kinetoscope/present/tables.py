@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from kinetoscope.analysis.units import fmt_bytes, fmt_percent, fmt_table_time, us_text
+from kinetoscope.common.text import clean
 
 NO_VALUE = np.iinfo(np.int64).min  # the parser's "not recorded" (parser.model.NO_VALUE)
 
@@ -101,14 +102,15 @@ class View:
     there, the values of every row as an array (the cells of a duration, count or share, and
     the sort key), its width in cells (None: as its kind wants; 0: what the fixed columns
     leave), whether it gives way on a narrow terminal (`optional`), its cell when not the
-    value (`cell`), and the whole a share is of."""
+    value (`cell`), the whole a share is of, and its first sort's direction."""
 
     title: str
     values: np.ndarray | None = None
     width: int | None = None
     optional: bool = False
-    cell: Callable[[int], str] | None = None
+    cell: Callable[[int], Any] | None = None  # text (a viewer's own column: styled text)
     whole: float = 0.0
+    largest_first: bool | None = None  # the first sort's direction (None: numbers' largest)
 
 
 def string_ranks(strings: Sequence[str], ids: np.ndarray) -> np.ndarray:
@@ -144,7 +146,8 @@ class Table:
     """A table of `n` rows: `fields` per row, `order` the viewer's first order of the rows.
     `title`, `shown` (the headers of the report's columns in its order; empty: the fields with
     a title, in field order) and `key` (the leading columns a split table repeats) make the
-    summary report's section of the same table (report_summary.section)."""
+    summary report's section of the same table (report_summary.section); `viewed` orders the
+    viewer's columns where that is not the fields' order."""
 
     name: str  # names the file: `<trace>.<name>.csv`
     fields: list[Field]
@@ -153,10 +156,14 @@ class Table:
     title: str = ""
     shown: tuple[str, ...] = ()
     key: int = 1
+    viewed: tuple[str, ...] = ()  # the viewer's columns' headers in its order (empty: fields')
 
     @property
     def view_fields(self) -> list[Field]:
-        return [f for f in self.fields if f.view is not None]
+        if not self.viewed:
+            return [f for f in self.fields if f.view is not None]
+        by_header = {f.header: f for f in self.fields}
+        return [by_header[h] for h in self.viewed if by_header[h].view is not None]
 
     @property
     def csv_fields(self) -> list[Field]:
@@ -734,20 +741,54 @@ class FindingRow:
     device: int | None = None
 
 
+SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}  # most severe first
+
+
+def seen_text(finding: Any) -> str:
+    """A cause's one line (a Finding's headline), with the rules whose findings it explains."""
+    also = ", ".join(s.rule for s in finding.supports)
+    return finding.headline + (f" (explains {also})" if also else "")
+
+
 def findings_table(findings: Sequence[Any]) -> Table:
     """The triage findings (`t`, and the summary's Findings), one row per finding (Finding or
-    FindingRow) in the order given (the viewer's: cause by cause, analysis/rules.py
-    `cause_members`)."""
+    FindingRow) in the order given (the CSV's: cause by cause, analysis/rules.py
+    `cause_members`). The viewer's columns (one row per cause, Findings with their supports)
+    say each cause's one line."""
+    n = len(findings)
+
+    def severity_view() -> View:
+        rank = np.array([SEVERITY_RANK.get(f.severity, 3) for f in findings], dtype=np.int64)
+        return View("severity", rank, 9, cell=lambda i: findings[i].severity)
+
+    def rule_view() -> View:
+        # The rule id whole (a stable id, for grep and the docs): as wide as the longest one.
+        width = max([len("rule"), *(len(f.rule) for f in findings)])
+        return View("rule", np.arange(n), width, cell=lambda i: findings[i].rule)
+
     fields = [
-        Field("number", INT, lambda i: i + 1),
-        Field("severity", SEVERITY, lambda i: findings[i].severity, "severity"),
-        Field("rule", TEXT, lambda i: findings[i].rule, "rule"),
+        Field(
+            "number",
+            INT,
+            lambda i: i + 1,
+            view=lambda: View("#", np.arange(n), 3, cell=lambda i: str(i + 1), largest_first=False),
+        ),
+        Field("severity", SEVERITY, lambda i: findings[i].severity, "severity", view=severity_view),
+        Field("rule", TEXT, lambda i: findings[i].rule, "rule", view=rule_view),
         Field("device", INT, lambda i: findings[i].device),
-        Field("message", TEXT, lambda i: findings[i].message, "what we saw, and what to try"),
+        Field(
+            "message",
+            TEXT,
+            lambda i: findings[i].message,
+            "what we saw, and what to try",
+            view=lambda: View(
+                "what was seen", None, 0, cell=lambda i: clean(seen_text(findings[i]))
+            ),
+        ),
         Field("evidence_start_us", US, lambda i: findings[i].start),
         Field("evidence_dur_us", US, lambda i: findings[i].dur),
     ]
-    return Table("findings", fields, len(findings), np.arange(len(findings)), "Findings")
+    return Table("findings", fields, n, np.arange(n), "Findings")
 
 
 def with_share(part: Any, whole: Any) -> Callable[[int], str]:
@@ -762,9 +803,10 @@ def with_share(part: Any, whole: Any) -> Callable[[int], str]:
     return text
 
 
-def steps_table(trace: Any, steps: Any, on_gpu: bool) -> Table:
+def steps_table(trace: Any, steps: Any, on_gpu: bool, bar: View | None = None) -> Table:
     """The steps (`v`, and the summary's Steps): per ProfilerStep its wall time and where it
-    went on the GPU (`on_gpu`), else on the step's CPU thread."""
+    went on the GPU (`on_gpu`), else on the step's CPU thread. `bar` is the viewer's column of
+    what filled each step (drawn by the viewer: neither CSV nor report has it)."""
     names = trace.name[steps.rows].astype(np.int64)
     dur = steps.dur
 
@@ -776,11 +818,32 @@ def steps_table(trace: Any, steps: Any, on_gpu: bool) -> Table:
         text = with_share(part, dur) if title else None
         return Field(header, US, lambda i: part[i], title, text)
 
+    def percent(title: str, part: np.ndarray, width: int) -> Callable[[], View]:
+        """The viewer's whole percent of the step."""
+
+        def view() -> View:
+            of = part / np.maximum(dur, 1)
+            return View(title, of, width, cell=lambda i: f"{100 * of[i]:.0f}")
+
+        return view
+
+    def timed(title: str, part: np.ndarray, width: int = 9) -> Callable[[], View]:
+        return lambda: View(title, part, width)
+
+    views: dict[str, Callable[[], View]] = {
+        "step": lambda: View("step", steps.start, 0, cell=lambda i: trace.strings[names[i]]),
+        "wall_us": timed("wall", dur, 10),
+        "loader_share": percent("loader%", steps.dataloader, 8),
+    }
+    if bar is not None:
+        views["bar"] = lambda: bar
     fields = [
         Field("step", NAME, lambda i: trace.strings[names[i]], "step"),
         Field("start_us", US, lambda i: steps.start[i]),
         Field("wall_us", US, lambda i: dur[i], "duration"),
+        Field("bar", TEXT, lambda i: None, csv=False),  # the viewer's only
     ]
+    viewed: tuple[str, ...] = ()
     if on_gpu:
         title = (
             "Steps: where the wall time went (GPU columns add up to the step; CPU columns overlap)"
@@ -796,6 +859,10 @@ def steps_table(trace: Any, steps: Any, on_gpu: bool) -> Table:
             Field("loader_share", FLOAT, share(steps.dataloader)),
             replace(spent("runtime_us", steps.runtime, "runtime (CPU)"), csv=False),
         ]
+        views["busy_share"] = percent("busy%", steps.gpu_busy, 6)
+        views["idle_us"] = timed("idle", steps.idle)
+        views["comm_us"] = timed("comm", steps.comm)
+        viewed = ("step", "wall_us", "bar", "busy_share", "idle_us", "comm_us", "loader_share")
     else:
         title = (
             "Steps (no GPU activity): CPU ops and uninstrumented time on the step's thread add "
@@ -809,7 +876,11 @@ def steps_table(trace: Any, steps: Any, on_gpu: bool) -> Table:
             spent("dataloader_us", steps.dataloader, "DataLoader"),
             Field("loader_share", FLOAT, share(steps.dataloader)),
         ]
-    return Table("steps", fields, len(steps), smallest_first(steps.start), title)
+        views["ops_share"] = percent("ops%", steps.cpu_busy, 6)
+        views["uninstrumented_us"] = timed("uninstr.", steps.uninstrumented)
+        views["collective_us"] = timed("collect.", steps.collective)
+    fields = [replace(f, view=views.get(f.header)) for f in fields]
+    return Table("steps", fields, len(steps), smallest_first(steps.start), title, viewed=viewed)
 
 
 def instances_table(trace: Any, rows: np.ndarray, name: str, extra: Sequence[Field] = ()) -> Table:
@@ -1049,11 +1120,55 @@ class CompileStepRows:
     kernels: Callable[[int], int]
     launch_cpu: Callable[[int], Any]
     key: np.ndarray  # the order: by start
+    views: dict[str, Callable[[], View]] = field(default_factory=dict)  # the viewer's, by header
 
     @classmethod
     def of(cls, trace: Any, result: Any) -> CompileStepRows:
         """The steps of a CompileResult (analysis/compile.py)."""
         steps = result.steps
+
+        def ints(attr: str) -> np.ndarray:
+            return np.array([getattr(s, attr) for s in steps], dtype=np.int64)
+
+        def counted(title: str, attr: str, width: int) -> Callable[[], View]:
+            def view() -> View:
+                values = ints(attr)
+                return View(title, values, width, cell=lambda i: f"{values[i]:,}")
+
+            return view
+
+        def step_view() -> View:
+            names = np.array([trace.name[s.row] for s in steps], dtype=np.int64)
+            start = ints("start")
+            return View(
+                "step",
+                start,
+                0,
+                cell=lambda i: trace.strings[names[i]],
+                largest_first=False,
+            )
+
+        def compiled_view() -> View:
+            share = np.array([s.share if s.share is not None else -1.0 for s in steps])
+            return View(
+                "compiled",
+                share,
+                9,
+                cell=lambda i: f"{100 * share[i]:.0f}%" if share[i] >= 0 else "–",
+            )
+
+        views: dict[str, Callable[[], View]] = {
+            "step": step_view,
+            "compiled_share": compiled_view,
+            "eager_us": lambda: View("eager", ints("eager_ns")),
+            "regions": counted("regions", "regions", 8),
+            "guard_calls": counted("guards", "guard_calls", 7),
+            "guard_us": lambda: View("guard", ints("guard_ns"), optional=True),
+            "compiling_us": lambda: View("compiling", ints("compiling_ns"), optional=True),
+            "launch_calls": counted("launches", "launch_calls", 9),
+            "kernels": counted("kernels", "kernels", 8),
+            "launch_cpu_us": lambda: View("launch cpu", ints("launch_cpu_ns"), optional=True),
+        }
         return cls(
             len(steps),
             lambda i: trace.name_of(steps[i].row),
@@ -1069,6 +1184,7 @@ class CompileStepRows:
             lambda i: steps[i].kernels,
             lambda i: steps[i].launch_cpu_ns,
             np.array([s.start for s in steps], np.int64),
+            views,
         )
 
     @classmethod
@@ -1119,6 +1235,7 @@ def compile_steps_table(rows: CompileStepRows) -> Table:
         Field("kernels", COUNT, rows.kernels, "kernels"),
         Field("launch_cpu_us", US, rows.launch_cpu),
     ]
+    fields = [replace(f, view=rows.views.get(f.header)) for f in fields]
     return Table(
         "compile-steps", fields, rows.n, smallest_first(rows.key), "Compiled code per step"
     )

@@ -21,8 +21,8 @@ import numpy as np
 from kinetoscope.analysis.units import fmt_duration, plural
 from kinetoscope.tui.data.failures import failure_message
 from kinetoscope.tui.data.places import Jump
-from kinetoscope.tui.widgets.columns import columns_of, time_column
-from kinetoscope.tui.widgets.table import Column, DataView, FilterBox, TableModel, TableScreen
+from kinetoscope.tui.widgets.columns import columns_of
+from kinetoscope.tui.widgets.table import DataView, FilterBox, TableModel, TableScreen
 from kinetoscope.tui.widgets.theme import palette_of
 from rich.text import Text
 from textual import work
@@ -324,49 +324,13 @@ def islands_model(trace: Any, result: CompileAnalysis) -> TableModel:
 
 
 def steps_model(trace: Any, result: CompileAnalysis) -> TableModel:
-    """Per ProfilerStep: the compiled share and the compile lens's other numbers."""
+    """Per ProfilerStep: the compiled share and the compile lens's other numbers. Its columns
+    are the compile steps table's (present/tables.py)."""
     steps = result.steps
-    n = len(steps)
     names = np.array([trace.name[s.row] for s in steps], dtype=np.int64)
-    start = np.array([s.start for s in steps], dtype=np.int64)
-    share = np.array([s.share if s.share is not None else -1.0 for s in steps])
-
-    def ints(attr: str) -> np.ndarray:
-        return np.array([getattr(s, attr) for s in steps], dtype=np.int64)
-
-    regions, guard_calls, launches, kernels = (
-        ints("regions"),
-        ints("guard_calls"),
-        ints("launch_calls"),
-        ints("kernels"),
-    )
     return TableModel(
-        columns=[
-            Column(
-                "step",
-                lambda i: trace.strings[names[i]],
-                key=start,
-                width=0,
-                numeric=False,
-                name=True,
-                largest_first=False,
-            ),
-            Column(
-                "compiled",
-                lambda i: f"{100 * share[i]:.0f}%" if share[i] >= 0 else "–",
-                key=share,
-                width=9,
-            ),
-            time_column("eager", ints("eager_ns")),
-            Column("regions", lambda i: f"{regions[i]:,}", key=regions, width=8),
-            Column("guards", lambda i: f"{guard_calls[i]:,}", key=guard_calls, width=7),
-            time_column("guard", ints("guard_ns"), optional=True),
-            time_column("compiling", ints("compiling_ns"), optional=True),
-            Column("launches", lambda i: f"{launches[i]:,}", key=launches, width=9),
-            Column("kernels", lambda i: f"{kernels[i]:,}", key=kernels, width=8),
-            time_column("launch cpu", ints("launch_cpu_ns"), optional=True),
-        ],
-        n=n,
+        columns=columns_of(compile_steps_table(CompileStepRows.of(trace, result))),
+        n=len(steps),
         names=names,
         name_text=trace.strings.__getitem__,
         default_sort=0,

@@ -10,7 +10,8 @@ import numpy as np
 from kinetoscope.analysis.rules import cause_members
 from kinetoscope.analysis.units import fmt_duration
 from kinetoscope.tui.data.places import Jump
-from kinetoscope.tui.widgets.table import Column, TableModel, TableScreen
+from kinetoscope.tui.widgets.columns import columns_of
+from kinetoscope.tui.widgets.table import TableModel, TableScreen
 from kinetoscope.tui.widgets.theme import current_palette
 from rich.text import Text
 from textual import work
@@ -23,7 +24,6 @@ from kinetoscope.present.tables import Table, findings_table
 if TYPE_CHECKING:
     from kinetoscope.tui.trace.drilldown import DrilldownActions
 
-SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 SEVERITY_COLOUR = {"critical": "error", "warning": "warning", "info": "info"}  # palette names
 
 
@@ -101,43 +101,18 @@ class FindingsScreen(TableScreen):
 
 
 def findings_model(findings: list) -> TableModel:
+    """One row per cause; its columns are the findings table's (present/tables.py)."""
     texts = [
         " ".join([f.rule, f.message, *(f"{s.rule} {s.message}" for s in f.supports)])
         for f in findings
     ]
-    # The rule id whole (a stable id, for grep and the docs): as wide as the longest one.
-    rule_width = max([len("rule"), *(len(f.rule) for f in findings)])
-    rank = np.array([SEVERITY_RANK.get(f.severity, 3) for f in findings], dtype=np.int64)
     return TableModel(
-        columns=[
-            Column(
-                "#",
-                lambda i: str(i + 1),
-                key=np.arange(len(findings)),
-                width=3,
-                largest_first=False,
-            ),
-            Column("severity", lambda i: findings[i].severity, key=rank, width=9, numeric=False),
-            Column(
-                "rule",
-                lambda i: findings[i].rule,
-                key=np.arange(len(findings)),
-                width=rule_width,
-                numeric=False,
-            ),
-            Column("what was seen", lambda i: clean(_seen(findings[i])), width=0, numeric=False),
-        ],
+        columns=columns_of(findings_table(findings)),
         n=len(findings),
         names=np.arange(len(findings)),
         name_text=texts.__getitem__,
         default_sort=0,
     )
-
-
-def _seen(finding) -> str:
-    """The finding's one line, with the rules whose findings it explains."""
-    also = ", ".join(s.rule for s in finding.supports)
-    return finding.headline + (f" (explains {also})" if also else "")
 
 
 def evidence_jump(finding) -> Jump:

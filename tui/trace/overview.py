@@ -11,8 +11,8 @@ from kinetoscope.analysis.idle import CAUSES
 from kinetoscope.analysis.ranges import idle_in_range
 from kinetoscope.analysis.units import fmt_duration, plural
 from kinetoscope.tui.data.places import Jump, MarkedRange, range_label
-from kinetoscope.tui.widgets.columns import share_bar, time_column
-from kinetoscope.tui.widgets.table import Column, DataView, TableModel, TableScreen
+from kinetoscope.tui.widgets.columns import columns_of, share_bar
+from kinetoscope.tui.widgets.table import DataView, TableModel, TableScreen
 from kinetoscope.tui.widgets.theme import current_palette
 from rich.text import Text
 from textual import work
@@ -21,7 +21,7 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Footer, Static
 
 from kinetoscope.present.safe_text import clean
-from kinetoscope.present.tables import Table, steps_table
+from kinetoscope.present.tables import Table, View, steps_table
 
 if TYPE_CHECKING:
     from kinetoscope.tui.trace.drilldown import DrilldownActions
@@ -225,63 +225,23 @@ def _scaled_bar(parts: list[tuple[int, str]], dur: int, longest: int, width: int
 
 
 def steps_model(trace, steps) -> TableModel:
-    busy_share = steps.gpu_busy / np.maximum(steps.dur, 1)
-    return _steps_model(
-        trace,
-        steps,
-        "GPU time by kind",
-        step_bar,
-        [
-            Column("busy%", lambda i: f"{100 * busy_share[i]:.0f}", key=busy_share, width=6),
-            time_column("idle", steps.idle, width=9),
-            time_column("comm", steps.comm, width=9),
-        ],
-    )
+    return _steps_model(trace, steps, True, "GPU time by kind", step_bar)
 
 
 def cpu_steps_model(trace, steps) -> TableModel:
     """The steps table of a trace without GPU activity (a CPU-only rank): CPU columns only."""
-    ops_share = steps.cpu_busy / np.maximum(steps.dur, 1)
-    return _steps_model(
-        trace,
-        steps,
-        "CPU time on the step's thread",
-        cpu_step_bar,
-        [
-            Column("ops%", lambda i: f"{100 * ops_share[i]:.0f}", key=ops_share, width=6),
-            time_column("uninstr.", steps.uninstrumented, width=9),
-            time_column("collect.", steps.collective, width=9),
-        ],
-    )
+    return _steps_model(trace, steps, False, "CPU time on the step's thread", cpu_step_bar)
 
 
-def _steps_model(trace, steps, bar_title: str, bar, middle: list[Column]) -> TableModel:
-    """Step name, wall time, a bar of what filled the step, `middle`, then the loader share."""
+def _steps_model(trace, steps, on_gpu: bool, bar_title: str, bar) -> TableModel:
+    """Step name, wall time, a bar of what filled the step, the step's split, then the loader
+    share: the steps table's columns (present/tables.py) with the bar drawn here."""
     n = len(steps)
     longest = int(steps.dur.max()) if n else 0
     names = trace.name[steps.rows].astype(np.int64)
-    loader_share = steps.dataloader / np.maximum(steps.dur, 1)
+    bar_view = View(bar_title, steps.dur, STEP_BAR, cell=lambda i: bar(steps, i, longest, STEP_BAR))
     return TableModel(
-        columns=[
-            Column(
-                "step",
-                lambda i: trace.strings[names[i]],
-                key=steps.start,
-                width=0,
-                numeric=False,
-                name=True,
-            ),
-            time_column("wall", steps.dur, width=10),
-            Column(
-                bar_title,
-                lambda i: bar(steps, i, longest, STEP_BAR),
-                key=steps.dur,
-                width=STEP_BAR,
-                numeric=False,
-            ),
-            *middle,
-            Column("loader%", lambda i: f"{100 * loader_share[i]:.0f}", key=loader_share, width=8),
-        ],
+        columns=columns_of(steps_table(trace, steps, on_gpu, bar_view)),
         n=n,
         names=names,
         name_text=trace.strings.__getitem__,

@@ -86,7 +86,8 @@ def column_of(field: Field) -> Column:
     assert field.view is not None
     view = field.view()
     if field.kind is DURATION:
-        return time_column(view.title, view.values, optional=view.optional)
+        width = 10 if view.width is None else view.width
+        return time_column(view.title, view.values, width, optional=view.optional)
     if field.kind is COUNT and view.width is None:  # as wide as the largest count needs
         return count_column(view.title, view.values)
     if field.kind is COUNT:
@@ -102,6 +103,7 @@ def column_of(field: Field) -> Column:
         numeric=field.kind.layout == "number",  # bytes, say: right-aligned
         optional=view.optional,
         name=field.kind is NAME,
+        largest_first=view.largest_first,
     )
 
 
