@@ -74,13 +74,13 @@ def overlapping_gpu_work(trace: Trace, gpu_rows: np.ndarray) -> tuple[np.ndarray
 OUTLIVING_BLOCK = 1 << 20
 
 
-def slices_outliving_parent(trace: Trace, analysis: TraceSession) -> tuple[np.ndarray, np.ndarray]:
+def slices_outliving_parent(trace: Trace, session: TraceSession) -> tuple[np.ndarray, np.ndarray]:
     """CPU slices that start inside a slice on their lane and end after it.
 
     The spec's nesting makes such a slice the sibling of the one it started in, and siblings
     end in increasing order, so it is enough to compare each slice with its previous sibling.
     Returns (rows, earlier): each such slice and the sibling it overlaps."""
-    nesting = analysis.nesting
+    nesting = session.nesting
     order = nesting.order
     n = len(order)
     if n < 2:
@@ -265,10 +265,10 @@ def unmatched_flows(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return np.sort(rows[order][lone_end]), np.sort(rows[order][lone_start])
 
 
-def oddity_findings(analysis: TraceSession) -> list[Finding]:
+def oddity_findings(session: TraceSession) -> list[Finding]:
     """The oddities of a trace as `info` findings, for the rules table and the summary."""
-    trace = analysis.trace
-    classes = analysis.classes
+    trace = session.trace
+    classes = session.classes
     found: list[Finding] = []
 
     def name(row: int) -> str:
@@ -281,7 +281,7 @@ def oddity_findings(analysis: TraceSession) -> list[Finding]:
         start, dur = int(trace.start[first]), int(trace.dur[first])
         found.append(Finding(rule, INFO, message, start, dur, device=device, rows=shown))
 
-    late, under = overlapping_gpu_work(trace, analysis.links.gpu_rows)
+    late, under = overlapping_gpu_work(trace, session.links.gpu_rows)
     if len(late):
         first = int(late[0])
         lane = trace.lanes[int(trace.lane[first])]
@@ -294,7 +294,7 @@ def oddity_findings(analysis: TraceSession) -> list[Finding]:
             "time counts the overlap once. Clock skew or a merged trace can cause this.",
             device=int(trace.device[first]),
         )
-    outliving, earlier = slices_outliving_parent(trace, analysis)
+    outliving, earlier = slices_outliving_parent(trace, session)
     if len(outliving):
         first = int(outliving[0])
         add(
@@ -369,7 +369,7 @@ def oddity_findings(analysis: TraceSession) -> list[Finding]:
             "idle time, idle gaps and kernel statistics are empty, and steps show CPU columns."
             + also,
         )
-    if span_start is not None and not len(analysis.steps):
+    if span_start is not None and not len(session.steps):
         whole(
             "no_steps",
             "The trace has no ProfilerStep#N slices, so there is no per-step breakdown and the "

@@ -83,8 +83,8 @@ GUARD_WARNING = 0.05
 GUARD_MIN_NS = 100_000
 
 
-def dataloader_bound(a: TraceSession) -> list[Finding]:
-    steps = a.steps
+def dataloader_bound(session: TraceSession) -> list[Finding]:
+    steps = session.steps
     if len(steps) == 0:
         return []
     share = steps.dataloader / np.maximum(steps.dur, 1)
@@ -94,8 +94,8 @@ def dataloader_bound(a: TraceSession) -> list[Finding]:
     worst = int(slow[np.argmax(share[slow])])
     row = int(steps.rows[worst])
     severity = CRITICAL if share[worst] >= DATALOADER_CRITICAL else WARNING
-    trace = a.trace
-    loader = _loader_rows(a)
+    trace = session.trace
+    loader = _loader_rows(session)
     iterators = {trace.name_of(int(r)) for r in loader[:10_000]}
     single = any(SINGLE_PROCESS_LOADER in name for name in iterators)
     multi = any(MULTI_PROCESS_LOADER in name for name in iterators)
@@ -126,7 +126,7 @@ def dataloader_bound(a: TraceSession) -> list[Finding]:
         f"time waiting for the DataLoader (worst: {trace.name_of(row)}, "
         f"{ms(steps.dataloader[worst])}, {pct(share[worst])}). {advice}"
     )
-    device, claim = _claim_of_rows(a, loader)
+    device, claim = _claim_of_rows(session, loader)
     title = (
         f"Steps wait for the DataLoader{f' ({where})' if where else ''}: worst "
         f"{trace.name_of(row)}, {pct(share[worst])} of it"
@@ -151,33 +151,33 @@ SINGLE_PROCESS_LOADER = "_SingleProcessDataLoaderIter"
 MULTI_PROCESS_LOADER = "_MultiProcessingDataLoaderIter"
 
 
-def _loader_rows(a: TraceSession) -> np.ndarray:
+def _loader_rows(session: TraceSession) -> np.ndarray:
     """Rows of the `enumerate(DataLoader)...` CPU slices."""
-    trace = a.trace
+    trace = session.trace
     loader_name = names_matching(trace, lambda s: s.startswith(DATALOADER_PREFIX))
-    return np.flatnonzero(a.classes.cpu & loader_name[trace.name])
+    return np.flatnonzero(session.classes.cpu & loader_name[trace.name])
 
 
-def _claim_of_rows(a: TraceSession, rows: np.ndarray) -> tuple[int | None, Union | None]:
+def _claim_of_rows(session: TraceSession, rows: np.ndarray) -> tuple[int | None, Union | None]:
     """The GPU idle time the host time of `rows` covers, on the device where it covers most:
     (device, the idle covered), or (None, None) without GPU idle there."""
     from .sync import device_idle
 
-    trace = a.trace
+    trace = session.trace
     if len(rows) == 0:
         return None, None
     busy = Union.of(trace.start[rows], trace.start[rows] + trace.dur[rows])
     best: tuple[int | None, Union | None] = (None, None)
-    for dev, idle in device_idle(a.idle.gaps):
+    for dev, idle in device_idle(session.idle.gaps):
         claim = busy.intersect(idle)
         if claim.total and (best[1] is None or claim.total > best[1].total):
             best = (dev, claim)
     return best
 
 
-def low_gpu_utilization(a: TraceSession) -> list[Finding]:
+def low_gpu_utilization(session: TraceSession) -> list[Finding]:
     out = []
-    for dev in a.idle.devices:
+    for dev in session.idle.devices:
         window = dev.window
         if window is None or window[1] - window[0] < MIN_WINDOW_NS:
             continue
@@ -190,11 +190,11 @@ def low_gpu_utilization(a: TraceSession) -> list[Finding]:
         main_cause = max(causes, key=lambda c: causes[c])
         message = (
             f"GPU {dev.device} is busy only {pct(share)} of its {ms(length)} window; most idle "
-            f"time is {main_cause} ({ms(causes[main_cause])}).{_idle_mostly_in(a, dev.device)} "
+            f"time is {main_cause} ({ms(causes[main_cause])}).{_idle_mostly_in(session, dev.device)} "
             "Open the idle-gap list to see what the CPU was doing in the longest gaps, and see "
             "the host_wait, launch_bound and dataloader_bound findings for the likely fix."
         )
-        mine = np.flatnonzero(a.idle.gaps.device == dev.device)
+        mine = np.flatnonzero(session.idle.gaps.device == dev.device)
         out.append(
             Finding(
                 "low_gpu_utilization",
@@ -205,29 +205,34 @@ def low_gpu_utilization(a: TraceSession) -> list[Finding]:
                 device=dev.device,
                 stake=int(dev.idle_ns),
                 title=f"GPU {dev.device} is busy only {pct(share)} of its {ms(length)} window",
-                claim=(dev.device, Union(a.idle.gaps.start[mine], a.idle.gaps.end[mine])),
+                claim=(
+                    dev.device,
+                    Union(session.idle.gaps.start[mine], session.idle.gaps.end[mine]),
+                ),
             )
         )
     return out
 
 
-def _idle_mostly_in(a: TraceSession, device: int) -> str:
+def _idle_mostly_in(session: TraceSession, device: int) -> str:
     """` While it idled, the CPU was mostly in X (…)`: the CPU operator that ran during most of
     the device's idle time (all its gaps, however short), or "" when none is known."""
     from .idle import compute_idle_by_cpu
 
-    gaps = a.idle.gaps
-    table = compute_idle_by_cpu(a.trace, a.nesting, a.links, gaps, gaps.device == device)
+    gaps = session.idle.gaps
+    table = compute_idle_by_cpu(
+        session.trace, session.nesting, session.links, gaps, gaps.device == device
+    )
     if not len(table):
         return ""
     count = int(table.gaps[0])
     return (
-        f" While it idled, the CPU was mostly in {a.trace.strings[int(table.name[0])]} "
+        f" While it idled, the CPU was mostly in {session.trace.strings[int(table.name[0])]} "
         f"({ms(table.idle[0])} in {count:,} gap{'s' if count != 1 else ''})."
     )
 
 
-def host_sync(a: TraceSession) -> list[Finding]:
+def host_sync(session: TraceSession) -> list[Finding]:
     """Host-blocking waits, as the sync analysis finds them (so the finding and the sync view
     agree), weighed by the GPU idle time they caused (idle while a call ran, and after it
     returned until the GPU got work again or the next blocking call began), not by the host
@@ -235,8 +240,8 @@ def host_sync(a: TraceSession) -> list[Finding]:
     `cudaStreamWaitEvent` is left out since it makes a GPU stream wait, not the host."""
     from .sync import FREE, MEMCPY, PAGEABLE, STREAM_WAIT, device_idle, group_sites
 
-    trace = a.trace
-    calls = a.sync
+    trace = session.trace
+    calls = session.sync
     blocking = np.flatnonzero(calls.kind != STREAM_WAIT)
     if len(blocking) == 0 or trace.slice_start_min is None or trace.slice_end_max is None:
         return []
@@ -244,7 +249,7 @@ def host_sync(a: TraceSession) -> list[Finding]:
     starts, durs = trace.start[rows], trace.dur[rows]
     blocked = Union.of(starts, starts + durs).total
     n_calls = f"{len(blocking):,} call{'s' if len(blocking) != 1 else ''}"
-    windows = {d.device: d.window for d in a.idle.devices if d.window is not None}
+    windows = {d.device: d.window for d in session.idle.devices if d.window is not None}
     sites = [site for site in group_sites(trace, calls) if calls.kind[site.worst] != STREAM_WAIT]
     if windows:
         # The GPU idle the calls caused: each call's [start, end + its own idle after) on the
@@ -252,7 +257,7 @@ def host_sync(a: TraceSession) -> list[Finding]:
         own_after = calls.idle[blocking] - calls.idle_during[blocking]
         caused = Union.of(starts, starts + durs + own_after)
         idle, device, share, device_gaps = 0, None, 0.0, None
-        for dev, gaps in device_idle(a.idle.gaps):
+        for dev, gaps in device_idle(session.idle.gaps):
             window = windows.get(dev)
             if window is None:
                 continue
@@ -293,7 +298,7 @@ def host_sync(a: TraceSession) -> list[Finding]:
     kinds = {int(calls.kind[site.worst]) for site in sites[:3]}
     # What the blocking copies' own GPU copies say of the host memory: pinned or pageable.
     copy_memory = _copy_memory(
-        a,
+        session,
         [
             int(calls.rows[site.worst])
             for site in sites[:3]
@@ -356,13 +361,13 @@ def host_sync(a: TraceSession) -> list[Finding]:
     ]
 
 
-def _copy_memory(a: TraceSession, calls: list[int]) -> str:
+def _copy_memory(session: TraceSession, calls: list[int]) -> str:
     """`pinned` or `pageable` when every GPU copy the runtime calls `calls` launched says so
     in its name (`Memcpy DtoH (Device -> Pinned)`), else ``""``."""
     seen = set()
     for row in calls:
-        for gpu in a.links.gpu_of(int(row)).tolist():
-            name = a.trace.name_of(gpu).lower()
+        for gpu in session.links.gpu_of(int(row)).tolist():
+            name = session.trace.name_of(gpu).lower()
             if "pageable" in name:
                 seen.add("pageable")
             elif "pinned" in name:
@@ -372,16 +377,16 @@ def _copy_memory(a: TraceSession, calls: list[int]) -> str:
     return seen.pop() if len(seen) == 1 else ""
 
 
-def pageable_memcpy(a: TraceSession) -> list[Finding]:
+def pageable_memcpy(session: TraceSession) -> list[Finding]:
     """Copies between the GPU and pageable host memory: they block the host even when issued
     as cudaMemcpyAsync (`non_blocking=True`), since the runtime stages them through a pinned
     bounce buffer."""
     from .sync import PAGEABLE_COPY
 
-    trace = a.trace
-    links = a.links
+    trace = session.trace
+    links = session.links
     gpu_rows = links.gpu_rows
-    copies = np.flatnonzero(a.classes.memcpy[gpu_rows])
+    copies = np.flatnonzero(session.classes.memcpy[gpu_rows])
     if len(copies) == 0:
         return []
     pageable = names_matching(trace, PAGEABLE_COPY.search)
@@ -392,7 +397,7 @@ def pageable_memcpy(a: TraceSession) -> list[Finding]:
     launched_by = links.gpu_runtime[copies]
     calls_rows = np.unique(launched_by[launched_by >= 0])
     host = Union.of(trace.start[calls_rows], trace.start[calls_rows] + trace.dur[calls_rows])
-    calls = a.sync
+    calls = session.sync
     mine = np.isin(calls.rows, calls_rows)
     idle = int(calls.idle[mine].sum())
     # Per distinct name, not per copy or call (a 1 GB trace has them by the hundred thousand).
@@ -415,7 +420,7 @@ def pageable_memcpy(a: TraceSession) -> list[Finding]:
     worst = calls_rows[np.argsort(-trace.dur[calls_rows], kind="stable")[:4]]
     evidence = tuple(int(r) for r in worst) if len(worst) else ()
     first = int(evidence[0]) if evidence else int(copy_rows[0])
-    device, claim = _claim_of_rows(a, calls_rows)
+    device, claim = _claim_of_rows(session, calls_rows)
     return [
         Finding(
             "pageable_memcpy",
@@ -434,16 +439,16 @@ def pageable_memcpy(a: TraceSession) -> list[Finding]:
     ]
 
 
-def launch_bound(a: TraceSession) -> list[Finding]:
+def launch_bound(session: TraceSession) -> list[Finding]:
     out = []
-    trace = a.trace
-    gaps = a.idle.gaps
-    rows = a.links.gpu_rows
-    kernel_rows = rows[a.classes.kernel[rows]]
+    trace = session.trace
+    gaps = session.idle.gaps
+    rows = session.links.gpu_rows
+    kernel_rows = rows[session.classes.kernel[rows]]
     small_gap = (gaps.length < LAUNCH_GAP_NS) & (
         (gaps.cause == HOST_WAIT) | (gaps.cause == KERNEL_WAIT)
     )
-    for dev in a.idle.devices:
+    for dev in session.idle.devices:
         window = dev.window
         if window is None:
             continue
@@ -486,15 +491,17 @@ def launch_bound(a: TraceSession) -> list[Finding]:
             )
         )
     if not out:
-        out.extend(_launch_bound_steps(a, kernel_rows, small_gap))
+        out.extend(_launch_bound_steps(session, kernel_rows, small_gap))
     return out
 
 
-def _launch_bound_steps(a: TraceSession, kernel_rows: np.ndarray, small_gap: np.ndarray) -> list:
+def _launch_bound_steps(
+    session: TraceSession, kernel_rows: np.ndarray, small_gap: np.ndarray
+) -> list:
     """launch_bound judged step by step, for a stretch that the whole window dilutes: in a
     step, at least LAUNCH_STEP_MIN_SHORT_KERNELS kernels of a device, half of its kernels
     there, are short, and small waits cover a share of the step."""
-    trace, steps, gaps = a.trace, a.steps, a.idle.gaps
+    trace, steps, gaps = session.trace, session.steps, session.idle.gaps
     if len(steps) == 0 or len(kernel_rows) == 0:
         return []
     k_start = trace.start[kernel_rows]
@@ -553,11 +560,11 @@ def _launch_bound_steps(a: TraceSession, kernel_rows: np.ndarray, small_gap: np.
     ]
 
 
-def host_wait_idle(a: TraceSession) -> list[Finding]:
+def host_wait_idle(session: TraceSession) -> list[Finding]:
     out = []
-    gaps = a.idle.gaps
-    trace = a.trace
-    for dev in a.idle.devices:
+    gaps = session.idle.gaps
+    trace = session.trace
+    for dev in session.idle.devices:
         window = dev.window
         if window is None or dev.idle_ns == 0:
             continue
@@ -568,7 +575,7 @@ def host_wait_idle(a: TraceSession) -> list[Finding]:
             continue
         mine = np.flatnonzero((gaps.device == dev.device) & (gaps.cause == HOST_WAIT))
         longest = int(mine[np.argmax(gaps.length[mine])])
-        stack = [trace.name_of(int(r)) for r in a.gap_cpu_stack(longest)]
+        stack = [trace.name_of(int(r)) for r in session.gap_cpu_stack(longest)]
         doing = f" the CPU was in {' > '.join(stack[-3:])}" if stack else " no CPU context"
         severity = CRITICAL if share >= HOST_WAIT_CRITICAL else WARNING
         loader = next((s for s in stack if s.startswith(DATALOADER_PREFIX)), None)
@@ -618,17 +625,17 @@ def host_wait_idle(a: TraceSession) -> list[Finding]:
     return out
 
 
-def waiting_for_work(a: TraceSession) -> list[Finding]:
+def waiting_for_work(session: TraceSession) -> list[Finding]:
     """On a trace without steps, GPU idle time during which no operator runs on the host at
     all: the process was waiting for work (a server between requests) or ran code the
     profiler does not record; not a slowdown of the work the trace shows."""
-    if len(a.steps):
+    if len(session.steps):
         return []
-    trace = a.trace
-    gaps = a.idle.gaps
-    operating = _operator_time(a)
+    trace = session.trace
+    gaps = session.idle.gaps
+    operating = _operator_time(session)
     out = []
-    for dev in a.idle.devices:
+    for dev in session.idle.devices:
         window = dev.window
         if window is None or window[1] - window[0] < MIN_WINDOW_NS or dev.idle_ns == 0:
             continue
@@ -647,7 +654,7 @@ def waiting_for_work(a: TraceSession) -> list[Finding]:
         s, e = int(waiting.start[longest]), int(waiting.end[longest])
         if e - s < WAITING_MIN_NS:
             continue
-        before = _last_call_before(a, s)
+        before = _last_call_before(session, s)
         gap = int(np.searchsorted(gaps.start[mine], s, side="right")) - 1
         next_row = int(gaps.next_row[mine[gap]]) if gap >= 0 else -1
         rows = tuple(r for r in (before, next_row) if r >= 0)
@@ -685,26 +692,26 @@ def waiting_for_work(a: TraceSession) -> list[Finding]:
     return out
 
 
-def _operator_time(a: TraceSession) -> Union:
+def _operator_time(session: TraceSession) -> Union:
     """When some operator or runtime call runs on the host: CPU slices other than Python
     frames (`python_function`, which stay open while an event loop waits) and the profiler's
     own span (category `Trace`)."""
-    trace = a.trace
+    trace = session.trace
     skip = np.zeros(len(trace.strings), dtype=bool)
     for cat in np.unique(trace.cat).tolist():
         skip[cat] = trace.strings[cat].lower() in WAITING_IGNORED_CATEGORIES
-    rows = np.flatnonzero(a.classes.cpu & ~skip[trace.cat])
+    rows = np.flatnonzero(session.classes.cpu & ~skip[trace.cat])
     return Union.of(trace.start[rows], trace.start[rows] + trace.dur[rows])
 
 
-def _last_call_before(a: TraceSession, t: int) -> int:
+def _last_call_before(session: TraceSession, t: int) -> int:
     """The host-blocking call (sync analysis) that ended last at or before t, else the CPU
     slice that did (not a Python frame), else -1."""
-    trace = a.trace
-    calls = a.sync.rows
+    trace = session.trace
+    calls = session.sync.rows
     for rows in (calls, None):
         if rows is None:
-            rows = np.flatnonzero(a.classes.cpu)
+            rows = np.flatnonzero(session.classes.cpu)
         if not len(rows):
             continue
         ends = trace.start[rows] + trace.dur[rows]
@@ -717,9 +724,9 @@ def _last_call_before(a: TraceSession, t: int) -> int:
     return -1
 
 
-def communication_heavy(a: TraceSession) -> list[Finding]:
-    steps = a.steps
-    trace = a.trace
+def communication_heavy(session: TraceSession) -> list[Finding]:
+    steps = session.steps
+    trace = session.trace
     if len(steps):
         share = steps.comm_total / np.maximum(steps.dur, 1)
         exposed = steps.comm / np.maximum(steps.dur, 1)
@@ -754,11 +761,11 @@ def communication_heavy(a: TraceSession) -> list[Finding]:
                 title=f"Communication kernels take {pct(share[worst])} of {name}, {hidden}",
             )
         ]
-    window = a.idle.all_busy.window
+    window = session.idle.all_busy.window
     if window is None or window[1] - window[0] < MIN_WINDOW_NS:
         return []
     is_comm = names_matching(trace, COMM_NAME.search)
-    comm_rows = a.links.gpu_rows[a.classes.kernel[a.links.gpu_rows]]
+    comm_rows = session.links.gpu_rows[session.classes.kernel[session.links.gpu_rows]]
     comm_rows = comm_rows[is_comm[trace.name[comm_rows]]]
     if len(comm_rows) == 0:
         return []
@@ -785,18 +792,18 @@ def communication_heavy(a: TraceSession) -> list[Finding]:
     ]
 
 
-def _cpu_only(a: TraceSession) -> bool:
-    return len(a.steps) > 0 and not bool(a.classes.gpu.any())
+def _cpu_only(session: TraceSession) -> bool:
+    return len(session.steps) > 0 and not bool(session.classes.gpu.any())
 
 
-def collective_wait(a: TraceSession) -> list[Finding]:
+def collective_wait(session: TraceSession) -> list[Finding]:
     """On a trace without GPU activity (a CPU-only rank, e.g. gloo), the share of a step spent
     in CPU-side collectives: mostly waiting for the other ranks."""
-    if not _cpu_only(a):
+    if not _cpu_only(session):
         return []
     from .steps import COLLECTIVE_NAME
 
-    steps, trace = a.steps, a.trace
+    steps, trace = session.steps, session.trace
     share = steps.collective / np.maximum(steps.dur, 1)
     heavy = np.flatnonzero(share >= COLLECTIVE_WARNING)
     if len(heavy) == 0:
@@ -805,7 +812,7 @@ def collective_wait(a: TraceSession) -> list[Finding]:
     s, e = int(steps.start[worst]), int(steps.start[worst] + steps.dur[worst])
     is_collective = names_matching(trace, COLLECTIVE_NAME.match)
     inside = np.flatnonzero(
-        a.classes.cpu & is_collective[trace.name] & (trace.start < e) & (trace.end > s)
+        session.classes.cpu & is_collective[trace.name] & (trace.start < e) & (trace.end > s)
     )
     inside = inside[np.argsort(-trace.dur[inside], kind="stable")]
     names = sorted({trace.name_of(int(r)) for r in inside[:50]})
@@ -831,12 +838,12 @@ def collective_wait(a: TraceSession) -> list[Finding]:
     ]
 
 
-def uninstrumented_step_time(a: TraceSession) -> list[Finding]:
+def uninstrumented_step_time(session: TraceSession) -> list[Finding]:
     """On a trace without GPU activity, steps whose thread spends much of the step in no
     profiled slice: the time is real but the trace cannot say what it was."""
-    if not _cpu_only(a):
+    if not _cpu_only(session):
         return []
-    steps, trace = a.steps, a.trace
+    steps, trace = session.steps, session.trace
     share = steps.uninstrumented / np.maximum(steps.dur, 1)
     dark = np.flatnonzero(share >= UNINSTRUMENTED_WARNING)
     if len(dark) == 0:
@@ -866,15 +873,15 @@ def uninstrumented_step_time(a: TraceSession) -> list[Finding]:
     ]
 
 
-def memory_near_capacity(a: TraceSession) -> list[Finding]:
+def memory_near_capacity(session: TraceSession) -> list[Finding]:
     capacity: dict[int, int] = {}
-    for props in device_properties(a.trace):
+    for props in device_properties(session.trace):
         dev, total = props.get("id"), props.get("totalGlobalMem")
         if type(dev) is int and type(total) is int and total > 0:
             capacity[dev] = total
     out = []
-    memory = a.trace.memory
-    for group in a.memory:
+    memory = session.trace.memory
+    for group in session.memory:
         if group.device_type not in GPU_DEVICE_TYPES or group.device_id not in capacity:
             continue
         peak = group.peak_reserved if group.peak_reserved is not None else group.peak_allocated
@@ -889,7 +896,7 @@ def memory_near_capacity(a: TraceSession) -> list[Finding]:
         )
         idx = group.indices[values[group.indices] == peak]
         with_ts = idx[memory.ts[idx] != NO_VALUE]
-        at = int(memory.ts[with_ts[0]]) if len(with_ts) else (a.trace.slice_start_min or 0)
+        at = int(memory.ts[with_ts[0]]) if len(with_ts) else (session.trace.slice_start_min or 0)
         severity = CRITICAL if share >= MEMORY_CRITICAL else WARNING
         message = (
             f"GPU {group.device_id} reaches {fmt_bytes(peak)} of {fmt_bytes(total)} "
@@ -903,16 +910,16 @@ def memory_near_capacity(a: TraceSession) -> list[Finding]:
     return out
 
 
-def _span(a: TraceSession) -> tuple[int, int]:
-    trace = a.trace
+def _span(session: TraceSession) -> tuple[int, int]:
+    trace = session.trace
     if trace.slice_start_min is None or trace.slice_end_max is None:
         return 0, 0
     return trace.slice_start_min, trace.slice_end_max - trace.slice_start_min
 
 
-def recompiles(a: TraceSession) -> list[Finding]:
+def recompiles(session: TraceSession) -> list[Finding]:
     """Frames seen with more than one compile id inside the window (docs/compile.md)."""
-    c = a.compiled
+    c = session.compiled
     frames = c.recompiled_frames()
     if not frames:
         return []
@@ -920,8 +927,8 @@ def recompiles(a: TraceSession) -> list[Finding]:
     listed = ", ".join(
         f"frame {f.frame}: ids {', '.join(map(str, f.compile_ids))}" for f in frames[:5]
     )
-    start = min(int(a.trace.start[r]) for r in rows)
-    end = max(int(a.trace.start[r] + a.trace.dur[r]) for r in rows)
+    start = min(int(session.trace.start[r]) for r in rows)
+    end = max(int(session.trace.start[r] + session.trace.dur[r]) for r in rows)
     message = (
         f"{len(frames):,} compiled frame{'s' if len(frames) != 1 else ''} recompiled inside the "
         f"window ({listed}): a guard failed (a new shape, dtype, or a changed Python value), and "
@@ -931,16 +938,16 @@ def recompiles(a: TraceSession) -> list[Finding]:
     return [Finding("recompiles", WARNING, message, start, end - start, rows=rows[:8])]
 
 
-def compile_in_window(a: TraceSession) -> list[Finding]:
+def compile_in_window(session: TraceSession) -> list[Finding]:
     """Compilation (`(dynamo_timed)` events, `Lazy Function Loading`) inside the window."""
-    compiling = a.compiled.compiling
+    compiling = session.compiled.compiling
     if not compiling.count:
         return []
-    start, span = _span(a)
+    start, span = _span(session)
     share = compiling.ns / span if span else 0.0
     severity = CRITICAL if share >= COMPILE_CRITICAL else WARNING
-    first = min(int(a.trace.start[r]) for r in compiling.rows)
-    last = max(int(a.trace.start[r] + a.trace.dur[r]) for r in compiling.rows)
+    first = min(int(session.trace.start[r]) for r in compiling.rows)
+    last = max(int(session.trace.start[r] + session.trace.dur[r]) for r in compiling.rows)
     message = (
         f"torch.compile compiled inside the profiled window: {compiling.count:,} compile "
         f"event{'s' if compiling.count != 1 else ''} covering {ms(compiling.ns)} "
@@ -961,9 +968,9 @@ def compile_in_window(a: TraceSession) -> list[Finding]:
     ]
 
 
-def likely_graph_breaks(a: TraceSession) -> list[Finding]:
+def likely_graph_breaks(session: TraceSession) -> list[Finding]:
     """Steps (or the whole trace) whose compiled regions come from more than one frame."""
-    breaks = a.compiled.likely_graph_breaks
+    breaks = session.compiled.likely_graph_breaks
     if not breaks:
         return []
     worst = max(breaks, key=lambda b: (len(b.frames), -b.start))
@@ -989,18 +996,18 @@ def likely_graph_breaks(a: TraceSession) -> list[Finding]:
     ]
 
 
-def guard_overhead(a: TraceSession) -> list[Finding]:
+def guard_overhead(session: TraceSession) -> list[Finding]:
     """Self time of `TorchDynamo Cache Lookup` (guard evaluation) per step."""
-    c = a.compiled
+    c = session.compiled
     if not c.guard_calls:
         return []
     if c.steps:
         worst = max(c.steps, key=lambda s: (s.guard_ns / max(s.end - s.start, 1), -s.start))
         ns, length, start = worst.guard_ns, worst.end - worst.start, worst.start
         calls, rows = worst.guard_calls, (worst.row,)
-        what = f"in {a.trace.name_of(worst.row)}"
+        what = f"in {session.trace.name_of(worst.row)}"
     else:
-        start, length = _span(a)
+        start, length = _span(session)
         ns, calls, rows, what = c.guard_ns, c.guard_calls, (), "over the trace"
     if ns < GUARD_MIN_NS or not length or ns / length < GUARD_WARNING:
         return []
@@ -1013,14 +1020,14 @@ def guard_overhead(a: TraceSession) -> list[Finding]:
     return [Finding("guard_overhead", WARNING, message, start, length, rows=rows)]
 
 
-def graph_replay(a: TraceSession) -> list[Finding]:
+def graph_replay(session: TraceSession) -> list[Finding]:
     """CUDA/HIP graph replay (or capture) is present: say which numbers it makes partial."""
-    c = a.compiled
+    c = session.compiled
     replay = c.replay
     if replay is None:
         return []
     longest = sorted(c.graphs, key=lambda g: (-g.gpu_ns, g.row))[:5]
-    start, length = _span(a)
+    start, length = _span(session)
     seen = (
         f"{replay.launches:,} graph launch{'es replay' if replay.launches != 1 else ' replays'} "
         f"{plural(replay.kernels, 'GPU activity', 'GPU activities')} ({ms(replay.gpu_ns)})"
@@ -1058,11 +1065,11 @@ RULES = {
 }
 
 
-def run_rules(a: TraceSession) -> list[Finding]:
+def run_rules(session: TraceSession) -> list[Finding]:
     """Every rule's findings, most severe first (then in rule order)."""
     found: list[Finding] = []
     for rule in RULES.values():
-        found.extend(rule(a))
+        found.extend(rule(session))
     return sorted(found, key=lambda f: SEVERITY_ORDER[f.severity])
 
 

@@ -160,47 +160,18 @@ def convert_run(events: list[Event], out_of_range: int = 0) -> RunColumns:
     `out_of_range`: numbers beyond float range that decoding turned into missing values.
 
     Every pass over the events is one attribute fetch in a comprehension or a C-level `map`;
-    per-event Python work is left to the rare cases (memory events, odd value types).
+    per-event Python work is left to the rare cases (memory events, odd value types). The parts
+    run in a fixed order, because the string table's order is part of the model (groups are
+    ordered by string id): categories, names, shapes, then string flow ids.
     """
     n = len(events)
     phs = [e.ph for e in events]
     codes, by_phase = _phases(phs, n)
+    strings = _RunStrings()
 
-    strings: list[str] = [""]
-    string_ids = _Numbering(strings)
-    string_ids[""] = string_ids[None] = 0
-    intern = string_ids.__getitem__
-
-    def intern_all(values: list) -> np.ndarray:
-        # One lookup per value: a string not seen before is numbered by the lookup itself (a
-        # call per distinct string, the fastest way for names and categories, which repeat).
-        return np.fromiter(map(intern, values), dtype=np.int32, count=len(values))
-
-    def intern_new_first(values: list) -> np.ndarray:
-        # For values that rarely repeat (string flow ids): the new ones numbered all at once,
-        # in order of first appearance, so that there is no call per value.
-        new = [value for value in dict.fromkeys(values) if value not in string_ids]
-        if new:
-            string_ids.update(zip(new, range(len(strings), len(strings) + len(new))))
-            strings.extend(new)
-        return np.fromiter(map(intern, values), dtype=np.int32, count=len(values))
-
-    # Categories of every event, then names of the rows: the string table's order is part of
-    # the model (groups are ordered by string id), so it stays as it always was.
-    cat_all = intern_all([e.cat for e in events])
-    ph_x = codes == ord("X")
-    by_category: dict[str, int] = {}
-    if ph_x.any():
-        counts = np.bincount(cat_all[ph_x], minlength=len(strings))
-        by_category = {
-            strings[i]: int(c) for i in np.flatnonzero(counts).tolist() for c in (counts[i],)
-        }
-
-    starts, valid = _ns_column([e.ts for e in events], n)
-    far = valid & ((starts > TIME_LIMIT) | (starts <= -TIME_LIMIT))
-    far_times = int(np.count_nonzero(far))
-    if far_times:
-        valid &= ~far
+    cat_all = strings.intern_all([e.cat for e in events])
+    by_category = _category_counts(cat_all, codes == ord("X"), strings.table)
+    starts, valid, far_times = _start_times(events, n)
     is_meta = codes == ord("M")
     rows = valid & ~is_meta
     metadata: list[tuple[str, Any, Any, Any]] = []
@@ -211,128 +182,27 @@ def convert_run(events: list[Event], out_of_range: int = 0) -> RunColumns:
     m = len(index)
     sub = events if m == n else [events[i] for i in index.tolist()]
     lane_keys, lanes = _lanes(sub)
-    row_name = intern_all([e.name for e in sub])
+    row_name = strings.intern_all([e.name for e in sub])
     ph_codes = codes[index]
 
-    memory: dict[str, Any] = {k: _EMPTY_I64 for k in ("ordinal", "lane", "ts", *MEMORY_FIELDS)}
-    memory_id = string_ids.get("[memory]")
-    mem_rows = []
-    if memory_id is not None:
-        mem_rows = index[(row_name == memory_id) & (ph_codes == ord("i"))].tolist()
-    if m != n:  # memory events without a usable time are kept too, with no lane
-        unplaced = np.flatnonzero(~rows).tolist()
-        mem_rows = sorted(
-            mem_rows + [i for i in unplaced if events[i].name == "[memory]" and phs[i] == "i"]
-        )
-    if mem_rows:
-        # Column by column, as the rows are (a profile_memory trace has as many memory events
-        # as others): a placed memory event is a row, an unplaced one (no valid time) is not.
-        mem_index = np.array(mem_rows, dtype=np.int64)
-        placed = valid[mem_index]
-        row_of = np.full(n, -1, dtype=np.int64)
-        row_of[index] = np.arange(m)
-        first_lanes = dict.fromkeys(lanes[row_of[mem_index[placed]]].tolist())
-        order = [*first_lanes, *(k for k in range(len(lane_keys)) if k not in first_lanes)]
-        if order != list(range(len(lane_keys))):
-            # Memory events' lanes come first, as when they were numbered first.
-            renumber = np.empty(len(order), dtype=np.int32)
-            renumber[order] = np.arange(len(order), dtype=np.int32)
-            lanes = renumber[lanes]
-            lane_keys = [lane_keys[k] for k in order]
-        memory["ordinal"] = mem_index
-        memory["ts"] = np.where(placed, starts[mem_index], NO_VALUE)
-        mem_lanes = np.full(len(mem_rows), -1, dtype=np.int64)
-        mem_lanes[placed] = lanes[row_of[mem_index[placed]]]
-        memory["lane"] = mem_lanes
-        mem_args = [events[i].args for i in mem_rows]
-        if None in mem_args:
-            mem_args = [a if a is not None else EMPTY_ARGS for a in mem_args]
-        columns = (
-            [a.addr for a in mem_args],
-            [a.bytes for a in mem_args],
-            [a.total_allocated for a in mem_args],
-            [a.total_reserved for a in mem_args],
-            [a.device_type for a in mem_args],
-            [a.device_id for a in mem_args],
-        )
-        for key, values in zip(MEMORY_FIELDS, columns):
-            memory[key] = _memory_field(values)
-
+    memory, lanes, lane_keys = _memory_columns(
+        events, phs, rows, valid, starts, index, row_name, ph_codes, lanes, lane_keys, strings
+    )
     start = starts[index]
-    durs, dur_valid = _ns_column([e.dur for e in sub], m)
-    negative = int(np.count_nonzero(durs < 0))
-    dur = np.where(dur_valid & (durs > 0), durs, 0)
-    beyond = dur > TIME_LIMIT - start
-    long_durations = int(np.count_nonzero(beyond))
-    if long_durations:
-        dur[beyond] = TIME_LIMIT - start[beyond]
+    dur, negative, long_durations = _durations(sub, start, m)
     row_cat = cat_all[index]
-    found_args = [e.args for e in sub]
-    # (Checked first: most runs have args on every row, and this is the hot path.)
-    if None in found_args:
-        args_list = [a if a is not None else EMPTY_ARGS for a in found_args]
-    else:
-        args_list = cast(list[Args], found_args)
+    args_list = _row_args(sub)
     # Only JSON integers count (not bools or floats); out-of-range ones are dropped.
     corr = _int_only([a.correlation for a in args_list])
     ext = _int_only([a.external_id for a in args_list])
     stream = _int_only([a.stream for a in args_list])
-    shape, odd_shapes = _shape_ids([a.input_dims for a in args_list], intern)
-    old_dims: list[Any] = [a.input_dims_old for a in args_list]
-    if old_dims.count(None) != m:  # traces before 2021 say "Input dims"
-        older, odd_older = _shape_ids(old_dims, intern)
-        shape = np.where(shape >= 0, shape, older)
-        odd_shapes += odd_older
-
-    kinds = np.array([category_kind(s) for s in strings], dtype=np.int8)
+    shape, odd_shapes = _shapes(args_list, m, strings.intern)
     row_x = ph_codes == ord("X")
-    device = np.full(m, -1, dtype=np.int64)
-    gpu_rows = np.flatnonzero(row_x & np.isin(kinds[row_cat], GPU_KINDS))
-    gpu_lanes: list[int] = []
-    if len(gpu_rows):
-        gpu_lanes = np.unique(lanes[gpu_rows]).tolist()
-        gpu_idx = gpu_rows.tolist()
-        values = _int_only([args_list[j].device for j in gpu_idx])
-        device[gpu_rows] = values
-        missing = np.flatnonzero(values == NO_VALUE)
-        if len(missing):  # no device in args: the pid says it (each distinct pid read once)
-            pids = [sub[gpu_idx[k]].pid for k in missing.tolist()]
-            of_pid = {pid: _pid_device(pid) for pid in dict.fromkeys(pids)}
-            device[gpu_rows[missing]] = np.fromiter(
-                map(of_pid.__getitem__, pids), dtype=np.int64, count=len(pids)
-            )
-
-    flow_id = np.full(m, NO_VALUE, dtype=np.int64)
-    flow_bp = np.zeros(m, dtype=np.uint8)
-    flow_rows = np.flatnonzero(
-        (ph_codes == ord("s")) | (ph_codes == ord("f")) | (ph_codes == ord("t"))
-    )
-    if len(flow_rows):
-        flow_idx = flow_rows.tolist()
-        ids = [sub[j].id for j in flow_idx]
-        flow_id[flow_rows] = _int_only(ids)
-        if str in set(map(type, ids)):
-            is_str = np.array([type(fid) is str for fid in ids], dtype=bool)
-            named = intern_new_first([fid for fid in ids if type(fid) is str])
-            flow_id[flow_rows[is_str]] = STRING_FLOW_BASE + named.astype(np.int64)
-        bps = [sub[j].bp for j in flow_idx]
-        if set(map(type, bps)) != {type(None)}:
-            try:  # a few distinct binding points ("e"): each coded once
-                codes_of = {bp: _bp_code(bp) for bp in dict.fromkeys(bps)}
-            except TypeError:  # one that is not hashable (a list): coded one by one
-                flow_bp[flow_rows] = [_bp_code(bp) for bp in bps]
-            else:
-                flow_bp[flow_rows] = np.fromiter(
-                    map(codes_of.__getitem__, bps), dtype=np.uint8, count=len(bps)
-                )
-
-    smin = emax = None
-    if row_x.any():
-        xs = start[row_x]
-        smin = int(xs.min())
-        emax = int((xs + dur[row_x]).max())
+    device, gpu_lanes = _devices(sub, args_list, row_x, row_cat, lanes, strings.table)
+    flow_id, flow_bp = _flows(sub, ph_codes, strings)
+    smin, emax = _slice_bounds(start, dur, row_x)
     return RunColumns(
-        strings=strings,
+        strings=strings.table,
         lane_keys=lane_keys,
         ph=ph_codes,
         name=row_name,
@@ -368,6 +238,220 @@ def convert_run(events: list[Event], out_of_range: int = 0) -> RunColumns:
             if count
         },
     )
+
+
+class _RunStrings:
+    """A run's string table: `table[id]` is the string, "" (and a missing value) is 0."""
+
+    def __init__(self) -> None:
+        self.table: list[str] = [""]
+        self.ids = _Numbering(self.table)
+        self.ids[""] = self.ids[None] = 0
+        self.intern = self.ids.__getitem__
+
+    def intern_all(self, values: list) -> np.ndarray:
+        """Ids of `values`. One lookup per value: a string not seen before is numbered by the
+        lookup itself (a call per distinct string, the fastest way for names and categories,
+        which repeat)."""
+        return np.fromiter(map(self.intern, values), dtype=np.int32, count=len(values))
+
+    def intern_new_first(self, values: list) -> np.ndarray:
+        """Ids of values that rarely repeat (string flow ids): the new ones numbered all at
+        once, in order of first appearance, so that there is no call per value."""
+        ids, table = self.ids, self.table
+        new = [value for value in dict.fromkeys(values) if value not in ids]
+        if new:
+            ids.update(zip(new, range(len(table), len(table) + len(new))))
+            table.extend(new)
+        return np.fromiter(map(self.intern, values), dtype=np.int32, count=len(values))
+
+
+def _category_counts(cat_all: np.ndarray, ph_x: np.ndarray, strings: list[str]) -> dict[str, int]:
+    """X events per category (by the string table's order)."""
+    if not ph_x.any():
+        return {}
+    counts = np.bincount(cat_all[ph_x], minlength=len(strings))
+    return {strings[i]: int(c) for i in np.flatnonzero(counts).tolist() for c in (counts[i],)}
+
+
+def _start_times(events: list[Event], n: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Every event's start (ns), whether it is usable, and how many lie beyond ±TIME_LIMIT
+    (made unusable)."""
+    starts, valid = _ns_column([e.ts for e in events], n)
+    far = valid & ((starts > TIME_LIMIT) | (starts <= -TIME_LIMIT))
+    far_times = int(np.count_nonzero(far))
+    if far_times:
+        valid &= ~far
+    return starts, valid, far_times
+
+
+def _memory_columns(
+    events: list[Event],
+    phs: list,
+    rows: np.ndarray,
+    valid: np.ndarray,
+    starts: np.ndarray,
+    index: np.ndarray,
+    row_name: np.ndarray,
+    ph_codes: np.ndarray,
+    lanes: np.ndarray,
+    lane_keys: list[tuple[Any, Any]],
+    strings: _RunStrings,
+) -> tuple[dict[str, Any], np.ndarray, list[tuple[Any, Any]]]:
+    """The run's memory events as RunColumns.memory, and the lanes (and their keys) renumbered
+    so that memory events' lanes come first, as when they were numbered first."""
+    n, m = len(events), len(index)
+    memory: dict[str, Any] = {k: _EMPTY_I64 for k in ("ordinal", "lane", "ts", *MEMORY_FIELDS)}
+    memory_id = strings.ids.get("[memory]")
+    mem_rows = []
+    if memory_id is not None:
+        mem_rows = index[(row_name == memory_id) & (ph_codes == ord("i"))].tolist()
+    if m != n:  # memory events without a usable time are kept too, with no lane
+        unplaced = np.flatnonzero(~rows).tolist()
+        mem_rows = sorted(
+            mem_rows + [i for i in unplaced if events[i].name == "[memory]" and phs[i] == "i"]
+        )
+    if not mem_rows:
+        return memory, lanes, lane_keys
+    # Column by column, as the rows are (a profile_memory trace has as many memory events as
+    # others): a placed memory event is a row, an unplaced one (no valid time) is not.
+    mem_index = np.array(mem_rows, dtype=np.int64)
+    placed = valid[mem_index]
+    row_of = np.full(n, -1, dtype=np.int64)
+    row_of[index] = np.arange(m)
+    first_lanes = dict.fromkeys(lanes[row_of[mem_index[placed]]].tolist())
+    order = [*first_lanes, *(k for k in range(len(lane_keys)) if k not in first_lanes)]
+    if order != list(range(len(lane_keys))):
+        renumber = np.empty(len(order), dtype=np.int32)
+        renumber[order] = np.arange(len(order), dtype=np.int32)
+        lanes = renumber[lanes]
+        lane_keys = [lane_keys[k] for k in order]
+    memory["ordinal"] = mem_index
+    memory["ts"] = np.where(placed, starts[mem_index], NO_VALUE)
+    mem_lanes = np.full(len(mem_rows), -1, dtype=np.int64)
+    mem_lanes[placed] = lanes[row_of[mem_index[placed]]]
+    memory["lane"] = mem_lanes
+    mem_args = [events[i].args for i in mem_rows]
+    if None in mem_args:
+        mem_args = [a if a is not None else EMPTY_ARGS for a in mem_args]
+    columns = (
+        [a.addr for a in mem_args],
+        [a.bytes for a in mem_args],
+        [a.total_allocated for a in mem_args],
+        [a.total_reserved for a in mem_args],
+        [a.device_type for a in mem_args],
+        [a.device_id for a in mem_args],
+    )
+    for key, values in zip(MEMORY_FIELDS, columns):
+        memory[key] = _memory_field(values)
+    return memory, lanes, lane_keys
+
+
+def _durations(sub: list[Event], start: np.ndarray, m: int) -> tuple[np.ndarray, int, int]:
+    """The rows' durations (ns; missing or not positive: 0, cut so that the end stays within
+    TIME_LIMIT), how many were negative, and how many were cut."""
+    durs, dur_valid = _ns_column([e.dur for e in sub], m)
+    negative = int(np.count_nonzero(durs < 0))
+    dur = np.where(dur_valid & (durs > 0), durs, 0)
+    beyond = dur > TIME_LIMIT - start
+    long_durations = int(np.count_nonzero(beyond))
+    if long_durations:
+        dur[beyond] = TIME_LIMIT - start[beyond]
+    return dur, negative, long_durations
+
+
+def _row_args(sub: list[Event]) -> list[Args]:
+    """Each row's args, EMPTY_ARGS where it has none."""
+    found_args = [e.args for e in sub]
+    # (Checked first: most runs have args on every row, and this is the hot path.)
+    if None in found_args:
+        return [a if a is not None else EMPTY_ARGS for a in found_args]
+    return cast(list[Args], found_args)
+
+
+def _shapes(args_list: list[Args], m: int, intern: Any) -> tuple[np.ndarray, int]:
+    """The rows' shape string ids (`Input Dims`, else the older `Input dims`; -1 for none),
+    and how many were odd."""
+    shape, odd_shapes = _shape_ids([a.input_dims for a in args_list], intern)
+    old_dims: list[Any] = [a.input_dims_old for a in args_list]
+    if old_dims.count(None) != m:  # traces before 2021 say "Input dims"
+        older, odd_older = _shape_ids(old_dims, intern)
+        shape = np.where(shape >= 0, shape, older)
+        odd_shapes += odd_older
+    return shape, odd_shapes
+
+
+def _devices(
+    sub: list[Event],
+    args_list: list[Args],
+    row_x: np.ndarray,
+    row_cat: np.ndarray,
+    lanes: np.ndarray,
+    strings: list[str],
+) -> tuple[np.ndarray, list[int]]:
+    """The device of each GPU activity (an X row of a kernel, memcpy or memset category; -1
+    elsewhere), and the lanes that hold one."""
+    m = len(sub)
+    kinds = np.array([category_kind(s) for s in strings], dtype=np.int8)
+    device = np.full(m, -1, dtype=np.int64)
+    gpu_rows = np.flatnonzero(row_x & np.isin(kinds[row_cat], GPU_KINDS))
+    if not len(gpu_rows):
+        return device, []
+    gpu_lanes = np.unique(lanes[gpu_rows]).tolist()
+    gpu_idx = gpu_rows.tolist()
+    values = _int_only([args_list[j].device for j in gpu_idx])
+    device[gpu_rows] = values
+    missing = np.flatnonzero(values == NO_VALUE)
+    if len(missing):  # no device in args: the pid says it (each distinct pid read once)
+        pids = [sub[gpu_idx[k]].pid for k in missing.tolist()]
+        of_pid = {pid: _pid_device(pid) for pid in dict.fromkeys(pids)}
+        device[gpu_rows[missing]] = np.fromiter(
+            map(of_pid.__getitem__, pids), dtype=np.int64, count=len(pids)
+        )
+    return device, gpu_lanes
+
+
+def _flows(
+    sub: list[Event], ph_codes: np.ndarray, strings: _RunStrings
+) -> tuple[np.ndarray, np.ndarray]:
+    """The flow rows' (s, f, t) ids (string ids as local string ids + STRING_FLOW_BASE;
+    NO_VALUE elsewhere) and binding point codes (0 elsewhere)."""
+    m = len(sub)
+    flow_id = np.full(m, NO_VALUE, dtype=np.int64)
+    flow_bp = np.zeros(m, dtype=np.uint8)
+    flow_rows = np.flatnonzero(
+        (ph_codes == ord("s")) | (ph_codes == ord("f")) | (ph_codes == ord("t"))
+    )
+    if not len(flow_rows):
+        return flow_id, flow_bp
+    flow_idx = flow_rows.tolist()
+    ids = [sub[j].id for j in flow_idx]
+    flow_id[flow_rows] = _int_only(ids)
+    if str in set(map(type, ids)):
+        is_str = np.array([type(fid) is str for fid in ids], dtype=bool)
+        named = strings.intern_new_first([fid for fid in ids if type(fid) is str])
+        flow_id[flow_rows[is_str]] = STRING_FLOW_BASE + named.astype(np.int64)
+    bps = [sub[j].bp for j in flow_idx]
+    if set(map(type, bps)) != {type(None)}:
+        try:  # a few distinct binding points ("e"): each coded once
+            codes_of = {bp: _bp_code(bp) for bp in dict.fromkeys(bps)}
+        except TypeError:  # one that is not hashable (a list): coded one by one
+            flow_bp[flow_rows] = [_bp_code(bp) for bp in bps]
+        else:
+            flow_bp[flow_rows] = np.fromiter(
+                map(codes_of.__getitem__, bps), dtype=np.uint8, count=len(bps)
+            )
+    return flow_id, flow_bp
+
+
+def _slice_bounds(
+    start: np.ndarray, dur: np.ndarray, row_x: np.ndarray
+) -> tuple[int | None, int | None]:
+    """The earliest start and the latest end of the run's X rows (None without one)."""
+    if not row_x.any():
+        return None, None
+    xs = start[row_x]
+    return int(xs.min()), int((xs + dur[row_x]).max())
 
 
 EMPTY_ARGS = Args()
