@@ -171,21 +171,12 @@ def _job_summary_on_cluster(args: argparse.Namespace, output: str) -> int:
         raise KinetoscopeError(str(exc)) from None
 
 
-def run_summary(
-    path: str,
-    as_json: bool = False,
-    output: str = "text",
-    width: int | None = None,
-    csv_dir: str | None = None,
-    csv_raw: bool = False,
-) -> int:
-    """Load a trace and print its summary (`output`: text, md, tsv or json); 1 with a one-line
-    message when it cannot be read. `width` lays the text tables out for that many columns.
-    With `csv_dir`, write the viewer's tables there as CSV files instead (kinetoscope/present/tables.py;
-    `csv_raw`: cells as recorded, formulas not neutralised)."""
-    return exit_status(
-        summarise, path, as_json, output, width=width, csv_dir=csv_dir, csv_raw=csv_raw
-    )
+def run_summary(*args: Any, **kwargs: Any) -> int:
+    """`summarise(...)`'s status: load a trace and print its summary (`output`: text, md, tsv or
+    json), 1 with a one-line message when it cannot be read. `width` lays the text tables out
+    for that many columns. With `csv_dir`, write the viewer's tables there as CSV files instead
+    (kinetoscope/present/tables.py; `csv_raw`: cells as recorded, formulas not neutralised)."""
+    return exit_status(summarise, *args, **kwargs)
 
 
 def summarise(
@@ -354,34 +345,10 @@ def _save_cache_meanwhile(trace: Any) -> Any:
     return thread
 
 
-def run_job_summary(
-    inputs: list[str],
-    output: str = "text",
-    width: int | None = None,
-    align_clocks: bool = False,
-    force_align: bool = False,
-    cycle: int | None = None,
-    workers: int | None = None,
-    executor: Any = None,
-    csv_dir: str | None = None,
-    bundle: Any = None,
-    csv_raw: bool = False,
-) -> int:
-    """`job_summary`'s status, a failure said in one line (1 when there is no job to read)."""
-    return exit_status(
-        job_summary,
-        inputs,
-        output=output,
-        width=width,
-        align_clocks=align_clocks,
-        force_align=force_align,
-        cycle=cycle,
-        workers=workers,
-        executor=executor,
-        csv_dir=csv_dir,
-        bundle=bundle,
-        csv_raw=csv_raw,
-    )
+def run_job_summary(*args: Any, **kwargs: Any) -> int:
+    """`job_summary(...)`'s status, a failure said in one line (1 when there is no job to
+    read)."""
+    return exit_status(job_summary, *args, **kwargs)
 
 
 def job_summary(
