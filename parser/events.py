@@ -10,6 +10,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from kinetoscope.common.text import clean
+
 
 class Args(msgspec.Struct, gc=False):
     """The few `args` fields used for links, memory and metadata; the rest is skipped at C speed."""
@@ -422,7 +424,8 @@ def clean_header(header: dict[str, Any]) -> list[str]:
             keep = False
         if not keep:
             del header[key]
-    warnings = [f"ignored the header value {what}" for what in dropped[:5]]
+    # A key is the trace's text: shown cleaned, never raw (a newline or an escape in a key).
+    warnings = [f"ignored the header value {clean(what)}" for what in dropped[:5]]
     if len(dropped) > 5:
         warnings.append(f"ignored {len(dropped) - 5} more header values of the wrong type or range")
     return warnings
