@@ -143,7 +143,13 @@ def register(sub: Any) -> None:
         epilog="Exit status: 0 every budget kept, 3 a budget broken (or not measurable on the "
         "trace), 1 the trace could not be read, 2 a usage error.",
     )
-    check.add_argument("trace", metavar="TRACE", help="a .json or .json.gz torch.profiler trace")
+    check.add_argument(
+        "trace",
+        metavar="TRACE",
+        nargs="+",
+        help="a .json or .json.gz torch.profiler trace; or a job's folder, several rank files "
+        "or a bundle: every rank is checked, and the job's own budgets (docs/check.md)",
+    )
     for kind in KINDS:
         check.add_argument(
             f"--{kind.key}",
@@ -161,6 +167,9 @@ def register(sub: Any) -> None:
         "--format", choices=("text", "md", "json"), default="text", help="text (default), md, json"
     )
     check.add_argument("--json", action="store_true", help="the JSON document (= --format json)")
+    from .check_job import register_job_options
+
+    register_job_options(check)
     check.set_defaults(handler=run_check_command)
 
 
@@ -223,8 +232,12 @@ def read_config(path: str) -> dict[str, Any]:
     return document
 
 
-def collect_budgets(options: dict[str, Any], config: str | None) -> list[Budget]:
-    """The budgets, in the order of KINDS: the config file's, each overridden by its flag."""
+def collect_budgets(
+    options: dict[str, Any], config: str | None, job: dict[str, Any] | None = None
+) -> list[Budget]:
+    """The budgets, in the order of KINDS: the config file's, each overridden by its flag. With
+    `job` (a job is checked), the config's [job] table is put in `job["table"]` and no budget
+    here is no error; without it, a [job] table is a usage error."""
     chosen: dict[Any, Budget] = {}
 
     def add(budget: Budget) -> None:
@@ -236,6 +249,14 @@ def collect_budgets(options: dict[str, Any], config: str | None) -> list[Budget]
 
         where = f"--config {clean(config)}"
         for key, value in read_config(config).items():
+            if key == "job":  # the job's own budgets (check_job.py)
+                if job is None:
+                    raise UsageError(
+                        f"{where}: [job] holds budgets of a job (a folder or several files), "
+                        "not of one trace file"
+                    )
+                job["table"] = value
+                continue
             if key == "max-kernel":  # a table: "NAME" = "TIME"
                 if not isinstance(value, dict):
                     raise UsageError(
@@ -253,7 +274,7 @@ def collect_budgets(options: dict[str, Any], config: str | None) -> list[Budget]
         for item in value if isinstance(value, list) else [value]:
             if item is not None:
                 add(parse_budget(key, item, f"--{key}"))
-    if not chosen:
+    if not chosen and job is None:
         raise UsageError(
             "no budget to check: give one of "
             + ", ".join(f"--{k.key}" for k in KINDS)
@@ -421,9 +442,32 @@ def check_sections(document: dict[str, Any]) -> list[Any]:
 
 
 def run_check_command(args: Any) -> int:
+    from kinetoscope.parser.bundle import is_zip
+
     output = "json" if args.json else args.format
     options = {kind.key: getattr(args, _dest(kind)) for kind in KINDS}
-    return run_check(args.trace, options, args.config, output)
+    inputs = args.trace
+    if len(inputs) > 1 or os.path.isdir(inputs[0]) or is_zip(inputs[0]):
+        from kinetoscope.present.safe_text import clean
+
+        from .check_job import run_check_job
+
+        job: dict[str, Any] = {}
+        try:
+            budgets = collect_budgets(options, args.config, job)
+        except UsageError as exc:
+            raise KinetoscopeError(str(exc), 2) from None
+        where = f"--config {clean(args.config)}" if args.config is not None else ""
+        return run_check_job(inputs, args, budgets, job.get("table"), where, output)
+    from .check_job import job_options_given
+
+    given = job_options_given(args)
+    if given and os.path.exists(inputs[0]):  # else: the missing file is the problem
+        raise KinetoscopeError(
+            f"{given[0]} is an option of a job (a folder or several files), not of one trace file",
+            2,
+        )
+    return run_check(inputs[0], options, args.config, output)
 
 
 def run_check(path: str, options: dict[str, Any], config: str | None, output: str) -> int:
