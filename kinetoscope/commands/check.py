@@ -462,7 +462,11 @@ def run_check_command(args: Any) -> int:
     from .check_job import job_options_given
 
     given = job_options_given(args)
-    if given and os.path.exists(inputs[0]):  # else: the missing file is the problem
+    if given and not os.path.exists(inputs[0]):  # the missing file is the problem
+        from kinetoscope.parser.source import trace_path_problem
+
+        raise KinetoscopeError(trace_path_problem(inputs[0], streams=True) or "no such file")
+    if given:
         raise KinetoscopeError(
             f"{given[0]} is an option of a job (a folder or several files), not of one trace file",
             2,
