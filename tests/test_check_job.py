@@ -340,3 +340,18 @@ def test_json_is_stable(capsys, tmp_path):
         "detail", "broken_ranks", "ranks",
     }  # fmt: skip
     assert row(first, "max-collective-skew")["units"] == "ms"
+
+
+def test_a_bundle_is_checked_as_its_folder(capsys, tmp_path):
+    folder = tmp_path / "job"
+    write_job(folder)
+    bundle = tmp_path / "job.zip"
+    assert main(["export", str(folder), "-o", str(bundle), "--step", "1"]) == 0
+    capsys.readouterr()
+    args = ("--max-step", "1s", "--max-straggler", "1s", "--max-findings", "critical")
+    _, from_folder = check_json(capsys, str(folder), *args)
+    code, from_bundle = check_json(capsys, str(bundle), *args)
+    assert code == 0 and from_bundle["ranks"] == 3 and from_bundle["job"] == [str(bundle)]
+    assert [r["measured"] for r in from_bundle["budgets"]] == [
+        r["measured"] for r in from_folder["budgets"]
+    ]
