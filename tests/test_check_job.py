@@ -107,14 +107,17 @@ def test_job_budgets_are_summary_dirs_numbers_on_both_sides(capsys, dlrm):
 
 def test_findings_per_rank_equal_each_ranks_own_check(capsys, dlrm):
     """The budgets the job's document does not carry are each rank's single-trace check."""
-    _, document = check_json(capsys, str(DLRM), "--max-findings", "critical")
+    args = ("--max-findings", "critical", "--max-step", "1s", "--max-gpu-idle", "100%")
+    _, document = check_json(capsys, str(DLRM), *args)
     findings = row(document, "max-findings")
     files = {r["rank"]: r["path"] for r in dlrm["ranks"]}
     for rank in (1, 7):
-        _, alone = check_json(capsys, files[rank], "--max-findings", "critical")
-        mine = next(r for r in findings["ranks"] if r["rank"] == rank)
-        assert mine["measured"] == alone["budgets"][0]["measured"] > 0
-        assert mine["detail"] == alone["budgets"][0]["detail"]
+        _, alone = check_json(capsys, files[rank], *args)
+        for mine, single in zip(document["budgets"], alone["budgets"]):
+            assert mine["budget"] == single["budget"]
+            one = next(r for r in mine["ranks"] if r["rank"] == rank)
+            assert (one["measured"], one["detail"]) == (single["measured"], single["detail"])
+        assert alone["budgets"][0]["measured"] > 0
     assert not findings["passed"] and sorted(findings["broken_ranks"]) == list(range(8))
 
 
@@ -170,6 +173,31 @@ def test_missing_ranks(capsys, tmp_path):
     # Not budgeted: said, so a gate on the ranks present does not hide them.
     code, document = check_json(capsys, str(tmp_path), "--max-step", "1s")
     assert code == 0 and any("2 ranks missing" in w for w in document["warnings"])
+
+
+def test_a_cut_off_rank_is_measured_on_what_it_holds_and_said(capsys, tmp_path):
+    write_job(tmp_path)
+    whole = (tmp_path / "rank2.json").read_text()
+    cut = whole[: whole.index('"ncclDevKernel')]  # its step and compute kernel kept
+    (tmp_path / "rank2.json").write_text(cut)
+    code, document = check_json(
+        capsys, str(tmp_path), "--max-step", "10ms", "--max-incomplete-ranks", "1"
+    )
+    assert code == 0 and not document["trace_complete"]
+    steps = row(document, "max-step")
+    assert next(r for r in steps["ranks"] if r["rank"] == 2)["measured"] == 10.0
+    assert row(document, "max-incomplete-ranks")["measured"] == 1
+    assert any(w.startswith("rank 2: ") for w in document["warnings"])
+    code, _ = check_json(capsys, str(tmp_path), "--max-incomplete-ranks", "0")
+    assert code == 3
+
+
+def test_a_huge_world_size_counts_every_missing_rank(capsys, tmp_path):
+    write_job(tmp_path, world=10**12)
+    code, document = check_json(capsys, str(tmp_path), "--max-missing-ranks", str(10**9))
+    missing = row(document, "max-missing-ranks")
+    assert code == 3 and missing["measured"] == 10**12 - 3
+    assert missing["detail"] == f"ranks 3-{10**12 - 1}"
 
 
 def test_a_rank_file_that_is_no_trace_breaks_every_rank_budget(capsys, tmp_path):
@@ -232,6 +260,8 @@ def test_config_job_table_and_flag_override(capsys, tmp_path):
         ('[job]\nmax-failed-ranks = "-1"\n', "whole number of ranks"),
         ("[job]\nmax-missing-ranks = 1.5\n", "max-missing-ranks must be text"),
         ('[job]\nmax-step = "1s"\n', "unknown job budget 'max-step'"),
+        ('max-step = "120"\n', "max-step: cannot read '120'"),
+        ('max-straggler = "5ms"\n', "unknown budget 'max-straggler'"),
     ],
 )
 def test_bad_job_config_is_one_line_exit_2(capsys, tmp_path, content, message):

@@ -272,7 +272,7 @@ def rank_summaries(paths: list[str], kernels: bool, workers: int | None) -> list
 
     if workers is None and not _pays_for_workers(paths):
         workers = 1
-    count = workers or default_workers(len(paths))
+    count = min(workers or default_workers(len(paths)), len(paths))
     if len(paths) <= 1 or count <= 1:
         return [_rank_summary(path, kernels) for path in paths]
     from concurrent.futures import ProcessPoolExecutor
