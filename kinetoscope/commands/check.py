@@ -464,8 +464,10 @@ def run_check_command(args: Any) -> int:
     given = job_options_given(args)
     if given and not os.path.exists(inputs[0]):  # the missing file is the problem
         from kinetoscope.parser.source import trace_path_problem
+        from kinetoscope.present.safe_text import clean
 
-        raise KinetoscopeError(trace_path_problem(inputs[0], streams=True) or "no such file")
+        problem = trace_path_problem(inputs[0], streams=True)
+        raise KinetoscopeError(problem or f"{clean(inputs[0])}: no such file")
     if given:
         raise KinetoscopeError(
             f"{given[0]} is an option of a job (a folder or several files), not of one trace file",
