@@ -1,10 +1,15 @@
 """`kinetoscope diff` of two big traces against one `kinetoscope summary`, in the same run.
 
-    python benchmarks/bench_diff.py [BASE [NEW]] [--runs 3] [--variants]
+    python benchmarks/bench_diff.py [BASE [NEW]] [--runs 3] [--variants] [--like-for-like]
 
 By default BASE is benchmarks/data/h100_google_owlv2-large-patch14-ensemble_1000mb.json and NEW
 its .json.gz (the same 1 GB trace, once plain and once gzip'd: the two sides cost what two
-different 1 GB traces do, since nothing is shared between them). Every command runs in a fresh
+different 1 GB traces do, since nothing is shared between them). That pair makes the diff pay a
+decompression the summary of BASE does not; `--like-for-like` times, each against the summary
+of its own BASE, the two pairs whose sides are read alike: BASE and a copy of it (two plain
+traces), and the .json.gz and a copy of it (two gzip'd traces, the summary of the gzip'd one),
+besides the mixed default pair. The copies are made once under benchmarks/data (a copy is
+another file to kinetoscope: its own identity, nothing shared). Every command runs in a fresh
 process with an empty model cache; the table gives the median wall time, the median CPU time
 (user + system, of the command and every process it waited for: its decoding workers too) and
 the peak resident memory of the process tree (benchmarks/run.py's `measure`). The target: the
@@ -68,21 +73,47 @@ def main() -> None:
     parser.add_argument("new", nargs="?")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--variants", action="store_true")
+    parser.add_argument("--like-for-like", action="store_true")
     args = parser.parse_args()
     new = args.new or (args.base + ".gz" if not args.base.endswith(".gz") else args.base)
     for path in (args.base, new):
         if not Path(path).exists():
             sys.exit(f"missing {path}: run benchmarks/run.py once to make the 1 GB trace")
+    if args.like_for_like:
+        pairs = [
+            (args.base, _copy_of(args.base)),
+            (new, _copy_of(new)),
+            (args.base, new),
+        ]
+        for base, other in pairs:
+            bench(base, other, args.runs, args.variants)
+            print()
+        return
+    bench(args.base, new, args.runs, args.variants)
+
+
+def _copy_of(path: str) -> str:
+    """A copy of `path` beside it (made once): the same content in another file."""
+    source = Path(path)
+    name = source.name.replace(".json", ".copy.json", 1)
+    copy = source.with_name(name)
+    if not copy.exists() or copy.stat().st_size != source.stat().st_size:
+        shutil.copyfile(source, copy)
+    return str(copy)
+
+
+def bench(base: str, new: str, runs: int, variants: bool) -> None:
+    """Time summary of `base` and diff of `base` and `new`, interleaved, and print the table."""
 
     py = sys.executable
     tasks = {
-        "summary --json (BASE)": [py, "-m", "kinetoscope", "summary", args.base, "--json"],
-        "diff --json (BASE, NEW)": [py, "-m", "kinetoscope", "diff", args.base, new, "--json"],
+        "summary --json (BASE)": [py, "-m", "kinetoscope", "summary", base, "--json"],
+        "diff --json (BASE, NEW)": [py, "-m", "kinetoscope", "diff", base, new, "--json"],
     }
-    if args.variants:
-        tasks["diff, loads then analyses in sequence"] = [py, "-c", SEQUENTIAL, args.base, new]
+    if variants:
+        tasks["diff, loads then analyses in sequence"] = [py, "-c", SEQUENTIAL, base, new]
         tasks["two processes, one trace each (no diff)"] = [
-            py, "-c", TWO_PROCESSES, ONE_SIDE, args.base, new,
+            py, "-c", TWO_PROCESSES, ONE_SIDE, base, new,
         ]  # fmt: skip
 
     cache = Path(tempfile.mkdtemp(prefix="kinetoscope-bench-cache-"))
@@ -91,7 +122,7 @@ def main() -> None:
     cpus: dict[str, list[float]] = {name: [] for name in tasks}
     peaks: dict[str, int] = dict.fromkeys(tasks, 0)
     try:
-        for run in range(args.runs):
+        for run in range(runs):
             for name, argv in tasks.items():  # interleaved: drift hits every row alike
                 shutil.rmtree(cache, ignore_errors=True)
                 cache.mkdir()
@@ -109,7 +140,7 @@ def main() -> None:
     finally:
         shutil.rmtree(cache, ignore_errors=True)
 
-    print(f"BASE {args.base}\nNEW  {new}\n")
+    print(f"BASE {Path(base).name}\nNEW  {Path(new).name}\n")
     print("| what | median time (runs) | median CPU, user + sys (runs) | peak RSS (process tree) |")
     print("|---|---:|---:|---:|")
     for name in tasks:
