@@ -184,7 +184,9 @@ def main() -> int:
     parser.add_argument(
         "--summary-targets",
         action="store_true",
-        help="the five rows of issue 30: load, analysis, cold and warm summary, a tiny job",
+        help="the five rows of issue 30: load, analysis, cold and warm summary, a tiny job "
+        "(with --trace BIG, also BIG's cold summary against the 1 GB one: the linearity rows; "
+        "--big-runs times)",
     )
     args = parser.parse_args()
 
@@ -624,6 +626,7 @@ ANALYSIS_GOAL_S = 1.0
 COLD_SUMMARY_GOAL_S = 3.5
 WARM_SUMMARY_GOAL_S = 0.6
 TINY_JOB_GOAL = (0.3, 100)  # seconds, MiB
+LINEAR_SUMMARY_X = 4.1  # issue 30: the 4 GB summary at most 4.1x the 1 GB one, in the same run
 
 
 def run_summary_targets(args: argparse.Namespace) -> int:
@@ -666,6 +669,18 @@ def run_summary_targets(args: argparse.Namespace) -> int:
             env,
             runs,
         )
+        big = None
+        if args.trace is not None:  # issue 30's linearity: the big trace's cold summary
+            if not args.trace.is_file():
+                sys.exit(f"run.py: no such trace: {args.trace}")
+            big_summary = [sys.executable, "-m", "kinetoscope", "summary", str(args.trace), "--json"]
+            big = sampled(
+                "summary --json of the big trace, cold",
+                big_summary,
+                env,
+                args.big_runs,
+                before=empty_cache,
+            )
     finally:
         empty_cache()
     load_limit = LOAD_OVER_DECODE * decode.median / 2
@@ -706,6 +721,25 @@ def run_summary_targets(args: argparse.Namespace) -> int:
             met(job.median <= TINY_JOB_GOAL[0] and job.peak_mib <= TINY_JOB_GOAL[1]),
         ],
     ]
+    if big is not None and args.trace is not None:
+        size = args.trace.stat().st_size
+        k = size / path.stat().st_size
+        ratio = big.median / cold.median
+        per_gb = big.peak_mib * 2**20 / size
+        rows += [
+            [
+                f"cold `summary --json` of {size / 1e9:.2f} GB ({k:.2f}x the size)",
+                f"{big.median:.2f} s ({ratio:.2f}x the cold row)",
+                f"at most {LINEAR_SUMMARY_X:.1f}x the 1 GB time",
+                met(ratio <= LINEAR_SUMMARY_X),
+            ],
+            [
+                "its peak RSS (process tree)",
+                f"{big.peak_mib} MiB ({per_gb:.2f} GB per GB)",
+                f"at most {PEAK_PER_BYTE} GB per GB",
+                met(per_gb <= PEAK_PER_BYTE),
+            ],
+        ]
     print(
         "\n".join(
             [
@@ -724,6 +758,7 @@ def run_summary_targets(args: argparse.Namespace) -> int:
                         ("cold", cold),
                         ("second", warm),
                         ("job", job),
+                        *((("big", big),) if big is not None else ()),
                     )
                 )
                 + ".",
