@@ -673,7 +673,14 @@ def run_summary_targets(args: argparse.Namespace) -> int:
         if args.trace is not None:  # issue 30's linearity: the big trace's cold summary
             if not args.trace.is_file():
                 sys.exit(f"run.py: no such trace: {args.trace}")
-            big_summary = [sys.executable, "-m", "kinetoscope", "summary", str(args.trace), "--json"]
+            big_summary = [
+                sys.executable,
+                "-m",
+                "kinetoscope",
+                "summary",
+                str(args.trace),
+                "--json",
+            ]
             big = sampled(
                 "summary --json of the big trace, cold",
                 big_summary,
