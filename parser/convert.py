@@ -17,7 +17,7 @@ from typing import Any, cast
 import msgspec
 import numpy as np
 
-from .events import Args, Event
+from .events import ABSENT_DIMS, EMPTY_ARGS, Args, Event
 from .model import KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, NO_VALUE, RowColumns, category_kind
 
 INT64_MAX = (1 << 63) - 1
@@ -361,9 +361,9 @@ def _durations(sub: list[Event], start: np.ndarray, m: int) -> tuple[np.ndarray,
 
 
 def _row_args(sub: list[Event]) -> list[Args]:
-    """Each row's args, EMPTY_ARGS where it has none."""
+    """Each row's args, EMPTY_ARGS where it has none (the decoder's default: None only where
+    the trace wrote `"args": null`)."""
     found_args = [e.args for e in sub]
-    # (Checked first: most runs have args on every row, and this is the hot path.)
     if None in found_args:
         return [a if a is not None else EMPTY_ARGS for a in found_args]
     return cast(list[Args], found_args)
@@ -374,7 +374,7 @@ def _shapes(args_list: list[Args], m: int, intern: Any) -> tuple[np.ndarray, int
     and how many were odd."""
     shape, odd_shapes = _shape_ids([a.input_dims for a in args_list], intern)
     old_dims: list[Any] = [a.input_dims_old for a in args_list]
-    if old_dims.count(None) != m:  # traces before 2021 say "Input dims"
+    if old_dims.count(ABSENT_DIMS) != m:  # traces before 2021 say "Input dims"
         older, odd_older = _shape_ids(old_dims, intern)
         shape = np.where(shape >= 0, shape, older)
         odd_shapes += odd_older
@@ -392,7 +392,10 @@ def _devices(
     """The device of each GPU activity (an X row of a kernel, memcpy or memset category; -1
     elsewhere), and the lanes that hold one."""
     m = len(sub)
-    kinds = np.array([category_kind(s) for s in strings], dtype=np.int8)
+    # The kinds of the run's categories only (the string table holds every name too).
+    cats = np.flatnonzero(np.bincount(row_cat, minlength=len(strings))).tolist() if m else []
+    kinds = np.zeros(len(strings), dtype=np.int8)
+    kinds[cats] = [category_kind(strings[c]) for c in cats]
     device = np.full(m, -1, dtype=np.int64)
     gpu_rows = np.flatnonzero(row_x & np.isin(kinds[row_cat], GPU_KINDS))
     if not len(gpu_rows):
@@ -454,7 +457,6 @@ def _slice_bounds(
     return int(xs.min()), int((xs + dur[row_x]).max())
 
 
-EMPTY_ARGS = Args()
 _INT_TYPES = {int, type(None)}
 
 
@@ -624,18 +626,16 @@ def _shape_ids(values: list, intern: Any) -> tuple[np.ndarray, int]:
 
     Decoded as Raw JSON, the few distinct shapes of a run are turned into text once each."""
     n = len(values)
-    if values.count(None) == n:
+    if values.count(ABSENT_DIMS) == n:
         return np.full(n, -1, dtype=np.int32), 0
     kinds = set(map(type, values))
-    kinds.discard(type(None))
-    if kinds == {msgspec.Raw}:
-        # One pass to bytes (hashable), one lookup each; None (absent) is -1.
-        keys = [None if value is None else bytes(value) for value in values]
-        ids: dict[bytes | None, int] = {None: -1}
+    keys = _raw_keys(values) if kinds == {msgspec.Raw} else None
+    if keys is not None:
+        # One lookup each; the absent shape (empty) is -1.
+        ids: dict[bytes, int] = {b"": -1}
         for raw in dict.fromkeys(keys):
             if raw in ids:
                 continue
-            assert raw is not None
             try:
                 text = _dims_text(raw)
             except OddShape:
@@ -648,7 +648,7 @@ def _shape_ids(values: list, intern: Any) -> tuple[np.ndarray, int]:
             out[out == ODD_SHAPE] = -1
         return out, odd
     out = np.full(n, -1, dtype=np.int32)
-    present = [j for j, value in enumerate(values) if value is not None]
+    present = [j for j, v in enumerate(values) if v is not None and v is not ABSENT_DIMS]
     odd = 0
     for j in present:
         try:
@@ -659,6 +659,17 @@ def _shape_ids(values: list, intern: Any) -> tuple[np.ndarray, int]:
         if text is not None:
             out[j] = intern(text)
     return out, odd
+
+
+def _raw_keys(values: list[msgspec.Raw]) -> list[bytes] | None:
+    """Each Raw's bytes (hashable), all at once: joined at C speed with a byte that valid JSON
+    text never holds raw (NUL), then split again. None if a value holds one all the same (the
+    pieces would not line up), or the text is not bytes."""
+    try:
+        keys = b"\x00".join(values).split(b"\x00")
+    except TypeError:
+        return None
+    return keys if len(keys) == len(values) else None
 
 
 class OddShape(ValueError):
@@ -675,7 +686,7 @@ def _dims_text(dims: Any) -> str | None:
     it is no shape at all."""
     if type(dims) is msgspec.Raw or type(dims) is bytes:
         raw = bytes(dims)
-        if raw == b"null":
+        if raw == b"null" or not raw:  # null, or ABSENT_DIMS
             return None
         if len(raw.translate(None, _NOT_PLAIN_DIMS)) == len(raw):
             return raw.translate(None, b" \t\r\n").decode("ascii")

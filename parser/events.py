@@ -13,18 +13,26 @@ import numpy as np
 from kinetoscope.common.text import clean
 
 
-class Args(msgspec.Struct, gc=False):
-    """The few `args` fields used for links, memory and metadata; the rest is skipped at C speed."""
+# Defaults chosen so that the conversion's hot passes need no second pass to replace None
+# (parser/convert.py): absent shapes are ABSENT_DIMS (empty: no JSON text is), an event without
+# args has EMPTY_ARGS. A JSON null is still None (Raw(b"null") for a shape).
+ABSENT_DIMS = msgspec.Raw(b"")
+
+
+class Args(msgspec.Struct, frozen=True, gc=False):
+    """The few `args` fields used for links, memory and metadata; the rest is skipped at C speed.
+
+    Frozen, so that one instance (EMPTY_ARGS) can be every args-less event's default."""
 
     correlation: Any = None
     external_id: Any = msgspec.field(name="External id", default=None)
     device: Any = None
     stream: Any = None
     # Shapes stay JSON text (no lists built, then encoded again): Raw, a JSON null as
-    # Raw(b"null"), None when absent (msgspec takes no `Raw | None`, hence the ignores); the
-    # generic path of `event_from_object` stores decoded values here instead.
-    input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=None)  # type: ignore[assignment]
-    input_dims_old: msgspec.Raw = msgspec.field(name="Input dims", default=None)  # type: ignore[assignment]
+    # Raw(b"null"), ABSENT_DIMS when absent; the generic path of `event_from_object` stores
+    # decoded values here instead.
+    input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=ABSENT_DIMS)
+    input_dims_old: msgspec.Raw = msgspec.field(name="Input dims", default=ABSENT_DIMS)
     addr: Any = msgspec.field(name="Addr", default=None)
     bytes: Any = msgspec.field(name="Bytes", default=None)
     total_allocated: Any = msgspec.field(name="Total Allocated", default=None)
@@ -34,6 +42,9 @@ class Args(msgspec.Struct, gc=False):
     name: Any = None  # process_name / thread_name metadata
     sort_index: Any = None
     labels: Any = None
+
+
+EMPTY_ARGS = Args()
 
 
 class Event(msgspec.Struct, gc=False):
@@ -50,7 +61,7 @@ class Event(msgspec.Struct, gc=False):
     dur: int | float | None = None
     id: Any = None
     bp: Any = None
-    args: Args | None = None
+    args: Args | None = EMPTY_ARGS
 
 
 class _Decoder:

@@ -470,3 +470,56 @@ def test_a_mixed_run_decodes_and_converts_without_a_call_per_event():
 
     few, many = calls(120), calls(6000)
     assert many - few < 80, (few, many)
+
+
+def test_an_event_without_args_shares_the_one_empty_args():
+    """Absent args are the decoder's default instance, not a new one per event, and read as
+    absent (no shape, no ids); `"args": null` still reads as absent."""
+    from kinetoscope.parser.events import EMPTY_ARGS
+
+    events = EVENTS_DECODER.decode(
+        json.dumps(
+            [
+                {"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1},
+                {"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 2, "dur": 1, "args": None},
+                {"ph": "X", "name": "c", "pid": 1, "tid": 1, "ts": 3, "dur": 1,
+                 "args": {"Input Dims": [[2, 3]], "correlation": 5}},
+            ]
+        ).encode()
+    )
+    assert events[0].args is EMPTY_ARGS and events[1].args is None
+    run = convert_run(events)
+    assert run.shape[:2].tolist() == [-1, -1] and run.strings[run.shape[2]] == "[[2,3]]"
+    assert run.corr.tolist() == [NO_VALUE, NO_VALUE, 5]
+
+
+def test_shapes_turn_to_text_once_each_and_absent_ones_are_none():
+    """The shapes' raw texts are split out of one joined buffer; absent (no key) and null are
+    both -1, and only the distinct texts are turned into text."""
+    objects = [
+        {"ph": "X", "name": "op", "pid": 1, "tid": 1, "ts": i, "dur": 1,
+         "args": ({"Input Dims": [[i % 3, 4], []]} if i % 4 else {"Input Dims": None})
+         if i % 5 else {}}
+        for i in range(400)
+    ]
+    run = convert_run(_decoded(objects))
+    want = [
+        -1 if i % 5 == 0 or i % 4 == 0 else run.strings.index(f"[[{i % 3},4],[]]")
+        for i in range(400)
+    ]
+    assert run.shape.tolist() == want
+    assert _python_calls(_decoded(objects)) == _python_calls(_decoded(objects[:40] * 10))
+
+
+def test_a_raw_shape_holding_the_separator_takes_the_careful_path():
+    """Were a raw shape ever to hold a NUL byte, the joined texts would not split back into
+    one piece per row: the conversion then reads them one by one, as the joined path would
+    (a raw NUL is no valid JSON text, so that shape is odd)."""
+    import msgspec
+    from kinetoscope.parser.convert import _raw_keys, _shape_ids
+
+    values = [msgspec.Raw(b"[[1, 2]]"), msgspec.Raw(b'["a\x00b"]'), msgspec.Raw(b"")]
+    assert _raw_keys(values) is None
+    table: list[str] = []
+    ids, odd = _shape_ids(values, lambda text: table.append(text) or len(table) - 1)
+    assert odd == 1 and ids.tolist() == [0, -1, -1] and table == ["[[1,2]]"]
