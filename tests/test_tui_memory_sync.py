@@ -19,6 +19,7 @@ from kinetoscope.tui.trace.sync_view import SyncScreen
 from kinetoscope.tui.widgets.timeline import Timeline
 from pilot_helpers import settle
 from test_memory_ops import known_trace as memory_trace
+from test_memory_ops import mem, x
 from test_sync import known_trace as sync_trace
 from textual.widgets import DataTable, Static
 
@@ -79,6 +80,65 @@ async def test_memory_view_opens_on_the_peak_and_names_its_owner(memory_path):
         assert timeline.selected_row == row_at(screen.data.trace, "aten::empty", 112)
         assert timeline.cursor_time == 113_000 - origin
         assert timeline.ns_per_cell == pytest.approx(chart.ns_per_cell)
+
+
+def staircase_trace() -> dict:
+    """CUDA 0 allocating 256 B every 10 µs up to 8 KiB: a curve through every height."""
+    memory = [mem(10 * (k + 1), 256, 256 * (k + 1), 0x1000 + k, reserved=None) for k in range(32)]
+    return {"traceEvents": [x("ProfilerStep#1", 0, 400, cat="user_annotation"), *memory]}
+
+
+def chart_picture(chart: MemoryChart) -> tuple[dict[int, str], list[str]]:
+    """The chart's axis labels by curve row, and the curve rows' cells as drawn."""
+    rows = chart.size.height - 1
+    lines = [chart.render_line(y).text for y in range(1, rows + 1)]
+    labels = {r: line[: chart.label_width].strip() for r, line in enumerate(lines)}
+    return {r: t for r, t in labels.items() if t}, [line[chart.label_width + 1 :] for line in lines]
+
+
+@pytest.mark.parametrize("size", [(120, 40), (80, 24), (100, 31)])
+async def test_memory_chart_axis_labels_are_the_bytes_at_their_height(write_trace, size):
+    # The middle label was the middle of a row's bytes at (rows // 2) (rows - r - 0.5) / rows:
+    # 0.44 of the top at 8 rows, 0.5 at 19, not what a full cell there reached; the bottom
+    # one was a bare "0". Each label is now the bytes a full cell in its row reaches.
+    app = KinetoscopeApp(str(write_trace(staircase_trace(), name="stairs.json")))
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot, TraceScreen)
+        await pilot.press("p")
+        screen = await settle(pilot, MemoryScreen)
+        chart = screen.query_one(MemoryChart)
+        top = chart.scale_top()
+        assert top == 8192
+        labels, cells = chart_picture(chart)
+        rows = len(cells)
+        middle = rows // 2
+        assert rows >= 5, size
+        assert labels == {
+            0: fmt_bytes(8192),
+            middle: fmt_bytes(round(8192 * (rows - middle) / rows)),
+            rows - 1: "0 B",
+        }
+        if rows % 2 == 0:
+            assert labels[middle] == fmt_bytes(4096)
+        # The picture agrees: a column at or above the middle label's bytes fills its row,
+        # one at or below the next row's top edge leaves it empty; both kinds are on screen.
+        allocated, _ = chart.column_values()
+        full = empty = 0
+        for col, value in enumerate(allocated.tolist()):
+            if value < 0:
+                continue
+            if value * rows >= top * (rows - middle):
+                assert cells[middle][col] == "█", (col, value)
+                full += 1
+            elif value * rows <= top * (rows - middle - 1):
+                assert cells[middle][col] == " ", (col, value)
+                empty += 1
+        assert full and empty
+        # The same labels at every zoom and after panning (the scale is the device's).
+        for keys in (("w", "w"), ("d",), ("s", "s", "s"), ("0",)):
+            await pilot.press(*keys)
+            await pilot.pause()
+            assert chart_picture(chart)[0] == labels, keys
 
 
 async def test_memory_view_table_devices_and_never_freed(memory_path):

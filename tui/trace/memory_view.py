@@ -272,15 +272,22 @@ class MemoryChart(Widget, can_focus=True):
         segments += [Segment(ch, st) for ch, st in zip(chars, styles)]
         return Strip(segments).simplify().adjust_cell_length(width, PLAIN)
 
+    def row_bytes(self, row: int, rows: int) -> int:
+        """The bytes at the top edge of chart row `row` (0: the top one) of `rows`: what a
+        column reaches when its cell in that row is full (the top row: the scale's top)."""
+        return round(self.scale_top() * (rows - row) / rows)
+
+    def axis_rows(self, rows: int) -> dict[int, str]:
+        """The axis labels by chart row: the top row's top edge (the scale's top), the middle
+        row's (rows // 2; half the top exactly when `rows` is even), and the baseline (0 B) on
+        the bottom row; the same at every zoom (the scale is the device's, not the view's)."""
+        labels = {0: fmt_bytes(self.row_bytes(0, rows)), rows - 1: fmt_bytes(0)}
+        if rows >= 5:
+            labels[rows // 2] = fmt_bytes(self.row_bytes(rows // 2, rows))
+        return labels
+
     def _axis_label(self, row: int, rows: int) -> str:
-        top = self.scale_top()
-        if row == 0:
-            return fmt_bytes(top)
-        if row == rows - 1:
-            return "0"
-        if rows >= 5 and row == rows // 2:
-            return fmt_bytes(top * (rows - row - 0.5) / rows)
-        return ""
+        return self.axis_rows(rows).get(row, "")
 
     def _curve_row(self, row: int, rows: int, width: int) -> Strip:
         alloc, reserved = self.column_values()
