@@ -141,6 +141,66 @@ async def test_memory_chart_axis_labels_are_the_bytes_at_their_height(write_trac
             assert chart_picture(chart)[0] == labels, keys
 
 
+OPERATOR_COLUMNS = [
+    "operator",
+    "allocs",
+    "allocated",
+    "freed own",
+    "by others",
+    "at once",
+    "mostly freed by",
+    "peak live",
+    "not freed",
+]
+
+
+def table_columns(table: DataTable) -> list[str]:
+    return [str(c.label) for c in table.columns.values()]
+
+
+async def test_memory_table_fits_its_width_and_says_which_columns_are_hidden(memory_path):
+    # At 80 columns the operators table showed 4 of its 9 columns, the rest past the edge
+    # with no sign of them (and at 120 the last two). Now the columns that fit are shown, the
+    # title names the others, and a wider terminal shows them again.
+    app = KinetoscopeApp(memory_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, TraceScreen)
+        await pilot.press("p")
+        screen = await settle(pilot, MemoryScreen)
+        table = screen.query_one(DataTable)
+        await pilot.pause()
+        shown = table_columns(table)
+        hidden = [c for c in OPERATOR_COLUMNS if c not in shown]
+        assert shown[:1] == ["operator"] and "allocated" in shown and "peak live" in shown
+        assert hidden and shown == [c for c in OPERATOR_COLUMNS if c not in hidden]
+        assert table.virtual_size.width <= table.scrollable_content_region.width  # none off
+        title = text_of(screen, "#memory-table-title")
+        said = f"{len(hidden)} columns hidden at this width: {', '.join(hidden)}"
+        assert said in title and "W: CSV" in title, title
+        assert table_columns(table) and table.get_row_at(0)[0].plain == "ProfilerStep#1"
+
+        # Never freed: its four columns fit, the owner's name narrowed (it was 60 cells).
+        await pilot.press("v")
+        await pilot.pause()
+        assert table_columns(table) == ["bytes", "when", "owner", "live after"]
+        assert table.virtual_size.width <= table.scrollable_content_region.width
+        assert "hidden" not in text_of(screen, "#memory-table-title")
+
+        # Wider: every column again, nothing said hidden, the cursor on its row.
+        await pilot.press("v", "tab", "down")
+        assert table.cursor_row == 1
+        await pilot.resize_terminal(200, 40)
+        await pilot.pause()
+        await pilot.pause()
+        assert table_columns(table) == OPERATOR_COLUMNS
+        assert "hidden" not in text_of(screen, "#memory-table-title")
+        assert table.cursor_row == 1
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        await pilot.pause()
+        assert table_columns(table) == shown
+
+
 async def test_memory_view_table_devices_and_never_freed(memory_path):
     app = KinetoscopeApp(memory_path)
     async with app.run_test(size=SIZE) as pilot:
