@@ -31,6 +31,7 @@ from kinetoscope.tui.widgets.render import PLAIN
 from kinetoscope.tui.widgets.table import SAVE_CSV_BINDING, SavesCsv
 from kinetoscope.tui.widgets.theme import palette_of
 from kinetoscope.tui.widgets.timefmt import time_cell
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.text import Text
 from textual import events, work
@@ -660,14 +661,17 @@ class MemoryScreen(SavesCsv, ReportsWorkerFailures, Screen[TimelineTarget | None
         )
         drop.append("peak live")
         widths = {name: column_cells(name, cells) for name, cells in columns.items()}
+        names = [trace.strings[int(groups.name[g])] for g in listed]
+        least = max((cell_len(fit_name(n, NAME_LEAST)) for n in names), default=0)
         shown, name_width = fit_columns(
-            self.table_room(), NAME_LEAST, 32 if matched else 44, widths, drop
+            self.table_room(), max(least, len("operator")), 32 if matched else 44, widths, drop
         )
         self.hidden_columns = tuple(name for name in columns if name not in shown)
         if matched:
+            freed = " / ".join(c for c in ("freed own", "by others") if c in shown)
             explain = (
-                ("freed own / by others: its allocations' frees, by address, summed over the trace")
-                if {"freed own", "by others"} & set(shown)
+                f"{freed}: its allocations' frees, by address, summed over the trace"
+                if freed
                 else ""
             )
             if "at once" in shown:
@@ -688,7 +692,7 @@ class MemoryScreen(SavesCsv, ReportsWorkerFailures, Screen[TimelineTarget | None
         title.update(text)
         table.add_columns("operator", *shown)
         for k, g in enumerate(listed):
-            name = Text(fit_name(trace.strings[int(groups.name[g])], name_width))
+            name = Text(fit_name(names[k], name_width))
             table.add_row(name, *(columns[c][k] for c in shown))
             row = int(ops.peak_row[g])
             start = int(trace.start[row]) if row >= 0 else -1
@@ -732,8 +736,13 @@ class MemoryScreen(SavesCsv, ReportsWorkerFailures, Screen[TimelineTarget | None
             ],
         }
         widths = {name: column_cells(name, cells) for name, cells in columns.items()}
+        owners = [
+            trace.name_of(int(device.owner[p])) if int(device.owner[p]) >= 0 else "(no operator)"
+            for p in positions
+        ]
+        least = max([len("owner"), *(cell_len(fit_name(n, NAME_LEAST)) for n in owners)])
         shown, owner_width = fit_columns(
-            self.table_room(), NAME_LEAST, 60, widths, ["live after", "when"]
+            self.table_room(), least, 60, widths, ["live after", "when"]
         )
         self.hidden_columns = tuple(name for name in columns if name not in shown)
         text = Text(
@@ -753,9 +762,7 @@ class MemoryScreen(SavesCsv, ReportsWorkerFailures, Screen[TimelineTarget | None
         for i, pos in enumerate(positions):
             owner = int(device.owner[pos])
             cells = [columns[c][i] for c in before]
-            cells.append(
-                Text(fit_name(trace.name_of(owner), owner_width) if owner >= 0 else "(no operator)")
-            )
+            cells.append(Text(fit_name(owners[i], owner_width)))
             cells += [columns[c][i] for c in after]
             table.add_row(*cells)
             self.table_rows.append((owner, int(device.ts[pos]), int(device.ts[pos])))
