@@ -79,6 +79,61 @@ def line_text(timeline: Any, y: int) -> str:
     return "".join(segment.text for segment in timeline.render_line(y))
 
 
+def said(app: Any) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+@pytest.mark.parametrize("size", [(120, 40), (80, 24)])
+async def test_one_hosts_ranks_say_one_clock_and_c_shifts_only_when_pressed_twice(tmp_path, size):
+    # The title said "clock offsets not applied (c)" and c applied them at once, though ranks
+    # on one host read one clock (their offsets are arrival differences, nothing to align).
+    from test_job_clocks import with_hosts
+
+    with_hosts(tmp_path, {0: "node-a", 1: "node-a", 2: "node-a"})
+    job = job_in(tmp_path)
+    assert job.clock.one_host
+    app = JobHost(job)
+    async with app.run_test(size=size) as pilot:
+        screen = await ready(pilot, 3)
+        title = screen.query_one("#job-title")
+        text = str(title.render())
+        assert "one clock" in text and "no alignment needed" in text, text
+        assert "host node-a" in text and "offsets not applied" not in text, text
+        assert title.get_content_height(title.size, app.size, title.content_region.width) <= 2
+        starts = {r: int(v.lanes[0].levels[0].start[0]) for r, v in screen.views.items()}
+        await pilot.press("c")
+        assert not screen.aligned
+        assert any("One clock" in m and "no alignment is needed" in m for m in said(app))
+        assert {r: int(v.lanes[0].levels[0].start[0]) for r, v in screen.views.items()} == starts
+        await pilot.press("c")  # again: shifted anyway, by the arrival differences
+        assert screen.aligned
+        text = str(title.render())
+        assert "one clock" in text and "shifted anyway" in text and "(rank 1)" in text, text
+        shifted = {r: int(v.lanes[0].levels[0].start[0]) for r, v in screen.views.items()}
+        assert starts[1] - shifted[1] == OFFSET[1] * 1000
+        await pilot.press("c")  # and back, at once
+        assert not screen.aligned
+        assert "no alignment needed" in str(title.render())
+        assert any("drawn as recorded" in m for m in said(app))
+
+
+async def test_ranks_not_known_on_one_host_say_what_c_applies(synthetic_job):
+    app = JobHost(synthetic_job)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(pilot, 3)
+        title = str(screen.query_one("#job-title").render())
+        assert "offsets not applied (c): up to 100 µs (rank 1)" in title, title
+        assert "each rank's clock as recorded" in title, title
+        assert "one clock" not in title
+        await pilot.press("c")
+        title = str(screen.query_one("#job-title").render())
+        assert "offsets applied (c): up to 100 µs (rank 1)" in title, title
+        assert "each rank shifted back by its estimated offset" in title, title
+        assert any("shifted back by its estimated offset" in m for m in said(app))
+        await pilot.press("c")
+        assert any("on its own clock, as recorded" in m for m in said(app))
+
+
 @pytest.mark.also_no_color
 async def test_every_rank_collapsed_on_one_axis(synthetic_job):
     app = JobHost(synthetic_job)

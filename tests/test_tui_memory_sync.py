@@ -19,6 +19,7 @@ from kinetoscope.tui.trace.sync_view import SyncScreen
 from kinetoscope.tui.widgets.timeline import Timeline
 from pilot_helpers import settle
 from test_memory_ops import known_trace as memory_trace
+from test_memory_ops import mem, x
 from test_sync import known_trace as sync_trace
 from textual.widgets import DataTable, Static
 
@@ -79,6 +80,125 @@ async def test_memory_view_opens_on_the_peak_and_names_its_owner(memory_path):
         assert timeline.selected_row == row_at(screen.data.trace, "aten::empty", 112)
         assert timeline.cursor_time == 113_000 - origin
         assert timeline.ns_per_cell == pytest.approx(chart.ns_per_cell)
+
+
+def staircase_trace() -> dict:
+    """CUDA 0 allocating 256 B every 10 µs up to 8 KiB: a curve through every height."""
+    memory = [mem(10 * (k + 1), 256, 256 * (k + 1), 0x1000 + k, reserved=None) for k in range(32)]
+    return {"traceEvents": [x("ProfilerStep#1", 0, 400, cat="user_annotation"), *memory]}
+
+
+def chart_picture(chart: MemoryChart) -> tuple[dict[int, str], list[str]]:
+    """The chart's axis labels by curve row, and the curve rows' cells as drawn."""
+    rows = chart.size.height - 1
+    lines = [chart.render_line(y).text for y in range(1, rows + 1)]
+    labels = {r: line[: chart.label_width].strip() for r, line in enumerate(lines)}
+    return {r: t for r, t in labels.items() if t}, [line[chart.label_width + 1 :] for line in lines]
+
+
+@pytest.mark.parametrize("size", [(120, 40), (80, 24), (100, 31)])
+async def test_memory_chart_axis_labels_are_the_bytes_at_their_height(write_trace, size):
+    # The middle label was the middle of a row's bytes at (rows // 2) (rows - r - 0.5) / rows:
+    # 0.44 of the top at 8 rows, 0.5 at 19, not what a full cell there reached; the bottom
+    # one was a bare "0". Each label is now the bytes a full cell in its row reaches.
+    app = KinetoscopeApp(str(write_trace(staircase_trace(), name="stairs.json")))
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot, TraceScreen)
+        await pilot.press("p")
+        screen = await settle(pilot, MemoryScreen)
+        chart = screen.query_one(MemoryChart)
+        top = chart.scale_top()
+        assert top == 8192
+        labels, cells = chart_picture(chart)
+        rows = len(cells)
+        middle = rows // 2
+        assert rows >= 5, size
+        assert labels == {
+            0: fmt_bytes(8192),
+            middle: fmt_bytes(round(8192 * (rows - middle) / rows)),
+            rows - 1: "0 B",
+        }
+        if rows % 2 == 0:
+            assert labels[middle] == fmt_bytes(4096)
+        # The picture agrees: a column at or above the middle label's bytes fills its row,
+        # one at or below the next row's top edge leaves it empty; both kinds are on screen.
+        allocated, _ = chart.column_values()
+        full = empty = 0
+        for col, value in enumerate(allocated.tolist()):
+            if value < 0:
+                continue
+            if value * rows >= top * (rows - middle):
+                assert cells[middle][col] == "█", (col, value)
+                full += 1
+            elif value * rows <= top * (rows - middle - 1):
+                assert cells[middle][col] == " ", (col, value)
+                empty += 1
+        assert full and empty
+        # The same labels at every zoom and after panning (the scale is the device's).
+        for keys in (("w", "w"), ("d",), ("s", "s", "s"), ("0",)):
+            await pilot.press(*keys)
+            await pilot.pause()
+            assert chart_picture(chart)[0] == labels, keys
+
+
+OPERATOR_COLUMNS = [
+    "operator",
+    "allocs",
+    "allocated",
+    "freed own",
+    "by others",
+    "at once",
+    "mostly freed by",
+    "peak live",
+    "not freed",
+]
+
+
+def table_columns(table: DataTable) -> list[str]:
+    return [str(c.label) for c in table.columns.values()]
+
+
+async def test_memory_table_fits_its_width_and_says_which_columns_are_hidden(memory_path):
+    # At 80 columns the operators table showed 4 of its 9 columns, the rest past the edge
+    # with no sign of them (and at 120 the last two). Now the columns that fit are shown, the
+    # title names the others, and a wider terminal shows them again.
+    app = KinetoscopeApp(memory_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, TraceScreen)
+        await pilot.press("p")
+        screen = await settle(pilot, MemoryScreen)
+        table = screen.query_one(DataTable)
+        await pilot.pause()
+        shown = table_columns(table)
+        hidden = [c for c in OPERATOR_COLUMNS if c not in shown]
+        assert shown[:1] == ["operator"] and "allocated" in shown and "peak live" in shown
+        assert hidden and shown == [c for c in OPERATOR_COLUMNS if c not in hidden]
+        assert table.virtual_size.width <= table.scrollable_content_region.width  # none off
+        title = text_of(screen, "#memory-table-title")
+        said = f"{len(hidden)} columns hidden at this width: {', '.join(hidden)}"
+        assert said in title and "W: CSV" in title, title
+        assert table_columns(table) and table.get_row_at(0)[0].plain == "ProfilerStep#1"
+
+        # Never freed: its four columns fit, the owner's name narrowed (it was 60 cells).
+        await pilot.press("v")
+        await pilot.pause()
+        assert table_columns(table) == ["bytes", "when", "owner", "live after"]
+        assert table.virtual_size.width <= table.scrollable_content_region.width
+        assert "hidden" not in text_of(screen, "#memory-table-title")
+
+        # Wider: every column again, nothing said hidden, the cursor on its row.
+        await pilot.press("v", "tab", "down")
+        assert table.cursor_row == 1
+        await pilot.resize_terminal(200, 40)
+        await pilot.pause()
+        await pilot.pause()
+        assert table_columns(table) == OPERATOR_COLUMNS
+        assert "hidden" not in text_of(screen, "#memory-table-title")
+        assert table.cursor_row == 1
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        await pilot.pause()
+        assert table_columns(table) == shown
 
 
 async def test_memory_view_table_devices_and_never_freed(memory_path):

@@ -118,6 +118,20 @@ def test_summary_sizes_have_one_format(report):
         assert any(fmt_bytes(peak) in row for row in tables[title]), title
 
 
+def test_summary_memory_peaks_name_their_devices(report):
+    """The memory peaks table named a device by Kineto's raw numbers (`0`, `-1`; `1`, `0`);
+    it now says `CPU`, `CUDA 0` like the table of when the peaks were, row for row."""
+    document, tables = report
+    peaks = tables["Memory peaks ([memory] events)"]
+    when = tables["Memory peaks: when, in which operator and step"]
+    assert peaks[0][0] == "device" and "device type" not in peaks[0]
+    names = [row[0] for row in peaks[1:]]
+    assert names == [row[0] for row in when[1:]]
+    assert names == ["CUDA 0"] and [
+        (m["device_type"], m["device_id"]) for m in document["memory"]
+    ] == [(1, 0)]  # the JSON keeps the numbers (the spec)
+
+
 def _value(size: str) -> float:
     number, unit = size.split(" ")
     scale = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[unit]

@@ -334,8 +334,9 @@ def test_memory_peaks_share_of_a_hip_devices_memory(write_trace, capsys):
     assert run_summary(str(write_trace(trace)), width=160) == 0
     out = capsys.readouterr().out
     table = out[out.index("Memory peaks ([memory] events)") :]
-    row = next(line for line in table.splitlines() if line.startswith("│ 6 "))
-    assert row.split("│")[5].strip() == "25%", row  # 2 GiB reserved of 8 GiB
+    # The device by name (Kineto's type 6 is HIP), no longer its raw type and id numbers.
+    row = next(line for line in table.splitlines() if line.startswith("│ HIP 0 "))
+    assert row.split("│")[4].strip() == "25%", row  # 2 GiB reserved of 8 GiB
 
 
 def test_diff_repr_reads_as_the_verdict_says_it(write_trace):

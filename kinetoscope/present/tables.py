@@ -1475,10 +1475,20 @@ class MemoryPeakRows:
 
 
 def memory_peaks_table(rows: MemoryPeakRows) -> Table:
-    """The summary's memory peaks: per memory device the peak allocated and reserved bytes."""
+    """The summary's memory peaks: per memory device the peak allocated and reserved bytes.
+    The CSV keeps Kineto's device type and id as numbers (like the JSON); the report names the
+    device as the memory view does (`CPU`, `CUDA 0`: analysis/memory_ops.device_label)."""
+    from kinetoscope.analysis.memory_ops import device_label
+
     fields = [
-        Field("device_type", ID, rows.device_type, "device type"),
-        Field("device_id", ID, rows.device_id, "device id"),
+        Field(
+            "device_type",
+            ID,
+            rows.device_type,
+            "device",
+            text=lambda i: device_label(rows.device_type(i), rows.device_id(i)),
+        ),
+        Field("device_id", ID, rows.device_id),
         Field("peak_allocated_bytes", BYTES, rows.peak_allocated, "peak allocated"),
         Field("peak_reserved_bytes", BYTES, rows.peak_reserved, "peak reserved"),
         Field("of_device", SHARE, rows.of_device, "of device memory", csv=False),

@@ -42,7 +42,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from kinetoscope.present.safe_text import clean
+from kinetoscope.present.safe_text import clean, fit_name
 
 WINDOW_MARGIN = 0.1  # a window asked for (a collective) gets this share of margin each side
 
@@ -164,6 +164,7 @@ class JobTimelineScreen(RankLoading, RankOpening, JobRangeMarks, Screen):
         self.init_loading(views)
         # The marked range, job relative ns (start, end); end None while only the start is.
         self.marked: tuple[int, int | None] | None = None
+        self._shift_armed = False  # `c` once on one host's ranks: the next one shifts anyway
 
     @staticmethod
     def _offset(entry: RankEntry) -> int:
@@ -221,26 +222,64 @@ class JobTimelineScreen(RankLoading, RankOpening, JobRangeMarks, Screen):
         if gaps or failed:  # ranges: a world size from a file may be anything
             shown = ranges_text(sorted(gaps + failed), count + len(failed), limit=8)
             text.append(f" · missing: {shown}", "bold")
-        known = [e for e in self.entries if e.offset_ns is not None]
-        if known:
-            worst = max(known, key=lambda e: abs(e.offset_ns or 0))
-            spread = max(e.spread_ns or 0 for e in known)
-            state = "applied" if self.aligned else "not applied"
-            offsets = (
-                f" · clock offsets {state} (c): up to {fmt_duration(abs(worst.offset_ns or 0))} "
-                f"(rank {worst.rank})"
-            )
+        forms = self.clock_forms()
+        width = self.size.width - 2
+        for form in forms[:-1]:
             full = text.copy()
-            full.append(
-                f"{offsets}, spread ≤ {fmt_duration(spread)}", "bold" if self.aligned else ""
-            )
-            width = self.size.width - 2
+            full.append(form, "bold" if self.aligned else "")
             if width <= 0 or len(full.wrap(self.app.console, width)) <= 2:
                 return full
-            text.append(offsets, "bold" if self.aligned else "")  # the spread gives way
-        else:
-            text.append(" · no clock offsets (no synchronising collectives)")
+        text.append(forms[-1], "bold" if self.aligned else "")  # the shortest, whatever fits
         return text
+
+    def host_name(self) -> str:
+        hosts = self.job.clock.hosts
+        return fit_name(clean(hosts[0]), 40) if hosts else "?"
+
+    def clock_forms(self) -> list[str]:
+        """The title's word on the clocks, longest first (the title takes the longest that
+        fits its two lines): one host's one clock, which needs no alignment, or the estimated
+        clock offsets and whether each rank is drawn shifted back by its own."""
+        one_host = self.job.clock.one_host
+        known = [e for e in self.entries if e.offset_ns is not None]
+        if not known:
+            if one_host:
+                return [
+                    f" · one clock: every rank ran on host {self.host_name()}, no alignment needed",
+                    f" · one clock (host {self.host_name()}): no alignment needed",
+                    " · one clock: no alignment needed",
+                ]
+            return [" · no clock offsets (no synchronising collectives)"]
+        worst = max(known, key=lambda e: abs(e.offset_ns or 0))
+        spread = max(e.spread_ns or 0 for e in known)
+        up_to = f"up to {fmt_duration(abs(worst.offset_ns or 0))} (rank {worst.rank})"
+        if one_host and self.aligned:
+            return [
+                f" · one clock (host {self.host_name()}), shifted anyway by the ranks' arrival "
+                f"differences (c): {up_to}",
+                f" · one clock, shifted anyway (c): {up_to}",
+                " · one clock, shifted anyway (c)",
+            ]
+        if one_host:
+            return [
+                f" · one clock: every rank ran on host {self.host_name()}, no alignment needed; "
+                f"arrival differences {up_to}",
+                f" · one clock (host {self.host_name()}): no alignment needed",
+                " · one clock: no alignment needed",
+            ]
+        if self.aligned:
+            return [
+                f" · clock offsets applied (c): {up_to}, spread ≤ {fmt_duration(spread)}; "
+                "each rank shifted back by its estimated offset",
+                f" · clock offsets applied (c): {up_to}, spread ≤ {fmt_duration(spread)}",
+                f" · clock offsets applied (c): {up_to}",
+            ]
+        return [
+            f" · clock offsets not applied (c): {up_to}, spread ≤ {fmt_duration(spread)}; "
+            "each rank's clock as recorded",
+            f" · clock offsets not applied (c): {up_to}, spread ≤ {fmt_duration(spread)}",
+            f" · clock offsets not applied (c): {up_to}",
+        ]
 
     def timelines(self) -> list[RankTimeline]:
         return list(self.query(RankTimeline))
@@ -322,9 +361,30 @@ class JobTimelineScreen(RankLoading, RankOpening, JobRangeMarks, Screen):
     # -- keys -------------------------------------------------------------------------------
 
     def action_toggle_offsets(self) -> None:
+        one_host = self.job.clock.one_host
         if not any(e.offset_ns is not None for e in self.entries):
-            self.notify("No clock offsets: the ranks share no synchronising collective", timeout=4)
+            if one_host:
+                self.notify(
+                    f"One clock: every rank ran on host {self.host_name()}, so no alignment is "
+                    "needed",
+                    timeout=4,
+                )
+            else:
+                self.notify(
+                    "No clock offsets: the ranks share no synchronising collective", timeout=4
+                )
             return
+        if one_host and not self.aligned and not self._shift_armed:
+            # One host, one clock: the offsets are arrival differences. A second `c` shifts.
+            self._shift_armed = True
+            self.notify(
+                f"One clock: every rank ran on host {self.host_name()}, so no alignment is "
+                "needed (the offsets are arrival differences). Press c again to shift by "
+                "them anyway.",
+                timeout=6,
+            )
+            return
+        self._shift_armed = False
         self.aligned = not self.aligned
         for rank, view in self.views.items():
             entry = self.job.entry(rank)
@@ -335,8 +395,17 @@ class JobTimelineScreen(RankLoading, RankOpening, JobRangeMarks, Screen):
             if self.window is not None and timeline.data is not None:
                 timeline.follow(*self.window)
         self.query_one("#job-title", Static).update(self.title_text())
-        word = "applied" if self.aligned else "not applied: clocks as recorded"
-        self.notify(f"Clock offsets {word}", timeout=2)
+        if one_host:
+            said = (
+                "One clock, shifted anyway: each rank drawn back by its arrival difference"
+                if self.aligned
+                else "One clock: every rank drawn as recorded, no alignment needed"
+            )
+        elif self.aligned:
+            said = "Clock offsets applied: each rank drawn shifted back by its estimated offset"
+        else:
+            said = "Clock offsets not applied: each rank drawn on its own clock, as recorded"
+        self.notify(said, timeout=3)
 
     def action_back(self) -> None:
         if len(self.app.screen_stack) > 2:  # above the app's default screen, another

@@ -23,7 +23,7 @@ from kinetoscope.analysis.memory_ops import (
     innermost_slices,
 )
 from kinetoscope.analysis.session import AnalysisFailed
-from kinetoscope.analysis.units import fmt_bytes, fmt_duration, fmt_tick, tick_step
+from kinetoscope.analysis.units import fmt_bytes, fmt_duration, fmt_tick, plural, tick_step
 from kinetoscope.parser.model import NO_VALUE
 from kinetoscope.tui.data.failures import ReportsWorkerFailures
 from kinetoscope.tui.data.viewdata import ViewData
@@ -31,6 +31,7 @@ from kinetoscope.tui.widgets.render import PLAIN
 from kinetoscope.tui.widgets.table import SAVE_CSV_BINDING, SavesCsv
 from kinetoscope.tui.widgets.theme import palette_of
 from kinetoscope.tui.widgets.timefmt import time_cell
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.text import Text
 from textual import events, work
@@ -51,6 +52,9 @@ ZOOM_FACTOR = 2.0
 PAN_FRACTION = 0.25
 MIN_NS_PER_CELL = 1.0
 TABLE_LIMIT = 500
+CELL_PADDING = 2  # a DataTable cell's padding, one cell each side
+SCROLLBAR = 2  # the table's vertical scrollbar
+NAME_LEAST = 24  # cells a name column keeps before the table's other columns give way
 
 EIGHTHS = " ▁▂▃▄▅▆▇█"
 
@@ -272,15 +276,22 @@ class MemoryChart(Widget, can_focus=True):
         segments += [Segment(ch, st) for ch, st in zip(chars, styles)]
         return Strip(segments).simplify().adjust_cell_length(width, PLAIN)
 
+    def row_bytes(self, row: int, rows: int) -> int:
+        """The bytes at the top edge of chart row `row` (0: the top one) of `rows`: what a
+        column reaches when its cell in that row is full (the top row: the scale's top)."""
+        return round(self.scale_top() * (rows - row) / rows)
+
+    def axis_rows(self, rows: int) -> dict[int, str]:
+        """The axis labels by chart row: the top row's top edge (the scale's top), the middle
+        row's (rows // 2; half the top exactly when `rows` is even), and the baseline (0 B) on
+        the bottom row; the same at every zoom (the scale is the device's, not the view's)."""
+        labels = {0: fmt_bytes(self.row_bytes(0, rows)), rows - 1: fmt_bytes(0)}
+        if rows >= 5:
+            labels[rows // 2] = fmt_bytes(self.row_bytes(rows // 2, rows))
+        return labels
+
     def _axis_label(self, row: int, rows: int) -> str:
-        top = self.scale_top()
-        if row == 0:
-            return fmt_bytes(top)
-        if row == rows - 1:
-            return "0"
-        if rows >= 5 and row == rows // 2:
-            return fmt_bytes(top * (rows - row - 0.5) / rows)
-        return ""
+        return self.axis_rows(rows).get(row, "")
 
     def _curve_row(self, row: int, rows: int, width: int) -> Strip:
         alloc, reserved = self.column_values()
@@ -396,6 +407,8 @@ class MemoryScreen(SavesCsv, ReportsWorkerFailures, Screen[TimelineTarget | None
     TABLE_MODES = ("operators", "never freed")
     FAILURE_SUBJECT = "memory"
     failure: str | None = None  # what could not be computed, and why
+    hidden_columns: tuple[str, ...] = ()  # the table's columns this width left out
+    _fitted_room: int = -1  # the room the table was last filled for
 
     @classmethod
     def help_bindings(cls) -> list[BindingType]:
@@ -574,6 +587,8 @@ class MemoryScreen(SavesCsv, ReportsWorkerFailures, Screen[TimelineTarget | None
         table = self.query_one(DataTable)
         table.clear(columns=True)
         self.table_rows = []
+        self.hidden_columns = ()
+        self._fitted_room = self.table_room()
         title = self.query_one("#memory-table-title", Static)
         device = self.device
         if self.ops is None:
@@ -587,6 +602,13 @@ class MemoryScreen(SavesCsv, ReportsWorkerFailures, Screen[TimelineTarget | None
         else:
             self._fill_never_freed(table, title, device)
 
+    def table_room(self) -> int:
+        """Cells the table's columns may take: its width (the screen's before it is laid out)
+        less its vertical scrollbar."""
+        table = self.query_one(DataTable)
+        width = table.size.width or self.size.width or self.app.size.width
+        return max(width - SCROLLBAR, 0)
+
     def _fill_operators(self, table: DataTable, title: Static, device: DeviceMemory) -> None:
         trace = self.data.trace
         ops = device.ops
@@ -594,83 +616,103 @@ class MemoryScreen(SavesCsv, ReportsWorkerFailures, Screen[TimelineTarget | None
         assert groups is not None
         active = ops.active()
         order = active[np.lexsort((-ops.incl_allocated[active], -ops.allocated[active]))]
+        listed = order[:TABLE_LIMIT].tolist()
         matched = device.allocations.addresses_known
         peak = int(device.allocated[device.peak]) if device.peak >= 0 else None
+        over = {g for g in listed if matched and peak is not None and int(ops.held_most[g]) > peak}
+
+        def right(values: list[str]) -> list[Text]:
+            return [Text(v, justify="right") for v in values]
+
+        # The columns beside the name, in their order on screen, with the order they give way
+        # in on a narrow terminal (first to go first): allocated stays.
+        columns: dict[str, list[Text]] = {
+            "allocs": right([f"{int(ops.allocations[g]):,}" for g in listed]),
+            "allocated": right([fmt_bytes(int(ops.allocated[g])) for g in listed]),
+        }
         if matched:
-            explain = (
-                "freed own / by others: its allocations' frees, by address, summed over the "
-                "trace; at once: the most live at one time"
+            columns["freed own"] = right([fmt_bytes(int(ops.freed_own[g])) for g in listed])
+            columns["by others"] = right([fmt_bytes(int(ops.handed_off[g])) for g in listed])
+            columns["at once"] = right(
+                [fmt_bytes(int(ops.held_most[g])) + (" !" if g in over else "") for g in listed]
             )
+            by = []
+            for g in listed:
+                freer = int(ops.freer[g])
+                if int(ops.handed_off_count[g]) == 0:
+                    by.append("-")
+                elif freer < 0:
+                    by.append("(no operator)")
+                else:
+                    by.append(trace.strings[int(groups.name[freer])])
+            columns["mostly freed by"] = [Text(fit_name(b, 26)) for b in by]
+            drop = ["mostly freed by", "freed own", "by others", "allocs", "not freed", "at once"]
+        else:
+            columns["freed"] = right([fmt_bytes(int(ops.freed[g])) for g in listed])
+            drop = ["freed", "allocs", "not freed"]
+        columns["peak live"] = right(
+            [
+                fmt_bytes(int(ops.peak_live[g])) if int(ops.peak_live[g]) != NO_VALUE else "-"
+                for g in listed
+            ]
+        )
+        columns["not freed"] = right(
+            [fmt_bytes(int(ops.unfreed_bytes[g])) if ops.unfreed[g] else "" for g in listed]
+        )
+        drop.append("peak live")
+        widths = {name: column_cells(name, cells) for name, cells in columns.items()}
+        names = [trace.strings[int(groups.name[g])] for g in listed]
+        least = max((cell_len(fit_name(n, NAME_LEAST)) for n in names), default=0)
+        shown, name_width = fit_columns(
+            self.table_room(), max(least, len("operator")), 32 if matched else 44, widths, drop
+        )
+        self.hidden_columns = tuple(name for name in columns if name not in shown)
+        if matched:
+            freed = " / ".join(c for c in ("freed own", "by others") if c in shown)
+            explain = (
+                f"{freed}: its allocations' frees, by address, summed over the trace"
+                if freed
+                else ""
+            )
+            if "at once" in shown:
+                explain += ("; " if explain else "") + "at once: the most live at one time"
         else:
             explain = (
                 "sums over the trace; no addresses recorded: who freed what, and how much "
                 "was held at once, are unknown"
             )
-        over = [
-            g
-            for g in order[:TABLE_LIMIT].tolist()
-            if matched and peak is not None and int(ops.held_most[g]) > peak
-        ]
-        if over:
+        if over and "at once" in shown:
             explain += (
                 "; ! held at once more than the curve's peak: memory allocated before the "
                 "trace began was freed during it"
             )
-        title.update(
-            Text(
-                f"Operators on {device.label} by bytes allocated ({len(order):,}) · v: never "
-                f"freed · {explain}",
-                "bold",
-            )
-        )
-        if matched:
-            table.add_columns(
-                "operator",
-                "allocs",
-                "allocated",
-                "freed own",
-                "by others",
-                "at once",
-                "mostly freed by",
-                "peak live",
-                "not freed",
-            )
-        else:
-            table.add_columns("operator", "allocs", "allocated", "freed", "peak live", "not freed")
-        for g in order[:TABLE_LIMIT].tolist():
-            peak_live = int(ops.peak_live[g])
-            numbers = [f"{int(ops.allocations[g]):,}", fmt_bytes(int(ops.allocated[g]))]
-            if matched:
-                numbers += [fmt_bytes(int(ops.freed_own[g])), fmt_bytes(int(ops.handed_off[g]))]
-            else:
-                numbers.append(fmt_bytes(int(ops.freed[g])))
-            tail = [
-                fmt_bytes(peak_live) if peak_live != NO_VALUE else "-",
-                fmt_bytes(int(ops.unfreed_bytes[g])) if ops.unfreed[g] else "",
-            ]
-            cells = [Text(fit_name(trace.strings[int(groups.name[g])], 32 if matched else 44))]
-            cells += [Text(cell, justify="right") for cell in numbers]
-            if matched:
-                freer = int(ops.freer[g])
-                if int(ops.handed_off_count[g]) == 0:
-                    by = "-"
-                elif freer < 0:
-                    by = "(no operator)"
-                else:
-                    by = trace.strings[int(groups.name[freer])]
-                held = fmt_bytes(int(ops.held_most[g])) + (" !" if g in over else "")
-                cells.append(Text(held, justify="right"))
-                cells.append(Text(fit_name(by, 26)))
-            cells += [Text(cell, justify="right") for cell in tail]
-            table.add_row(*cells)
+        text = Text(f"Operators on {device.label} by bytes allocated ({len(order):,})", "bold")
+        self._say_hidden(text)
+        text.append(" · v: never freed" + (f" · {explain}" if explain else ""), "bold")
+        title.update(text)
+        table.add_columns("operator", *shown)
+        for k, g in enumerate(listed):
+            name = Text(fit_name(names[k], name_width))
+            table.add_row(name, *(columns[c][k] for c in shown))
             row = int(ops.peak_row[g])
             start = int(trace.start[row]) if row >= 0 else -1
             end = start + int(trace.dur[row]) if row >= 0 else -1
             self.table_rows.append((row, start, end))
 
+    def _say_hidden(self, text: Text) -> None:
+        """After the table's name: which columns this width left out, and where they are."""
+        hidden = self.hidden_columns
+        if hidden:
+            text.append(
+                f" · {plural(len(hidden), 'column')} hidden at this width: {', '.join(hidden)} "
+                "(wider terminal, or W: CSV with all)",
+                palette_of(self).style("warning", bold=True),
+            )
+
     def _fill_never_freed(self, table: DataTable, title: Static, device: DeviceMemory) -> None:
         trace = self.data.trace
         allocations = device.allocations
+        self.hidden_columns = ()
         if not allocations.addresses_known:
             title.update(
                 Text("This trace records no addresses: allocations cannot be matched", "bold")
@@ -679,30 +721,67 @@ class MemoryScreen(SavesCsv, ReportsWorkerFailures, Screen[TimelineTarget | None
         never = allocations.never_freed
         event = allocations.event[never]
         order = never[np.lexsort((device.ts[event], -device.bytes[event]))]
+        listed = order[:TABLE_LIMIT].tolist()
         freed = allocations.state == FREED
         lifetimes = allocations.lifetime[freed]
         longest = fmt_duration(int(lifetimes.max())) if len(lifetimes) else "-"
-        title.update(
-            Text(
-                f"Allocations on {device.label} never freed in the trace ({len(order):,}, "
-                f"{fmt_bytes(int(device.bytes[event].sum()))}) · {int(freed.sum()):,} freed, "
-                f"longest lifetime {longest} · v: operators",
-                "bold",
-            )
-        )
-        table.add_columns("bytes", "when", "owner", "live after")
-        for k in order[:TABLE_LIMIT].tolist():
+        positions = [int(allocations.event[k]) for k in listed]
+        for k in listed:
             assert allocations.state[k] == NEVER_FREED
-            pos = int(allocations.event[k])
+        columns: dict[str, list[Text]] = {
+            "bytes": [Text(fmt_bytes(int(device.bytes[p])), justify="right") for p in positions],
+            "when": [time_cell(int(device.ts[p]) - self.data.origin, "+") for p in positions],
+            "live after": [
+                Text(fmt_bytes(int(device.allocated[p])), justify="right") for p in positions
+            ],
+        }
+        widths = {name: column_cells(name, cells) for name, cells in columns.items()}
+        owners = [
+            trace.name_of(int(device.owner[p])) if int(device.owner[p]) >= 0 else "(no operator)"
+            for p in positions
+        ]
+        least = max([len("owner"), *(cell_len(fit_name(n, NAME_LEAST)) for n in owners)])
+        shown, owner_width = fit_columns(
+            self.table_room(), least, 60, widths, ["live after", "when"]
+        )
+        self.hidden_columns = tuple(name for name in columns if name not in shown)
+        text = Text(
+            f"Allocations on {device.label} never freed in the trace ({len(order):,}, "
+            f"{fmt_bytes(int(device.bytes[event].sum()))})",
+            "bold",
+        )
+        self._say_hidden(text)
+        text.append(
+            f" · {int(freed.sum()):,} freed, longest lifetime {longest} · v: operators", "bold"
+        )
+        title.update(text)
+        # The owner sits third, as before; the numbers around it as they fit.
+        before = [c for c in ("bytes", "when") if c in shown]
+        after = [c for c in ("live after",) if c in shown]
+        table.add_columns(*before, "owner", *after)
+        for i, pos in enumerate(positions):
             owner = int(device.owner[pos])
-            when = int(device.ts[pos])
-            table.add_row(
-                Text(fmt_bytes(int(device.bytes[pos])), justify="right"),
-                time_cell(when - self.data.origin, "+"),
-                Text(fit_name(trace.name_of(owner), 60) if owner >= 0 else "(no operator)"),
-                Text(fmt_bytes(int(device.allocated[pos])), justify="right"),
-            )
-            self.table_rows.append((owner, when, when))
+            cells = [columns[c][i] for c in before]
+            cells.append(Text(fit_name(owners[i], owner_width)))
+            cells += [columns[c][i] for c in after]
+            table.add_row(*cells)
+            self.table_rows.append((owner, int(device.ts[pos]), int(device.ts[pos])))
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.call_after_refresh(self.refit_table)  # once the table has its new width
+
+    def refit_table(self) -> None:
+        """A new width may hold more (or fewer) of the table's columns: fill it again then,
+        the cursor on the same row."""
+        if self.ops is None or self.device is None:
+            return
+        if self._fitted_room == self.table_room():
+            return
+        table = self.query_one(DataTable)
+        row = table.cursor_row
+        self.fill_table()
+        if 0 <= row < table.row_count:
+            table.move_cursor(row=row, animate=False)
 
     def on_data_table_row_selected(self, message: DataTable.RowSelected) -> None:
         index = message.cursor_row
@@ -765,6 +844,25 @@ class MemoryScreen(SavesCsv, ReportsWorkerFailures, Screen[TimelineTarget | None
 
     def action_close(self) -> None:
         self.dismiss(None)
+
+
+def column_cells(title: str, cells: list[Text]) -> int:
+    """Cells a DataTable column of these takes: its widest text or title, and its padding."""
+    return max([len(title), *(c.cell_len for c in cells)]) + CELL_PADDING
+
+
+def fit_columns(
+    room: int, name_least: int, name_most: int, widths: dict[str, int], drop: list[str]
+) -> tuple[list[str], int]:
+    """The columns (of `widths`, padding included, in their order) that fit in `room` cells
+    beside a name column of at least `name_least` cells, those of `drop` left out in its
+    order until they do; and the name's width, what is left up to `name_most`."""
+    shown = dict.fromkeys(widths)
+    order = list(drop)
+    while order and sum(widths[c] for c in shown) + name_least + CELL_PADDING > room:
+        shown.pop(order.pop(0), None)
+    spare = room - CELL_PADDING - sum(widths[c] for c in shown)
+    return list(shown), max(name_least, min(name_most, spare))
 
 
 def _step_at(data: ViewData, rows: np.ndarray, when: int) -> int:
