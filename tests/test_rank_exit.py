@@ -68,6 +68,9 @@ def test_a_rank_that_died_is_never_named_the_straggler(tmp_path):
         "failed": [],
         "first_failure": None,
         "messages": [],
+        "cause": None,
+        "knock_on": [],
+        "knock_on_message": None,
     }
     assert all(r["exit"] is None for r in plain["ranks"])
 
@@ -91,6 +94,7 @@ def test_a_rank_that_died_is_never_named_the_straggler(tmp_path):
         "partial": True,
         "host": "node-a",
         "text": "exited with RuntimeError at ProfilerStep#1; its trace is partial",
+        "knock_on_of": None,
     }
     assert ranks[0]["exit"]["ended"] == "ok" and ranks[0]["exit"]["text"] == "ended normally"
     assert document["health"] == {
@@ -99,6 +103,9 @@ def test_a_rank_that_died_is_never_named_the_straggler(tmp_path):
         "failed": [1],
         "first_failure": 1,
         "messages": ["rank 1 exited with RuntimeError at ProfilerStep#1; its trace is partial"],
+        "cause": None,
+        "knock_on": [],
+        "knock_on_message": None,
     }
     text = summary(str(tmp_path), "--width", "200").stdout
     assert (
