@@ -26,6 +26,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 RECORD_KEY = "kinetoscope_rank_exit"
@@ -337,11 +338,15 @@ class KnockOn:
     ranks: tuple[RankExit, ...] = ()
     kinds: tuple[str, ...] = ()
 
+    @cached_property
+    def _knocked(self) -> frozenset[int]:
+        return frozenset(r.rank for r in self.ranks)
+
     def of(self, rank: int) -> int | None:
         """The cause's rank when `rank` is a knock-on failure, else None."""
         if self.cause is None:
             return None
-        return self.cause.rank if any(r.rank == rank for r in self.ranks) else None
+        return self.cause.rank if rank in self._knocked else None
 
     def sentence(self) -> str | None:
         """`ranks 0, 1, 3 stopped because their peer rank 2 failed first (knock-on failures,

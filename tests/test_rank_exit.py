@@ -210,6 +210,10 @@ def test_the_peers_that_failed_after_the_cause_are_its_knock_ons():
         "ranks 1, 3, 0 stopped because their peer rank 2 failed first (knock-on failures, not "
         "failures of their own): RuntimeError at ProfilerStep#8 (gloo: connection closed by peer)"
     )
+    # A big job: one line still, its names cut after eight, every knock-on known by rank.
+    many = knock_ons([ended(2, T0, "boom")] + [ended(r, T0 + r, GLOO) for r in range(3, 3003)])
+    assert len(many.ranks) == 3000 and many.of(3002) == 2 and many.of(2) is None
+    assert many.sentence().startswith("ranks 3, 4, 5, 6, 7, 8, 9, 10 and 2992 more stopped")
     one = knock_ons(records[1:3])
     assert one.sentence() == (
         "rank 1 stopped because its peer rank 2 failed first (a knock-on failure, not one of its "
@@ -299,6 +303,14 @@ def test_a_job_says_the_cause_first_and_its_knock_ons_in_one_line(tmp_path):
     assert document["health"]["knock_on"] == [] and document["health"]["cause"] is None
     assert document["health"]["failed"] == [1, 2]
     assert "knock-on" not in summary(str(tmp_path), "--width", "250").stdout
+
+    # The straggler (rank 1) as the knock-on of rank 0: it is not named for arriving late.
+    put(tmp_path, 0, record(0, tmp_path / "rank0.json", ended_unix=T0 - 1, message="boom"))
+    put(tmp_path, 1, record(1, tmp_path / "rank1.json", ended_unix=T0, message=GLOO))
+    put(tmp_path, 2, record(2, tmp_path / "rank2.json", ended_unix=T0 + 5, **ok))
+    document = job_of([str(tmp_path)], align=True)
+    assert document["health"]["cause"] == 0 and document["health"]["knock_on"] == [1]
+    assert document["straggler"] is None
 
 
 # -- the records are untrusted -------------------------------------------------------------------
