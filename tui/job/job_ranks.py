@@ -828,16 +828,15 @@ class RanksScreen(SavesCsv, Screen):
             rows = rank_rows(self.job)
             failed = [r.rank for r in rows if r.status == "failed"]
             knocked = [r.rank for r in rows if r.status == "knock-on"]
-            if failed:  # as the summary says it: the ranks that died may have taken part
-                shown = ", ".join(str(rank) for rank in failed[:8]) + (
-                    ", …" if len(failed) > 8 else ""
+            if failed or knocked:  # as the summary says it: the dead may have taken part
+                said = ", ".join(
+                    f"{'rank' if len(ranks) == 1 else 'ranks'} "
+                    + ", ".join(str(rank) for rank in ranks[:8])
+                    + (", …" if len(ranks) > 8 else "")
+                    + f" {word}"
+                    for ranks, word in ((failed, "failed"), (knocked, "knock-on"))
+                    if ranks
                 )
-                said = f"{'rank' if len(failed) == 1 else 'ranks'} {shown} failed"
-                if knocked:
-                    these = ", ".join(str(rank) for rank in knocked[:8]) + (
-                        ", …" if len(knocked) > 8 else ""
-                    )
-                    said += f", {'rank' if len(knocked) == 1 else 'ranks'} {these} knock-on"
                 text.append(
                     "no straggler named: fewer than two ranks that did not die took part in "
                     f"matched collectives ({said})"
