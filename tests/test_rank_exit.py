@@ -547,6 +547,25 @@ async def test_the_job_viewer_says_the_cause_first_and_its_knock_ons_in_one_phra
         )
 
 
+async def test_the_job_viewer_names_a_killed_ranks_knock_on(tmp_path):
+    """Rank 2 was killed (lost, no trace); rank 1 then failed on gloo's connection: the title
+    says rank 2 first, rank 1 after it; the straggler line names rank 1 as a knock-on."""
+    from kinetoscope.tui.job.job_app import JobApp
+    from test_tui_job import SIZE, overview
+
+    write_job(tmp_path, ranks=(0, 1), world=3)
+    put(tmp_path, 1, record(1, tmp_path / "rank1.json", ended_unix=T0, message=GLOO))
+    put(tmp_path, 2, record(2, None, ended="lost", exception=None, message=None, step=None,
+                            partial=False, ended_unix=None))  # fmt: skip
+    app = JobApp([str(tmp_path)], workers=1)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await overview(pilot)
+        title = " ".join(str(screen.query_one("#ranks-title").render()).split())
+        assert "rank 2 missing, rank 1 stopped after it (knock-on: its peer rank 2" in title
+        straggler = " ".join(str(screen.query_one("#ranks-straggler").render()).split())
+        assert straggler.endswith("(rank 1 knock-on)"), straggler
+
+
 async def test_the_job_viewer_says_how_a_rank_ended(tmp_path):
     from kinetoscope.tui.job.job_app import JobApp
     from test_tui_job import SIZE, overview
