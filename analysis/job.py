@@ -57,7 +57,7 @@ from .phases import PARTITION, step_partition
 from .units import us
 
 if TYPE_CHECKING:
-    from kinetoscope.parser.rank_exit import RankExit
+    from kinetoscope.parser.rank_exit import KnockOn, RankExit
     from kinetoscope.parser.ranks import JobFiles
 
 JOB_VERSION = 1
@@ -415,6 +415,7 @@ class RankEntry:
     spread_ns: float | None = None
     offset_samples: int = 0
     exit: RankExit | None = None  # how its program ended, when capture left a record
+    knock_on_of: int | None = None  # it failed because this rank failed first (a peer error)
 
     @property
     def loaded(self) -> bool:
@@ -448,6 +449,7 @@ class JobAnalysis:
     files: JobFiles | None = None
     seconds: float = 0.0
     exits: dict[int, RankExit] = field(default_factory=dict)  # capture's exit records, by rank
+    knock_on: KnockOn = field(default_factory=lambda: _knock_ons([]))  # failures that followed a peer's
     clock: ClockDomain = field(default_factory=ClockDomain)
     align_asked: bool = False  # aligning was asked for (`aligned`: the offsets were subtracted)
     align_forced: bool = False  # ... and forced, though the ranks share one clock
@@ -469,8 +471,10 @@ def analyze_job(
     began = time.perf_counter()
     entries = _entries(digests, files)
     exits = _exits(entries, files)
+    knocked = _knock_ons(list(exits.values()))
     for entry in entries:
         entry.exit = exits.get(entry.rank)
+        entry.knock_on_of = knocked.of(entry.rank)
     domain = clock_domain(entries)
     asked = align_clocks or force_align
     align_clocks = asked and (force_align or not domain.one_host)
@@ -566,6 +570,7 @@ def analyze_job(
         files=files,
         seconds=time.perf_counter() - began,
         exits=exits,
+        knock_on=knocked,
         clock=domain,
         align_asked=asked,
         align_forced=force_align and domain.one_host,
@@ -578,6 +583,13 @@ def _exits(entries: list[RankEntry], files: JobFiles | None) -> dict[int, RankEx
 
     missing = list(files.missing) if files is not None else []
     return exits_of({e.rank: e.path for e in entries}, missing)
+
+
+def _knock_ons(exits: list[RankExit]) -> KnockOn:
+    """Which failures followed a peer's (parser/rank_exit.knock_ons)."""
+    from kinetoscope.parser.rank_exit import knock_ons
+
+    return knock_ons(exits)
 
 
 def _entries(digests: Sequence[RankDigest], files: JobFiles | None) -> list[RankEntry]:
@@ -928,7 +940,7 @@ def _rank_json(entry: RankEntry, aligned: bool, reference: int | None = None) ->
         "clock_spread_us": _us_float(entry.spread_ns),
         "clock_samples": entry.offset_samples,
         "clock_offset_significant": offset_significant(entry, reference),
-        "exit": entry.exit.to_json() if entry.exit is not None else None,
+        "exit": _exit_json(entry),
         "digest_seconds": round(digest.seconds, 3),
     }
 
@@ -996,6 +1008,12 @@ def clocks_json(job: JobAnalysis) -> dict[str, Any]:
     }
 
 
+def _exit_json(entry: RankEntry) -> dict[str, Any] | None:
+    if entry.exit is None:
+        return None
+    return {**entry.exit.to_json(), "knock_on_of": entry.knock_on_of}
+
+
 def health_json(job: JobAnalysis) -> dict[str, Any]:
     """How the ranks ended, from capture's exit records (docs/summary-ranks.md, Health)."""
     ended_badly = sorted(
@@ -1010,6 +1028,11 @@ def health_json(job: JobAnalysis) -> dict[str, Any]:
         # The first to fail, by the ranks' end times (a rank `lost` has none).
         "first_failure": next((x.rank for x in failed if x.ended_unix is not None), None),
         "messages": [f"rank {x.rank} {x.describe()}" for x in ended_badly],
+        # Failures that followed a peer's: the first failure of its own, and the ranks that
+        # then failed on a peer error, in the order they ended (parser/rank_exit.knock_ons).
+        "cause": job.knock_on.cause.rank if job.knock_on.cause is not None else None,
+        "knock_on": [x.rank for x in job.knock_on.ranks],
+        "knock_on_message": job.knock_on.sentence(),
     }
 
 

@@ -42,6 +42,7 @@ from kinetoscope.parser.rank_exit import (
     OK,
     STOPPED,
     RankExit,
+    knock_ons,
     make_record,
     parse_record,
     record_name,
@@ -482,10 +483,18 @@ def report_job(job: JobOutcome, announce: Callable[[str], None]) -> None:
         key=lambda o: (o.exit.ended_unix or float("inf"), o.rank),  # type: ignore[union-attr]
     )
     failed = [o for o in ended_badly if o.exit.failed]  # type: ignore[union-attr]
+    # The ranks that failed on a peer error after another failed (knock-on failures) are said
+    # in one line, after the failure they followed.
+    knocked = knock_ons([o.exit for o in failed if o.exit is not None])
+    knock_ranks = {r.rank for r in knocked.ranks}
     if failed:
-        names = _rank_list([o.rank for o in sorted(failed, key=lambda o: o.rank)])
+        own = [o.rank for o in sorted(failed, key=lambda o: o.rank) if o.rank not in knock_ranks]
+        names = _rank_list(own) + " failed"
+        if knock_ranks and knocked.cause is not None:
+            after = "it" if len(own) == 1 else f"rank {knocked.cause.rank}"
+            names += f" ({_rank_list(sorted(knock_ranks))} stopped after {after}: knock-on)"
         announce(
-            f"kinetoscope: {names} failed; {written} of {job.world_size} ranks wrote "
+            f"kinetoscope: {names}; {written} of {job.world_size} ranks wrote "
             f"{'a trace' if written == 1 else 'traces'} into {job.run_dir}"
         )
     elif written == job.world_size == 1:
@@ -499,8 +508,12 @@ def report_job(job: JobOutcome, announce: Callable[[str], None]) -> None:
         )
     timed = [o for o in failed if o.exit.ended_unix is not None]  # type: ignore[union-attr]
     for outcome in ended_badly:
+        if outcome.rank in knock_ranks:
+            continue
         first = len(failed) > 1 and bool(timed) and outcome is timed[0]
         announce(f"kinetoscope: {exit_line(outcome, first)}")
+        if knocked.cause is not None and outcome.rank == knocked.cause.rank:
+            announce(f"kinetoscope: {knocked.sentence()}")
     said = {o.rank for o in ended_badly}
     for outcome in job.ranks:
         if outcome.rank in said:

@@ -26,6 +26,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 RECORD_KEY = "kinetoscope_rank_exit"
@@ -276,3 +277,132 @@ def exits_of(
                 if record.trace is None:
                     out[rank] = record
     return out
+
+
+# -- knock-on failures: a rank that died because a peer died first ------------------------------
+
+# When one rank of a job dies, its peers fail too, inside the collective they were in: gloo
+# raises `RuntimeError: [.../gloo/transport/tcp/pair.cc:553] Connection closed by peer ...`,
+# NCCL `ncclRemoteError` or a watchdog timeout, c10d's store a `DistNetworkError`. Such a rank
+# did not fail on its own. Its exception is recognised by its type (one of PEER_ERROR_TYPES:
+# what torch raises from a collective or its store) and its message (PEER_ERROR_PATTERNS, each
+# narrow: it names the backend, or the type is torch.distributed's own, so that a user's own
+# `RuntimeError("connection reset by peer")` from, say, an HTTP client is not taken for one).
+PEER_ERROR_TYPES = frozenset(
+    {"RuntimeError", "DistError", "DistBackendError", "DistNetworkError", "DistStoreError"}
+)
+_DIST_TYPES = frozenset({"DistError", "DistBackendError", "DistNetworkError", "DistStoreError"})
+_CONNECTION = (
+    r"connection closed by peer|connection reset by peer|broken pipe|connection refused"
+    r"|timed out waiting|socket timeout|failed to recv|connection was closed"
+)
+# (pattern, what the rank ran into), tried in order; matched case-insensitively.
+PEER_ERROR_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    # gloo's errors start with the source file that raised them: [.../gloo/transport/...].
+    (re.compile(r"gloo.*connection closed by peer", re.I), "gloo: connection closed by peer"),
+    (re.compile(r"gloo.*connection reset by peer", re.I), "gloo: connection reset by peer"),
+    (re.compile(r"gloo.*broken pipe", re.I), "gloo: broken pipe"),
+    (re.compile(r"gloo.*timed out waiting", re.I), "gloo: timed out waiting for a peer"),
+    (re.compile(r"gloo.*connection refused", re.I), "gloo: connection refused"),
+    (re.compile(r"ncclRemoteError|NCCL error.*remote process", re.I), "NCCL: remote error"),
+    (re.compile(r"NCCL communicator was aborted", re.I), "NCCL: communicator aborted"),
+    (re.compile(r"watchdog caught collective operation timeout", re.I),
+     "NCCL: collective timed out"),  # fmt: skip
+    (re.compile(rf"(c10d|TCPStore).*({_CONNECTION})", re.I), "c10d store: connection lost"),
+)
+# torch.distributed's own exception types need only the connection's words.
+_DIST_PATTERN = re.compile(_CONNECTION, re.I)
+
+
+def peer_error(record: RankExit) -> str | None:
+    """What a rank that raised ran into when its exception is a peer's connection or collective
+    failing (`gloo: connection closed by peer`), else None (it raised something else, exited
+    without an exception, was stopped or lost)."""
+    if record.ended != EXCEPTION or record.exception not in PEER_ERROR_TYPES:
+        return None
+    message = record.message or ""
+    for pattern, kind in PEER_ERROR_PATTERNS:
+        if pattern.search(message):
+            return kind
+    if record.exception in _DIST_TYPES and _DIST_PATTERN.search(message):
+        return f"{record.exception}: connection lost"
+    return None
+
+
+@dataclass(frozen=True)
+class KnockOn:
+    """The job's first failure of its own (`cause`) and the ranks that failed because of it
+    (`ranks`, in the order they ended), each with the peer error it ran into (`kinds`)."""
+
+    cause: RankExit | None = None
+    ranks: tuple[RankExit, ...] = ()
+    kinds: tuple[str, ...] = ()
+
+    @cached_property
+    def _knocked(self) -> frozenset[int]:
+        return frozenset(r.rank for r in self.ranks)
+
+    def of(self, rank: int) -> int | None:
+        """The cause's rank when `rank` is a knock-on failure, else None."""
+        if self.cause is None:
+            return None
+        return self.cause.rank if rank in self._knocked else None
+
+    def sentence(self) -> str | None:
+        """`ranks 0, 1, 3 stopped because their peer rank 2 failed first (knock-on failures,
+        not failures of their own): RuntimeError at ProfilerStep#8 (gloo: connection closed by
+        peer)`; None without knock-ons."""
+        if self.cause is None or not self.ranks:
+            return None
+        names = ", ".join(str(r.rank) for r in self.ranks[:8])
+        if len(self.ranks) > 8:
+            names += f" and {len(self.ranks) - 8} more"
+        one = len(self.ranks) == 1
+        what: list[str] = []
+        for record, kind in zip(self.ranks, self.kinds):
+            where = f" at ProfilerStep#{record.step}" if record.step is not None else ""
+            said = f"{record.exception}{where} ({kind})"
+            if said not in what:
+                what.append(said)
+        shown = "; ".join(what[:3]) + ("; ..." if len(what) > 3 else "")
+        return (
+            f"{'rank' if one else 'ranks'} {names} stopped because {'its' if one else 'their'} "
+            f"peer rank {self.cause.rank} failed first ("
+            f"{'a knock-on failure, not one of its own' if one else 'knock-on failures, not failures of their own'}"
+            f"): {shown}"
+        )
+
+
+def _end(record: RankExit) -> float:
+    return record.ended_unix if record.ended_unix is not None else float("inf")
+
+
+def knock_ons(records: list[RankExit] | tuple[RankExit, ...]) -> KnockOn:
+    """Which failed ranks are knock-on failures of another's (docs/summary-ranks.md, Health).
+
+    The cause is the first rank to fail on its own: of the failed ranks whose exception is not a
+    peer error (`peer_error`), the one that ended first by its own clock; when none has an end
+    time, a rank killed outright (`lost`, which never has one). A knock-on failure is a rank
+    whose exception is a peer error and that ended after the cause (a `lost` cause: whenever,
+    since it cannot say when it died). Everything else stays as it is: a second failure of its
+    own, a peer error that ended before the cause or without an end time, a job where every
+    failure is a peer error (no rank to blame: no knock-ons)."""
+    failed = [r for r in records if r.failed]
+    own = sorted((r for r in failed if peer_error(r) is None), key=lambda r: (_end(r), r.rank))
+    timed = [r for r in own if r.ended_unix is not None]
+    lost = [r for r in own if r.ended == LOST]
+    cause = timed[0] if timed else (lost[0] if lost else None)
+    if cause is None:
+        return KnockOn()
+    found = []
+    for record in sorted(failed, key=lambda r: (_end(r), r.rank)):
+        kind = peer_error(record)
+        if kind is None or record.rank == cause.rank:
+            continue
+        if cause.ended_unix is not None:
+            if record.ended_unix is None or record.ended_unix <= cause.ended_unix:
+                continue
+        found.append((record, kind))
+    if not found:
+        return KnockOn()
+    return KnockOn(cause, tuple(r for r, _ in found), tuple(k for _, k in found))

@@ -17,8 +17,10 @@ from kinetoscope.parser.rank_exit import (
     MAX_RECORD_BYTES,
     MAX_TEXT,
     folder_records,
+    knock_ons,
     make_record,
     parse_record,
+    peer_error,
     read_record,
     record_name,
 )
@@ -68,6 +70,9 @@ def test_a_rank_that_died_is_never_named_the_straggler(tmp_path):
         "failed": [],
         "first_failure": None,
         "messages": [],
+        "cause": None,
+        "knock_on": [],
+        "knock_on_message": None,
     }
     assert all(r["exit"] is None for r in plain["ranks"])
 
@@ -91,6 +96,7 @@ def test_a_rank_that_died_is_never_named_the_straggler(tmp_path):
         "partial": True,
         "host": "node-a",
         "text": "exited with RuntimeError at ProfilerStep#1; its trace is partial",
+        "knock_on_of": None,
     }
     assert ranks[0]["exit"]["ended"] == "ok" and ranks[0]["exit"]["text"] == "ended normally"
     assert document["health"] == {
@@ -99,6 +105,9 @@ def test_a_rank_that_died_is_never_named_the_straggler(tmp_path):
         "failed": [1],
         "first_failure": 1,
         "messages": ["rank 1 exited with RuntimeError at ProfilerStep#1; its trace is partial"],
+        "cause": None,
+        "knock_on": [],
+        "knock_on_message": None,
     }
     text = summary(str(tmp_path), "--width", "200").stdout
     assert (
@@ -132,6 +141,176 @@ def test_a_rank_that_wrote_no_trace_is_said_among_the_missing(tmp_path):
     assert document["health"]["messages"] == [
         "rank 2 exited with ValueError at ProfilerStep#3; it wrote no trace"
     ]
+
+
+# -- knock-on failures: a rank that died because its peer died first ----------------------------
+
+# What gloo raised on the three peers of a real 4-rank CPU job whose rank 2 raised at step 8.
+GLOO = (
+    "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by "
+    "peer [127.0.0.1]:55222. This is typically caused by a remote worker crashing. Check the "
+    "logs of the remote worker before reporting an error. GLHF! \U0001f3d6\ufe0f"
+)
+T0 = 1_796_157_039.0
+
+
+def ended(rank: int, when: float | None, message: str | None = "boom", **over):
+    """A parsed exit record of a rank that raised (RuntimeError at step 8) at `when`."""
+    fields = dict(ended_unix=when, message=message, step=8, trace="r.json", trace_bytes=1)
+    fields.update(over)
+    made = parse_record(record(rank, None, **fields))
+    assert made is not None
+    return made
+
+
+def test_peer_errors_are_recognised_by_type_and_narrow_patterns():
+    def kind(exception: str, message: str) -> str | None:
+        return peer_error(ended(0, T0, message, exception=exception))
+
+    assert kind("RuntimeError", GLOO) == "gloo: connection closed by peer"
+    assert kind("RuntimeError", "[../third_party/gloo/gloo/transport/tcp/pair.cc:598] Read "
+                "error [10.0.0.2]:5123: Connection reset by peer") == (
+        "gloo: connection reset by peer")  # fmt: skip
+    assert kind("RuntimeError", "[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] "
+                "Timed out waiting 1800000ms for recv operation to complete") == (
+        "gloo: timed out waiting for a peer")  # fmt: skip
+    assert kind("DistBackendError", "NCCL error in: ProcessGroupNCCL.cpp:1970, remote process "
+                "exited or there was a network error, NCCL version 2.19.3") == "NCCL: remote error"  # fmt: skip
+    assert kind("DistBackendError", "[Rank 1] Watchdog caught collective operation timeout: "
+                "WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for 600000 ms") == (
+        "NCCL: collective timed out")  # fmt: skip
+    assert kind("DistNetworkError", "Connection reset by peer") == (
+        "DistNetworkError: connection lost")
+    # Not a peer error: the words without the backend in an ordinary RuntimeError (a user's own
+    # HTTP client, say), another type with gloo's words, another gloo error, no message.
+    assert kind("RuntimeError", "Connection reset by peer") is None
+    assert kind("ValueError", GLOO) is None
+    assert kind("RuntimeError", "[../third_party/gloo/gloo/allreduce.cc:12] bad size") is None
+    assert kind("RuntimeError", "CUDA out of memory") is None
+    assert peer_error(ended(0, T0, None)) is None
+    # Only a rank that raised: a non-zero exit, a stop or a lost rank has no peer error.
+    for how in ("exit", "stopped", "lost", "ok"):
+        assert peer_error(ended(0, T0, GLOO, ended=how)) is None
+
+
+def test_the_peers_that_failed_after_the_cause_are_its_knock_ons():
+    """Rank 2 raised first; ranks 1, 3, 0 then failed on gloo's closed connection, in that
+    order: they are rank 2's knock-on failures, said in one sentence."""
+    records = [
+        ended(0, T0 + 2.4, GLOO),
+        ended(1, T0 + 0.9, GLOO),
+        ended(2, T0, "boom at step 8"),
+        ended(3, T0 + 0.95, GLOO),
+    ]
+    found = knock_ons(records)
+    assert found.cause is not None and found.cause.rank == 2
+    assert [r.rank for r in found.ranks] == [1, 3, 0]
+    assert [found.of(r) for r in range(4)] == [2, 2, None, 2]
+    assert found.sentence() == (
+        "ranks 1, 3, 0 stopped because their peer rank 2 failed first (knock-on failures, not "
+        "failures of their own): RuntimeError at ProfilerStep#8 (gloo: connection closed by peer)"
+    )
+    # A big job: one line still, its names cut after eight, every knock-on known by rank.
+    many = knock_ons([ended(2, T0, "boom")] + [ended(r, T0 + r, GLOO) for r in range(3, 3003)])
+    assert len(many.ranks) == 3000 and many.of(3002) == 2 and many.of(2) is None
+    assert many.sentence().startswith("ranks 3, 4, 5, 6, 7, 8, 9, 10 and 2992 more stopped")
+    one = knock_ons(records[1:3])
+    assert one.sentence() == (
+        "rank 1 stopped because its peer rank 2 failed first (a knock-on failure, not one of its "
+        "own): RuntimeError at ProfilerStep#8 (gloo: connection closed by peer)"
+    )
+
+
+def test_what_is_not_a_knock_on_stays_failed():
+    # Two failures of their own: both failed, no knock-on.
+    assert knock_ons([ended(1, T0, "bad batch", exception="ValueError"),
+                      ended(2, T0 + 1, "bad batch", exception="ValueError")]).ranks == ()  # fmt: skip
+    # After the cause, but not a peer error (it ran out of memory): failed on its own.
+    late = knock_ons([ended(2, T0, "boom"), ended(1, T0 + 1, "CUDA out of memory")])
+    assert late.ranks == () and late.cause is None
+    # A peer error that ended BEFORE the first failure of its own: not its knock-on.
+    early = knock_ons([ended(0, T0 - 1, GLOO), ended(2, T0, "boom"), ended(1, T0 + 1, GLOO)])
+    assert [r.rank for r in early.ranks] == [1] and early.cause.rank == 2
+    assert early.of(0) is None
+    # ... nor one with no end time to compare (a record that lost it), nor at the same instant.
+    assert knock_ons([ended(2, T0, "boom"), ended(1, None, GLOO)]).ranks == ()
+    assert knock_ons([ended(2, T0, "boom"), ended(1, T0, GLOO)]).ranks == ()
+    # Every failure a peer error: no rank to blame, none is called a knock-on.
+    assert knock_ons([ended(0, T0, GLOO), ended(1, T0 + 1, GLOO)]).ranks == ()
+    # A rank stopped (SIGTERM) or ended ok is no cause.
+    stop = ended(2, T0, None, ended="stopped", exception=None, exit_code=143)
+    assert knock_ons([stop, ended(1, T0 + 1, GLOO)]).ranks == ()
+    assert knock_ons([]).cause is None and knock_ons([]).sentence() is None
+
+
+def test_a_rank_killed_outright_is_the_cause_of_its_peers_errors():
+    """A rank killed outright (`lost`: written for it, no end time) is the cause when no rank
+    failed on its own with an end time; the lost rank stays failed. Beside a timed cause, a
+    lost rank is a failure of its own."""
+    lost = ended(1, None, "not finished after 30 s", ended="lost", exception=None, step=None)
+    found = knock_ons([lost, ended(0, T0, GLOO)])
+    assert found.cause is not None and found.cause.rank == 1
+    assert [r.rank for r in found.ranks] == [0] and found.of(1) is None
+    beside = knock_ons([lost, ended(2, T0, "boom"), ended(0, T0 + 1, GLOO)])
+    assert beside.cause.rank == 2 and [r.rank for r in beside.ranks] == [0]
+    assert beside.of(1) is None
+
+
+def test_a_job_says_the_cause_first_and_its_knock_ons_in_one_line(tmp_path):
+    """Rank 1 (the straggler of the synthetic job) raises first; rank 2 then fails on gloo's
+    closed connection (its knock-on); rank 0 ends ok. JSON, text, Markdown and TSV say rank 1
+    first and rank 2 in one line as its knock-on; neither is named the straggler."""
+    write_job(tmp_path)
+    ok = dict(ended="ok", exit_code=0, exception=None, message=None, step=None, partial=False)
+    put(tmp_path, 0, record(0, tmp_path / "rank0.json", ended_unix=T0 + 5, **ok))
+    put(tmp_path, 1, record(1, tmp_path / "rank1.json", ended_unix=T0, message="boom"))
+    put(tmp_path, 2, record(2, tmp_path / "rank2.json", ended_unix=T0 + 1, message=GLOO))
+    document = job_of([str(tmp_path)], align=True)
+    health = document["health"]
+    assert health["failed"] == [1, 2] and health["first_failure"] == 1  # meanings kept
+    assert health["cause"] == 1 and health["knock_on"] == [2]
+    assert health["knock_on_message"] == (
+        "rank 2 stopped because its peer rank 1 failed first (a knock-on failure, not one of its "
+        "own): RuntimeError at ProfilerStep#1 (gloo: connection closed by peer)"
+    )
+    ranks = {r["rank"]: r for r in document["ranks"]}
+    assert [ranks[r]["exit"]["knock_on_of"] for r in (0, 1, 2)] == [None, None, 1]
+    assert document["straggler"] is None  # rank 0 alone is left: no straggler, not 1 or 2
+
+    text = summary(str(tmp_path), "--width", "250").stdout
+    lines = text.splitlines()
+    said = [n for n, line in enumerate(lines) if line.startswith("Rank ")]
+    assert len(said) == 2, text  # the cause, then one line for its knock-on
+    assert lines[said[0]].startswith("Rank 1 exited with RuntimeError at ProfilerStep#1")
+    assert lines[said[1]].startswith("Rank 2 stopped because its peer rank 1 failed first")
+    assert "Connection closed by peer [127" not in text  # the knock-on's own message: JSON only
+    rows: dict[str, str] = {}  # the ranks table's rows: the first table with a row per rank
+    for line in lines:
+        if line.startswith("│ ") and "│" in line[2:]:
+            rows.setdefault(line.split()[1], line)
+    assert "knock-on" in rows["2"] and "failed" in rows["1"] and "ok" in rows["0"]
+    assert "rank 1 failed and rank 2 stopped after it" in text
+    for form, prefix in (("md", ""), ("tsv", "# ")):
+        out = summary(str(tmp_path), "--format", form).stdout
+        told = [line for line in out.splitlines() if line.startswith(prefix + "Rank ")]
+        assert [line[len(prefix):][:6] for line in told] == ["Rank 1", "Rank 2"], out
+        assert "stopped because its peer rank 1 failed first" in told[1]
+
+    # Rank 2's error is another of its own (not a peer's): both failed, no knock-on.
+    put(tmp_path, 2, record(2, tmp_path / "rank2.json", ended_unix=T0 + 1,
+                            exception="ValueError", message="bad batch"))  # fmt: skip
+    document = job_of([str(tmp_path)], align=True)
+    assert document["health"]["knock_on"] == [] and document["health"]["cause"] is None
+    assert document["health"]["failed"] == [1, 2]
+    assert "knock-on" not in summary(str(tmp_path), "--width", "250").stdout
+
+    # The straggler (rank 1) as the knock-on of rank 0: it is not named for arriving late.
+    put(tmp_path, 0, record(0, tmp_path / "rank0.json", ended_unix=T0 - 1, message="boom"))
+    put(tmp_path, 1, record(1, tmp_path / "rank1.json", ended_unix=T0, message=GLOO))
+    put(tmp_path, 2, record(2, tmp_path / "rank2.json", ended_unix=T0 + 5, **ok))
+    document = job_of([str(tmp_path)], align=True)
+    assert document["health"]["cause"] == 0 and document["health"]["knock_on"] == [1]
+    assert document["straggler"] is None
 
 
 # -- the records are untrusted -------------------------------------------------------------------
@@ -220,6 +399,29 @@ def test_captures_report_names_the_failed_ranks_first_failure_first(tmp_path):
     assert not any("all 4 ranks" in line for line in lines)
 
 
+def test_captures_report_says_the_knock_ons_in_one_line_after_the_cause(tmp_path):
+    def outcome(rank: int, when: float, message: str) -> RankOutcome:
+        trace = tmp_path / f"rank{rank}.pt.trace.json.gz"
+        trace.write_bytes(b"x")
+        fields = record(rank, trace, ended_unix=when, message=message, step=8)
+        return RankOutcome(rank, trace, finished=True, exit_code=1, exit=parse_record(fields))
+
+    ranks = [outcome(0, 3.0, GLOO), outcome(1, 2.0, GLOO), outcome(2, 1.0, "boom"),
+             outcome(3, 2.5, GLOO)]  # fmt: skip
+    lines: list[str] = []
+    report_job(JobOutcome(tmp_path, 4, ranks), lines.append)
+    assert lines[:3] == [
+        f"kinetoscope: rank 2 failed (ranks 0, 1, 3 stopped after it: knock-on); 4 of 4 ranks "
+        f"wrote traces into {tmp_path}",
+        "kinetoscope: rank 2 exited with RuntimeError at ProfilerStep#8; its trace is partial: "
+        "boom (the first rank to fail)",
+        "kinetoscope: ranks 1, 3, 0 stopped because their peer rank 2 failed first (knock-on "
+        "failures, not failures of their own): RuntimeError at ProfilerStep#8 (gloo: "
+        "connection closed by peer)",
+    ]
+    assert not any("Connection closed by peer" in line for line in lines)
+
+
 # -- a real job ------------------------------------------------------------------------------------
 
 CRASH = textwrap.dedent(
@@ -276,7 +478,13 @@ def test_a_real_job_whose_rank_raises_at_a_step(tmp_path):
         "boom at step 8 (the first rank to fail)" in result.stderr
     )
     lines = [line for line in result.stderr.splitlines() if line.startswith("kinetoscope: rank ")]
-    assert lines[0].startswith("kinetoscope: rank 1 exited with RuntimeError at ProfilerStep#8")
+    # Rank 0 then failed inside its all_reduce on gloo's closed connection: rank 1's knock-on.
+    assert lines[0].startswith("kinetoscope: rank 1 failed (rank 0 stopped after it: knock-on)")
+    assert lines[1].startswith("kinetoscope: rank 1 exited with RuntimeError at ProfilerStep#8")
+    assert lines[2].startswith(
+        "kinetoscope: rank 0 stopped because its peer rank 1 failed first (a knock-on failure"
+    ), result.stderr
+    assert len(lines) == 3
     assert sorted(p.name for p in run_dir.iterdir()) == [
         record_name(0),
         record_name(1),
@@ -293,8 +501,69 @@ def test_a_real_job_whose_rank_raises_at_a_step(tmp_path):
         "rank 1 exited with RuntimeError at ProfilerStep#8; its trace is partial"
     )
     assert (document["straggler"] or {}).get("rank") not in document["health"]["failed"]
+    assert ranks[0]["exit"]["exception"] == "RuntimeError"
+    assert "gloo" in ranks[0]["exit"]["message"], ranks[0]["exit"]
+    health = document["health"]
+    assert health["failed"] == [0, 1] and health["cause"] == 1 and health["knock_on"] == [0]
+    assert ranks[0]["exit"]["knock_on_of"] == 1 and ranks[1]["exit"]["knock_on_of"] is None
+    assert health["knock_on_message"].startswith(
+        "rank 0 stopped because its peer rank 1 failed first"
+    )
     text = _kinetoscope(["summary", "run", "--width", "200"], tmp_path).stdout
     assert "Rank 1 exited with RuntimeError at ProfilerStep#8; its trace is partial" in text
+    assert "Rank 0 stopped because its peer rank 1 failed first" in text
+    assert "Rank 0 exited" not in text
+
+
+async def test_the_job_viewer_says_the_cause_first_and_its_knock_ons_in_one_phrase(tmp_path):
+    from kinetoscope.tui.job.job_app import JobApp
+    from test_tui_job import SIZE, overview
+
+    write_job(tmp_path)
+    put(tmp_path, 1, record(1, tmp_path / "rank1.json", ended_unix=T0 + 1, message=GLOO))
+    put(tmp_path, 2, record(2, tmp_path / "rank2.json", ended_unix=T0, message="boom"))
+    app = JobApp([str(tmp_path)], workers=1)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await overview(pilot)
+        title = " ".join(str(screen.query_one("#ranks-title").render()).split())
+        cause = "rank 2 exited with RuntimeError at ProfilerStep#1; its trace is partial"
+        knock = "rank 1 stopped after it (knock-on: its peer rank 2 failed first)"
+        assert cause in title and knock in title
+        assert title.index(cause) < title.index(knock)
+        assert "rank 1 exited" not in title
+        straggler = " ".join(str(screen.query_one("#ranks-straggler").render()).split())
+        assert "straggler: rank" not in straggler  # rank 0 alone is left
+        assert "rank 2 failed, rank 1 knock-on" in straggler
+        assert [(r.rank, r.status) for r in screen.matrix.rows] == [
+            (0, "ok"),
+            (1, "knock-on"),
+            (2, "failed"),
+        ]
+        assert [r[1] for r in screen.breakdown.visible_texts()] == ["ok", "knock-on", "failed"]
+        row = screen.matrix.rows[1]
+        assert row.problem == (
+            "stopped because its peer rank 2 failed first (RuntimeError at ProfilerStep#1: "
+            "gloo: connection closed by peer); its trace is partial"
+        )
+
+
+async def test_the_job_viewer_names_a_killed_ranks_knock_on(tmp_path):
+    """Rank 2 was killed (lost, no trace); rank 1 then failed on gloo's connection: the title
+    says rank 2 first, rank 1 after it; the straggler line names rank 1 as a knock-on."""
+    from kinetoscope.tui.job.job_app import JobApp
+    from test_tui_job import SIZE, overview
+
+    write_job(tmp_path, ranks=(0, 1), world=3)
+    put(tmp_path, 1, record(1, tmp_path / "rank1.json", ended_unix=T0, message=GLOO))
+    put(tmp_path, 2, record(2, None, ended="lost", exception=None, message=None, step=None,
+                            partial=False, ended_unix=None))  # fmt: skip
+    app = JobApp([str(tmp_path)], workers=1)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await overview(pilot)
+        title = " ".join(str(screen.query_one("#ranks-title").render()).split())
+        assert "rank 2 missing, rank 1 stopped after it (knock-on: its peer rank 2" in title
+        straggler = " ".join(str(screen.query_one("#ranks-straggler").render()).split())
+        assert straggler.endswith("(rank 1 knock-on)"), straggler
 
 
 async def test_the_job_viewer_says_how_a_rank_ended(tmp_path):
@@ -372,3 +641,14 @@ def test_a_real_rank_killed_outright_is_named(tmp_path):
         "rank 1 ended without a word (killed: SIGKILL, the OOM killer?); it wrote no trace"
         in (document["health"]["messages"])
     )
+    # Rank 0 then fails in its all_reduce on gloo's lost connection: the killed rank's knock-on
+    # (the killed rank has no end time; it is the only failure of its own). Unless torch's
+    # launcher, which stops the other ranks once one has died, stopped it first.
+    zero = next(r for r in document["ranks"] if r["rank"] == 0)["exit"]
+    if zero["ended"] == "exception":
+        assert "gloo" in zero["message"], zero
+        assert document["health"]["cause"] == 1 and document["health"]["knock_on"] == [0]
+        assert "kinetoscope: rank 0 stopped because its peer rank 1 failed first" in result.stderr
+    else:
+        assert zero["ended"] == "stopped", zero
+        assert document["health"]["cause"] is None and document["health"]["knock_on"] == []

@@ -78,7 +78,8 @@ def _rank_status(rank: dict[str, Any]) -> str:
         return "not loaded"
     ended = (rank.get("exit") or {}).get("ended")
     if ended in ("exception", "exit", "lost"):
-        return "failed"
+        # It failed because a peer failed first (a peer error in a collective).
+        return "knock-on" if (rank.get("exit") or {}).get("knock_on_of") is not None else "failed"
     if ended == "stopped":
         return "stopped"
     return "ok" if rank["complete"] else "incomplete"
@@ -88,18 +89,26 @@ def health_notes(document: dict[str, Any]) -> list[Any]:
     """One line per rank whose program did not end normally (capture's exit records), in the
     order they ended: `rank 2 exited with RuntimeError at ProfilerStep#8; its trace is
     partial`, with the exception's message; none when every rank ended normally or no record
-    was left."""
+    was left. The ranks that failed because a peer failed first (knock-on failures) are said
+    in one line after the failure they followed, not one each."""
     health = document.get("health") or {}
     order = health.get("ended_badly") or []
     by_rank = {r["rank"]: r for r in document["ranks"]}
     first = health.get("first_failure") if len(health.get("failed") or []) > 1 else None
+    knocked = set(health.get("knock_on") or [])
+    cause = health.get("cause")
     notes = []
     for rank, text in zip(order, health.get("messages") or []):
+        if rank in knocked:
+            continue
         message = ((by_rank.get(rank) or {}).get("exit") or {}).get("message")
         line = f"Rank {text.removeprefix('rank ')}"
         if rank == first:
             line += " (the first rank to fail)"
         notes.append(Note(line + (f": {message}" if message else ".")))
+        if rank == cause and health.get("knock_on_message"):
+            said = health["knock_on_message"]
+            notes.append(Note(said[:1].upper() + said[1:] + "."))
     return notes
 
 
@@ -221,12 +230,19 @@ def straggler_note(document: dict[str, Any]) -> Any:
     from kinetoscope.analysis.job import ANNOTATION, phase_label
 
     straggler = document["straggler"]
-    failed = (document.get("health") or {}).get("failed") or []
+    health = document.get("health") or {}
+    failed = health.get("failed") or []
     if straggler is None and failed:
+        knocked = health.get("knock_on") or []
+        own = [r for r in failed if r not in knocked]
+        said = f"{'rank' if len(own) == 1 else 'ranks'} {_rank_list(own)} failed"
+        if knocked:
+            these = "rank" if len(knocked) == 1 else "ranks"
+            after = "it" if len(own) == 1 else f"rank {health.get('cause')}"
+            said += f" and {these} {_rank_list(sorted(knocked))} stopped after {after}"
         return Note(
             f"No straggler named: fewer than two ranks that did not die took part in matched "
-            f"collectives ({'rank' if len(failed) == 1 else 'ranks'} {_rank_list(failed)} failed: a rank that died is not named for "
-            "arriving late)."
+            f"collectives ({said}: a rank that died is not named for arriving late)."
         )
     if straggler is None:
         return Note("No straggler: fewer than two ranks took part in matched collectives.")

@@ -1632,6 +1632,8 @@ def rank_status(entry: Any) -> str:
         return "not loaded"
     ended = getattr(entry, "exit", None)  # capture's exit record
     if ended is not None and not ended.clean:
+        if ended.failed and getattr(entry, "knock_on_of", None) is not None:
+            return "knock-on"  # it failed because a peer failed first
         return "failed" if ended.failed else "stopped"
     return "ok" if entry.digest.complete else "incomplete"
 

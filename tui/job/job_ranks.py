@@ -29,6 +29,7 @@ from kinetoscope.analysis.job import (
     straggler_reason,
 )
 from kinetoscope.analysis.units import fmt_duration, fmt_table_time, plural
+from kinetoscope.parser.rank_exit import peer_error
 from kinetoscope.tui.widgets.render import PLAIN
 from kinetoscope.tui.widgets.table import Column, DataView, SavesCsv, TableModel
 from kinetoscope.tui.widgets.theme import palette_of
@@ -59,7 +60,7 @@ TITLE_LINES = 3  # the overview's title (its max-height)
 SHADE_GLYPHS = (" ", "▂", "▄", "▆")
 SHADE_BACKGROUNDS: tuple[str | None, ...] = (None, "idle", "memory-cursor", "gap")
 MODES = ("dur", "wait")
-STATUS_ORDER = ("ok", "incomplete", "stopped", "failed", "not loaded", "missing")
+STATUS_ORDER = ("ok", "incomplete", "stopped", "knock-on", "failed", "not loaded", "missing")
 MODE_TEXT = {"dur": "step time", "wait": "collective wait"}
 _STEP_NUMBER = re.compile(r"(\d+)\s*$")
 
@@ -82,6 +83,8 @@ class RankRow:
         if not entry.loaded:
             return "not loaded"
         if entry.exit is not None and not entry.exit.clean:
+            if entry.exit.failed and entry.knock_on_of is not None:
+                return "knock-on"  # it failed because a peer failed first
             return "failed" if entry.exit.failed else "stopped"
         return "ok" if entry.digest.complete else "incomplete"
 
@@ -94,11 +97,24 @@ class RankRow:
         if not entry.loaded:
             return entry.digest.error
         if entry.exit is not None and not entry.exit.clean:
+            if entry.knock_on_of is not None:
+                return _knock_on_said(entry)
             return entry.exit.describe()
         if not entry.digest.complete:
             warnings = entry.digest.warnings
             return warnings[0] if warnings else "the file ends before the JSON does"
         return None
+
+
+def _knock_on_said(entry: RankEntry) -> str:
+    """`stopped because its peer rank 2 failed first (RuntimeError at ProfilerStep#8: gloo:
+    connection closed by peer); its trace is partial`."""
+    assert entry.exit is not None
+    where = f" at ProfilerStep#{entry.exit.step}" if entry.exit.step is not None else ""
+    text = f"stopped because its peer rank {entry.knock_on_of} failed first"
+    text += f" ({entry.exit.exception}{where}: {peer_error(entry.exit) or 'a peer error'})"
+    tail = entry.exit.describe().partition(";")[2]
+    return text + (f";{tail}" if tail else "")
 
 
 def _said(row: RankRow) -> str:
@@ -762,20 +778,39 @@ class RanksScreen(SavesCsv, Screen):
                 f"{clean(files.left_out[0][1])})",
                 palette.style("warning"),
             )
-        problems = [r for r in rank_rows(job) if r.status != "ok"]
+        rows = rank_rows(job)
+        # The ranks that failed because a peer failed first are said in one phrase, after the
+        # failure they followed (which comes first).
+        knocked = [r.rank for r in rows if r.status == "knock-on"]
+        cause = job.knock_on.cause.rank if knocked and job.knock_on.cause is not None else None
+        problems = [r for r in rows if r.status not in ("ok", "knock-on")]
+        problems.sort(key=lambda r: r.rank != cause)
         # Missing ranks beyond those listed (a world size from a file may be anything).
         unlisted = max(0, files.missing_count - len(job.missing)) if files is not None else 0
         if problems:
             total = len(problems) + unlisted
             more = f" and {total - 6:,} more" if total > 6 else ""
             first, rest = problems[0], problems[1:6]
+            knock = []
+            if cause is not None:
+                shown = ", ".join(str(r) for r in knocked[:8]) + (", …" if len(knocked) > 8 else "")
+                one = len(knocked) == 1
+                knock = [
+                    f"{'rank' if one else 'ranks'} {shown} stopped after it (knock-on: "
+                    f"{'its' if one else 'their'} peer rank {cause} failed first)"
+                ]
             # The longest that fits the title's lines: how each rank ended, else how the
             # first did and the others' status, else every status (each row says the rest).
             forms = [
-                [f"rank {r.rank} {_said(r)}" for r in problems[:6]],
-                [f"rank {first.rank} {_said(first)}", *(f"rank {r.rank} {r.status}" for r in rest)],
-                [f"rank {r.rank} {r.status}" for r in problems[:6]],
-            ]
+                [f"rank {r.rank} {_said(r)}" for r in problems[:1]] + knock
+                + [f"rank {r.rank} {_said(r)}" for r in rest],
+                [f"rank {first.rank} {_said(first)}", *knock,
+                 *(f"rank {r.rank} {r.status}" for r in rest)],
+                [f"rank {first.rank} {first.status}", *knock,
+                 *(f"rank {r.rank} {r.status}" for r in rest)],
+                [f"rank {r.rank} {r.status}" for r in problems[:6]]
+                + ([f"{len(knocked)} knock-on"] if knocked else []),
+            ]  # fmt: skip
             for form in forms:
                 line = text.copy()
                 line.append(" · " + ", ".join(form) + more, palette.style("error", bold=True))
@@ -790,15 +825,21 @@ class RanksScreen(SavesCsv, Screen):
         palette = palette_of(self)
         text = Text(no_wrap=False, overflow="fold")
         if not straggler:
-            failed = [r.rank for r in rank_rows(self.job) if r.status == "failed"]
-            if failed:  # as the summary says it: the ranks that died may have taken part
-                shown = ", ".join(str(rank) for rank in failed[:8]) + (
-                    ", …" if len(failed) > 8 else ""
+            rows = rank_rows(self.job)
+            failed = [r.rank for r in rows if r.status == "failed"]
+            knocked = [r.rank for r in rows if r.status == "knock-on"]
+            if failed or knocked:  # as the summary says it: the dead may have taken part
+                said = ", ".join(
+                    f"{'rank' if len(ranks) == 1 else 'ranks'} "
+                    + ", ".join(str(rank) for rank in ranks[:8])
+                    + (", …" if len(ranks) > 8 else "")
+                    + f" {word}"
+                    for ranks, word in ((failed, "failed"), (knocked, "knock-on"))
+                    if ranks
                 )
                 text.append(
                     "no straggler named: fewer than two ranks that did not die took part in "
-                    f"matched collectives ({'rank' if len(failed) == 1 else 'ranks'} {shown} "
-                    "failed)"
+                    f"matched collectives ({said})"
                 )
                 return text
             text.append("no straggler: fewer than two ranks took part in matched collectives")
