@@ -21,8 +21,6 @@ cells: `kinetoscope.present.safe_text.fit_name` picks the form that fits.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -190,6 +188,9 @@ _demangler_loaded = False
 def _load_demangler() -> Callable[[bytes], str | None] | None:
     """`abi::__cxa_demangle` of the C++ runtime (libstdc++) through ctypes, with the C
     library's `free` for what it returns; None where either cannot be loaded."""
+    import ctypes  # here, not with the module: ctypes.util imports subprocess, and only a
+    import ctypes.util  # mangled name (a few traces) needs the demangler
+
     function = free = None
     # libstdc++ (Linux); libc++ (macOS, some Linux) carries the same function.
     for library in ("stdc++", "c++"):

@@ -7,11 +7,9 @@ from typing import Any
 from kinetoscope.parser.model import Trace
 
 from .classify import Groups, ranked_groups
-from .compile import compile_section
 from .devices import trace_device_names
 from .idle import CAUSES
 from .memory import device_properties
-from .memory_ops import memory_ops_section, peak_fields
 from .session import TraceSession
 from .sync import step_sync_us, sync_section
 from .units import us  # noqa: F401 (used here and by importers)
@@ -188,6 +186,8 @@ def steps_section(analysis: TraceSession) -> list[dict[str, Any]]:
 
 
 def memory_section(analysis: TraceSession) -> list[dict[str, Any]]:
+    from .memory_ops import peak_fields
+
     ops = analysis.memory_ops
     return [
         {
@@ -232,6 +232,11 @@ def causes_section(analysis: TraceSession) -> list[dict[str, Any]]:
 def build_summary(of: Trace | TraceSession) -> dict[str, Any]:
     """The whole document of the spec, for a trace or for an open session on one (whose
     results are then shared with the caller's other views)."""
+    # Imported here, not with the module: a job's rank digest (analysis/job.py) needs only the
+    # sections above, not the compile analysis or memory per operator (their import is ~25 ms).
+    from .compile import compile_section
+    from .memory_ops import memory_ops_section
+
     analysis = of if isinstance(of, TraceSession) else TraceSession(of)
     trace = analysis.trace
     # The stages that need no nesting run beside it; then memory per operator (the longest

@@ -34,6 +34,8 @@ def _load_trim() -> Any:
 
 
 _MALLOC_TRIM = _load_trim()
+ROW_BYTES = sum(np.dtype(dtype).itemsize for dtype in ROW_DTYPES.values())  # one row, all columns
+TRIM_MIN_BYTES = 8 << 20  # columns below this are grown without trimming the heap afterwards
 
 
 def release_heap() -> None:
@@ -242,7 +244,11 @@ class TraceBuilder:
             except MemoryError:
                 if capacity == need:
                     raise
-        release_heap()
+        # The old columns are freed as they are copied: their heap memory goes back to the
+        # system, unless the columns are small (malloc_trim walks the whole heap, some ms each
+        # time, for a job's small ranks more than their load's conversion costs).
+        if capacity * ROW_BYTES >= TRIM_MIN_BYTES:
+            release_heap()
 
     def finish(self, source: Source, header: dict[str, Any]) -> Trace:
         def joined(parts: list[np.ndarray], dtype: Any) -> np.ndarray:

@@ -33,8 +33,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -52,6 +51,9 @@ from .source import (
     iter_blocks,
     open_source,
 )
+
+if TYPE_CHECKING:  # imported where a pool is used: concurrent.futures brings logging (~8 ms)
+    from concurrent.futures import Future
 
 # Below these sizes worker processes cost more to start than they save.
 PARALLEL_MIN_PLAIN = 48 << 20
@@ -465,6 +467,8 @@ class RunsAhead:
                 starting = self.starting
                 if starting is not None and not starting.done.is_set():
                     # The workers are still starting: this run is decoded here meanwhile.
+                    from concurrent.futures import Future
+
                     here: Future = Future()
                     here.set_result(decode_file_run(identity, position, length))
                     pending.append(_ByOffset(here, position, length, None))

@@ -39,6 +39,7 @@ from .source import (
 TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json")
 HEAD_LIMIT = 64 << 20  # uncompressed bytes read at most to find the header keys
 _READ = 1 << 16
+_HEAD_BLOCK_MAX = 4 << 20  # uncompressed bytes of one block of the header's text, at most
 
 # The record of a job's merged export (kinetoscope/export/job_bundle.py MERGED_KEY): such a file holds
 # every rank, written with rank 0's header; it is left out of a job, not taken for rank 0.
@@ -268,23 +269,31 @@ def name_rank_problem(
 
 
 def _head_blocks(path: str):  # type: ignore[no-untyped-def]
-    """Uncompressed blocks from the start of the file (gzip by magic bytes)."""
+    """Uncompressed blocks from the start of the file (gzip by magic bytes). A gzip file is
+    inflated only as far as it is read: _READ bytes first, each block twice the last (up to
+    _HEAD_BLOCK_MAX), since the header is usually in the first few KB and a small rank's
+    whole file, inflated, is ten times its size."""
     with open(path, "rb") as handle:
         first = handle.read(_READ)
         inflater = zlib.decompressobj(16 + zlib.MAX_WBITS) if first[:2] == b"\x1f\x8b" else None
         data = first
+        wanted = _READ
         while data:
             if inflater is None:
                 yield data
             else:
                 try:
-                    out = inflater.decompress(data)
+                    out = inflater.decompress(data, wanted)
                 except zlib.error:
                     return
                 if out:
                     yield out
                 if inflater.eof:
                     return
+                wanted = min(2 * wanted, _HEAD_BLOCK_MAX)
+                data = inflater.unconsumed_tail
+                if data:
+                    continue
             data = handle.read(_READ)
 
 

@@ -40,7 +40,11 @@ class _Parser(argparse.ArgumentParser):
             (file or sys.stderr).write(message)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command; with `command` (one of COMMANDS), of that command only: a
+    command's module (and what it imports) is imported only when the command is run or `--help`
+    lists them all, so that `summary` does not pay for the viewer's, the server's or capture's
+    imports."""
     parser = _Parser(
         prog="kinetoscope",
         description="Terminal viewer and analyser for PyTorch profiler traces.",
@@ -49,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"kinetoscope {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in dict.fromkeys(COMMANDS.values()):
+    modules = [COMMANDS[command]] if command in COMMANDS else dict.fromkeys(COMMANDS.values())
+    for module in modules:
         importlib.import_module(f"kinetoscope.commands.{module}").register(sub)
     return parser
 
@@ -65,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
             argv[i - 1 : i + 1] = [f"--window={argv[i]}"]
     try:
         try:
-            args = build_parser().parse_args(argv)
+            # The first word names the command (`view` was put in front of a bare TRACE): only
+            # its module is imported; an option first (`--help`, `--version`): every command's.
+            args = build_parser(argv[0] if argv else None).parse_args(argv)
             if args.command is None:
                 build_parser().print_help()
                 _flush_stdout()

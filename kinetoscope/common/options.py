@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 
-from kinetoscope.common.budget import BudgetError, parse_percent
 from kinetoscope.common.numbers import MAX_NUMBER_TEXT, shown
 
 # The largest values the count options take: a cycle, a worker count, a gap's rank (more than
@@ -27,6 +26,8 @@ def typed(text: str, what: str) -> str:
 def percent(text: str) -> float:
     """`diff`'s `--threshold` and `--fail-above`: a percentage as `check`'s budgets write it
     (`5`, `5%`, `12.5 %`; kinetoscope/common/budget.py), up to MAX_PERCENT."""
+    from kinetoscope.common.budget import BudgetError, parse_percent  # fractions: diff alone
+
     try:
         return float(parse_percent(text, "a percentage", most=MAX_PERCENT))
     except BudgetError as exc:

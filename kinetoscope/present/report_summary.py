@@ -10,15 +10,17 @@ import re
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from kinetoscope.analysis.units import fmt_bytes, fmt_percent, fmt_table_time, plural
-from kinetoscope.present import tables
 
 # Rich-only helpers (no Textual): the viewer's cutting, measured in the same cells.
 from kinetoscope.present.safe_text import cut_end, cut_front, fit_names
+
+if TYPE_CHECKING:
+    from kinetoscope.present import tables
 
 NATURAL_WIDTH = 10_000  # "no width": every table at its natural width (standard output a pipe)
 
@@ -121,7 +123,10 @@ def _finite(value: Any) -> Any:
 NUMBER, NAME, STACK, TEXT = "number", "name", "stack", "text"
 CAP = {NAME: 48, STACK: 80, TEXT: 100}  # the widest a column is drawn, even with room to spare
 FLOOR = {NAME: 16, STACK: 24, TEXT: 16}  # the narrowest before a table is split in two
-STACK_SEPARATOR = tables.STACK_SEPARATOR
+# = tables.STACK_SEPARATOR. present/tables.py is imported by the functions that draw its tables,
+# not with this module: a job's JSON summary needs `summary_json` and `emit` only, and the
+# tables module's typed rows cost ~20 ms to define (tests/test_startup_imports.py).
+STACK_SEPARATOR = " > "
 NAME_WIDTH = CAP[NAME]
 
 
@@ -479,6 +484,8 @@ def section(
 def _report_cell(field: tables.Field, row: int) -> Any:
     from rich.text import Text
 
+    from kinetoscope.present import tables
+
     if field.text is not None:
         return field.text(row)
     value = field.value(row)
@@ -521,6 +528,8 @@ def trace_facts(analysis: Any, document: dict[str, Any]) -> Any:
 
 
 def steps_section(analysis: Any) -> Any:
+    from kinetoscope.present import tables
+
     steps = analysis.steps
     if len(steps) == 0:
         return None
@@ -528,6 +537,8 @@ def steps_section(analysis: Any) -> Any:
 
 
 def gpu_section(document: dict[str, Any]) -> Any:
+    from kinetoscope.present import tables
+
     if not document["gpu"]:
         return None
     return section(tables.devices_table(tables.DeviceRows.of_document(document)))
@@ -563,6 +574,8 @@ def device_names_note(document: dict[str, Any]) -> Any:
 
 
 def gaps_section(document: dict[str, Any]) -> Any:
+    from kinetoscope.present import tables
+
     if not document["idle_gaps"]:
         return None
     return section(tables.gaps_table(tables.GapRows.of_document(document)))
@@ -571,6 +584,8 @@ def gaps_section(document: dict[str, Any]) -> Any:
 def idle_by_cpu_section(document: dict[str, Any], limit: int = 10) -> Any:
     """GPU idle totalled by the CPU operator running during the gaps (extension section): the
     `limit` most, then the gaps with no CPU slice there."""
+    from kinetoscope.present import tables
+
     entries = document.get("idle_by_cpu") or []
     if not entries:
         return None
@@ -580,6 +595,8 @@ def idle_by_cpu_section(document: dict[str, Any], limit: int = 10) -> Any:
 
 
 def operators_section(document: dict[str, Any], limit: int = 20) -> Any:
+    from kinetoscope.present import tables
+
     ops = document["operators"]
     if not ops:
         return None
@@ -590,6 +607,8 @@ def operators_section(document: dict[str, Any], limit: int = 20) -> Any:
 
 
 def kernels_section(analysis: Any, document: dict[str, Any], limit: int = 20) -> Any:
+    from kinetoscope.present import tables
+
     kernels = document["kernels"]
     if not kernels:
         return None
@@ -604,6 +623,8 @@ def kernels_section(analysis: Any, document: dict[str, Any], limit: int = 20) ->
 
 
 def memory_section(document: dict[str, Any]) -> Any:
+    from kinetoscope.present import tables
+
     if not document["memory"]:
         return None
     return section(tables.memory_peaks_table(tables.MemoryPeakRows.of_document(document)))
@@ -612,6 +633,8 @@ def memory_section(document: dict[str, Any]) -> Any:
 def compile_tables(document: dict[str, Any]) -> list[Any]:
     """The `compile` section (docs/compile.md): facts, eager islands, per step; nothing for a
     trace without compiled code or graph replay."""
+    from kinetoscope.present import tables
+
     c = document.get("compile")
     if not c or not (c["has_compiled"] or c["graph_replay"]):
         return []
@@ -786,6 +809,8 @@ def what_to_fix_table(document: dict[str, Any]) -> Any:
 def findings_section(document: dict[str, Any], grouped: bool = True) -> Any:
     """One row per cause, the findings of other rules it explains inside its row (`grouped`),
     or one row per rule's finding."""
+    from kinetoscope.present import tables
+
     findings = document["findings"]
     causes = _causes(document) if grouped else _causes({"findings": findings})
     rows = []
