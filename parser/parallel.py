@@ -159,7 +159,7 @@ def pays_for_workers(paths: list[str]) -> bool:
 # The modules the worker server imports once, before it forks any worker. Every pool of
 # kinetoscope's worker processes (this parser's decoding, the job's digests) shares one
 # forkserver and so one list: it is kept here, the union of what every user asked for.
-_PRELOAD = ["kinetoscope.parser.parallel"]
+_PRELOAD = ["kinetoscope.parser.parallel", "kinetoscope.parser.server_exit"]
 _PRELOAD_LOCK = threading.Lock()
 
 

@@ -560,3 +560,40 @@ def test_a_released_load_returns_before_its_workers_are_stopped(write_trace, how
         assert lines[1].split() == ["False", "0"]
     for pid in children.split(","):  # stopped and reaped before the process ended
         assert not os.path.exists(f"/proc/{pid}")
+
+
+_SERVER_EXIT = """
+import atexit, gc, sys
+from kinetoscope.parser import load, parallel
+
+if sys.argv[1] == "import":  # as the worker server does
+    atexit.register(lambda: print("frozen", gc.get_freeze_count() > 0))
+    import kinetoscope.parser.server_exit
+else:
+    trace = load(sys.argv[2], use_cache=False, workers=2, release=True)
+    parallel.wait_released()
+    print(trace.workers, "kinetoscope.parser.server_exit" in sys.modules)
+"""
+
+
+def test_the_worker_server_alone_skips_the_collections_at_its_exit(write_trace):
+    """The worker server preloads `server_exit`, whose exit handler freezes its objects (its
+    exit, which a released load's stop waits for, then skips the full collections); the
+    loading process never imports it (its own collections go on as before)."""
+    import multiprocessing.forkserver
+
+    from kinetoscope.parser import parallel
+
+    parallel.worker_context()
+    assert (
+        "kinetoscope.parser.server_exit" in multiprocessing.forkserver._forkserver._preload_modules
+    )
+    path = write_trace(doc(*[X(f"op{i % 9}", i, 1) for i in range(40000)]))
+    env = {**os.environ, "KINETOSCOPE_PARALLEL_MIN_BYTES": "1"}
+    run = [sys.executable, "-c", _SERVER_EXIT]
+    imported = subprocess.run([*run, "import"], capture_output=True, text=True, timeout=60)
+    assert imported.stdout.split() == ["frozen", "True"], imported.stderr[-2000:]
+    loaded = subprocess.run(
+        [*run, "load", str(path)], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert loaded.stdout.split() == ["2", "False"], loaded.stderr[-2000:]
