@@ -9,7 +9,8 @@ exact shape and types and match its hash, every file must be a regular file (ope
 blocking) with the identity recorded, every .npy header must be well formed and agree with the
 manifest; an entry that fails any check is ignored (and rebuilt by whoever writes caches).
 Entries are written to a temporary folder and renamed into place, so a crash leaves no half
-entry.
+entry. Each array file is written from the array's own buffer, and its CRC-32 is computed from
+the blocks as they are written (the file is never read back to checksum it).
 
 The rule of the checks: opening an entry costs the same at any size. Before anything is mapped,
 each array file's identity is compared with the one recorded after it was written (size, inode,

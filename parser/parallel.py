@@ -21,6 +21,11 @@ and a run's metadata events as the few values they set. The loading process find
 merges runs (about 0.25 ms per MB, while the workers decode the next runs), decodes the first
 runs itself while the worker server starts (its imports take about half a second), and reads
 the last run (at most RUN_BYTES) itself.
+
+A load with `release` (a process that loads nothing more: `summary`) does not wait for its pool
+to shut down nor for the worker server and resource tracker to exit: a thread does both while
+the caller analyses (`releasing`, `wait_released`; the next pool and the process's exit wait
+for it), and the server's own exit skips its full garbage collections (server_exit.py).
 """
 
 from __future__ import annotations
