@@ -17,6 +17,7 @@ from .parallel import (
     prepare_workers,
     read_trace,
     release_workers,
+    releasing,
     threads_affordable,
     worker_context,
 )
@@ -42,17 +43,19 @@ def load(
     `workers` processes decode runs in parallel (default: one per CPU, for big files only); a
     program with a terminal UI calls `prepare_workers(path)` before the UI starts. `release`, for
     a process that loads nothing more: afterwards, stop the workers' server and give the heap
-    the decoding freed back to the system (the analysis needs that memory more).
+    the decoding freed back to the system (the analysis needs that memory more); a pool of
+    workers is stopped in a thread meanwhile (`parallel.wait_released` waits for it).
     `verify_cache=False` maps a cache entry without reading its CRCs (a reopen then costs the
     same at any size); the caller must run `cache.check(trace)` before trusting it further
     (the viewer does, after its first frame: parser/cache.py says the rule).
     """
     try:
-        return _load(str(path), progress, use_cache, workers, write_cache, verify_cache)
+        return _load(str(path), progress, use_cache, workers, write_cache, verify_cache, release)
     finally:
         if release:
             try:
-                release_workers()
+                if not releasing():  # else a thread stops them once the load's pool is down
+                    release_workers()
                 release_heap()
             except (MemoryError, ImportError, OSError):  # out of memory: the load's error stands
                 pass
@@ -65,6 +68,7 @@ def _load(
     workers: int | None,
     write_cache: bool,
     verify_cache: bool = True,
+    release: bool = False,
 ) -> Trace:
     if use_cache:
         try:
@@ -77,7 +81,7 @@ def _load(
             return cached
     # The file's identity before the read: a cache entry is written only if it still holds.
     key = cache.identity(path)
-    trace = read_trace(path, progress, workers)
+    trace = read_trace(path, progress, workers, release)
     trace.cache_key = key
     if use_cache and write_cache:
         save_cache(trace)

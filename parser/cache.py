@@ -9,7 +9,8 @@ exact shape and types and match its hash, every file must be a regular file (ope
 blocking) with the identity recorded, every .npy header must be well formed and agree with the
 manifest; an entry that fails any check is ignored (and rebuilt by whoever writes caches).
 Entries are written to a temporary folder and renamed into place, so a crash leaves no half
-entry.
+entry. Each array file is written from the array's own buffer, and its CRC-32 is computed from
+the blocks as they are written (the file is never read back to checksum it).
 
 The rule of the checks: opening an entry costs the same at any size. Before anything is mapped,
 each array file's identity is compared with the one recorded after it was written (size, inode,
@@ -299,14 +300,6 @@ def entry_dir(path: str, root: Path | None = None) -> Path:
     return (root or cache_root()) / digest[:32]
 
 
-def _crc(path: Path) -> int:
-    crc = 0
-    with open(path, "rb") as handle:
-        while block := handle.read(8 << 20):
-            crc = zlib.crc32(block, crc)
-    return crc
-
-
 def _fd_crc(fd: int, size: int) -> int:
     """CRC-32 of a descriptor's first `size` bytes (read, not mapped: no pages stay resident)."""
     crc = 0
@@ -484,10 +477,7 @@ def _write_arrays(folder: Path, arrays: dict[str, np.ndarray]) -> dict[str, File
     files = {}
     for name, array in arrays.items():
         file = folder / f"{name}.npy"
-        array = np.ascontiguousarray(array)
-        np.save(file, array, allow_pickle=False)
-        os.chmod(file, 0o600)  # the owner's alone, whatever the umask (then its identity)
-        crc = _crc(file)
+        crc = _write_npy(file, np.ascontiguousarray(array))
         st = file.stat()
         files[name] = FileFacts(
             st.st_size,
@@ -499,6 +489,39 @@ def _write_arrays(folder: Path, arrays: dict[str, np.ndarray]) -> dict[str, File
             ctime_ns=st.st_ctime_ns,
         )
     return files
+
+
+_WRITE_BLOCK = 4 << 20  # bytes written (and checksummed, still in the CPU's cache) at a time
+
+
+def _npy_header_bytes(array: np.ndarray) -> bytes:
+    """The .npy header `np.save` writes for `array` (format 1.0, which every 1-D array of
+    ours fits; numpy raises otherwise)."""
+    from io import BytesIO
+
+    from numpy.lib import format as npy_format
+
+    head = BytesIO()
+    npy_format.write_array_header_1_0(head, npy_format.header_data_from_array_1_0(array))
+    return head.getvalue()
+
+
+def _write_npy(file: Path, array: np.ndarray) -> int:
+    """Write the C-contiguous `array` to a new `file`, byte for byte as `np.save` does, the
+    owner's alone (0600, whatever the umask); its CRC-32. The CRC is computed from the bytes as
+    they are written, block by block from the array's own buffer (no copy, no second pass
+    reading the file back)."""
+    header = _npy_header_bytes(array)
+    crc = zlib.crc32(header)
+    data = memoryview(array.reshape(-1).view(np.uint8)) if array.size else memoryview(b"")
+    with open(file, "wb") as handle:
+        os.fchmod(handle.fileno(), 0o600)
+        handle.write(header)
+        for start in range(0, len(data), _WRITE_BLOCK):
+            block = data[start : start + _WRITE_BLOCK]
+            crc = zlib.crc32(block, crc)
+            handle.write(block)
+    return crc
 
 
 def _npy_header(head: bytes) -> tuple[np.dtype, tuple[int, ...], int]:

@@ -21,6 +21,11 @@ and a run's metadata events as the few values they set. The loading process find
 merges runs (about 0.25 ms per MB, while the workers decode the next runs), decodes the first
 runs itself while the worker server starts (its imports take about half a second), and reads
 the last run (at most RUN_BYTES) itself.
+
+A load with `release` (a process that loads nothing more: `summary`) does not wait for its pool
+to shut down nor for the worker server and resource tracker to exit: a thread does both while
+the caller analyses (`releasing`, `wait_released`; the next pool and the process's exit wait
+for it), and the server's own exit skips its full garbage collections (server_exit.py).
 """
 
 from __future__ import annotations
@@ -161,7 +166,7 @@ def pays_for_workers(paths: list[str]) -> bool:
 # The modules the worker server imports once, before it forks any worker. Every pool of
 # kinetoscope's worker processes (this parser's decoding, the job's digests) shares one
 # forkserver and so one list: it is kept here, the union of what every user asked for.
-_PRELOAD = ["kinetoscope.parser.parallel"]
+_PRELOAD = ["kinetoscope.parser.parallel", "kinetoscope.parser.server_exit"]
 _PRELOAD_LOCK = threading.Lock()
 
 
@@ -172,6 +177,7 @@ def worker_context(*preload: str) -> Any:
     server starts: a module added once it runs is imported by each worker when first used."""
     import multiprocessing
 
+    wait_released()  # a released load's server still stopping: gone before another starts
     context = multiprocessing.get_context("forkserver")
     with _PRELOAD_LOCK:
         _PRELOAD.extend(name for name in dict.fromkeys(preload) if name not in _PRELOAD)
@@ -211,6 +217,68 @@ def release_workers() -> None:
     """Stop the worker server and multiprocessing's resource tracker, if they run (about 50 MB
     between them); a later parallel load starts them again. For processes done loading. Neither
     is imported when no load used it (an import can fail for memory after a load that did)."""
+    wait_released()
+    _stop_helpers()
+
+
+# The pools that loads with `release` left stopping in threads (`_stop_in_background`).
+_RELEASING: list[threading.Thread] = []
+_RELEASING_LOCK = threading.Lock()
+
+
+def releasing() -> bool:
+    """Whether a load's pool and the worker server are being stopped in the background."""
+    with _RELEASING_LOCK:
+        return any(thread.is_alive() for thread in _RELEASING)
+
+
+def wait_released() -> None:
+    """Wait until the pools that loads with `release` left stopping (and the worker server
+    and resource tracker they stop) are gone."""
+    with _RELEASING_LOCK:
+        threads = list(_RELEASING)
+        _RELEASING.clear()
+    for thread in threads:
+        if thread is not threading.current_thread():
+            thread.join()
+
+
+def _stop_pool(pool: Any, starting: _Starting | None) -> None:
+    """Shut a load's pool down: its workers started (if they were starting), then stopped."""
+    if starting is not None:
+        starting.thread.join()  # before the pool shuts down
+    pool.shutdown(wait=True)
+
+
+def _stop_in_background(pool: Any, starting: _Starting | None) -> None:
+    """For a load with `release`, done with its pool: the pool shut down, then the worker server
+    and the resource tracker stopped (`_stop_helpers`), in a thread, while the caller goes on
+    (to its analysis). Neither wait does anything for the caller: workers still starting when
+    the read ended (a busy machine: seconds) decode nothing, and a helper's stop waits for the
+    helper's own exit. The thread is not a daemon: the process's exit waits for it, so no
+    worker is left behind. The next pool (`worker_context`) waits for it too."""
+
+    def stop() -> None:
+        try:
+            _stop_pool(pool, starting)
+        except Exception:  # noqa: BLE001 - a pool that could not be shut down: its workers end
+            pass  # with this process, as after any other failed shutdown
+        finally:
+            _stop_helpers()
+
+    thread = threading.Thread(target=stop, name="kinetoscope-workers-stop")
+    try:
+        thread.start()
+    except RuntimeError:  # no thread to be had: stopped here, as before
+        stop()
+        return
+    with _RELEASING_LOCK:
+        _RELEASING.append(thread)
+
+
+def _stop_helpers() -> None:
+    """Stop the worker server and the resource tracker, if they run (each stop waits for the
+    helper's exit)."""
     forkserver = sys.modules.get("multiprocessing.forkserver")
     resource_tracker = sys.modules.get("multiprocessing.resource_tracker")
     for helper in (
@@ -226,8 +294,12 @@ def release_workers() -> None:
                 pass
 
 
-def read_trace(path: str, progress: Progress | None = None, workers: int | None = None) -> Trace:
-    """Read the trace file at `path`, with `workers` processes (None: as `workers_for` says)."""
+def read_trace(
+    path: str, progress: Progress | None = None, workers: int | None = None, release: bool = False
+) -> Trace:
+    """Read the trace file at `path`, with `workers` processes (None: as `workers_for` says).
+    `release`: this process loads nothing more; a pool of workers is then stopped, with the
+    worker server and the resource tracker, in the background (`releasing`, `wait_released`)."""
     seen = [0, 0, 0]  # the last progress: bytes done, bytes in all, events
 
     def track(done: int, total: int, events: int) -> None:
@@ -237,7 +309,7 @@ def read_trace(path: str, progress: Progress | None = None, workers: int | None 
 
     with gc_paused():
         try:
-            return _read_trace(path, track, workers)
+            return _read_trace(path, track, workers, release)
         except MemoryError:
             # One line that says what the load needs, estimated from the events read so far.
             done, total, events = seen
@@ -245,16 +317,20 @@ def read_trace(path: str, progress: Progress | None = None, workers: int | None 
             raise TraceError(out_of_memory_message(path, estimate)) from None
 
 
-def _read_trace(path: str, progress: Progress | None, workers: int | None) -> Trace:
+def _read_trace(
+    path: str, progress: Progress | None, workers: int | None, release: bool = False
+) -> Trace:
     # Opened once: every byte of the load, the workers' included, comes from this open file.
     state = open_source(path)
     try:
-        return _read_source(state, progress, workers)
+        return _read_source(state, progress, workers, release)
     finally:
         state.close()
 
 
-def _read_source(state: SourceState, progress: Progress | None, workers: int | None) -> Trace:
+def _read_source(
+    state: SourceState, progress: Progress | None, workers: int | None, release: bool = False
+) -> Trace:
     workers = workers_for(state, workers)
     if workers <= 1:
         return reader.read_source(state, iter_blocks(state), progress)
@@ -277,15 +353,18 @@ def _read_source(state: SourceState, progress: Progress | None, workers: int | N
             pool.shutdown(wait=False, cancel_futures=True)
         return reader.read_source(state, iter_blocks(state), progress)
     try:
-        with pool:
-            try:
-                ahead = RunsAhead(pool, workers, starting)
-                trace = reader.read_source(state, iter_blocks(state), progress, ahead)
-            finally:
-                if starting is not None:
-                    starting.thread.join()  # before the pool shuts down
-            trace.workers = workers
-            return trace
+        try:
+            ahead = RunsAhead(pool, workers, starting)
+            trace = reader.read_source(state, iter_blocks(state), progress, ahead)
+        except BaseException:
+            _stop_pool(pool, starting)
+            raise
+        trace.workers = workers
+        if release:
+            _stop_in_background(pool, starting)
+        else:
+            _stop_pool(pool, starting)
+        return trace
     except BrokenProcessPool:
         # A worker died: read again (the same open file) in this process alone.
         state.restart()

@@ -475,7 +475,7 @@ def test_numpy_huge_page_advice_is_off_unless_asked_for(setting):
 
 _RELEASE = """
 import os, sys
-from kinetoscope.parser import load
+from kinetoscope.parser import load, parallel
 
 def children():
     mine = str(os.getpid())
@@ -490,6 +490,7 @@ def children():
     return found
 
 trace = load(sys.argv[1], use_cache=False, workers=2, release=sys.argv[2] == "release")
+parallel.wait_released()  # a released load's pool stops in a thread: its end waited for here
 print(trace.workers, len(children()))
 """
 
@@ -511,3 +512,90 @@ def test_a_load_with_release_leaves_no_worker_processes(write_trace, release):
     workers, children = map(int, result.stdout.split())
     assert workers == 2  # decoded by worker processes, not the one-process fallback
     assert (children == 0) if release else (children > 0)
+
+
+_RELEASE_LATER = (
+    _RELEASE.split("trace = load")[0]
+    + """
+import threading
+gate = threading.Event()
+stop_pool = parallel._stop_pool
+
+def held(pool, starting):  # the pool's stop held until the load has returned
+    gate.wait()
+    stop_pool(pool, starting)
+
+parallel._stop_pool = held
+trace = load(sys.argv[1], use_cache=False, workers=2, release=True)
+print(trace.workers, parallel.releasing(), ",".join(children()))
+if sys.argv[2] == "wait":
+    gate.set()
+    parallel.wait_released()
+    print(parallel.releasing(), len(children()))
+else:  # the process ends with the stop still held: its exit waits for the stop
+    threading.Timer(0.5, gate.set).start()
+"""
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("how", ["wait", "exit"])
+def test_a_released_load_returns_before_its_workers_are_stopped(write_trace, how):
+    """`load(release=True)` does not wait for its pool's shutdown nor for the worker server's
+    exit (on a busy machine, seconds for workers still starting that would decode nothing):
+    a thread does both while the caller analyses; a wait, or the process's exit, sees them
+    stopped, no worker left and nothing said."""
+    path = write_trace(doc(*[X(f"op{i % 9}", i, 1) for i in range(40000)]))
+    result = subprocess.run(
+        [sys.executable, "-c", _RELEASE_LATER, str(path), how],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "KINETOSCOPE_PARALLEL_MIN_BYTES": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stderr == ""
+    lines = result.stdout.split("\n")
+    workers, stopping, children = lines[0].split()
+    assert (workers, stopping) == ("2", "True") and children  # the server, still running
+    if how == "wait":
+        assert lines[1].split() == ["False", "0"]
+    for pid in children.split(","):  # stopped and reaped before the process ended
+        assert not os.path.exists(f"/proc/{pid}")
+
+
+_SERVER_EXIT = """
+import atexit, gc, sys
+from kinetoscope.parser import load, parallel
+
+if sys.argv[1] == "import":  # as the worker server does
+    atexit.register(lambda: print("frozen", gc.get_freeze_count() > 0))
+    import kinetoscope.parser.server_exit
+else:
+    trace = load(sys.argv[2], use_cache=False, workers=2, release=True)
+    parallel.wait_released()
+    print(trace.workers, "kinetoscope.parser.server_exit" in sys.modules)
+"""
+
+
+def test_the_worker_server_alone_skips_the_collections_at_its_exit(write_trace):
+    """The worker server preloads `server_exit`, whose exit handler freezes its objects (its
+    exit, which a released load's stop waits for, then skips the full collections); the
+    loading process never imports it (its own collections go on as before)."""
+    import multiprocessing.forkserver
+
+    from kinetoscope.parser import parallel
+
+    parallel.worker_context()
+    assert (
+        "kinetoscope.parser.server_exit" in multiprocessing.forkserver._forkserver._preload_modules
+    )
+    path = write_trace(doc(*[X(f"op{i % 9}", i, 1) for i in range(40000)]))
+    env = {**os.environ, "KINETOSCOPE_PARALLEL_MIN_BYTES": "1"}
+    run = [sys.executable, "-c", _SERVER_EXIT]
+    imported = subprocess.run([*run, "import"], capture_output=True, text=True, timeout=60)
+    assert imported.stdout.split() == ["frozen", "True"], imported.stderr[-2000:]
+    loaded = subprocess.run(
+        [*run, "load", str(path)], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert loaded.stdout.split() == ["2", "False"], loaded.stderr[-2000:]

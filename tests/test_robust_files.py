@@ -9,7 +9,6 @@ import stat
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 from kinetoscope.parser import cache, file_changed, load, loads, read_event, save_cache
 
@@ -140,19 +139,19 @@ def test_default_cache_location_is_not_next_to_the_trace(big_trace, tmp_path, mo
 def test_interrupted_cache_write_leaves_nothing_behind(big_trace, monkeypatch):
     root = Path(os.environ["KINETOSCOPE_CACHE_DIR"])
     trace = load(str(big_trace), write_cache=False)
-    real_save = np.save
+    real_write = cache._write_npy  # each array file's write
     calls = []
 
     def interrupted(*args, **kwargs):
         calls.append(1)
         if len(calls) == 3:
             raise KeyboardInterrupt
-        return real_save(*args, **kwargs)
+        return real_write(*args, **kwargs)
 
-    monkeypatch.setattr(np, "save", interrupted)
+    monkeypatch.setattr(cache, "_write_npy", interrupted)
     with pytest.raises(KeyboardInterrupt):
         cache.save(trace)
-    monkeypatch.setattr(np, "save", real_save)
+    monkeypatch.setattr(cache, "_write_npy", real_write)
     assert [p.name for p in root.iterdir()] == [], "a half-written cache folder was left"
     assert cache.load(str(big_trace)) is None
     assert cache.save(trace) is not None and cache.load(str(big_trace)) is not None
