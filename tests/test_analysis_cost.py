@@ -281,6 +281,42 @@ def test_memory_per_operator_python_calls_do_not_grow_with_the_events():
     assert many == few, (few, many)
 
 
+class _CountedGathers(np.ndarray):
+    """A column that counts how often it is indexed (each gather gives a plain array)."""
+
+    gathers = 0
+
+    def __getitem__(self, index):
+        type(self).gathers += 1
+        return np.asarray(super().__getitem__(index))
+
+
+def test_memory_per_operator_walks_the_instances_once_for_all_devices(monkeypatch):
+    """The outermost instances' start times are gathered once per block of instances, however
+    many devices hold [memory] events (here two): halving the block size adds exactly one
+    gather per added block, not one per block and device."""
+    import kinetoscope.analysis.memory_ops as memory_ops
+    from kinetoscope.analysis.steps import step_rows
+
+    trace = loads(_memory_steps(20))
+    session = TraceSession(trace)
+    for name in ("classes", "cpu_groups", "nesting"):
+        getattr(session, name)
+    steps = step_rows(trace, session.classes.cpu)
+    outer = int(session.nesting.outermost.sum())
+    trace.start = trace.start.view(_CountedGathers)
+    counts = {}
+    for block in (64, 16, 4):
+        monkeypatch.setattr(memory_ops, "PEAK_BLOCK", block)
+        _CountedGathers.gathers = 0
+        ops = memory_ops.compute_memory_ops(trace, session.nesting, session.cpu_groups, steps)
+        assert len(ops.devices) == 2
+        counts[block] = (_CountedGathers.gathers, -(-outer // block))
+    (g64, b64), (g16, b16), (g4, b4) = counts[64], counts[16], counts[4]
+    assert b4 > b16 > b64 > 1
+    assert g16 - g64 == b16 - b64 and g4 - g16 == b4 - b16, counts
+
+
 def test_nesting_python_calls_do_not_grow_with_the_slices():
     """compute_nesting over 40x the steps: the same Python calls (the nearest-greater search
     and the subtrees' pointer doubling take rounds in the depth, not in the slices)."""
