@@ -488,3 +488,52 @@ def test_the_findings_run_beside_memory_per_operator(monkeypatch):
     monkeypatch.setattr(memory_ops_module, "compute_memory_ops", memory_ops)
     assert build_summary(loads(data)) == serial
     assert seen_during == [True]
+
+
+def test_the_steps_come_before_memory_per_operator_beside_the_sync(monkeypatch):
+    """The findings' chain is split over the two threads: the first makes the steps (with the
+    nesting at hand: they never sort the slices themselves), then memory per operator, while
+    the second makes the sync (which here waits until memory per operator has begun: the steps
+    are made by then only when the first thread made them), and the document is the serial
+    one."""
+    import threading
+
+    import kinetoscope.analysis.memory_ops as memory_ops_module
+    import kinetoscope.analysis.session as session_module
+    import kinetoscope.analysis.sync as sync_module
+    from kinetoscope.analysis.summary import build_summary
+
+    data = _memory_steps(3)
+    monkeypatch.setattr(session_module, "_cpus", lambda: 1)
+    serial = build_summary(loads(data))
+
+    monkeypatch.setattr(session_module, "_cpus", lambda: 2)
+    steps_made, ops_begun = threading.Event(), threading.Event()
+    seen: list[tuple[str, bool]] = []
+    original_steps, original_sync = session_module.compute_steps, sync_module.compute_sync
+    original_ops = memory_ops_module.compute_memory_ops
+
+    def steps(*args):
+        seen.append(("steps with the nesting", args[-1] is not None))
+        result = original_steps(*args)
+        steps_made.set()
+        return result
+
+    def memory_ops(*args):
+        seen.append(("memory per operator after the steps", steps_made.is_set()))
+        ops_begun.set()
+        return original_ops(*args)
+
+    def sync(*args):
+        seen.append(("sync beside memory per operator", ops_begun.wait(timeout=30)))
+        return original_sync(*args)
+
+    monkeypatch.setattr(session_module, "compute_steps", steps)
+    monkeypatch.setattr(memory_ops_module, "compute_memory_ops", memory_ops)
+    monkeypatch.setattr(sync_module, "compute_sync", sync)
+    assert build_summary(loads(data)) == serial
+    assert sorted(seen) == [
+        ("memory per operator after the steps", True),
+        ("steps with the nesting", True),
+        ("sync beside memory per operator", True),
+    ]
