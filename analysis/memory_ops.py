@@ -657,11 +657,25 @@ def compute_memory_ops(
     memory: MemoryEvents = trace.memory
     groups_memory = compute_memory(memory)
     outermost = _outermost(nesting, groups) if groups_memory else (np.zeros(0), np.zeros(0))
-    found = []
+    prepared = []
     for group in groups_memory:
         idx = group.indices[memory.ts[group.indices] != NO_VALUE]
         idx = idx[np.lexsort((memory.ordinal[idx], memory.ts[idx]))]
-        ts = memory.ts[idx]
+        prepared.append((group, idx, memory.ts[idx]))
+    # Every device's owners in one search (each event's alone: the answer is the same), so
+    # that each lane's starts are gathered once, not once per device.
+    lanes = [cpu_lanes_for(trace, nesting, memory.lane[idx]) for _group, idx, _ts in prepared]
+    owners = innermost_slices(
+        trace,
+        nesting,
+        np.concatenate(lanes) if lanes else np.zeros(0, np.int64),
+        np.concatenate([ts for *_, ts in prepared]) if prepared else np.zeros(0, np.int64),
+    )
+    found = []
+    taken = 0
+    for group, idx, ts in prepared:
+        owner_pos = owners[taken : taken + len(idx)]
+        taken += len(idx)
         raw_bytes = memory.bytes[idx]
         nbytes = np.where(raw_bytes == NO_VALUE, 0, raw_bytes).astype(np.int64)
         if len(idx):
@@ -671,9 +685,6 @@ def compute_memory_ops(
         reserved = _fill_reserved(memory.total_reserved[idx])
         addr = memory.addr[idx]
         addresses_known = bool(len(idx)) and bool((addr[nbytes != 0] != NO_VALUE).all())
-        owner_pos = innermost_slices(
-            trace, nesting, cpu_lanes_for(trace, nesting, memory.lane[idx]), ts
-        )
         allocations = match_allocations(ts, nbytes, addr, addresses_known)
         # Byte counts near 2**63 are valid: their sums are then taken in Python integers.
         events = _DeviceEvents(owner_pos, nbytes, ts, allocated, allocations, sums_fit(nbytes))
