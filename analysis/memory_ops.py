@@ -390,9 +390,10 @@ class _InstanceSums:
         stop: np.ndarray,
         g: np.ndarray,
         backwards: np.ndarray,
+        runs: np.ndarray,
     ) -> None:
         self._inclusive(outer, stop, g)
-        self._peaks(rows, start, end, g, backwards)
+        self._peaks(rows, start, end, g, backwards, runs)
 
     def _inclusive(self, outer: np.ndarray, stop: np.ndarray, g: np.ndarray) -> None:
         """Per group, the sums over the events inside the subtrees of its outermost instances.
@@ -422,6 +423,7 @@ class _InstanceSums:
         end: np.ndarray,
         g: np.ndarray,
         backwards: np.ndarray,
+        runs: np.ndarray,
     ) -> None:
         """Per group: the largest level while one of its outermost instances ran (the level
         entering its start, and every event up to its end), and the instance (row) that saw
@@ -435,7 +437,7 @@ class _InstanceSums:
         ts, allocated, n_groups = self.dev.ts, self.dev.allocated, self.n_groups
         if not len(ts):
             return
-        first = np.searchsorted(ts, start, side="left")  # the first event at or after the start
+        first = _first_at_or_after(ts, start, runs)  # the first event at or after the start
         seen = self.entering[first]
         # Only instances with an event inside reach past it: their end is searched for alone.
         inside = np.flatnonzero(self.after[first] < end)
@@ -471,6 +473,25 @@ class _InstanceSums:
         self.peak_row[winners] = rows[firsts[better]]
 
 
+def _first_at_or_after(ts: np.ndarray, start: np.ndarray, runs: np.ndarray) -> np.ndarray:
+    """`np.searchsorted(ts, start, side="left")`, where `runs` (ascending, from 0 to
+    len(start)) cut `start` into ascending runs. A run much longer than `ts` is answered by
+    counting instead: the events placed among its starts (one search per event), each start's
+    answer the number placed at or before it (a running sum), not a search per start."""
+    lengths = np.diff(runs)
+    long = np.flatnonzero(lengths > 4 * len(ts))
+    if not len(long):
+        return np.searchsorted(ts, start, side="left")
+    if int(lengths[long].sum()) < len(start):
+        first = np.searchsorted(ts, start, side="left")
+    else:
+        first = np.empty(len(start), dtype=np.int64)
+    for a, b in zip(runs[long].tolist(), runs[long + 1].tolist()):
+        placed = np.searchsorted(start[a:b], ts, side="right")  # ts < start[i] iff placed <= i
+        first[a:b] = np.cumsum(np.bincount(placed, minlength=b - a + 1)[: b - a])
+    return first
+
+
 def _instance_blocks(
     trace: Trace,
     nesting: Nesting,
@@ -489,8 +510,10 @@ def _instance_blocks(
         stop = nesting.subtree_stop[outer]
         g = group_of_pos[outer]
         backwards = np.flatnonzero(end < start)  # none in a parsed trace (counted as 0 there)
+        # Where each lane's instances begin in the block: within a lane the starts ascend.
+        runs = np.unique(np.searchsorted(outer, nesting.lane_start, side="left"))
         for sums in devices:
-            sums.add_block(outer, rows, start, end, stop, g, backwards)
+            sums.add_block(outer, rows, start, end, stop, g, backwards, runs)
 
 
 def _operator_memory(

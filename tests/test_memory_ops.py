@@ -509,3 +509,19 @@ def test_operator_memory_of_several_devices_against_brute_force(seed, block, mon
             want = incl.get(g, [0, 0, 0])
             got = [int(table.incl_allocations[g]), int(table.incl_allocated[g])]
             assert got + [int(table.incl_net[g])] == want, g
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_first_event_at_or_after_each_start_by_counting_is_the_search(seed):
+    """Each instance's first event at or after its start, counted for runs of ascending starts
+    much longer than the events and searched for the rest: np.searchsorted's answer, ties of
+    starts with each other and with event times included."""
+    from kinetoscope.analysis.memory_ops import _first_at_or_after
+
+    rng = np.random.default_rng(seed)
+    ts = np.sort(rng.integers(0, 200, int(rng.integers(1, 12))))
+    lengths = rng.choice([1, 3, 60, 200], size=int(rng.integers(1, 6)))
+    start = np.concatenate([np.sort(rng.integers(-5, 210, n)) for n in lengths])
+    runs = np.concatenate(([0], np.cumsum(lengths)))
+    got = _first_at_or_after(ts, start, runs)
+    assert got.tolist() == np.searchsorted(ts, start, side="left").tolist()
