@@ -338,77 +338,210 @@ def _outermost(nesting: Nesting, groups: Groups) -> tuple[np.ndarray, np.ndarray
     return group_of_pos, outer_all
 
 
-def _operator_memory(
+@dataclass
+class _DeviceEvents:
+    """One device's events as the per-operator columns need them (see _operator_memory)."""
+
+    owner_pos: np.ndarray
+    nbytes: np.ndarray
+    ts: np.ndarray
+    allocated: np.ndarray
+    allocations: Allocations
+    fits: bool  # every sum of `nbytes` fits int64 (else sums are taken in Python integers)
+
+
+class _InstanceSums:
+    """The inclusive sums and the peaks of one device, gathered a block of outermost instances
+    at a time (see `_instance_blocks`): the running state between blocks."""
+
+    def __init__(self, dev: _DeviceEvents, n_groups: int) -> None:
+        self.dev = dev
+        self.n_groups = n_groups
+        self.peak_live = np.full(n_groups, NO_VALUE, dtype=np.int64)
+        self.peak_start = np.full(n_groups, np.iinfo(np.int64).max, dtype=np.int64)
+        self.peak_row = np.full(n_groups, -1, dtype=np.int64)
+        ts, allocated = dev.ts, dev.allocated
+        self.after = np.append(ts, np.iinfo(np.int64).max)  # the event at or after a start
+        # The level entering a start: that of the event before it; NO_VALUE before any.
+        self.entering = np.concatenate(([NO_VALUE], allocated))
+        # The events inside operators, by position; prefix sums of what the inclusive columns
+        # add (allocations, bytes allocated, net bytes).
+        owner_pos, nbytes, fits = dev.owner_pos, dev.nbytes, dev.fits
+        events = np.flatnonzero(owner_pos >= 0)
+        events = events[np.argsort(owner_pos[events], kind="stable")]
+        self.at = owner_pos[events]
+        # Past the last event: never before a subtree's stop (an instance after every event).
+        self.at_padded = np.append(self.at, np.iinfo(np.int64).max)
+        nb = nbytes[events]
+        is_alloc = nb > 0
+        self.sums = [
+            cumulative(is_alloc.astype(np.int64), fits),
+            cumulative(np.where(is_alloc, nb, 0), fits),
+            cumulative(np.where(is_alloc | (nb < 0), nb, 0), fits),
+        ]
+        self.outs = [np.zeros(n_groups, dtype=np.int64) for _ in self.sums]
+
+    def add_block(
+        self,
+        outer: np.ndarray,
+        rows: np.ndarray,
+        start: np.ndarray,
+        end: np.ndarray,
+        stop: np.ndarray,
+        g: np.ndarray,
+        backwards: np.ndarray,
+        runs: np.ndarray,
+    ) -> None:
+        self._inclusive(outer, stop, g)
+        self._peaks(rows, start, end, g, backwards, runs)
+
+    def _inclusive(self, outer: np.ndarray, stop: np.ndarray, g: np.ndarray) -> None:
+        """Per group, the sums over the events inside the subtrees of its outermost instances.
+        Subtrees are contiguous position ranges, and outermost instances of one group never
+        nest, so this counts each event once per group. Each instance's first event is found
+        by counting (the instances' positions ascend: the fewer events are placed among them,
+        not a search per instance), the end of its range by bisection for just the instances
+        that hold events."""
+        at = self.at
+        if not len(at):
+            return
+        placed = np.searchsorted(outer, at, side="right")
+        lo = np.cumsum(np.bincount(placed, minlength=len(outer) + 1)[: len(outer)])
+        some = np.flatnonzero(self.at_padded[lo] < stop)
+        if not len(some):
+            return
+        lo, group = lo[some], g[some]
+        hi = np.searchsorted(at, stop[some], side="left")
+        fits = self.dev.fits
+        for k, prefix in enumerate(self.sums):
+            self.outs[k] = add_at(self.outs[k], group, prefix[hi] - prefix[lo], fits)
+
+    def _peaks(
+        self,
+        rows: np.ndarray,
+        start: np.ndarray,
+        end: np.ndarray,
+        g: np.ndarray,
+        backwards: np.ndarray,
+        runs: np.ndarray,
+    ) -> None:
+        """Per group: the largest level while one of its outermost instances ran (the level
+        entering its start, and every event up to its end), and the instance (row) that saw
+        it first in time (then first in position among equals); NO_VALUE and -1 where none did.
+
+        Column-wise and without sorting the instances: most contain no event, and their level
+        is the one entering them (one gather); only those that hold events take a range
+        maximum. Per group the best is found by `ufunc.at` reductions (highest level, then
+        earliest start among those, then first position), each a pass over the instances, not
+        a sort of them."""
+        ts, allocated, n_groups = self.dev.ts, self.dev.allocated, self.n_groups
+        if not len(ts):
+            return
+        first = _first_at_or_after(ts, start, runs)  # the first event at or after the start
+        seen = self.entering[first]
+        # Only instances with an event inside reach past it: their end is searched for alone.
+        inside = np.flatnonzero(self.after[first] < end)
+        if len(inside):
+            lo = np.maximum(first[inside] - 1, 0)
+            seen[inside] = range_max(allocated, lo, np.searchsorted(ts, end[inside], side="left"))
+        if len(backwards):  # no range from the event before the start to before the end
+            before_end = np.searchsorted(ts, end[backwards], side="left")
+            seen[backwards[before_end < first[backwards]]] = NO_VALUE
+        del first
+        # Per group the highest value, then the earliest start among those, then the first.
+        best = np.full(n_groups, NO_VALUE, dtype=np.int64)
+        np.maximum.at(best, g, seen)
+        top = np.flatnonzero(seen == best[g])
+        top = top[seen[top] != NO_VALUE]
+        if not len(top):
+            return
+        earliest = np.full(n_groups, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(earliest, g[top], start[top])
+        top = top[start[top] == earliest[g[top]]]
+        chosen = np.full(n_groups, len(rows), dtype=np.int64)
+        np.minimum.at(chosen, g[top], top)
+        groups_here = np.flatnonzero(chosen < len(rows))
+        firsts = chosen[groups_here]
+        value, when = seen[firsts], start[firsts]
+        peak_live, peak_start = self.peak_live, self.peak_start
+        better = (value > peak_live[groups_here]) | (
+            (value == peak_live[groups_here]) & (when < peak_start[groups_here])
+        )
+        winners = groups_here[better]
+        peak_live[winners] = value[better]
+        peak_start[winners] = when[better]
+        self.peak_row[winners] = rows[firsts[better]]
+
+
+def _first_at_or_after(ts: np.ndarray, start: np.ndarray, runs: np.ndarray) -> np.ndarray:
+    """`np.searchsorted(ts, start, side="left")`, where `runs` (ascending, from 0 to
+    len(start)) cut `start` into ascending runs. A run much longer than `ts` is answered by
+    counting instead: the events placed among its starts (one search per event), each start's
+    answer the number placed at or before it (a running sum), not a search per start."""
+    lengths = np.diff(runs)
+    long = np.flatnonzero(lengths > 4 * len(ts))
+    if not len(long):
+        return np.searchsorted(ts, start, side="left")
+    if int(lengths[long].sum()) < len(start):
+        first = np.searchsorted(ts, start, side="left")
+    else:
+        first = np.empty(len(start), dtype=np.int64)
+    for a, b in zip(runs[long].tolist(), runs[long + 1].tolist()):
+        placed = np.searchsorted(start[a:b], ts, side="right")  # ts < start[i] iff placed <= i
+        first[a:b] = np.cumsum(np.bincount(placed, minlength=b - a + 1)[: b - a])
+    return first
+
+
+def _instance_blocks(
     trace: Trace,
     nesting: Nesting,
+    outermost: tuple[np.ndarray, np.ndarray],
+    devices: list[_InstanceSums],
+) -> None:
+    """Walk the outermost instances a block at a time (a 1 GB trace has millions of them, and
+    whole-trace temporaries for each would set the peak memory of the summary), gathering each
+    block's rows, times, subtree stops and groups once for every device."""
+    group_of_pos, outer_all = outermost
+    for block in range(0, len(outer_all), PEAK_BLOCK):
+        outer = outer_all[block : block + PEAK_BLOCK]
+        rows = nesting.order[outer]
+        start = trace.start[rows]
+        end = start + trace.dur[rows]
+        stop = nesting.subtree_stop[outer]
+        g = group_of_pos[outer]
+        backwards = np.flatnonzero(end < start)  # none in a parsed trace (counted as 0 there)
+        # Where each lane's instances begin in the block: within a lane the starts ascend.
+        runs = np.unique(np.searchsorted(outer, nesting.lane_start, side="left"))
+        for sums in devices:
+            sums.add_block(outer, rows, start, end, stop, g, backwards, runs)
+
+
+def _operator_memory(
     groups: Groups,
     outermost: tuple[np.ndarray, np.ndarray],
-    owner_pos: np.ndarray,
-    nbytes: np.ndarray,
-    ts: np.ndarray,
-    allocated: np.ndarray,
-    allocations: Allocations,
+    dev: _DeviceEvents,
+    sums: _InstanceSums,
 ) -> OperatorMemory:
+    """A device's per-operator columns: the self ones from each event's owner, the inclusive
+    ones and the peaks from the instance blocks already walked (`sums`)."""
     n_groups = len(groups)
-    group_of_pos, outer_all = outermost
-
-    # Byte counts near 2**63 are valid: their sums are then taken in Python integers.
-    fits = sums_fit(nbytes)
+    group_of_pos = outermost[0]
+    owner_pos, nbytes, fits, allocations = dev.owner_pos, dev.nbytes, dev.fits, dev.allocations
+    owned = owner_pos >= 0
+    owner_group = group_of_pos[owner_pos[owned]]
 
     def per_group(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
         out = np.zeros(n_groups, dtype=np.int64)
-        pick = mask & (owner_pos >= 0)
-        return add_at(out, group_of_pos[owner_pos[pick]], values[pick], fits)
-
-    def inclusive(*wanted: tuple[np.ndarray, np.ndarray]) -> list[np.ndarray]:
-        """Per group, for each (values, mask): the sum over the events inside the subtrees of
-        its outermost instances. Subtrees are contiguous position ranges, and outermost
-        instances of one group never nest, so this counts each event once per group. The
-        events are sorted by position once; each instance's first event is found by counting,
-        and the end of its range by bisection for just the instances that hold events, a
-        block of instances at a time (no position-sized temporaries)."""
-        events = np.flatnonzero(owner_pos >= 0)
-        events = events[np.argsort(owner_pos[events], kind="stable")]
-        at = owner_pos[events]
-        sums = [
-            cumulative(np.where(mask[events], values[events], 0), fits) for values, mask in wanted
-        ]
-        outs = [np.zeros(n_groups, dtype=np.int64) for _ in wanted]
-        for block in range(0, len(outer_all), PEAK_BLOCK):
-            outer = outer_all[block : block + PEAK_BLOCK]
-            # The instances' positions ascend: the events before each are counted by placing
-            # the (fewer) events among the instances, not by a search per instance.
-            placed = np.searchsorted(outer, at, side="right")
-            lo = np.cumsum(np.bincount(placed, minlength=len(outer) + 1)[: len(outer)])
-            some = np.flatnonzero(lo < len(at))
-            stop = nesting.subtree_stop[outer[some]]
-            inside = at[lo[some]] < stop
-            some, stop = some[inside], stop[inside]
-            if not len(some):
-                continue
-            lo, group = lo[some], group_of_pos[outer[some]]
-            hi = np.searchsorted(at, stop, side="left")
-            for k, prefix in enumerate(sums):
-                outs[k] = add_at(outs[k], group, prefix[hi] - prefix[lo], fits)
-        return outs
+        pick = mask[owned]
+        return add_at(out, owner_group[pick], values[owned][pick], fits)
 
     is_alloc = nbytes > 0
     is_free = nbytes < 0
     ones = np.ones(len(nbytes), dtype=np.int64)
     unfreed_mask = np.zeros(len(nbytes), dtype=bool)
     unfreed_mask[allocations.event[allocations.state == NEVER_FREED]] = True
-
-    # Largest level while an instance ran: the level entering its start, and every event up
-    # to its end. Only outermost instances are needed (inner ones of a group lie inside them).
-    # They are taken a block at a time: a 1 GB trace has millions of them, and whole-trace
-    # temporaries for each would set the peak memory of the summary.
-    peak_live, peak_row = _peaks(trace, nesting, group_of_pos, outer_all, ts, allocated, n_groups)
-
     lifetimes = _lifetimes(group_of_pos, owner_pos, nbytes, allocations, n_groups, fits)
-
-    incl_allocations, incl_allocated, incl_net = inclusive(
-        (ones, is_alloc), (nbytes, is_alloc), (nbytes, is_alloc | is_free)
-    )
+    incl_allocations, incl_allocated, incl_net = sums.outs
     return OperatorMemory(
         allocations=per_group(ones, is_alloc),
         allocated=per_group(nbytes, is_alloc),
@@ -418,80 +551,12 @@ def _operator_memory(
         incl_allocations=incl_allocations,
         incl_allocated=incl_allocated,
         incl_net=incl_net,
-        peak_live=peak_live,
-        peak_row=peak_row,
+        peak_live=sums.peak_live,
+        peak_row=sums.peak_row,
         unfreed=per_group(ones, unfreed_mask),
         unfreed_bytes=per_group(nbytes, unfreed_mask),
         **lifetimes,
     )
-
-
-def _peaks(
-    trace: Trace,
-    nesting: Nesting,
-    group_of_pos: np.ndarray,
-    outer_all: np.ndarray,
-    ts: np.ndarray,
-    allocated: np.ndarray,
-    n_groups: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per group: the largest level while one of its outermost instances ran (the level
-    entering its start, and every event up to its end), and the instance (row) that saw it
-    first in time (then first in position among equals); NO_VALUE and -1 where none did.
-
-    Column-wise and without sorting the instances: most contain no event, and their level is
-    the one entering them (one gather); only those that hold events take a range maximum. Per
-    group the best is found by `ufunc.at` reductions (highest level, then earliest start among
-    those, then first position), each a pass over the instances, not a sort of them."""
-    peak_live = np.full(n_groups, NO_VALUE, dtype=np.int64)
-    peak_start = np.full(n_groups, np.iinfo(np.int64).max, dtype=np.int64)
-    peak_row = np.full(n_groups, -1, dtype=np.int64)
-    if not len(ts):
-        return peak_live, peak_row
-    after = np.append(ts, np.iinfo(np.int64).max)  # the event at or after a start, if any
-    # The level entering a start: that of the event before it; NO_VALUE (unknown) before any.
-    entering = np.concatenate(([NO_VALUE], allocated))
-    for block in range(0, len(outer_all), PEAK_BLOCK):
-        outer = outer_all[block : block + PEAK_BLOCK]
-        rows = nesting.order[outer]
-        start = trace.start[rows]
-        end = start + trace.dur[rows]
-        first = np.searchsorted(ts, start, side="left")  # the first event at or after the start
-        seen = entering[first]
-        # Only instances with an event inside reach past it: their end is searched for alone.
-        inside = np.flatnonzero(after[first] < end)
-        if len(inside):
-            lo = np.maximum(first[inside] - 1, 0)
-            seen[inside] = range_max(allocated, lo, np.searchsorted(ts, end[inside], side="left"))
-        backwards = np.flatnonzero(end < start)  # none in a parsed trace (counted as 0 there)
-        if len(backwards):  # no range from the event before the start to before the end
-            before_end = np.searchsorted(ts, end[backwards], side="left")
-            seen[backwards[before_end < first[backwards]]] = NO_VALUE
-        del first, end
-        g = group_of_pos[outer]
-        # Per group the highest value, then the earliest start among those, then the first.
-        best = np.full(n_groups, NO_VALUE, dtype=np.int64)
-        np.maximum.at(best, g, seen)
-        top = np.flatnonzero(seen == best[g])
-        top = top[seen[top] != NO_VALUE]
-        if not len(top):
-            continue
-        earliest = np.full(n_groups, np.iinfo(np.int64).max, dtype=np.int64)
-        np.minimum.at(earliest, g[top], start[top])
-        top = top[start[top] == earliest[g[top]]]
-        chosen = np.full(n_groups, len(outer), dtype=np.int64)
-        np.minimum.at(chosen, g[top], top)
-        groups_here = np.flatnonzero(chosen < len(outer))
-        firsts = chosen[groups_here]
-        value, when = seen[firsts], start[firsts]
-        better = (value > peak_live[groups_here]) | (
-            (value == peak_live[groups_here]) & (when < peak_start[groups_here])
-        )
-        winners = groups_here[better]
-        peak_live[winners] = value[better]
-        peak_start[winners] = when[better]
-        peak_row[winners] = rows[firsts[better]]
-    return peak_live, peak_row
 
 
 def _lifetimes(
@@ -613,13 +678,27 @@ def compute_memory_ops(
 
     `groups` must be the CPU groups `nesting` was built with; `step_rows` the step slices."""
     memory: MemoryEvents = trace.memory
-    devices: list[DeviceMemory] = []
     groups_memory = compute_memory(memory)
     outermost = _outermost(nesting, groups) if groups_memory else (np.zeros(0), np.zeros(0))
+    prepared = []
     for group in groups_memory:
         idx = group.indices[memory.ts[group.indices] != NO_VALUE]
         idx = idx[np.lexsort((memory.ordinal[idx], memory.ts[idx]))]
-        ts = memory.ts[idx]
+        prepared.append((group, idx, memory.ts[idx]))
+    # Every device's owners in one search (each event's alone: the answer is the same), so
+    # that each lane's starts are gathered once, not once per device.
+    lanes = [cpu_lanes_for(trace, nesting, memory.lane[idx]) for _group, idx, _ts in prepared]
+    owners = innermost_slices(
+        trace,
+        nesting,
+        np.concatenate(lanes) if lanes else np.zeros(0, np.int64),
+        np.concatenate([ts for *_, ts in prepared]) if prepared else np.zeros(0, np.int64),
+    )
+    found = []
+    taken = 0
+    for group, idx, ts in prepared:
+        owner_pos = owners[taken : taken + len(idx)]
+        taken += len(idx)
         raw_bytes = memory.bytes[idx]
         nbytes = np.where(raw_bytes == NO_VALUE, 0, raw_bytes).astype(np.int64)
         if len(idx):
@@ -629,12 +708,19 @@ def compute_memory_ops(
         reserved = _fill_reserved(memory.total_reserved[idx])
         addr = memory.addr[idx]
         addresses_known = bool(len(idx)) and bool((addr[nbytes != 0] != NO_VALUE).all())
-        owner_pos = innermost_slices(
-            trace, nesting, cpu_lanes_for(trace, nesting, memory.lane[idx]), ts
-        )
+        allocations = match_allocations(ts, nbytes, addr, addresses_known)
+        # Byte counts near 2**63 are valid: their sums are then taken in Python integers.
+        events = _DeviceEvents(owner_pos, nbytes, ts, allocated, allocations, sums_fit(nbytes))
+        found.append((group, idx, reserved, recorded, events))
+    # The peaks and inclusive sums of every device in one walk over the outermost instances.
+    sums = [_InstanceSums(events, len(groups)) for *_, events in found]
+    if found:
+        _instance_blocks(trace, nesting, outermost, sums)
+    devices: list[DeviceMemory] = []
+    for (group, idx, reserved, recorded, events), device_sums in zip(found, sums):
+        ts, owner_pos, allocated = events.ts, events.owner_pos, events.allocated
         owner = np.full(len(idx), -1, dtype=np.int64)
         owner[owner_pos >= 0] = nesting.order[owner_pos[owner_pos >= 0]]
-        allocations = match_allocations(ts, nbytes, addr, addresses_known)
         peak = int(np.argmax(allocated)) if len(idx) else -1
         has_reserved = np.flatnonzero(reserved != NO_VALUE)
         peak_reserved = (
@@ -646,7 +732,7 @@ def compute_memory_ops(
                 device_id=group.device_id,
                 events=idx.astype(np.int64),
                 ts=ts,
-                bytes=nbytes,
+                bytes=events.nbytes,
                 allocated=allocated,
                 reserved=reserved,
                 allocated_recorded=recorded,
@@ -655,18 +741,8 @@ def compute_memory_ops(
                 peak=peak,
                 peak_reserved=peak_reserved,
                 peak_step=step_holding(trace, step_rows, int(ts[peak])) if peak >= 0 else -1,
-                ops=_operator_memory(
-                    trace,
-                    nesting,
-                    groups,
-                    outermost,
-                    owner_pos,
-                    nbytes,
-                    ts,
-                    allocated,
-                    allocations,
-                ),
-                allocations=allocations,
+                ops=_operator_memory(groups, outermost, events, device_sums),
+                allocations=events.allocations,
             )
         )
     return MemoryOps(devices=devices, groups=groups)

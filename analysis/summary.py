@@ -239,16 +239,22 @@ def build_summary(of: Trace | TraceSession) -> dict[str, Any]:
 
     analysis = of if isinstance(of, TraceSession) else TraceSession(of)
     trace = analysis.trace
-    # The stages that need no nesting run beside it; then memory per operator (the longest
-    # stage) beside all the others the document needs (each result is made once, whoever
-    # asks first). The findings read every result but memory per operator, so they end both
-    # plans: whichever thread is free first computes them, and what they ask for that the
-    # other thread has not reached yet it computes on the way.
+    # The stages that need no nesting run beside it; the second thread then waits for the
+    # nesting (so that the steps never sort the slices themselves beside it, at the peak of
+    # memory). After it the findings' chain, steps -> compiled -> findings with the sync beside
+    # the steps, is split so that neither thread waits on the other: this thread makes the
+    # steps, then memory per operator (the longest stage) and the tables only the document
+    # reads; the other the sync, the compile lens and the findings. Each result is made once,
+    # whoever asks first; both plans end with the rest of the document's results, so a thread
+    # done early takes what the other has not reached yet.
     analysis.compute_concurrently(
-        ("classes", "cpu_groups", "nesting", "memory_ops", "findings", "causes"),
         (
-            "links", "idle", "memory", "sync", "steps", "idle_by_cpu", "operators", "kernels",
-            "compiled", "kernel_efficiency", "findings", "causes",
+            "classes", "cpu_groups", "nesting", "steps", "memory_ops", "operators", "kernels",
+            "idle_by_cpu", "kernel_efficiency", "findings", "causes",
+        ),
+        (
+            "links", "idle", "memory", "nesting", "sync", "compiled", "findings", "causes",
+            "idle_by_cpu", "kernel_efficiency", "operators", "kernels",
         ),
     )  # fmt: skip
     return {

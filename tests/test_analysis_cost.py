@@ -281,6 +281,42 @@ def test_memory_per_operator_python_calls_do_not_grow_with_the_events():
     assert many == few, (few, many)
 
 
+class _CountedGathers(np.ndarray):
+    """A column that counts how often it is indexed (each gather gives a plain array)."""
+
+    gathers = 0
+
+    def __getitem__(self, index):
+        type(self).gathers += 1
+        return np.asarray(super().__getitem__(index))
+
+
+def test_memory_per_operator_walks_the_instances_once_for_all_devices(monkeypatch):
+    """The outermost instances' start times are gathered once per block of instances, however
+    many devices hold [memory] events (here two): halving the block size adds exactly one
+    gather per added block, not one per block and device."""
+    import kinetoscope.analysis.memory_ops as memory_ops
+    from kinetoscope.analysis.steps import step_rows
+
+    trace = loads(_memory_steps(20))
+    session = TraceSession(trace)
+    for name in ("classes", "cpu_groups", "nesting"):
+        getattr(session, name)
+    steps = step_rows(trace, session.classes.cpu)
+    outer = int(session.nesting.outermost.sum())
+    trace.start = trace.start.view(_CountedGathers)
+    counts = {}
+    for block in (64, 16, 4):
+        monkeypatch.setattr(memory_ops, "PEAK_BLOCK", block)
+        _CountedGathers.gathers = 0
+        ops = memory_ops.compute_memory_ops(trace, session.nesting, session.cpu_groups, steps)
+        assert len(ops.devices) == 2
+        counts[block] = (_CountedGathers.gathers, -(-outer // block))
+    (g64, b64), (g16, b16), (g4, b4) = counts[64], counts[16], counts[4]
+    assert b4 > b16 > b64 > 1
+    assert g16 - g64 == b16 - b64 and g4 - g16 == b4 - b16, counts
+
+
 def test_nesting_python_calls_do_not_grow_with_the_slices():
     """compute_nesting over 40x the steps: the same Python calls (the nearest-greater search
     and the subtrees' pointer doubling take rounds in the depth, not in the slices)."""
@@ -452,3 +488,52 @@ def test_the_findings_run_beside_memory_per_operator(monkeypatch):
     monkeypatch.setattr(memory_ops_module, "compute_memory_ops", memory_ops)
     assert build_summary(loads(data)) == serial
     assert seen_during == [True]
+
+
+def test_the_steps_come_before_memory_per_operator_beside_the_sync(monkeypatch):
+    """The findings' chain is split over the two threads: the first makes the steps (with the
+    nesting at hand: they never sort the slices themselves), then memory per operator, while
+    the second makes the sync (which here waits until memory per operator has begun: the steps
+    are made by then only when the first thread made them), and the document is the serial
+    one."""
+    import threading
+
+    import kinetoscope.analysis.memory_ops as memory_ops_module
+    import kinetoscope.analysis.session as session_module
+    import kinetoscope.analysis.sync as sync_module
+    from kinetoscope.analysis.summary import build_summary
+
+    data = _memory_steps(3)
+    monkeypatch.setattr(session_module, "_cpus", lambda: 1)
+    serial = build_summary(loads(data))
+
+    monkeypatch.setattr(session_module, "_cpus", lambda: 2)
+    steps_made, ops_begun = threading.Event(), threading.Event()
+    seen: list[tuple[str, bool]] = []
+    original_steps, original_sync = session_module.compute_steps, sync_module.compute_sync
+    original_ops = memory_ops_module.compute_memory_ops
+
+    def steps(*args):
+        seen.append(("steps with the nesting", args[-1] is not None))
+        result = original_steps(*args)
+        steps_made.set()
+        return result
+
+    def memory_ops(*args):
+        seen.append(("memory per operator after the steps", steps_made.is_set()))
+        ops_begun.set()
+        return original_ops(*args)
+
+    def sync(*args):
+        seen.append(("sync beside memory per operator", ops_begun.wait(timeout=30)))
+        return original_sync(*args)
+
+    monkeypatch.setattr(session_module, "compute_steps", steps)
+    monkeypatch.setattr(memory_ops_module, "compute_memory_ops", memory_ops)
+    monkeypatch.setattr(sync_module, "compute_sync", sync)
+    assert build_summary(loads(data)) == serial
+    assert sorted(seen) == [
+        ("memory per operator after the steps", True),
+        ("steps with the nesting", True),
+        ("sync beside memory per operator", True),
+    ]

@@ -471,3 +471,57 @@ def test_operator_memory_against_brute_force(seed, block, monkeypatch):
         want = incl.get(g, [0, 0, 0])
         got = [int(table.incl_allocations[g]), int(table.incl_allocated[g])]
         assert got + [int(table.incl_net[g])] == want, g
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("block", [3, 1 << 18])
+def test_operator_memory_of_several_devices_against_brute_force(seed, block, monkeypatch):
+    """The instances are walked once for every device together: random events spread over
+    three devices (one of them holding a single event), each device's peaks and inclusive
+    sums are still the brute force's over that device's events alone."""
+    import kinetoscope.analysis.memory_ops as memory_ops
+
+    monkeypatch.setattr(memory_ops, "PEAK_BLOCK", block)
+    rng = random.Random(100 + seed)
+    events = []
+    for _ in range(40):
+        start = rng.randrange(0, 300) * 5
+        dur = rng.choice([0, 5, 10, 50, 200, 700])
+        events.append(x(f"op{rng.randrange(5)}", start, dur, tid=rng.choice([1, 2])))
+    totals = {0: 0, 1: 0}
+    for k in range(90):
+        device = rng.choice([0, 1])
+        size = rng.choice([16, 64, -16, 512])
+        totals[device] += size
+        t = rng.randrange(-20, 1600)
+        events.append(mem(t, size, totals[device], 0x1000 + k, device_id=device, tid=1))
+    events.append(mem(700, 32, 32, 0x9_0000, device_type=0, device_id=-1, tid=2))
+    trace = load_dict({"traceEvents": events})
+    analysis = TraceSession(trace)
+    devices = analysis.memory_ops.devices
+    assert len(devices) == 3
+    for dev in devices:
+        peak, incl = _operator_memory_by_brute_force(trace, analysis, dev)
+        table = dev.ops
+        for g in range(len(analysis.cpu_groups)):
+            value, _start, row = peak.get(g, (NO_VALUE, 0, -1))
+            assert (int(table.peak_live[g]), int(table.peak_row[g])) == (value, row), g
+            want = incl.get(g, [0, 0, 0])
+            got = [int(table.incl_allocations[g]), int(table.incl_allocated[g])]
+            assert got + [int(table.incl_net[g])] == want, g
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_first_event_at_or_after_each_start_by_counting_is_the_search(seed):
+    """Each instance's first event at or after its start, counted for runs of ascending starts
+    much longer than the events and searched for the rest: np.searchsorted's answer, ties of
+    starts with each other and with event times included."""
+    from kinetoscope.analysis.memory_ops import _first_at_or_after
+
+    rng = np.random.default_rng(seed)
+    ts = np.sort(rng.integers(0, 200, int(rng.integers(1, 12))))
+    lengths = rng.choice([1, 3, 60, 200], size=int(rng.integers(1, 6)))
+    start = np.concatenate([np.sort(rng.integers(-5, 210, n)) for n in lengths])
+    runs = np.concatenate(([0], np.cumsum(lengths)))
+    got = _first_at_or_after(ts, start, runs)
+    assert got.tolist() == np.searchsorted(ts, start, side="left").tolist()
