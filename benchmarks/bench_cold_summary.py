@@ -3,8 +3,8 @@
     python benchmarks/bench_cold_summary.py TRACE [--runs 3]
 
 Each run is a fresh process with a fresh, empty KINETOSCOPE_CACHE_DIR. The child wraps the
-summary's steps with wall-clock marks (start, imports and options; the load's read; its pool
-stop and release; the analysis and document; the cache write in its thread, wall and the
+summary's steps with wall-clock marks (start, imports and options; the load, its pool stop
+and release included; the analysis and document; the cache write in its thread, wall and the
 thread's CPU; the encoding, output and stored summary; the exit after the last exit handler),
 and the parent measures the whole run: wall, user + system CPU of the process tree, peak RSS.
 Prints one row per phase: every run and the median. Nothing of the summary is changed: the
@@ -25,8 +25,7 @@ import time
 
 PHASES = (
     ("start, imports, options", "summarise >", None),
-    ("load: the read", "load >", "read <"),
-    ("load: pool stop and release", "read <", "load <"),
+    ("load (read, pool stop and release)", "load >", "load <"),
     ("analysis and document", "build_summary >", "build_summary <"),
     ("cache write (its thread, wall)", "save_cache >", "save_cache <"),
     ("encode, output, stored summary", "build_summary <", "keep_summary <"),
@@ -66,14 +65,12 @@ def child(trace: str, marks_file: str) -> int:
     atexit.register(last)
     import kinetoscope.analysis.summary as summary
     import kinetoscope.parser as parser
-    import kinetoscope.parser.reader as reader
 
     import kinetoscope.commands.summary as command
     from kinetoscope.commands.cli import main
 
     wrap(command, "summarise", "summarise")
     wrap(parser, "load", "load")
-    wrap(reader, "read_source", "read")
     wrap(parser, "save_cache", "save_cache")
     wrap(summary, "build_summary", "build_summary")
     wrap(command, "_keep_summary", "keep_summary")
