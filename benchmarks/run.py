@@ -644,7 +644,7 @@ def run_summary_targets(args: argparse.Namespace) -> int:
     def empty_cache() -> None:
         shutil.rmtree(cache, ignore_errors=True)
 
-    def cold(trace: Path) -> Any:
+    def uncached(trace: Path) -> Any:
         """Before a run: no model cache, but the file in the page cache (read through once), so
         that the disk's speed is not timed: the 4 GB trace does not stay there beside the
         others."""
@@ -705,7 +705,7 @@ def run_summary_targets(args: argparse.Namespace) -> int:
                 big_summary,
                 env,
                 args.big_runs,
-                before=cold(args.trace),
+                before=uncached(args.trace),
             )
     finally:
         empty_cache()
