@@ -473,6 +473,13 @@ def test_a_real_job_whose_rank_raises_at_a_step(tmp_path):
     )
     assert result.returncode == 1, result.stderr
     assert "ranks wrote their traces" not in result.stderr
+    document = json.loads(_kinetoscope(["summary", "run", "--json"], tmp_path).stdout)
+    if document["ranks"][0]["exit"]["ended"] == "stopped":
+        # The race the knock-on rule cannot win: torch's launcher stopped rank 0 (SIGTERM)
+        # before gloo's error reached it. Then rank 1 is the one failure and nothing is a
+        # knock-on.
+        _only_rank_1_failed(result.stderr, document, tmp_path)
+        return
     assert (
         "kinetoscope: rank 1 exited with RuntimeError at ProfilerStep#8; its trace is partial: "
         "boom at step 8 (the first rank to fail)" in result.stderr
@@ -513,6 +520,22 @@ def test_a_real_job_whose_rank_raises_at_a_step(tmp_path):
     assert "Rank 1 exited with RuntimeError at ProfilerStep#8; its trace is partial" in text
     assert "Rank 0 stopped because its peer rank 1 failed first" in text
     assert "Rank 0 exited" not in text
+
+
+def _only_rank_1_failed(stderr: str, document: dict, tmp_path) -> None:
+    """The job of `test_a_real_job_whose_rank_raises_at_a_step` when rank 0 was stopped by the
+    launcher: rank 1 is named as the failure, rank 0 as stopped, no knock-on is claimed."""
+    assert (
+        "kinetoscope: rank 1 exited with RuntimeError at ProfilerStep#8; its trace is partial: "
+        "boom at step 8" in stderr
+    ), stderr
+    assert "knock-on" not in stderr, stderr
+    health = document["health"]
+    assert health["failed"] == [1] and health["knock_on"] == [], health
+    assert health["first_failure"] == 1, health
+    assert (document["straggler"] or {}).get("rank") != 1
+    text = _kinetoscope(["summary", "run", "--width", "200"], tmp_path).stdout
+    assert "Rank 1 exited with RuntimeError at ProfilerStep#8; its trace is partial" in text
 
 
 async def test_the_job_viewer_says_the_cause_first_and_its_knock_ons_in_one_phrase(tmp_path):
@@ -649,6 +672,10 @@ def test_a_real_rank_killed_outright_is_named(tmp_path):
         assert "gloo" in zero["message"], zero
         assert document["health"]["cause"] == 1 and document["health"]["knock_on"] == [0]
         assert "kinetoscope: rank 0 stopped because its peer rank 1 failed first" in result.stderr
-    else:
-        assert zero["ended"] == "stopped", zero
+    elif zero["ended"] == "stopped":
         assert document["health"]["cause"] is None and document["health"]["knock_on"] == []
+    else:
+        # On a loaded machine the launcher may kill rank 0 outright too (SIGKILL after its
+        # SIGTERM went unanswered): no word from it either, and no knock-on is claimed.
+        assert zero["ended"] == "lost", zero
+        assert document["health"]["knock_on"] == [], document["health"]
