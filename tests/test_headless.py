@@ -22,15 +22,17 @@ import atexit, json, runpy, sys
 report = sys.argv[1]
 def _modules():
     with open(report, "w") as handle:
-        json.dump(sorted({name.split(".")[0] for name in sys.modules}), handle)
+        json.dump(sorted(sys.modules), handle)
 atexit.register(_modules)
 sys.argv = ["kinetoscope", *sys.argv[2:]]
 runpy.run_module("kinetoscope", run_name="__main__")
 """
 
 
-def imported_by(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, set[str]]:
-    """Run the command in a fresh interpreter; its result and the top-level modules it imported."""
+def modules_imported_by(
+    tmp_path: Path, *args: str
+) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Run the command in a fresh interpreter; its result and every module it imported."""
     report = tmp_path / "modules.json"
     result = subprocess.run(
         [sys.executable, "-c", WRAPPER, str(report), *args],
@@ -39,7 +41,13 @@ def imported_by(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess
         timeout=120,
     )
     assert report.exists(), result.stderr
-    return result, set(json.loads(report.read_text()))
+    return result, json.loads(report.read_text())
+
+
+def imported_by(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, set[str]]:
+    """Run the command in a fresh interpreter; its result and the top-level modules it imported."""
+    result, modules = modules_imported_by(tmp_path, *args)
+    return result, {name.split(".")[0] for name in modules}
 
 
 @pytest.mark.parametrize("output", ["text", "json", "md", "tsv"])

@@ -462,7 +462,11 @@ def test_operator_memory_against_brute_force(seed, block, monkeypatch):
             events.append(mem(t, size, total, addr, tid=rng.choice([1, 2])))
     trace = load_dict({"traceEvents": events})
     analysis = TraceSession(trace)
-    dev = analysis.memory_ops.devices[0]
+    _assert_as_brute_force(trace, analysis, analysis.memory_ops.devices[0])
+
+
+def _assert_as_brute_force(trace, analysis, dev) -> None:
+    """Every group's peak (value and row) and inclusive sums on `dev` are the brute force's."""
     peak, incl = _operator_memory_by_brute_force(trace, analysis, dev)
     table = dev.ops
     for g in range(len(analysis.cpu_groups)):
@@ -501,14 +505,7 @@ def test_operator_memory_of_several_devices_against_brute_force(seed, block, mon
     devices = analysis.memory_ops.devices
     assert len(devices) == 3
     for dev in devices:
-        peak, incl = _operator_memory_by_brute_force(trace, analysis, dev)
-        table = dev.ops
-        for g in range(len(analysis.cpu_groups)):
-            value, _start, row = peak.get(g, (NO_VALUE, 0, -1))
-            assert (int(table.peak_live[g]), int(table.peak_row[g])) == (value, row), g
-            want = incl.get(g, [0, 0, 0])
-            got = [int(table.incl_allocations[g]), int(table.incl_allocated[g])]
-            assert got + [int(table.incl_net[g])] == want, g
+        _assert_as_brute_force(trace, analysis, dev)
 
 
 @pytest.mark.parametrize("seed", range(30))

@@ -13,21 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from test_headless import modules_imported_by as modules_of
+
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_traces"
 TRACE = SAMPLE / "synthetic_gpu_training.pt.trace.json.gz"
-
-# Runs `kinetoscope ARGS...` as `python -m kinetoscope` does; at exit writes every module name
-# in sys.modules (as JSON) to the file named first.
-WRAPPER = """
-import atexit, json, runpy, sys
-report = sys.argv[1]
-def _modules():
-    with open(report, "w") as handle:
-        json.dump(sorted(sys.modules), handle)
-atexit.register(_modules)
-sys.argv = ["kinetoscope", *sys.argv[2:]]
-runpy.run_module("kinetoscope", run_name="__main__")
-"""
 
 # Modules the job's JSON summary must not import, by name or as a package's prefix.
 FORBIDDEN = (
@@ -58,18 +47,6 @@ MAX_OWN_MODULES = 50
 # written (argparse and its locale, dataclasses, hashlib and mmap for the cache, numpy.ma that
 # np.unique imports, rich.cells for the cut names; the parser's and analysis's own).
 MAX_EXTRA_OTHER_MODULES = 30
-
-
-def modules_of(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[str]]:
-    report = tmp_path / "modules.json"
-    result = subprocess.run(
-        [sys.executable, "-c", WRAPPER, str(report), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert report.exists(), result.stderr
-    return result, json.loads(report.read_text())
 
 
 def floor_modules() -> set[str]:

@@ -478,7 +478,6 @@ def run_check_command(args: Any) -> int:
 
 def run_check(path: str, options: dict[str, Any], config: str | None, output: str) -> int:
     from kinetoscope.parser.source import trace_path_problem
-    from kinetoscope.present.report_summary import emit, markdown, render_text, summary_json
     from kinetoscope.present.safe_text import clean
 
     try:
@@ -494,13 +493,19 @@ def run_check(path: str, options: dict[str, Any], config: str | None, output: st
         raise KinetoscopeError(clean(document))
     document, kernel_totals = document
     outcomes = [measure(budget, document, kernel_totals) for budget in budgets]
-    result = check_document(path, outcomes, document)
+    return emit_check(check_document(path, outcomes, document), check_sections, output)
+
+
+def emit_check(result: dict[str, Any], sections: Any, output: str) -> int:
+    """Print a check's result (`sections(result)` for text and Markdown); its exit status."""
+    from kinetoscope.present.report_summary import emit, markdown, render_text, summary_json
+
     if output == "json":
         emit(summary_json(result) + "\n")
     elif output == "md":
-        emit(markdown(check_sections(result)))
+        emit(markdown(sections(result)))
     else:
-        emit(render_text(check_sections(result)))
+        emit(render_text(sections(result)))
     return 0 if result["passed"] else EXIT_BROKEN
 
 

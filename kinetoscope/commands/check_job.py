@@ -23,13 +23,13 @@ from kinetoscope.common.errors import KinetoscopeError
 
 from .check import (
     CHECK_VERSION,
-    EXIT_BROKEN,
     Budget,
     Kind,
     Outcome,
     UsageError,
     _number,
     _shown_value,
+    emit_check,
     limit_json,
     measure,
 )
@@ -481,15 +481,7 @@ def run_check_job(
             raise KinetoscopeError(clean(str(exc))) from None
     else:
         result = _measure_job(inputs, inputs, args, rank_budgets, job_budgets, None)
-    from kinetoscope.present.report_summary import emit, markdown, render_text, summary_json
-
-    if output == "json":
-        emit(summary_json(result) + "\n")
-    elif output == "md":
-        emit(markdown(check_job_sections(result)))
-    else:
-        emit(render_text(check_job_sections(result)))
-    return 0 if result["passed"] else EXIT_BROKEN
+    return emit_check(result, check_job_sections, output)
 
 
 def _measure_job(
