@@ -184,13 +184,8 @@ def innermost_at(
     pos = np.full(len(times), -1, dtype=np.int64)
     order = nesting.order
     for lane in np.unique(lanes).tolist():
-        lo, hi = nesting.lane_range(int(lane))
-        if hi <= lo:
-            continue
         mine = np.flatnonzero(lanes == lane)
-        starts = trace.start[order[lo:hi]]
-        pos[mine] = lo + np.searchsorted(starts, times[mine], side="right") - 1
-        pos[mine[pos[mine] < lo]] = -1
+        pos[mine] = nesting.last_starting_by(trace, int(lane), times[mine])
     # The slice that started last may have ended by t: its innermost ancestor still open is.
     active = np.flatnonzero(pos >= 0)
     while len(active):

@@ -8,6 +8,7 @@ order the allocator saw them. Bytes > 0 is an allocation, < 0 a free; 0 or missi
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,13 +63,10 @@ def innermost_slices(
     if len(times) == 0 or len(nesting.order) == 0:
         return pos
     for lane in np.unique(lanes).tolist():
-        lo, hi = nesting.lane_range(lane)
-        if lane < 0 or hi <= lo:
+        if lane < 0:
             continue
         queries = np.flatnonzero(lanes == lane)
-        starts = trace.start[nesting.order[lo:hi]]
-        last = np.searchsorted(starts, times[queries], side="right") - 1
-        pos[queries] = np.where(last >= 0, lo + last, -1)
+        pos[queries] = nesting.last_starting_by(trace, lane, times[queries])
     climbing = np.flatnonzero(pos >= 0)
     while len(climbing):
         # Ends of just the slices being climbed: a whole-trace column of ends would cost
@@ -325,17 +323,30 @@ def match_allocations(
     )
 
 
-PEAK_BLOCK = 1 << 18
+OUTER_BLOCK = 1 << 19  # positions scanned for outermost instances at a time
 
 
-def _outermost(nesting: Nesting, groups: Groups) -> tuple[np.ndarray, np.ndarray]:
-    """The group of every position, and the positions of the outermost instances (those with
-    no ancestor of their own group): the same for every device, found once."""
-    group_of_pos = groups.index[nesting.order]  # int32
-    outer_all = np.flatnonzero(nesting.outermost)
-    if len(nesting.order) < (1 << 31):  # positions: half the memory in 32 bits
-        outer_all = outer_all.astype(np.int32)
-    return group_of_pos, outer_all
+class _Outermost:
+    """The groups of positions and the outermost instances (those with no ancestor of their own
+    group), the same for every device. Neither is made for every position at once: at 4 GB a
+    group per position and the outermost positions were some 60 MB held through this stage,
+    which runs beside others near the summary's peak of memory."""
+
+    def __init__(self, nesting: Nesting, groups: Groups) -> None:
+        self.nesting = nesting
+        self.groups = groups
+
+    def group(self, positions: np.ndarray) -> np.ndarray:
+        """The group (int32) of each position."""
+        return self.groups.index[self.nesting.order[positions]]
+
+    def blocks(self) -> Iterator[np.ndarray]:
+        """The outermost instances' positions, ascending, OUTER_BLOCK positions at a time."""
+        outermost = self.nesting.outermost
+        for lo in range(0, len(outermost), OUTER_BLOCK):
+            outer = np.flatnonzero(outermost[lo : lo + OUTER_BLOCK])
+            if len(outer):
+                yield outer + lo
 
 
 @dataclass
@@ -495,20 +506,18 @@ def _first_at_or_after(ts: np.ndarray, start: np.ndarray, runs: np.ndarray) -> n
 def _instance_blocks(
     trace: Trace,
     nesting: Nesting,
-    outermost: tuple[np.ndarray, np.ndarray],
+    outermost: _Outermost,
     devices: list[_InstanceSums],
 ) -> None:
     """Walk the outermost instances a block at a time (a 1 GB trace has millions of them, and
     whole-trace temporaries for each would set the peak memory of the summary), gathering each
     block's rows, times, subtree stops and groups once for every device."""
-    group_of_pos, outer_all = outermost
-    for block in range(0, len(outer_all), PEAK_BLOCK):
-        outer = outer_all[block : block + PEAK_BLOCK]
+    for outer in outermost.blocks():
         rows = nesting.order[outer]
         start = trace.start[rows]
         end = start + trace.dur[rows]
         stop = nesting.subtree_stop[outer]
-        g = group_of_pos[outer]
+        g = outermost.group(outer)
         backwards = np.flatnonzero(end < start)  # none in a parsed trace (counted as 0 there)
         # Where each lane's instances begin in the block: within a lane the starts ascend.
         runs = np.unique(np.searchsorted(outer, nesting.lane_start, side="left"))
@@ -518,17 +527,16 @@ def _instance_blocks(
 
 def _operator_memory(
     groups: Groups,
-    outermost: tuple[np.ndarray, np.ndarray],
+    outermost: _Outermost,
     dev: _DeviceEvents,
     sums: _InstanceSums,
 ) -> OperatorMemory:
     """A device's per-operator columns: the self ones from each event's owner, the inclusive
     ones and the peaks from the instance blocks already walked (`sums`)."""
     n_groups = len(groups)
-    group_of_pos = outermost[0]
     owner_pos, nbytes, fits, allocations = dev.owner_pos, dev.nbytes, dev.fits, dev.allocations
     owned = owner_pos >= 0
-    owner_group = group_of_pos[owner_pos[owned]]
+    owner_group = outermost.group(owner_pos[owned])
 
     def per_group(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
         out = np.zeros(n_groups, dtype=np.int64)
@@ -540,7 +548,7 @@ def _operator_memory(
     ones = np.ones(len(nbytes), dtype=np.int64)
     unfreed_mask = np.zeros(len(nbytes), dtype=bool)
     unfreed_mask[allocations.event[allocations.state == NEVER_FREED]] = True
-    lifetimes = _lifetimes(group_of_pos, owner_pos, nbytes, allocations, n_groups, fits)
+    lifetimes = _lifetimes(outermost.group, owner_pos, nbytes, allocations, n_groups, fits)
     incl_allocations, incl_allocated, incl_net = sums.outs
     return OperatorMemory(
         allocations=per_group(ones, is_alloc),
@@ -560,7 +568,7 @@ def _operator_memory(
 
 
 def _lifetimes(
-    group_of_pos: np.ndarray,
+    group_at: Callable[[np.ndarray], np.ndarray],
     owner_pos: np.ndarray,
     nbytes: np.ndarray,
     allocations: Allocations,
@@ -585,7 +593,7 @@ def _lifetimes(
         owners = owner_pos[positions]
         out = np.full(len(positions), -1, dtype=np.int64)
         inside = owners >= 0
-        out[inside] = group_of_pos[owners[inside]]
+        out[inside] = group_at(owners[inside])
         return out
 
     event, free = allocations.event, allocations.free
@@ -679,7 +687,7 @@ def compute_memory_ops(
     `groups` must be the CPU groups `nesting` was built with; `step_rows` the step slices."""
     memory: MemoryEvents = trace.memory
     groups_memory = compute_memory(memory)
-    outermost = _outermost(nesting, groups) if groups_memory else (np.zeros(0), np.zeros(0))
+    outermost = _Outermost(nesting, groups)
     prepared = []
     for group in groups_memory:
         idx = group.indices[memory.ts[group.indices] != NO_VALUE]

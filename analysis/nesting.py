@@ -21,6 +21,8 @@ from .intervals import nesting_depth, previous_at_least, slice_order, stable_ord
 
 # Steps of `Nesting.slices_at`'s walk before it filters the rest in one numpy pass.
 SLICES_AT_WALK = 4096
+# Positions of a lane whose starts `Nesting.last_starting_by` reads at a time.
+SEARCH_BLOCK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,28 @@ class Nesting:
         return np.concatenate(
             (np.array(found, dtype=order.dtype), rest[start[rest] + dur[rest] > t])
         )
+
+    def last_starting_by(self, trace: Trace, lane: int, times: np.ndarray) -> np.ndarray:
+        """Per time t: the position of the lane's last CPU slice with start <= t, -1 when
+        none. The lane's starts are read SEARCH_BLOCK positions at a time, never gathered
+        whole (a lane of a 4 GB trace holds millions: a temporary of tens of MB that sat under
+        the summary's peak of memory): each time's block is found first, from the blocks'
+        first starts, then its position within the block."""
+        lo, hi = self.lane_range(lane)
+        out = np.full(len(times), -1, dtype=np.int64)
+        if hi <= lo or not len(times):
+            return out
+        start, rows = trace.start, self.order[lo:hi]
+        firsts = start[rows[::SEARCH_BLOCK]]
+        block = np.searchsorted(firsts, times, side="right") - 1
+        # A time before the block's first start is in no block; within its block, its position
+        # is past that first start, and the next block's first start is after the time.
+        for b in np.unique(block[block >= 0]).tolist():
+            mine = np.flatnonzero(block == b)
+            first = b * SEARCH_BLOCK
+            starts = start[rows[first : first + SEARCH_BLOCK]]
+            out[mine] = lo + first + np.searchsorted(starts, times[mine], side="right") - 1
+        return out
 
     def visible(self, trace: Trace, lane: int, t0: int, t1: int) -> np.ndarray:
         """Rows of the lane's CPU slices that start before t1, by position (end is not checked)."""

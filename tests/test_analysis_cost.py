@@ -303,15 +303,19 @@ def test_memory_per_operator_walks_the_instances_once_for_all_devices(monkeypatc
     for name in ("classes", "cpu_groups", "nesting"):
         getattr(session, name)
     steps = step_rows(trace, session.classes.cpu)
-    outer = int(session.nesting.outermost.sum())
+    outermost = session.nesting.outermost
+
+    def blocks(block: int) -> int:  # the position blocks that hold an outermost instance
+        return sum(bool(outermost[lo : lo + block].any()) for lo in range(0, len(outermost), block))
+
     trace.start = trace.start.view(_CountedGathers)
     counts = {}
     for block in (64, 16, 4):
-        monkeypatch.setattr(memory_ops, "PEAK_BLOCK", block)
+        monkeypatch.setattr(memory_ops, "OUTER_BLOCK", block)
         _CountedGathers.gathers = 0
         ops = memory_ops.compute_memory_ops(trace, session.nesting, session.cpu_groups, steps)
         assert len(ops.devices) == 2
-        counts[block] = (_CountedGathers.gathers, -(-outer // block))
+        counts[block] = (_CountedGathers.gathers, blocks(block))
     (g64, b64), (g16, b16), (g4, b4) = counts[64], counts[16], counts[4]
     assert b4 > b16 > b64 > 1
     assert g16 - g64 == b16 - b64 and g4 - g16 == b4 - b16, counts

@@ -8,7 +8,9 @@ import random
 import numpy as np
 import pytest
 from kinetoscope.analysis import TraceSession
+from kinetoscope.analysis import nesting as nesting_module
 from kinetoscope.analysis.classify import classify, group_rows
+from kinetoscope.analysis.idle import innermost_at
 from kinetoscope.analysis.memory_ops import (
     FREED,
     HOW_TO_RECORD,
@@ -338,9 +340,13 @@ def test_device_labels():
     assert device_label(42, 1) == "device type 42 1"
 
 
+@pytest.mark.parametrize("block", [None, 1, 3])
 @pytest.mark.parametrize("seed", range(8))
-def test_innermost_slice_is_the_last_container_in_nesting_order(seed):
-    """Against brute force on random slices (nested, partly overlapping, zero-length)."""
+def test_innermost_slice_is_the_last_container_in_nesting_order(seed, block, monkeypatch):
+    """Against brute force on random slices (nested, partly overlapping, zero-length); with
+    `block`, a lane's starts are searched a few positions at a time (as a 4 GB trace's are)."""
+    if block is not None:
+        monkeypatch.setattr(nesting_module, "SEARCH_BLOCK", block)
     rng = random.Random(seed)
     events = []
     for _ in range(60):
@@ -353,6 +359,9 @@ def test_innermost_slice_is_the_last_container_in_nesting_order(seed):
     lanes = np.array([rng.randrange(len(trace.lanes)) for _ in range(300)])
     times = np.array([rng.randrange(-10, 900) * 1000 for _ in range(300)])
     got = innermost_slices(trace, nesting, lanes, times)
+    # The idle-by-operator search asks the same of the nesting, answered in rows.
+    rows = innermost_at(trace, nesting, lanes, times)
+    assert rows.tolist() == [int(nesting.order[p]) if p >= 0 else -1 for p in got.tolist()]
     ends = trace.start + trace.dur
     for lane, t, pos in zip(lanes.tolist(), times.tolist(), got.tolist()):
         lo, hi = nesting.lane_range(lane)
@@ -440,7 +449,7 @@ def test_operator_memory_against_brute_force(seed, block, monkeypatch):
     all at once: the peaks and inclusive sums per group are the brute force's."""
     import kinetoscope.analysis.memory_ops as memory_ops
 
-    monkeypatch.setattr(memory_ops, "PEAK_BLOCK", block)
+    monkeypatch.setattr(memory_ops, "OUTER_BLOCK", block)
     rng = random.Random(seed)
     events = []
     for _ in range(50):
@@ -485,7 +494,7 @@ def test_operator_memory_of_several_devices_against_brute_force(seed, block, mon
     sums are still the brute force's over that device's events alone."""
     import kinetoscope.analysis.memory_ops as memory_ops
 
-    monkeypatch.setattr(memory_ops, "PEAK_BLOCK", block)
+    monkeypatch.setattr(memory_ops, "OUTER_BLOCK", block)
     rng = random.Random(100 + seed)
     events = []
     for _ in range(40):
