@@ -50,23 +50,22 @@ def compute_operators(
     trace: Trace, nesting: Nesting, groups: Groups, links: Links
 ) -> OperatorTable:
     # Per-position temporaries are kept few and narrow: on a 1 GB trace each is millions
-    # long, and this is where the summary's memory peaks.
+    # long, and this is where the summary's memory peaks. Only the launches' prefix sums span
+    # the whole nesting (a subtree may cross blocks); the groups are gathered a block at a time.
     order = nesting.order
-    group = groups.index[order]  # int32
+    index = groups.index
     n_groups = len(groups)
 
     # Every sum below adds each event's duration at most once: when all durations together fit
     # in int64 (any real trace), so does each sum; otherwise they are summed as Python ints.
     fits = sums_fit(trace.dur)
-    count = np.bincount(group, minlength=n_groups).astype(np.int64)
-    excl = add_at(np.zeros(n_groups, dtype=np.int64), group, nesting.self_time, fits)
     launched = gpu_launched_per_position(nesting, links, trace, fits, prefixed=True)
     # gpu_self: the runtime call's parent is an instance of the group.
     # Only the slices that launched GPU work add to a sum (the others add zero): far fewer.
     with_parent = np.flatnonzero((nesting.parent_pos >= 0) & (launched[1:] != 0))
     gpu_self = add_at(
         np.zeros(n_groups, dtype=np.int64),
-        group[nesting.parent_pos[with_parent]],
+        index[order[nesting.parent_pos[with_parent]]],
         launched[1:][with_parent],
         fits,
     )
@@ -76,14 +75,19 @@ def compute_operators(
     # The prefix sums are taken in the launches' own array (which has a leading zero for it).
     prefix = cumulative_in_place(launched, fits)
     del launched
-    # incl and gpu_total over the outermost instances, a block of positions at a time: no
-    # temporaries the size of the nesting (the summary's peak of memory is near here).
+    count = np.zeros(n_groups, dtype=np.int64)
+    excl = np.zeros(n_groups, dtype=np.int64)
     incl = np.zeros(n_groups, dtype=np.int64)
     gpu_total = np.zeros(n_groups, dtype=np.int64)
     stop = nesting.subtree_stop
     for lo in range(0, max(len(order), 1), OPERATOR_BLOCK):  # once when empty: the dtypes
-        outer = np.flatnonzero(nesting.outermost[lo : lo + OPERATOR_BLOCK]) + lo
+        group = index[order[lo : lo + OPERATOR_BLOCK]]  # int32
+        count += np.bincount(group, minlength=n_groups)
+        excl = add_at(excl, group, nesting.self_time[lo : lo + OPERATOR_BLOCK], fits)
+        # incl and gpu_total over the block's outermost instances.
+        outer = np.flatnonzero(nesting.outermost[lo : lo + OPERATOR_BLOCK])
         outer_group = group[outer]
+        outer += lo
         incl = add_at(incl, outer_group, trace.dur[order[outer]], fits)
         below = prefix[stop[outer]] - prefix[outer + 1]
         gpu_total = add_at(gpu_total, outer_group, below, fits)
