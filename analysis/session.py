@@ -49,6 +49,12 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+# From this many rows (a trace of about 2 GB), `compute_concurrently` gives the heap its stages
+# freed back after each one. Measured on the owlv2 traces (benchmarks/run.py's cold summary):
+# at 4 GB the peak fell by about 50 MB at no visible cost in time; at 1 GB (2.9 M rows) by 6 MB,
+# for 0.15-0.2 s more (the pages given back are faulted in again by the next stages).
+TRIM_ROWS = 6_000_000
+
 
 class AnalysisFailed(Exception):
     """A derived result could not be computed; `name` says which, `__cause__` why."""
@@ -188,11 +194,21 @@ class TraceSession:
                 self._compute(plan)
 
     def _compute(self, plan: tuple[str, ...]) -> None:
+        # On a big trace every stage leaves tens to hundreds of MB of freed temporaries in the
+        # heap, which glibc keeps (a 4 GB trace's analysis ended some 220 MB above its live
+        # data), much of it in the other thread's arena, where this thread's next stage cannot
+        # reuse it: given back after each stage (a few ms each), it no longer counts beside
+        # the next stages' peaks.
+        trim = len(self.trace) >= TRIM_ROWS
+        if trim:
+            from kinetoscope.parser import release_heap
         for name in plan:
             try:
                 getattr(self, name)
             except AnalysisFailed:
                 pass  # remembered: raised again where the result is used
+            if trim:
+                release_heap()
 
     # -- staged nesting ---------------------------------------------------------------------
 
