@@ -23,6 +23,8 @@ from .intervals import nesting_depth, previous_at_least, slice_order, stable_ord
 SLICES_AT_WALK = 4096
 # Positions of a lane whose starts `Nesting.last_starting_by` reads at a time.
 SEARCH_BLOCK = 1 << 20
+# Positions `outermost_positions` orders by group at a time.
+OUTERMOST_BLOCK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,43 @@ class Nesting:
         return self.order[lo : lo + upto]
 
 
+def outermost_positions(group: np.ndarray, subtree_stop: np.ndarray) -> np.ndarray:
+    """Per position of a preorder: does no ancestor have its group (`group`, non-negative, per
+    position)?
+
+    A slice has a same-group ancestor when an earlier slice of its group still holds it in its
+    subtree. Sorting by (group, position) and taking the running maximum of subtree_stop over
+    the earlier members of each group answers that for all slices at once. Slices of other
+    lanes never interfere: their subtrees end before this lane's positions begin. Done a block
+    of OUTERMOST_BLOCK positions at a time, each group's furthest reach carried from block to
+    block: one sort over the whole nesting gathered the stops in an order that, at 4 GB (70 MB
+    arrays), missed the caches at nearly every element (0.38 s there against 0.05 s at 1 GB)."""
+    n = len(group)
+    outermost = np.empty(n, dtype=bool)
+    if not n:
+        return outermost
+    bound = int(group.max()) + 1
+    reach = np.zeros(bound, dtype=np.int64)  # per group: the furthest stop of earlier members
+    span = np.int64(n + 1)
+    for lo in range(0, n, OUTERMOST_BLOCK):
+        block_group = group[lo : lo + OUTERMOST_BLOCK]
+        by_group = stable_order(block_group, bound)
+        g = block_group[by_group].astype(np.int64)
+        g *= span  # in place: needed only scaled from here
+        key = g + subtree_stop[lo : lo + OUTERMOST_BLOCK][by_group]
+        np.maximum.accumulate(key, out=key)
+        # The reach before each slice within the block, into g's memory: negative when from an
+        # earlier group; then the reach of the group's members in earlier blocks.
+        ends = np.flatnonzero(g[1:] != g[:-1])  # each group's last slice here but the last one
+        groups = g[np.append(ends, len(g) - 1)] // span
+        np.subtract(key[:-1], g[1:], out=g[1:])
+        g[0] = -1
+        np.maximum(g, reach[block_group[by_group]], out=g)
+        outermost[by_group + lo] = g <= by_group + lo
+        reach[groups] = np.maximum(reach[groups], key[np.append(ends, len(g) - 1)] - groups * span)
+    return outermost
+
+
 def compute_nesting(trace: Trace, cpu: np.ndarray, group: np.ndarray) -> Nesting:
     """Nest the CPU slices (`cpu` mask over rows); `group` gives each row's (cat, name) group."""
     # Temporaries are dropped as soon as they are used: on a 1 GB trace each of these arrays
@@ -199,30 +238,7 @@ def compute_nesting(trace: Trace, cpu: np.ndarray, group: np.ndarray) -> Nesting
     np.maximum(self_time, 0, out=self_time)
     del children_dur, dur
 
-    # A slice has a same-group ancestor when an earlier slice of its group still holds it in its
-    # subtree. Sorting by (group, position) and taking the running maximum of subtree_stop over
-    # the earlier members of each group answers that for all slices at once. Slices of other
-    # lanes never interfere: their subtrees end before this lane's positions begin.
-    slice_group = group[order].astype(np.int64)
-    by_group = stable_order(slice_group, int(slice_group.max()) + 1 if n else 0)
-    g = slice_group[by_group]
-    del slice_group
-    span = np.int64(n + 1)
-    g *= span  # in place: g is a copy of the groups, and needed only scaled from here
-    reach = g + subtree_stop[by_group]
-    np.maximum.accumulate(reach, out=reach)
-    # The reach before each slice, into g's memory: negative when from an earlier group.
-    reach_before = g
-    del g
-    if n:
-        np.subtract(reach[:-1], reach_before[1:], out=reach_before[1:])
-        reach_before[0] = -1
-    del reach
-    covered = reach_before > by_group
-    del reach_before
-    outermost = np.empty(n, dtype=bool)
-    outermost[by_group] = ~covered
-    del by_group, covered
+    outermost = outermost_positions(group[order], subtree_stop)
 
     position = np.full(len(trace), -1, dtype=index_type)
     position[order] = np.arange(n, dtype=index_type)

@@ -232,3 +232,26 @@ def test_far_from_the_rest_bound_changes_nothing(slices, block):
         whole_rows, whole_gap = oddities.far_from_the_rest(trace)
     assert gap == whole_gap
     assert np.array_equal(rows, whole_rows)
+
+
+@settings(max_examples=150, deadline=None)
+@given(SLICES, st.sampled_from([1, 2, 3, 5, 1 << 20]))
+def test_outermost_matches_its_definition_in_blocks(slices, block):
+    """A slice is outermost when no ancestor has its (cat, name) group, whether the positions
+    are ordered by group all at once or a few at a time (as a 4 GB trace's are)."""
+    from kinetoscope.analysis import nesting as nesting_module
+
+    trace = trace_of(slices)
+    session = TraceSession(trace)
+    nesting, groups = session.nesting, session.cpu_groups
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(nesting_module, "OUTERMOST_BLOCK", block)
+        got = nesting_module.outermost_positions(
+            groups.index[nesting.order], nesting.subtree_stop
+        )
+    want = [
+        all(int(groups.index[a]) != int(groups.index[row]) for a in nesting.ancestors(row))
+        for row in nesting.order.tolist()
+    ]
+    assert got.tolist() == want
+    assert nesting.outermost.tolist() == want
