@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from kinetoscope.parser.model import Trace
 
-from .intervals import Union
+from .intervals import Union, sorted_unique
 from .steps import names_matching
 from .units import fmt_duration, fmt_percent, plural, us
 
@@ -624,8 +624,9 @@ def _launches(
     trace = session.trace
     graph_names = names_matching(trace, GRAPH_LAUNCH.match)
     graph_rows = np.flatnonzero(session.classes.runtime & graph_names[trace.name])
-    kernel_launchers = np.unique(kernels.runtime[kernels.linked])
-    launch_rows = np.union1d(kernel_launchers, graph_rows).astype(np.int64)
+    launch_rows = sorted_unique(
+        np.concatenate((kernels.runtime[kernels.linked], graph_rows))
+    ).astype(np.int64)
     is_graph_kernel = np.isin(kernels.runtime, graph_rows) & kernels.linked
     economy = LaunchEconomy(
         launch_calls=len(launch_rows),

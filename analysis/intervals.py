@@ -238,6 +238,25 @@ def subtree_stops(parent: np.ndarray) -> np.ndarray:
     return last
 
 
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """`np.unique(values)` (sorted), found by sorting a copy. numpy 2's `np.unique` builds a
+    hash table instead, whose probes miss the caches once there are millions of distinct
+    values: 10x the time at 4 GB that it took at 1 GB, where a sort is about linear."""
+    ordered = np.sort(np.asarray(values).reshape(-1))
+    if len(ordered) < 2:
+        return ordered
+    keep = np.empty(len(ordered), dtype=bool)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]
+
+
+def ids_in_use(ids: np.ndarray, bound: int) -> np.ndarray:
+    """The distinct values of `ids` (integers in [0, bound): string ids of a column), ascending:
+    `np.unique(ids)` in one counting pass."""
+    return np.flatnonzero(np.bincount(ids, minlength=bound))
+
+
 def stable_order(keys: np.ndarray, bound: int) -> np.ndarray:
     """Stable argsort of non-negative integer keys below `bound`.
 

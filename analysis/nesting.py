@@ -17,7 +17,14 @@ from dataclasses import dataclass, field
 import numpy as np
 from kinetoscope.parser.model import Trace
 
-from .intervals import nesting_depth, previous_at_least, slice_order, stable_order, subtree_stops
+from .intervals import (
+    nesting_depth,
+    previous_at_least,
+    slice_order,
+    sorted_unique,
+    stable_order,
+    subtree_stops,
+)
 
 # Steps of `Nesting.slices_at`'s walk before it filters the rest in one numpy pass.
 SLICES_AT_WALK = 4096
@@ -143,7 +150,7 @@ class Nesting:
         block = np.searchsorted(firsts, times, side="right") - 1
         # A time before the block's first start is in no block; within its block, its position
         # is past that first start, and the next block's first start is after the time.
-        for b in np.unique(block[block >= 0]).tolist():
+        for b in sorted_unique(block[block >= 0]).tolist():
             mine = np.flatnonzero(block == b)
             first = b * SEARCH_BLOCK
             starts = start[rows[first : first + SEARCH_BLOCK]]

@@ -15,7 +15,7 @@ from kinetoscope.parser.model import NO_VALUE
 
 from .finding import CRITICAL, INFO, SEVERITY_ORDER, WARNING, Finding
 from .idle import HOST_WAIT, KERNEL_WAIT
-from .intervals import Union
+from .intervals import Union, ids_in_use
 from .memory import GPU_DEVICE_TYPES, device_properties
 from .oddities import oddity_findings
 from .steps import COMM_NAME, DATALOADER_PREFIX, names_matching
@@ -698,7 +698,7 @@ def _operator_time(session: TraceSession) -> Union:
     own span (category `Trace`)."""
     trace = session.trace
     skip = np.zeros(len(trace.strings), dtype=bool)
-    for cat in np.unique(trace.cat).tolist():
+    for cat in ids_in_use(trace.cat, len(trace.strings)).tolist():
         skip[cat] = trace.strings[cat].lower() in WAITING_IGNORED_CATEGORIES
     rows = np.flatnonzero(session.classes.cpu & ~skip[trace.cat])
     return Union.of(trace.start[rows], trace.start[rows] + trace.dur[rows])

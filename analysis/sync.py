@@ -28,7 +28,7 @@ from kinetoscope.parser.model import KIND_MEMCPY, Trace
 
 from .classify import RowClasses
 from .idle import Gaps
-from .intervals import Union, previous_at_least
+from .intervals import Union, ids_in_use, previous_at_least
 from .links import Links
 from .nesting import Nesting
 from .steps import STEP_NAME, names_matching, step_rows
@@ -366,7 +366,7 @@ def idle_within(gaps: Gaps, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 def _category_mask(trace: Trace, lowered: str) -> np.ndarray:
     """Boolean per string id: a category used by some row that is `lowered` in lower case."""
     mask = np.zeros(len(trace.strings), dtype=bool)
-    for cat in np.unique(trace.cat).tolist():
+    for cat in ids_in_use(trace.cat, len(trace.strings)).tolist():
         mask[cat] = trace.strings[cat].lower() == lowered
     return mask
 

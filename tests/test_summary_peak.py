@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kinetoscope.analysis import TraceSession
-from kinetoscope.analysis.intervals import Union, sums_fit
+from kinetoscope.analysis.intervals import Union, ids_in_use, sorted_unique, sums_fit
 from kinetoscope.analysis.steps import compute_steps
 from kinetoscope.parser import loads
 
@@ -255,3 +255,14 @@ def test_outermost_matches_its_definition_in_blocks(slices, block):
     ]
     assert got.tolist() == want
     assert nesting.outermost.tolist() == want
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 50), max_size=60))
+def test_the_sorting_unique_is_numpys(values):
+    """The analysis's unique values (by sorting, or by counting string ids) are np.unique's."""
+    array = np.array(values, dtype=np.int64)
+    want = np.unique(array)
+    assert sorted_unique(array).tolist() == want.tolist()
+    assert sorted_unique(array).dtype == want.dtype
+    assert ids_in_use(array.astype(np.int32), 51).tolist() == want.tolist()
