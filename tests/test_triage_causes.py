@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from kinetoscope.analysis import TraceSession
 from kinetoscope.analysis.summary import build_summary
 from kinetoscope.analysis.sync import KINDS
@@ -407,7 +408,13 @@ async def test_cpu_only_overview_steps_table_has_cpu_columns(write_trace):
 # -- 7. what the analysis does not understand, said in info findings -------------------------
 
 
-def test_accelerator_events_it_cannot_read_are_named():
+@pytest.mark.parametrize("block", [None, 1, 2])
+def test_accelerator_events_it_cannot_read_are_named(block, monkeypatch):
+    """Also when the rows are counted a few at a time (as a 4 GB trace's are)."""
+    if block is not None:
+        from kinetoscope.analysis import oddities
+
+        monkeypatch.setattr(oddities, "ROW_BLOCK", block)
     events = [
         X("ProfilerStep#1", 0, 1000, cat="user_annotation"),
         X("runFunction - job_prep", 10, 50, cat="mtia_runtime"),
