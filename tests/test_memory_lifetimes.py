@@ -148,7 +148,7 @@ def test_lifetimes_are_vectorised_over_many_allocations():
         frees_without_allocation=0,
         addresses_known=True,
     )
-    out = memory_ops._lifetimes(group_of_pos, owner_pos, nbytes, allocations, 4, True)
+    out = memory_ops._lifetimes(group_of_pos.__getitem__, owner_pos, nbytes, allocations, 4, True)
     # Each slice's events: its allocations freed by itself, except where a pair straddles two.
     assert int(out["freed_own"].sum()) + int(out["handed_off"].sum()) == 64 * n
     assert out["held_most"].tolist() == [64, 64, 64, 64]
