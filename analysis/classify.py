@@ -14,6 +14,8 @@ from kinetoscope.parser.model import (
     Trace,
 )
 
+from .intervals import ids_in_use
+
 
 @dataclass(frozen=True)
 class RowClasses:
@@ -59,7 +61,7 @@ class Groups:
 
 def _dense_rank(ids: np.ndarray, n_ids: int) -> tuple[np.ndarray, np.ndarray]:
     """(used ids ascending, rank of every possible id among the used ones)."""
-    used = np.flatnonzero(np.bincount(ids, minlength=n_ids))
+    used = ids_in_use(ids, n_ids)
     rank = np.zeros(n_ids, dtype=np.int64)
     rank[used] = np.arange(len(used))
     return used, rank

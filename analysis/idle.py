@@ -177,26 +177,11 @@ def innermost_at(
     trace: Trace, nesting: Nesting, lanes: np.ndarray, times: np.ndarray
 ) -> np.ndarray:
     """Per (lane, t): the row of the innermost CPU slice of the lane with start <= t < end, -1
-    when none (the last of `Nesting.slices_at`). Vectorised: a bisection per lane asked about,
-    then a walk up the parents, one step for all queries at a time (at most the nesting depth)."""
-    lanes = np.asarray(lanes, dtype=np.int64)
-    times = np.asarray(times, dtype=np.int64)
-    pos = np.full(len(times), -1, dtype=np.int64)
-    order = nesting.order
-    for lane in np.unique(lanes).tolist():
-        mine = np.flatnonzero(lanes == lane)
-        pos[mine] = nesting.last_starting_by(trace, int(lane), times[mine])
-    # The slice that started last may have ended by t: its innermost ancestor still open is.
-    active = np.flatnonzero(pos >= 0)
-    while len(active):
-        rows = order[pos[active]]
-        ended = trace.start[rows] + trace.dur[rows] <= times[active]
-        active = active[ended]
-        pos[active] = nesting.parent_pos[pos[active]]
-        active = active[pos[active] >= 0]
-    out = np.full(len(times), -1, dtype=np.int64)
+    when none (`Nesting.innermost`, in rows)."""
+    pos = nesting.innermost(trace, lanes, times)
+    out = np.full(len(pos), -1, dtype=np.int64)
     found = pos >= 0
-    out[found] = order[pos[found]]
+    out[found] = nesting.order[pos[found]]
     return out
 
 

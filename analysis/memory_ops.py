@@ -47,40 +47,6 @@ def device_label(device_type: int | None, device_id: int | None) -> str:
     return f"{kind} {device_id}"
 
 
-def innermost_slices(
-    trace: Trace, nesting: Nesting, lanes: np.ndarray, times: np.ndarray
-) -> np.ndarray:
-    """Per query, the position (in `nesting.order`) of the innermost CPU slice on lane
-    `lanes[i]` with start <= times[i] < end, or -1.
-
-    The last slice of the lane starting at or before t is the deepest candidate; when it has
-    already ended, its ancestors are the only slices that can still contain t (a slice popped
-    off the nesting stack was popped by one that ends later), so climbing parents finds the
-    answer. All queries climb together, one parent level per numpy pass."""
-    lanes = np.asarray(lanes, dtype=np.int64)
-    times = np.asarray(times, dtype=np.int64)
-    pos = np.full(len(times), -1, dtype=np.int64)
-    if len(times) == 0 or len(nesting.order) == 0:
-        return pos
-    for lane in np.unique(lanes).tolist():
-        if lane < 0:
-            continue
-        queries = np.flatnonzero(lanes == lane)
-        pos[queries] = nesting.last_starting_by(trace, lane, times[queries])
-    climbing = np.flatnonzero(pos >= 0)
-    while len(climbing):
-        # Ends of just the slices being climbed: a whole-trace column of ends would cost
-        # memory proportional to every CPU slice.
-        rows = nesting.order[pos[climbing]]
-        ended = trace.start[rows] + trace.dur[rows] <= times[climbing]
-        climbing = climbing[ended]
-        if not len(climbing):
-            break
-        pos[climbing] = nesting.parent_pos[pos[climbing]]
-        climbing = climbing[pos[climbing] >= 0]
-    return pos
-
-
 def cpu_lanes_for(trace: Trace, nesting: Nesting, lanes: np.ndarray) -> np.ndarray:
     """The lane whose CPU slices own events written on `lanes`: the lane itself, or, when it
     holds no CPU slice, the one with the same pid and tid as text (old traces write the
@@ -704,9 +670,8 @@ def compute_memory_ops(
     # Every device's owners in one search (each event's alone: the answer is the same), so
     # that each lane's starts are gathered once, not once per device.
     lanes = [cpu_lanes_for(trace, nesting, memory.lane[idx]) for _group, idx, _ts in prepared]
-    owners = innermost_slices(
+    owners = nesting.innermost(
         trace,
-        nesting,
         np.concatenate(lanes) if lanes else np.zeros(0, np.int64),
         np.concatenate([ts for *_, ts in prepared]) if prepared else np.zeros(0, np.int64),
     )

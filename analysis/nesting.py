@@ -157,6 +157,37 @@ class Nesting:
             out[mine] = lo + first + np.searchsorted(starts, times[mine], side="right") - 1
         return out
 
+    def innermost(self, trace: Trace, lanes: np.ndarray, times: np.ndarray) -> np.ndarray:
+        """Per query, the position of the innermost CPU slice on lane `lanes[i]` with
+        start <= times[i] < end, or -1 (the last of `slices_at`, for many queries at once).
+
+        The last slice of the lane starting at or before t is the deepest candidate; when it
+        has already ended, its ancestors are the only slices that can still contain t (a slice
+        popped off the nesting stack was popped by one that ends later), so climbing parents
+        finds the answer. All queries climb together, one parent level per numpy pass."""
+        lanes = np.asarray(lanes, dtype=np.int64)
+        times = np.asarray(times, dtype=np.int64)
+        pos = np.full(len(times), -1, dtype=np.int64)
+        if len(times) == 0 or len(self.order) == 0:
+            return pos
+        for lane in np.unique(lanes).tolist():
+            if lane < 0:
+                continue
+            queries = np.flatnonzero(lanes == lane)
+            pos[queries] = self.last_starting_by(trace, lane, times[queries])
+        climbing = np.flatnonzero(pos >= 0)
+        while len(climbing):
+            # Ends of just the slices being climbed: a whole-trace column of ends would cost
+            # memory proportional to every CPU slice.
+            rows = self.order[pos[climbing]]
+            ended = trace.start[rows] + trace.dur[rows] <= times[climbing]
+            climbing = climbing[ended]
+            if not len(climbing):
+                break
+            pos[climbing] = self.parent_pos[pos[climbing]]
+            climbing = climbing[pos[climbing] >= 0]
+        return pos
+
     def visible(self, trace: Trace, lane: int, t0: int, t1: int) -> np.ndarray:
         """Rows of the lane's CPU slices that start before t1, by position (end is not checked)."""
         lo, hi = self.lane_range(lane)
@@ -186,19 +217,20 @@ def outermost_positions(group: np.ndarray, subtree_stop: np.ndarray) -> np.ndarr
     for lo in range(0, n, OUTERMOST_BLOCK):
         block_group = group[lo : lo + OUTERMOST_BLOCK]
         by_group = stable_order(block_group, bound)
-        g = block_group[by_group].astype(np.int64)
-        g *= span  # in place: needed only scaled from here
-        key = g + subtree_stop[lo : lo + OUTERMOST_BLOCK][by_group]
+        sorted_group = block_group[by_group].astype(np.int64)
+        last = np.append(np.flatnonzero(sorted_group[1:] != sorted_group[:-1]), len(by_group) - 1)
+        # Groups scaled apart: the running maximum never carries a stop into the next group.
+        key = sorted_group * span + subtree_stop[lo : lo + OUTERMOST_BLOCK][by_group]
         np.maximum.accumulate(key, out=key)
-        # The reach before each slice within the block, into g's memory: negative when from an
-        # earlier group; then the reach of the group's members in earlier blocks.
-        ends = np.flatnonzero(g[1:] != g[:-1])  # each group's last slice here but the last one
-        groups = g[np.append(ends, len(g) - 1)] // span
-        np.subtract(key[:-1], g[1:], out=g[1:])
-        g[0] = -1
-        np.maximum(g, reach[block_group[by_group]], out=g)
-        outermost[by_group + lo] = g <= by_group + lo
-        reach[groups] = np.maximum(reach[groups], key[np.append(ends, len(g) - 1)] - groups * span)
+        # The reach of the earlier members within the block (negative when from an earlier
+        # group), then that of the group's members in earlier blocks.
+        before = np.empty_like(key)
+        before[0] = -1
+        np.subtract(key[:-1], sorted_group[1:] * span, out=before[1:])
+        np.maximum(before, reach[sorted_group], out=before)
+        outermost[by_group + lo] = before <= by_group + lo
+        ended = sorted_group[last]  # each group's furthest stop in the block, carried on
+        reach[ended] = np.maximum(reach[ended], key[last] - ended * span)
     return outermost
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -24,7 +23,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from run import measure, read_through  # noqa: E402
+from run import Sample, read_through, sampled  # noqa: E402
 
 
 def main() -> int:
@@ -34,27 +33,27 @@ def main() -> int:
     parser.add_argument("--other", help="another checkout's Python, run alternately")
     args = parser.parse_args()
     pythons = [("this", sys.executable)] + ([("other", args.other)] if args.other else [])
-    results: dict[str, list[tuple[float, int]]] = {label: [] for label, _ in pythons}
     cache = Path(tempfile.mkdtemp(prefix="kinetoscope-bench-"))
     env = dict(os.environ, KINETOSCOPE_CACHE_DIR=str(cache))
+
+    def before() -> None:
+        shutil.rmtree(cache, ignore_errors=True)
+        read_through(args.trace)
+
+    runs: dict[str, list[Sample]] = {label: [] for label, _ in pythons}
     try:
         for _ in range(max(1, args.runs)):
             for label, python in pythons:
-                shutil.rmtree(cache, ignore_errors=True)
-                read_through(args.trace)
                 argv = [python, "-m", "kinetoscope", "summary", str(args.trace), "--json"]
-                wall, peak = measure(argv, env)
-                results[label].append((wall, peak))
-                print(f"{label:6s} {wall:7.2f} s {peak:6d} MiB", flush=True)
+                runs[label].append(sampled(label, argv, env, 1, before=before))
     finally:
         shutil.rmtree(cache, ignore_errors=True)
-    for label, runs in results.items():
-        walls = [wall for wall, _ in runs]
-        peaks = [peak for _, peak in runs]
+    for label, samples in runs.items():
+        sample = Sample.merged(samples)
         print(
-            f"{label}: median {statistics.median(walls):.2f} s (runs "
-            + " ".join(f"{w:.2f}" for w in walls)
-            + f"), peak {min(peaks)}-{max(peaks)} MiB"
+            f"{label}: median {sample.median:.2f} s (runs "
+            + " ".join(f"{w:.2f}" for w in sample.walls)
+            + f"), peaks {' '.join(str(s.peak_mib) for s in samples)} MiB"
         )
     return 0
 

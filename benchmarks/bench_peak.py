@@ -6,8 +6,8 @@ on one trace, with every stage's start and end per thread, the resident memory s
 
 The trace is loaded as the summary loads it (no model cache), the worker server is waited for
 (its pool is stopped in a thread: waited for), then `build_summary` runs with each stage of its plans
-timed (a wrapper around `TraceSession._compute`, the loop that runs a plan: it adds nothing
-but the timing). Printed: the resident memory after the load and at the peak, the stages
+timed (`TraceSession._compute`, the loop that runs a plan, called one stage at a time: it adds
+nothing but the timing). Printed: the resident memory after the load and at the peak, the stages
 (thread, name, start and end in seconds from the start of the analysis; those running at the
 peak marked), the Python stacks of both threads at the peak, and a coarse timeline of the
 resident memory (MiB). The sampler takes the stacks only when a new highest sample is seen, so
@@ -42,9 +42,9 @@ def main() -> int:
     import kinetoscope.analysis.compile  # noqa: F401  (imported before the timing)
     import kinetoscope.analysis.memory_ops  # noqa: F401
     from kinetoscope.analysis import TraceSession
-    from kinetoscope.analysis.session import TRIM_ROWS
+    from kinetoscope.analysis import session as session_module
     from kinetoscope.analysis.summary import build_summary
-    from kinetoscope.parser import load, release_heap, releasing
+    from kinetoscope.parser import load, releasing
 
     from kinetoscope.present.report_summary import summary_json
 
@@ -54,19 +54,17 @@ def main() -> int:
     base = rss_mib()
 
     log: list[tuple[str, str, float, float]] = []
+    run_plan = TraceSession._compute
 
     def timed(self: TraceSession, plan: tuple[str, ...]) -> None:
-        for name in plan:
+        for name in plan:  # the session's own loop, one stage at a time
             began = time.perf_counter()
-            try:
-                getattr(self, name)
-            except Exception:  # remembered by the session, as the real loop does
-                pass
-            if args.trim or len(self.trace) >= TRIM_ROWS:
-                release_heap()
+            run_plan(self, (name,))
             log.append((threading.current_thread().name, name, began, time.perf_counter()))
 
     TraceSession._compute = timed  # type: ignore[method-assign]
+    if args.trim:
+        session_module.TRIM_ROWS = 0
 
     samples: list[tuple[float, int]] = []
     highest = [0, 0.0, []]

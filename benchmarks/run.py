@@ -298,6 +298,11 @@ class Sample(NamedTuple):
     def median(self) -> float:
         return statistics.median(self.walls)
 
+    @staticmethod
+    def merged(samples: list[Sample]) -> Sample:
+        """The runs of several samples as one (their highest peak)."""
+        return Sample([w for s in samples for w in s.walls], max(s.peak_mib for s in samples))
+
 
 def sampled(
     label: str,
@@ -704,24 +709,17 @@ def run_summary_targets(args: argparse.Namespace) -> int:
             # it: on this kind of machine the speed drifts by a fifth over minutes (the host's
             # other tenants; memory not touched for a while costs 10x more to touch again), so
             # the ratio is taken between runs made under the same conditions.
-            walls, beside, peak, peak_beside = [], [], 0, 0
-            for _ in range(max(1, args.big_runs)):
-                uncached(path)()
-                wall, mib = measure(summary, env)
-                beside.append(wall)
-                peak_beside = max(peak_beside, mib)
-                uncached(args.trace)()
-                wall, mib = measure(big_summary, env)
-                walls.append(wall)
-                peak = max(peak, mib)
-                print(
-                    f"{'big trace, cold (1 GB beside it)':48s} {walls[-1]:7.2f} s  {mib:6d} MiB  "
-                    f"(1 GB {beside[-1]:.2f} s)",
-                    file=sys.stderr,
-                    flush=True,
+            pairs = [
+                (
+                    sampled("summary --json, cold (beside the big one)", summary, env, 1,
+                            before=uncached(path)),
+                    sampled("summary --json of the big trace, cold", big_summary, env, 1,
+                            before=uncached(args.trace)),
                 )
-            big = Sample(walls, peak)
-            big_beside = Sample(beside, peak_beside)
+                for _ in range(max(1, args.big_runs))
+            ]  # fmt: skip
+            big_beside = Sample.merged([one for one, _ in pairs])
+            big = Sample.merged([other for _, other in pairs])
     finally:
         empty_cache()
     load_limit = LOAD_OVER_DECODE * decode.median / 2

@@ -17,7 +17,6 @@ from kinetoscope.analysis.memory_ops import (
     NEVER_FREED,
     REUSED,
     device_label,
-    innermost_slices,
     range_max,
 )
 from kinetoscope.analysis.nesting import compute_nesting
@@ -358,7 +357,7 @@ def test_innermost_slice_is_the_last_container_in_nesting_order(seed, block, mon
     nesting = compute_nesting(trace, classes.cpu, group_rows(trace, classes.cpu).index)
     lanes = np.array([rng.randrange(len(trace.lanes)) for _ in range(300)])
     times = np.array([rng.randrange(-10, 900) * 1000 for _ in range(300)])
-    got = innermost_slices(trace, nesting, lanes, times)
+    got = nesting.innermost(trace, lanes, times)
     # The idle-by-operator search asks the same of the nesting, answered in rows.
     rows = innermost_at(trace, nesting, lanes, times)
     assert rows.tolist() == [int(nesting.order[p]) if p >= 0 else -1 for p in got.tolist()]

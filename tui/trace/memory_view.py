@@ -20,7 +20,6 @@ from kinetoscope.analysis.memory_ops import (
     DeviceMemory,
     MemoryOps,
     cpu_lanes_for,
-    innermost_slices,
 )
 from kinetoscope.analysis.session import AnalysisFailed
 from kinetoscope.analysis.units import fmt_bytes, fmt_duration, fmt_tick, plural, tick_step
@@ -82,7 +81,7 @@ def target_at(data: ViewData, device: DeviceMemory, when: int) -> int:
     if last < 0:
         return -1
     lane = cpu_lanes_for(data.trace, data.nesting, data.trace.memory.lane[device.events[[last]]])
-    pos = innermost_slices(data.trace, data.nesting, lane, np.array([when]))
+    pos = data.nesting.innermost(data.trace, lane, np.array([when]))
     return int(data.nesting.order[pos[0]]) if pos[0] >= 0 else -1
 
 
